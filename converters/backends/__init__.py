@@ -1,0 +1,1 @@
+"""Backends: the last stage of the chain, one module each."""

@@ -1,0 +1,106 @@
+"""The contract every chain stage and backend follows.
+
+A stage takes an :class:`Intermediate` (a model file in the chain's work
+directory, with its format) and returns a new one. A :class:`Backend` is the
+last stage: it writes the artifact's files into ``ctx.artifact_dir`` and says
+how the on-device runner should load them (``runtime`` entry of the manifest).
+
+Every stage that changes numbers checks its output against its input on a few
+samples (``ctx.check_samples``) and records what it found in ``StageRecord.checks``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from edgeopt.enums import BackendName, Precision, StrEnum
+
+
+class Format(StrEnum):
+    ONNX = "onnx"
+    OPENVINO_IR = "openvino-ir"
+    TFLITE = "tflite"
+    TVM_LIB = "tvm-lib"
+
+
+class StageConfig(BaseModel):
+    """Base of every stage's typed config: frozen, unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class Intermediate:
+    """What flows between stages: one model file and its format (plus side files)."""
+
+    path: Path
+    format: Format = Format.ONNX
+    precision: Precision = Precision.FP32
+    notes: dict[str, Any] = field(default_factory=dict)  # facts later stages or the manifest need
+
+
+@dataclass
+class StageRecord:
+    name: str
+    config: dict
+    seconds: float = 0.0
+    checks: dict[str, Any] = field(default_factory=dict)  # numeric check of output vs input
+    report: dict[str, Any] = field(default_factory=dict)  # stage-specific figures (FLOPs, excluded layers…)
+
+
+@dataclass
+class ChainContext:
+    """Everything a stage may need besides its config."""
+
+    profile: Any  # edgeopt.profiles.DeviceProfile
+    work_dir: Path  # scratch space, deleted after the run
+    artifact_dir: Path  # where a Backend writes its files (a temporary dir, renamed when complete)
+    reference_model: Path  # the normalized FP32 ONNX model (the oracle)
+    calib: Any = None  # edgeopt.data.Dataset or None
+    eval: Any = None  # edgeopt.data.Dataset or None (with labels)
+    check_samples: Any = None  # edgeopt.data.Dataset: a few held-out samples for stage checks
+    threads: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    progress: Any = None  # callable(description, total) -> context manager with .advance(); may be None
+    record: StageRecord | None = None  # the running stage's record (stages add checks/report here)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+class Stage(ABC):
+    """One step of the chain. Subclasses declare ``name``, ``Config``, ``accepts`` and ``produces``."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[StageConfig]]
+    accepts: ClassVar[tuple[Format, ...]] = (Format.ONNX,)
+    produces: ClassVar[Format] = Format.ONNX
+
+    @abstractmethod
+    def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate: ...
+
+
+class Backend(Stage):
+    """The last stage: writes the artifact's model files and runtime settings."""
+
+    backend: ClassVar[BackendName]
+    extra: ClassVar[str | None] = None  # the pip extra that installs it
+    # True when the backend quantizes to INT8 itself (NNCF, onnx2tf); False when it needs the
+    # chain's QDQ quantize stage before it (ONNX Runtime, TVM).
+    quantizes_itself: ClassVar[bool] = False
+    precisions: ClassVar[tuple[Precision, ...]] = (Precision.FP32, Precision.INT8)
+
+    @classmethod
+    def available(cls) -> bool:
+        """Whether the backend's libraries import here (cheap check, no heavy import)."""
+        return True
+
+    @abstractmethod
+    def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate:
+        """Write files into ``ctx.artifact_dir``; return an Intermediate whose ``notes['runtime']``
+        is the manifest's ``runtime`` entry (backend name, model file, settings, io map)."""

@@ -1,0 +1,61 @@
+"""The one registry of chain stages and backends.
+
+A stage module registers itself with :func:`register_stage`; backends are
+listed here by name and module so that importing the registry imports nothing
+heavy. Adding a backend is adding one module and one line in ``_BACKEND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from edgeopt.enums import BackendName
+from edgeopt.errors import UsageError, did_you_mean
+
+_STAGE_MODULES = {
+    "normalize": "edgeopt.converters.normalize",
+    "prune": "edgeopt.converters.prune",
+    "quantize": "edgeopt.converters.quantize",
+}
+_BACKEND_MODULES = {
+    BackendName.ONNXRUNTIME: "edgeopt.converters.backends.onnxruntime",
+    BackendName.OPENVINO: "edgeopt.converters.backends.openvino",
+    BackendName.TFLITE: "edgeopt.converters.backends.tflite",
+    BackendName.TVM: "edgeopt.converters.backends.tvm",
+}
+_registered: dict[str, type] = {}
+
+
+def register_stage(cls):
+    """Class decorator: ``@register_stage`` on a Stage or Backend subclass."""
+    _registered[cls.name] = cls
+    return cls
+
+
+def stage_names() -> list[str]:
+    return list(_STAGE_MODULES)
+
+
+def backend_names() -> list[BackendName]:
+    return list(_BACKEND_MODULES)
+
+
+def get_stage(name: str):
+    if name not in _STAGE_MODULES:
+        raise UsageError(f"unknown stage '{name}'", did_you_mean(name, _STAGE_MODULES) or f"stages: {', '.join(_STAGE_MODULES)}")
+    importlib.import_module(_STAGE_MODULES[name])
+    return _registered[name]
+
+
+def parse_backend(name: str) -> BackendName:
+    try:
+        return BackendName(name)
+    except ValueError:
+        names = [b.value for b in BackendName]
+        raise UsageError(f"unknown backend '{name}'", did_you_mean(name, names) or f"backends: {', '.join(names)}") from None
+
+
+def get_backend(name: BackendName | str):
+    b = parse_backend(name) if isinstance(name, str) else name
+    module = importlib.import_module(_BACKEND_MODULES[b])
+    return module.BACKEND

@@ -1,0 +1,22 @@
+"""edgeopt: make a model fast on a named edge device, and prove it on that device.
+
+The public API lives in :mod:`edgeopt.api` and is re-exported here lazily, so
+``import edgeopt`` stays light.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_API = ("analyze", "doctor", "load_profile", "list_profiles", "validate_profile")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from edgeopt import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'edgeopt' has no attribute {name!r}")
+
+
+__all__ = ["__version__", *_API]

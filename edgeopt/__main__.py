@@ -1,0 +1,3 @@
+from edgeopt.cli import main
+
+raise SystemExit(main())

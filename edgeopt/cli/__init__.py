@@ -1,0 +1,83 @@
+"""The ``edgeopt`` command line: a thin layer over :mod:`edgeopt.api`.
+
+Each verb lives in its own module and only turns arguments into API calls and
+results into text or JSON. Errors become one line on stderr and an exit code
+(see :class:`edgeopt.errors.ExitCode`); ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import typer
+
+from edgeopt import __version__
+from edgeopt.errors import EdgeoptError, ExitCode
+
+app = typer.Typer(
+    name="edgeopt",
+    help="Make a model fast on a named edge device, and prove it on that device.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"edgeopt {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    if debug:
+        os.environ["EDGEOPT_DEBUG"] = "1"
+
+
+def _register() -> None:
+    # Each module adds its command(s) to ``app``; heavy imports stay inside the commands.
+    from edgeopt.cli import commands  # noqa: F401
+
+
+def _print_error(err_json: dict, line: str, json_mode: bool) -> None:
+    import json
+
+    if json_mode:
+        sys.stdout.write(json.dumps({"ok": False, "error": err_json}) + "\n")
+    sys.stderr.write(f"edgeopt: error: {line}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_mode = "--json" in argv
+    debug = "--debug" in argv or os.environ.get("EDGEOPT_DEBUG") == "1"
+    _register()
+    try:
+        # standalone mode: the CLI library reports usage errors itself (exit 2) and handles --help.
+        app(args=argv, prog_name="edgeopt", standalone_mode=True)
+        return 0
+    except SystemExit as e:
+        code = e.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except EdgeoptError as e:
+        if debug:
+            traceback.print_exc()
+        _print_error(e.to_json(), e.one_line(), json_mode)
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("edgeopt: interrupted\n")
+        return ExitCode.INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - the one place unexpected errors are caught
+        if debug:
+            traceback.print_exc()
+        msg = f"internal error: {type(e).__name__}: {e}"
+        hint = " (rerun with --debug for the traceback, and please report it)"
+        _print_error({"kind": "internal", "exit_code": 1, "message": msg}, msg + hint, json_mode)
+        return ExitCode.INTERNAL

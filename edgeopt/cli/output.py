@@ -1,0 +1,59 @@
+"""Printing results: one JSON object on stdout with ``--json``, readable tables otherwise."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+
+JsonOption = typer.Option(False, "--json", help="Print one JSON object on stdout and nothing else there.")
+
+stdout = Console(highlight=False, soft_wrap=True)
+stderr = Console(stderr=True, highlight=False)
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "value"):
+        return o.value
+    return str(o)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_default, indent=None, sort_keys=False)
+
+
+def emit(json_mode: bool, payload: dict, human: Callable[[Console], None]) -> None:
+    """Print ``payload`` as JSON (``--json``) or call ``human`` to draw it for a person."""
+    if json_mode:
+        sys.stdout.write(dumps({"ok": True, **payload}) + "\n")
+        sys.stdout.flush()
+    else:
+        human(stdout)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr (never on stdout, which belongs to --json)."""
+    stderr.print(f"[bold yellow]warning:[/] {message}")
+
+
+def progress(json_mode: bool = False):
+    """A rich progress display on stderr (quiet when stderr is not a terminal and --json is set)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+        disable=json_mode and not stderr.is_terminal,
+    )

@@ -1,0 +1,52 @@
+"""Lazy imports of heavy or optional libraries, with the extra that provides them."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from types import ModuleType
+
+from edgeopt.errors import MissingDependencyError
+
+# import name -> (distribution name, edgeopt extra)
+OPTIONAL = {
+    "onnxruntime": ("onnxruntime", None),
+    "openvino": ("openvino", "openvino"),
+    "nncf": ("nncf", "openvino"),
+    "ai_edge_litert": ("ai-edge-litert", "tflite"),
+    "onnx2tf": ("onnx2tf", "tflite"),
+    "tensorflow": ("tensorflow", "tflite"),
+    "tvm": ("apache-tvm", "tvm"),
+    "paramiko": ("paramiko", "remote"),
+    "torch": ("torch", None),
+    "onnxslim": ("onnxslim", None),
+    "matplotlib": ("matplotlib", None),
+}
+
+
+def install_hint(module: str) -> str:
+    dist, extra = OPTIONAL.get(module, (module, None))
+    if extra:
+        return f"install it with: pip install 'edgeopt[{extra}]'"
+    if module == "torch":
+        return "install it with: pip install torch==2.13.0"
+    return f"install it with: pip install {dist}"
+
+
+def require(module: str, purpose: str = "") -> ModuleType:
+    """Import ``module`` or raise :class:`MissingDependencyError` naming the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        root = module.split(".")[0]
+        what = f" (needed for {purpose})" if purpose else ""
+        raise MissingDependencyError(
+            f"{OPTIONAL.get(root, (root, None))[0]} is not installed{what}", install_hint(root)
+        ) from err
+
+
+def version_of(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -1,0 +1,177 @@
+"""Loading a user's ONNX model with clear errors, and fixing its input shapes."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeopt.errors import BadModelError, UsageError
+
+# The newest default-domain opset the bundled onnx/onnxruntime understand is checked at run time.
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple  # ints, or str for a symbolic dim, or None for unknown
+    dtype: str  # numpy dtype name
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) and d > 0 for d in self.shape)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["x=1x3x224x224", "y=1,10"]`` -> ``{"x": (1, 3, 224, 224), "y": (1, 10)}``."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs or []:
+        for part in spec.split(";"):
+            if not part.strip():
+                continue
+            name, sep, dims = part.partition("=")
+            try:
+                if not sep or not name:
+                    raise ValueError
+                shape = tuple(int(d) for d in dims.replace(",", "x").split("x"))
+                if any(d <= 0 for d in shape):
+                    raise ValueError
+            except ValueError:
+                raise UsageError(
+                    f"--input-shape '{part}' is not NAME=DIMS", "write it like --input-shape input=1x3x224x224"
+                ) from None
+            out[name.strip()] = shape
+    return out
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_onnx(path: str | Path, *, check: bool = True):
+    """Read and check an ONNX model; every failure is a one-line :class:`BadModelError`."""
+    import onnx
+
+    p = Path(path)
+    if not p.exists():
+        raise BadModelError(f"model file '{p}' not found", "check the path")
+    if p.is_dir():
+        raise BadModelError(f"'{p}' is a directory, not an ONNX file", "pass the .onnx file itself")
+    if p.suffix.lower() == ".tflite":
+        raise BadModelError(f"'{p}' is a TFLite model; this command needs ONNX", "convert from the ONNX original")
+    try:
+        model = onnx.load(str(p), load_external_data=True)
+    except Exception as err:  # DecodeError, truncated protobuf, wrong file
+        size = p.stat().st_size
+        raise BadModelError(
+            f"'{p}' is not a readable ONNX model ({size} bytes; {type(err).__name__})",
+            "the file is truncated or not ONNX: re-export it",
+        ) from err
+    if not model.graph.node and not model.graph.output:
+        raise BadModelError(f"'{p}' is not an ONNX model (empty graph)", "re-export the model to ONNX")
+    if check:
+        check_model(model, str(p))
+    return model
+
+
+def check_model(model, origin: str) -> None:
+    import onnx
+    import onnx.defs
+
+    newest = onnx.defs.onnx_opset_version()
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > newest:
+            raise BadModelError(
+                f"{origin}: opset {imp.version} is newer than this onnx supports ({newest})",
+                f"re-export with opset <= {newest}, or upgrade onnx",
+            )
+    known_domains = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "ai.onnx.preview.training"}
+    for node in model.graph.node:
+        if node.domain in known_domains and node.domain != "com.microsoft":
+            if not onnx.defs.has(node.op_type, node.domain):
+                raise BadModelError(
+                    f"{origin}: unknown op '{node.op_type}' (node '{node.name}')",
+                    "the model uses an operator ONNX does not define; re-export it with standard ops",
+                )
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except onnx.checker.ValidationError as err:
+        first = str(err).strip().splitlines()[0][:200]
+        raise BadModelError(f"{origin}: invalid ONNX: {first}", "re-export the model") from err
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx.helper
+
+    try:
+        import numpy as np
+
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # noqa: BLE001
+        return str(elem_type)
+
+
+def _value_spec(vi) -> TensorSpec:
+    t = vi.type.tensor_type
+    dims = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorSpec(vi.name, tuple(dims), _dtype_name(t.elem_type))
+
+
+def graph_inputs(model) -> list[TensorSpec]:
+    inits = {i.name for i in model.graph.initializer}
+    return [_value_spec(v) for v in model.graph.input if v.name not in inits]
+
+
+def graph_outputs(model) -> list[TensorSpec]:
+    return [_value_spec(v) for v in model.graph.output]
+
+
+def fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], *, origin: str = "model", require_static: bool = True):
+    """Set static input shapes (returns a new model); unknown names or leftover dynamic dims are errors."""
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inputs = {v.name: v for v in model.graph.input}
+    for name in shapes:
+        if name not in inputs:
+            from edgeopt.errors import did_you_mean
+
+            names = [s.name for s in graph_inputs(model)]
+            raise UsageError(
+                f"--input-shape names '{name}', which is not an input of {origin}",
+                did_you_mean(name, names) or f"inputs are: {', '.join(names)}",
+            )
+    for spec in graph_inputs(model):
+        vi = inputs[spec.name]
+        if spec.name in shapes:
+            shape = shapes[spec.name]
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) != len(shape):
+                raise UsageError(
+                    f"--input-shape {spec.name} has {len(shape)} dims; the model's input has {len(dims)}",
+                    f"give {len(dims)} dims, e.g. {spec.name}=" + "x".join(str(d if isinstance(d, int) else 1) for d in spec.shape),
+                )
+            for d, v in zip(dims, shape):
+                d.Clear()
+                d.dim_value = v
+        elif require_static and not spec.is_static:
+            example = "x".join(str(d) if isinstance(d, int) else "1" for d in spec.shape)
+            raise BadModelError(
+                f"{origin}: input '{spec.name}' has dynamic dims {list(spec.shape)}",
+                f"fix them with --input-shape {spec.name}={example}",
+            )
+    return model

@@ -1,0 +1,7 @@
+"""What runs an artifact: runners and the measurement core.
+
+This package is shipped to devices as-is (``remote/deploy.py`` copies it as
+``edgeopt_runtime``), so it depends on the standard library, numpy and one
+runtime only, and imports its own modules *relatively*. Never import the rest of
+edgeopt (pydantic, rich, onnx…) from here.
+"""

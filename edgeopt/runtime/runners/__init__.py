@@ -1,0 +1,31 @@
+"""Runners: load an artifact with its runtime and run it on numpy arrays.
+
+``open_runner(artifact_dir)`` reads ``manifest.json``'s ``runtime`` entry and
+returns the right :class:`~.base.Runner`. Callers always feed and receive arrays
+named and laid out as in the original ONNX model; a runner hides layout changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+_MODULES = {
+    "onnxruntime": ".onnxruntime",
+    "openvino": ".openvino",
+    "tflite": ".tflite",
+    "tvm": ".tvm",
+}
+
+
+def read_manifest(artifact_dir: str) -> dict:
+    with open(os.path.join(artifact_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+def open_runner(artifact_dir: str, threads: int | None = None, manifest: dict | None = None):
+    manifest = manifest or read_manifest(artifact_dir)
+    backend = manifest["runtime"]["backend"]
+    module = importlib.import_module(_MODULES[backend], __name__)
+    return module.Runner(artifact_dir, manifest, threads=threads)
