@@ -34,6 +34,36 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class CalibMethod(StrEnum):
+    MINMAX = "minmax"
+    PERCENTILE = "percentile"
+
+
+class PruneMode(StrEnum):
+    CHANNELS = "channels"  # structured: whole output channels removed
+    SPARSE_2_4 = "2:4"  # semi-structured: 2 of every 4 weights zeroed (sparse tensor cores)
+
+
+class ChainOptions(StageConfig):
+    """What the user asked for, after the profile's defaults were applied.
+
+    The planner asks each stage ``configure(options)`` for its typed config (or None to skip it);
+    ``stage_overrides`` (from a recipe) then update that config, and unknown keys are errors.
+    """
+
+    backend: BackendName
+    precision: Precision
+    prune: float = 0.0  # fraction of channels (mode channels) to remove
+    prune_mode: PruneMode = PruneMode.CHANNELS
+    calib_method: CalibMethod = CalibMethod.MINMAX
+    per_channel: bool = True
+    max_accuracy_drop: float | None = None  # points of the task metric (top-1 %)
+    min_cosine: float | None = None
+    threads: int | None = None
+    backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
+    stage_overrides: dict[str, dict[str, Any]] = {}
+
+
 @dataclass
 class Intermediate:
     """What flows between stages: one model file and its format (plus side files)."""
@@ -80,6 +110,11 @@ class Stage(ABC):
     Config: ClassVar[type[StageConfig]]
     accepts: ClassVar[tuple[Format, ...]] = (Format.ONNX,)
     produces: ClassVar[Format] = Format.ONNX
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> StageConfig | None:
+        """This stage's config for ``options``, or None when the stage is not needed."""
+        return cls.Config()
 
     @abstractmethod
     def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate: ...

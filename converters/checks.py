@@ -1,0 +1,82 @@
+"""Numeric checks of one model against another (every stage uses these)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+RunFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def ort_run_fn(model_path: Path | str, threads: int | None = None) -> RunFn:
+    """A function running an ONNX file in ONNX Runtime (CPU), returning outputs by name."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    in_types = {i.name: i.type for i in sess.get_inputs()}
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        cast = {k: _cast(v, in_types.get(k)) for k, v in feeds.items() if k in in_types}
+        return dict(zip(names, sess.run(names, cast)))
+
+    return run
+
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+              "tensor(float16)": np.float16, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+              "tensor(double)": np.float64, "tensor(bool)": np.bool_}
+
+
+def _cast(v: np.ndarray, ort_type: str | None) -> np.ndarray:
+    dt = _ORT_TYPES.get(ort_type or "")
+    return np.asarray(v, dtype=dt) if dt is not None else np.asarray(v)
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    a = a.astype(np.float64).ravel()
+    b = b.astype(np.float64).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def compare(reference: RunFn, candidate: RunFn, feeds: list[dict[str, np.ndarray]]) -> dict:
+    """Cosine similarity (min/mean over samples and outputs), max abs error, top-1 agreement of output 0."""
+    cos, max_abs, agree, n_top1 = [], 0.0, 0, 0
+    for feed in feeds:
+        ref = reference(feed)
+        got = candidate(feed)
+        for i, (name, r) in enumerate(ref.items()):
+            g = got[name] if name in got else list(got.values())[i]
+            g = np.asarray(g, dtype=np.float64).reshape(np.shape(r)) if np.size(g) == np.size(r) else np.asarray(g)
+            if not (np.all(np.isfinite(g))):
+                cos.append(0.0)
+                max_abs = float("inf")
+                continue
+            cos.append(_cos(np.asarray(r), g))
+            max_abs = max(max_abs, float(np.max(np.abs(np.asarray(r, dtype=np.float64) - g))) if np.size(r) else 0.0)
+            if i == 0 and np.ndim(r) >= 2 and np.shape(r)[-1] > 1:
+                n_top1 += 1
+                agree += int(np.argmax(np.asarray(r).reshape(-1, np.shape(r)[-1])[0]) == np.argmax(g.reshape(-1, np.shape(r)[-1])[0]))
+    return {
+        "samples": len(feeds),
+        "cosine_min": float(min(cos)) if cos else None,
+        "cosine_mean": float(np.mean(cos)) if cos else None,
+        "max_abs_err": max_abs,
+        "top1_agreement": (agree / n_top1) if n_top1 else None,
+    }
+
+
+def compare_onnx(before: Path | str, after: Path | str, feeds: list[dict[str, np.ndarray]]) -> dict:
+    """``compare`` for two ONNX files run in ONNX Runtime."""
+    return compare(ort_run_fn(before), ort_run_fn(after), feeds)
