@@ -62,6 +62,7 @@ class ChainOptions(StageConfig):
     threads: int | None = None
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
     stage_overrides: dict[str, dict[str, Any]] = {}
+    input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
 
 
 @dataclass
@@ -129,10 +130,20 @@ class Backend(Stage):
     # chain's QDQ quantize stage before it (ONNX Runtime, TVM).
     quantizes_itself: ClassVar[bool] = False
     precisions: ClassVar[tuple[Precision, ...]] = (Precision.FP32, Precision.INT8)
+    # import names the backend needs (checked with find_spec by ``available``, nothing imported)
+    requires: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def available(cls) -> bool:
         """Whether the backend's libraries import here (cheap check, no heavy import)."""
+        import importlib.util
+
+        for module in cls.requires:
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return False
+            except (ImportError, ValueError):
+                return False
         return True
 
     @abstractmethod

@@ -1,0 +1,93 @@
+"""Backend ``onnxruntime``: the (FP32, FP16 or QDQ INT8) ONNX model plus its session settings.
+
+The artifact holds ``model.onnx`` and the manifest's ``runtime.settings``: graph optimization
+level EXTENDED (a model optimized at ALL is tied to the CPU it was optimized on), threads and the
+execution provider from the profile. With ``save_optimized`` it also writes the model ONNX Runtime
+optimized at that level (``model.optimized.onnx``, listed as ``runtime.optimized_model``).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.registry import register_stage
+
+from edgeopt.enums import BackendName, Precision, StrEnum
+
+
+class GraphOptLevel(StrEnum):
+    DISABLE = "disable"
+    BASIC = "basic"
+    EXTENDED = "extended"
+    ALL = "all"
+
+
+ORT_LEVEL = {
+    GraphOptLevel.DISABLE: "ORT_DISABLE_ALL",
+    GraphOptLevel.BASIC: "ORT_ENABLE_BASIC",
+    GraphOptLevel.EXTENDED: "ORT_ENABLE_EXTENDED",
+    GraphOptLevel.ALL: "ORT_ENABLE_ALL",
+}
+
+
+class OnnxRuntimeConfig(StageConfig):
+    provider: str = "CPUExecutionProvider"
+    threads: int | None = None
+    graph_optimization_level: GraphOptLevel = GraphOptLevel.EXTENDED
+    save_optimized: bool = False
+
+
+@register_stage
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    backend = BackendName.ONNXRUNTIME
+    Config = OnnxRuntimeConfig
+    accepts = (Format.ONNX,)
+    produces = Format.ONNX
+    extra = None
+    requires = ("onnxruntime",)
+    quantizes_itself = False
+    precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> OnnxRuntimeConfig:
+        s = options.backend_settings
+        return OnnxRuntimeConfig(
+            provider=s.get("provider", "CPUExecutionProvider"),
+            threads=options.threads or s.get("threads"),
+        )
+
+    def run(self, model: Intermediate, config: OnnxRuntimeConfig, ctx: ChainContext) -> Intermediate:
+        import onnxruntime as ort
+
+        from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+        target = ctx.artifact_dir / "model.onnx"
+        shutil.copyfile(model.path, target)
+        settings = {
+            "provider": config.provider,
+            "graph_optimization_level": ORT_LEVEL[config.graph_optimization_level],
+            "threads": config.threads,
+        }
+        runtime = {"backend": self.backend.value, "model": target.name, "settings": settings}
+        # Load it once here: a model ONNX Runtime cannot load must fail the conversion, not the device.
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, settings["graph_optimization_level"])
+        if config.threads:
+            so.intra_op_num_threads = config.threads
+        if config.save_optimized:
+            so.optimized_model_filepath = str(ctx.artifact_dir / "model.optimized.onnx")
+            runtime["optimized_model"] = "model.optimized.onnx"
+        ort.InferenceSession(str(target), so, providers=["CPUExecutionProvider"])
+        proto = load_onnx(target, check=False)
+        runtime["io"] = {
+            kind: [{"name": t.name, "runtime_name": t.name, "transpose": None} for t in specs]
+            for kind, specs in (("inputs", graph_inputs(proto)), ("outputs", graph_outputs(proto)))
+        }
+        notes = {**model.notes, "runtime": runtime}
+        return Intermediate(target, Format.ONNX, model.precision, notes)
+
+
+BACKEND = OnnxRuntimeBackend

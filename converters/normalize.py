@@ -1,0 +1,143 @@
+"""Stage ``normalize``: a checked, static-shape, folded FP32 ONNX model (the chain's oracle).
+
+ONNX checker; input shapes fixed (``--input-shape``; dynamic dims without it are an error
+naming the fix); NaN/Inf in the weights refused (naming the initializer); shape inference;
+constant folding and Conv+BatchNorm(+ReLU) folding with onnxslim. Output names are kept
+(restored if the simplifier renamed one). The result is checked against the input model on
+``ctx.check_samples`` (cosine >= ``min_cosine``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from edgeopt.converters.base import ChainContext, ChainOptions, Format, Intermediate, Stage, StageConfig
+from edgeopt.converters.registry import register_stage
+
+from edgeopt.errors import BadModelError, StageError
+
+
+class NormalizeConfig(StageConfig):
+    input_shapes: dict[str, tuple[int, ...]] = {}
+    fold: bool = True  # constant folding + Conv/BN fusion with onnxslim
+    min_cosine: float = 0.9999
+
+
+def count_ops(model, op_type: str) -> int:
+    return sum(1 for n in model.graph.node if n.op_type == op_type)
+
+
+def check_finite_weights(model, origin: str) -> None:
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        arr = numpy_helper.to_array(init)
+        if arr.dtype.kind == "f" and arr.size and not np.all(np.isfinite(arr)):
+            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+            raise BadModelError(
+                f"{origin}: weight '{init.name}' holds {bad} NaN/Inf values",
+                "the model's weights are broken: re-export or retrain it",
+            )
+
+
+def restore_output_names(model, names: list[str]) -> None:
+    """Make the graph's outputs carry ``names`` again (in order), renaming tensors if needed."""
+    current = [o.name for o in model.graph.output]
+    if current == names:
+        return
+    if len(current) != len(names):
+        raise StageError(f"normalize: the simplifier changed the number of outputs ({len(names)} -> {len(current)})")
+    for old, new in zip(current, names, strict=True):
+        if old == new:
+            continue
+        for node in model.graph.node:
+            node.output[:] = [new if o == old else o for o in node.output]
+            node.input[:] = [new if i == old else i for i in node.input]
+    for out, new in zip(model.graph.output, names, strict=True):
+        out.name = new
+    assert [o.name for o in model.graph.output] == names
+
+
+def set_static_output_dims(proto, path, feed) -> bool:
+    """Give outputs with symbolic dims the static shape one run shows (inputs are static by now)."""
+    from edgeopt.converters.checks import ort_run_fn
+
+    dynamic = [o for o in proto.graph.output
+               if any(not d.HasField("dim_value") for d in o.type.tensor_type.shape.dim) or not o.type.tensor_type.HasField("shape")]
+    if not dynamic:
+        return False
+    got = ort_run_fn(path)(feed)
+    for o in dynamic:
+        shape = o.type.tensor_type.shape
+        shape.ClearField("dim")
+        for v in np.shape(got[o.name]):
+            shape.dim.add().dim_value = int(v)
+    return True
+
+
+def synthetic_feeds(model_path, n: int = 4, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    from edgeopt.data import synthetic_dataset
+    from edgeopt.model import graph_inputs, load_onnx
+
+    return synthetic_dataset(graph_inputs(load_onnx(model_path, check=False)), n, seed=seed).feeds()
+
+
+@register_stage
+class Normalize(Stage):
+    name = "normalize"
+    Config = NormalizeConfig
+    accepts = (Format.ONNX,)
+    produces = Format.ONNX
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> NormalizeConfig:
+        return NormalizeConfig(input_shapes=dict(options.input_shapes))
+
+    def run(self, model: Intermediate, config: NormalizeConfig, ctx: ChainContext) -> Intermediate:
+        import onnx
+        from edgeopt.converters.checks import compare_onnx
+
+        from edgeopt.model import check_model, fix_input_shapes, load_onnx
+
+        origin = model.path.name
+        proto = load_onnx(model.path)
+        out_names = [o.name for o in proto.graph.output]
+        proto = fix_input_shapes(proto, dict(config.input_shapes), origin=origin, require_static=True)
+        check_finite_weights(proto, origin)
+        before = ctx.work_dir / "normalize_input.onnx"
+        onnx.save(proto, str(before))
+        report = {"nodes_before": len(proto.graph.node), "batchnorm_before": count_ops(proto, "BatchNormalization")}
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False)
+        except Exception as err:  # noqa: BLE001 - shape inference is best effort; the checker already passed
+            ctx.warn(f"normalize: shape inference failed ({type(err).__name__}); continuing without it")
+        if config.fold:
+            import onnxslim
+
+            t0 = time.perf_counter()
+            slimmed = onnxslim.slim(proto)
+            if slimmed is None:
+                raise StageError("normalize: onnxslim could not simplify the model", "rerun with a recipe 'stages: {normalize: {fold: false}}'")
+            proto = slimmed
+            report["slim_seconds"] = round(time.perf_counter() - t0, 3)
+        restore_output_names(proto, out_names)
+        check_model(proto, f"{origin} (normalized)")
+        report.update(nodes_after=len(proto.graph.node), batchnorm_after=count_ops(proto, "BatchNormalization"))
+        out = ctx.work_dir / "normalized.onnx"
+        onnx.save(proto, str(out))
+        feeds = ctx.check_samples.feeds() if ctx.check_samples is not None and len(ctx.check_samples) else synthetic_feeds(out)
+        if set_static_output_dims(proto, out, feeds[0]):
+            onnx.save(proto, str(out))
+
+        checks = compare_onnx(before, out, feeds)
+        checks["min_cosine"] = config.min_cosine
+        if ctx.record is not None:
+            ctx.record.checks.update(checks)
+            ctx.record.report.update(report)
+        if checks["cosine_min"] is not None and checks["cosine_min"] < config.min_cosine:
+            raise StageError(
+                f"normalize: the folded model differs from the original (cosine {checks['cosine_min']:.6f} < {config.min_cosine})",
+                "rerun with a recipe 'stages: {normalize: {fold: false}}'",
+            )
+        return Intermediate(out, Format.ONNX, model.precision, {**model.notes, "normalize": report})

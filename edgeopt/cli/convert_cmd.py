@@ -1,0 +1,107 @@
+"""``edgeopt convert MODEL --profile P -o OUT``: the converter chain, validated, into an artifact."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, emit, warn
+
+
+def _progress_factory(json_mode: bool):
+    from edgeopt.cli.output import progress
+
+    @contextmanager
+    def bar(description: str, total: int | None):
+        with progress(json_mode) as p:
+            task = p.add_task(description, total=total)
+
+            class _Tick:
+                @staticmethod
+                def advance(n: int = 1) -> None:
+                    p.advance(task, n)
+
+            yield _Tick()
+
+    return bar
+
+
+@app.command("convert")
+def convert_cmd(
+    model: Path = typer.Argument(None, help="The ONNX model (omit with --from-torch)."),
+    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file."),
+    output: Path = typer.Option(None, "--output", "-o", help="Artifact directory to write."),
+    backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
+    precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
+    prune: float = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1)."),
+    prune_mode: str = typer.Option(None, "--prune-mode", help="channels | 2:4"),
+    calib: Path = typer.Option(None, "--calib", help="Calibration data: .npz named after the inputs, or an image folder."),
+    eval_: Path = typer.Option(None, "--eval", help="Evaluation data (.npz with 'labels', or class sub-folders)."),
+    preprocess: str = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,layout=NCHW,channels=RGB,scale=255 or a YAML file."),
+    calib_method: str = typer.Option(None, "--calib-method", help="minmax | percentile"),
+    input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=DIMS, e.g. input=1x3x224x224 (repeatable)."),
+    max_accuracy_drop: float = typer.Option(None, "--max-accuracy-drop", help="Gate: most top-1 points lost (needs labels)."),
+    min_cosine: float = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32."),
+    recipe: Path = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...})."),
+    threads: int = typer.Option(None, "--threads", help="Runtime threads."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and stop."),
+    from_torch: str = typer.Option(None, "--from-torch", help="package.module:factory building a torch.nn.Module."),
+    weights: Path = typer.Option(None, "--weights", help="State dict for --from-torch."),
+    profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Convert a model for a device profile into a validated artifact directory."""
+    from edgeopt.convert import convert
+    from edgeopt.errors import UsageError
+
+    if output is None and not dry_run:
+        raise UsageError("no output directory", "give -o OUT")
+    if model is None and from_torch is None:
+        raise UsageError("no model given", "pass an ONNX file, or --from-torch package.module:factory --weights FILE")
+    result = convert(
+        model, profile, output, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, calib=calib,
+        eval=eval_, input_shapes=input_shape, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
+        recipe=recipe, force=force, dry_run=dry_run, threads=threads, from_torch=from_torch, weights=weights,
+        preprocess=preprocess, profile_dirs=profile_dir, calib_method=calib_method,
+        progress=_progress_factory(json_out), on_warning=warn,
+    )
+    if dry_run:
+        def human_plan(c):
+            c.print(_plan_text(result.plan), markup=False)
+
+        emit(json_out, {"dry_run": True, "plan": result.plan, "warnings": result.warnings}, human_plan)
+        return
+    v = result.validation or {}
+    payload = {"artifact": result.artifact_dir, "backend": result.manifest["backend"],
+               "precision": result.manifest["precision"], "plan_hash": result.plan["plan_hash"],
+               "validation": v, "calibration": result.manifest["calibration"], "warnings": result.warnings,
+               "stages": [{k: s[k] for k in ("name", "seconds")} for s in result.manifest["stages"]]}
+
+    def human(c):
+        c.print(_plan_text(result.plan), markup=False)
+        c.print(f"wrote {result.artifact_dir}", markup=False)
+        c.print(_validation_text(v), markup=False)
+
+    emit(json_out, payload, human)
+
+
+def _plan_text(plan: dict) -> str:
+    lines = [f"plan {plan['plan_hash'][:12]}: {plan['backend']} {plan['precision']} for profile {plan['profile']}"]
+    for i, s in enumerate(plan["stages"], 1):
+        cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
+        lines.append(f"  {i}. {s['name']}({cfg})")
+    return "\n".join(lines)
+
+
+def _validation_text(v: dict) -> str:
+    if not v:
+        return "not validated"
+    parts = [f"validation on {v['samples']} {v['data_source']} samples" + (" (SYNTHETIC)" if v.get("synthetic") else "") + ":"]
+    for key in ("cosine_min", "cosine_mean", "max_abs_err", "top1_agreement", "accuracy_reference", "accuracy", "accuracy_drop"):
+        if v.get(key) is not None:
+            parts.append(f"{key}={v[key]:.6g}")
+    return " ".join(parts)

@@ -1,0 +1,44 @@
+"""``edgeopt inspect OUT/``: print an artifact's manifest (after checking its files' sha256)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, emit
+
+
+@app.command("inspect")
+def inspect_cmd(
+    artifact: Path = typer.Argument(..., help="An artifact directory written by 'edgeopt convert'."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
+    from edgeopt.artifact import load_artifact
+
+    m = load_artifact(artifact).model_dump(mode="json")
+
+    def human(c):
+        c.print(f"{artifact}: {m['backend']} {m['precision']} for profile {m['profile']} (edgeopt {m['edgeopt_version']}, {m['created']})", markup=False)
+        c.print(f"source: {m['source_model']['path']} sha256 {m['source_model']['sha256'][:16]}…", markup=False)
+        for kind in ("inputs", "outputs"):
+            for t in m[kind]:
+                c.print(f"  {kind[:-1]} {t['name']}: {t['shape']} {t['dtype']} {t.get('layout') or ''}", markup=False)
+        for s in m["stages"]:
+            cos = s["checks"].get("cosine_min")
+            c.print(f"  stage {s['name']}: {s['seconds']} s" + (f", cosine_min {cos:.6f}" if cos is not None else ""), markup=False)
+        cal = m["calibration"]
+        if cal["samples"]:
+            c.print(f"calibration: {cal['samples']} samples from {cal['source']}" + (" (SYNTHETIC)" if cal["synthetic"] else ""), markup=False)
+        v = m.get("validation") or {}
+        if v:
+            figures = ", ".join(f"{k}={v[k]:.6g}" for k in ("cosine_min", "max_abs_err", "top1_agreement", "accuracy", "accuracy_drop") if v.get(k) is not None)
+            c.print(f"validation ({v['samples']} {v['data_source']} samples): {figures}", markup=False)
+        for name, digest in m["files"].items():
+            c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
+        for w in m["warnings"]:
+            c.print(f"warning: {w}", markup=False)
+
+    emit(json_out, {"artifact": str(artifact), "manifest": m}, human)

@@ -1,0 +1,243 @@
+"""``convert``: run a plan's stages on a model and write a validated artifact, atomically.
+
+The stages run in a temporary work directory; the backend writes into ``OUT.tmp-XXXX`` next to
+OUT, which becomes OUT (``os.replace``) only once the manifest is written, the artifact validated
+and every gate passed. On any failure, a missed gate included, nothing is left at OUT or in the
+temporary directory; a gate failure's figures travel in the error (``--json`` prints them).
+An existing OUT is refused unless ``force`` (then it is replaced at the end, not before).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from edgeopt.enums import Precision
+from edgeopt.errors import EdgeoptError, OutputExistsError, StageError
+
+HOLDOUT_FRACTION = 0.2  # of --calib, kept from calibration for validation when there is no --eval
+HOLDOUT_MAX = 256
+SYNTHETIC_CALIB = 32
+SYNTHETIC_VALIDATION = 16
+CHECK_SAMPLES = 8
+_VERSIONED = ("numpy", "onnx", "onnxruntime", "onnxslim")
+_BACKEND_DISTS = {"openvino": ("openvino", "nncf"), "tflite": ("ai-edge-litert", "onnx2tf", "tensorflow"),
+                  "tvm": ("apache-tvm",), "onnxruntime": ()}
+
+
+class ConvertResult(BaseModel):
+    artifact_dir: str | None = None
+    manifest: dict | None = None
+    plan: dict
+    validation: dict | None = None
+    warnings: list[str] = []
+    dry_run: bool = False
+
+
+def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
+    from edgeopt import __version__
+    from edgeopt.deps import version_of
+
+    dists = (*_VERSIONED, *_BACKEND_DISTS.get(backend, ()), *(("torch",) if with_torch else ()))
+    return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
+
+
+def _stage_class(name: str, plan):
+    from edgeopt.converters.registry import get_stage
+    from edgeopt.plan import backend_class
+
+    return backend_class(plan.backend) if name == plan.backend.value else get_stage(name)
+
+
+def _run_stage(stage, spec, inter, ctx):
+    try:
+        return stage.run(inter, spec.config, ctx)
+    except EdgeoptError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any library failure inside a stage becomes one line naming it
+        text = str(err).strip().splitlines()
+        first = text[0][:240] if text else ""
+        raise StageError(f"stage '{spec.name}' failed: {type(err).__name__}: {first}",
+                         "rerun with --debug for the traceback; try another --precision or --backend") from err
+
+
+def _publish(tmp: Path, out: Path, force: bool) -> None:
+    if not os.path.lexists(out):
+        os.replace(tmp, out)
+        return
+    if not force:
+        raise OutputExistsError(f"output '{out}' exists", "use --force to replace it")
+    old = out.with_name(f"{out.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        os.replace(old, out)
+        raise
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old)
+    else:
+        old.unlink()
+
+
+def _datasets(specs, calib, eval, preprocess, precision: Precision, warn):
+    """(calibration set, validation set, validation source label) from the user's data."""
+    from edgeopt.data import load_data, synthetic_dataset
+
+    calib_ds = load_data(calib, specs, preprocess=preprocess, role="calib") if calib else None
+    eval_ds = load_data(eval, specs, preprocess=preprocess, role="eval") if eval else None
+    quantizing = precision == Precision.INT8
+    if eval_ds is not None:
+        val, source = eval_ds, "eval"
+    elif calib_ds is not None and not quantizing:
+        val, source = calib_ds, "calib"  # nothing is calibrated: the whole set is unseen
+    elif calib_ds is not None and len(calib_ds) >= 2:
+        k = min(HOLDOUT_MAX, max(1, round(len(calib_ds) * HOLDOUT_FRACTION)))
+        val, calib_ds = calib_ds.split(k / len(calib_ds), seed=0)
+        source = "calib-holdout"
+    else:
+        val, source = synthetic_dataset(specs, SYNTHETIC_VALIDATION, seed=1), "synthetic"
+        warn("validation uses synthetic random inputs (no --eval/--calib): its figures show fidelity to FP32, not accuracy")
+    if quantizing and calib_ds is None:
+        calib_ds = synthetic_dataset(specs, SYNTHETIC_CALIB, seed=0)
+        warn("NO CALIBRATION DATA: INT8 scales come from SYNTHETIC random inputs; accuracy on real data may be poor. "
+             "Give --calib with real samples")
+    return calib_ds, val, source
+
+
+def convert(model, profile, output, *, backend=None, precision=None, prune=None, prune_mode=None, calib=None,
+            eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
+            dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
+            progress=None, calib_method=None, on_warning=None) -> ConvertResult:
+    """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc)."""
+    from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+    from edgeopt.data import parse_preprocess
+    from edgeopt.model import (
+        file_sha256,
+        fix_input_shapes,
+        graph_inputs,
+        graph_outputs,
+        load_onnx,
+        parse_input_shapes,
+    )
+    from edgeopt.plan import make_plan
+    from edgeopt.profiles import DeviceProfile, load_profile
+
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        if on_warning:
+            on_warning(message)
+
+    prof = profile if isinstance(profile, DeviceProfile) else load_profile(str(profile), profile_dirs)
+    shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
+    plan = make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
+                     calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
+                     threads=threads, recipe=recipe, input_shapes=shapes)
+    for w in plan.warnings:
+        warn(w)
+    if dry_run:
+        return ConvertResult(plan=plan.to_json(), warnings=warnings, dry_run=True)
+    out = Path(output)
+    if os.path.lexists(out) and not force:
+        raise OutputExistsError(f"output '{out}' exists", "use --force to replace it")
+    if from_torch is None and model is None:
+        from edgeopt.errors import UsageError
+
+        raise UsageError("no model given", "pass an ONNX file, or --from-torch M:F --weights W")
+    pre = parse_preprocess(preprocess)
+
+    with tempfile.TemporaryDirectory(prefix="edgeopt-convert-") as work_str:
+        work = Path(work_str)
+        if from_torch:
+            from edgeopt.torch_import import export_from_torch
+
+            src = export_from_torch(from_torch, weights, shapes, work / "from_torch.onnx")
+            source: dict[str, Any] = {"path": str(weights or from_torch), "from_torch": from_torch,
+                                      "weights": str(weights) if weights else None,
+                                      "sha256": file_sha256(weights) if weights else file_sha256(src)}
+        else:
+            src = Path(model)
+            source = {"path": str(src)}
+        proto = fix_input_shapes(load_onnx(src), shapes, origin=src.name)
+        source.setdefault("sha256", file_sha256(src))
+        in_specs, out_specs = graph_inputs(proto), graph_outputs(proto)
+        del proto
+        calib_ds, val, val_source = _datasets(in_specs, calib, eval, pre, plan.precision, warn)
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
+        try:
+            ctx = ChainContext(profile=prof, work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
+                               eval=val if val_source == "eval" else None,
+                               check_samples=val.subset(list(range(min(CHECK_SAMPLES, len(val))))),
+                               threads=plan.options.threads, warnings=[], progress=progress)
+            inter, records = Intermediate(src), []
+            for spec in plan.stages:
+                stage = _stage_class(spec.name, plan)()
+                ctx.record = StageRecord(spec.name, spec.config.model_dump(mode="json"))
+                n_warn = len(ctx.warnings)
+                t0 = time.perf_counter()
+                inter = _run_stage(stage, spec, inter, ctx)
+                ctx.record.seconds = round(time.perf_counter() - t0, 3)
+                for w in ctx.warnings[n_warn:]:
+                    warn(w)
+                records.append(ctx.record)
+                if spec.name == "normalize":
+                    ctx.reference_model = inter.path
+            if ctx.reference_model != src:  # the normalized model: static output shapes
+                out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
+            manifest = _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings,
+                                 bool(from_torch))
+            from edgeopt.artifact import write_manifest
+            from edgeopt.validate import check_gates, validate_artifact
+
+            manifest = write_manifest(tmp, manifest)
+            validation = validate_artifact(tmp, ctx.reference_model, val, data_source=val_source,
+                                           manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
+                                           max_accuracy_drop=plan.options.max_accuracy_drop,
+                                           min_cosine=plan.options.min_cosine, progress=progress)
+            manifest.validation = validation.model_dump(mode="json")
+            manifest.warnings = list(warnings)
+            manifest = write_manifest(tmp, manifest)
+            check_gates(validation)
+            _publish(tmp, out, force)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return ConvertResult(artifact_dir=str(out), manifest=manifest.model_dump(mode="json"), plan=plan.to_json(),
+                         validation=manifest.validation, warnings=warnings)
+
+
+def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings, with_torch):
+    from edgeopt import __version__
+    from edgeopt.artifact import Calibration, Manifest, SourceModel, tensor_infos
+
+    runtime = inter.notes.get("runtime")
+    if not runtime:
+        raise StageError(f"backend '{plan.backend.value}' returned no runtime entry", "a bug in the backend: report it")
+    quantized = plan.precision == Precision.INT8
+    used = len(calib_ds) if quantized and calib_ds is not None else 0
+    for r in records:  # a stage that calibrated on fewer samples says how many in its report
+        reported = r.report.get("calibration") if isinstance(r.report.get("calibration"), dict) else {}
+        if isinstance(reported.get("samples"), int):
+            used = min(used, reported["samples"]) if used else reported["samples"]
+    calibration = Calibration(source=calib_ds.source if quantized and calib_ds is not None else None,
+                              samples=used, synthetic=bool(quantized and calib_ds is not None and calib_ds.synthetic))
+    return Manifest(
+        edgeopt_version=__version__, backend=plan.backend.value, precision=plan.precision.value, profile=prof.name,
+        source_model=SourceModel(**source), inputs=tensor_infos(in_specs, pre.model_dump(mode="json") if pre else None),
+        outputs=tensor_infos(out_specs), runtime=runtime,
+        stages=[{"name": r.name, "config": r.config, "seconds": r.seconds, "checks": r.checks, "report": r.report}
+                for r in records],
+        versions=_versions(plan.backend.value, with_torch), calibration=calibration, plan_hash=plan.hash,
+        plan=plan.to_json(), warnings=list(warnings),
+    )

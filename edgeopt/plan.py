@@ -1,0 +1,296 @@
+"""The plan of a conversion: which stages run, in order, each with its typed config.
+
+``make_plan`` starts from the device profile (its backends in order of preference and its
+``default_chain``), then applies a recipe file, then the command line flags. Each stage's config
+comes from ``StageClass.configure(options)`` and then the recipe's ``stages: {name: {...}}``
+overrides (unknown keys are errors with "did you mean"). A plan hashes to the sha256 of its
+canonical JSON (the cache key of a conversion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+
+from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
+from edgeopt.enums import BackendName, Precision
+from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
+
+# What each optional backend imports, checked (with find_spec, nothing imported) before its module is.
+_BACKEND_EXTRA = {
+    BackendName.OPENVINO: ("openvino", ("openvino", "nncf")),
+    BackendName.TFLITE: ("tflite", ("ai_edge_litert",)),
+    BackendName.TVM: ("tvm", ("tvm",)),
+    BackendName.ONNXRUNTIME: (None, ("onnxruntime",)),
+}
+
+
+class StageSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    config: SerializeAsAny[StageConfig]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "config": self.config.model_dump(mode="json")}
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    profile: str
+    backend: BackendName
+    precision: Precision
+    options: ChainOptions
+    stages: tuple[StageSpec, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "profile": self.profile,
+            "backend": self.backend.value,
+            "precision": self.precision.value,
+            "stages": [s.to_json() for s in self.stages],
+            "plan_hash": self.hash,
+        }
+
+    @property
+    def hash(self) -> str:
+        body = {
+            "profile": self.profile,
+            "backend": self.backend.value,
+            "precision": self.precision.value,
+            "options": self.options.model_dump(mode="json"),
+            "stages": [s.to_json() for s in self.stages],
+        }
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
+    def __str__(self) -> str:
+        lines = [f"plan {self.hash[:12]}: {self.backend.value} {self.precision.value} for {self.profile}"]
+        for i, s in enumerate(self.stages, 1):
+            cfg = ", ".join(f"{k}={v}" for k, v in s.config.model_dump(mode="json").items())
+            lines.append(f"  {i}. {s.name}({cfg})")
+        return "\n".join(lines)
+
+
+class Recipe(BaseModel):
+    """A recipe file (YAML): overrides of the profile's defaults; CLI flags override it in turn."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str | None = None
+    precision: Precision | None = None
+    prune: float | None = Field(default=None, ge=0.0, lt=1.0)
+    prune_mode: PruneMode | None = None
+    calib_method: CalibMethod | None = None
+    per_channel: bool | None = None
+    max_accuracy_drop: float | None = Field(default=None, ge=0.0)
+    min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)
+    threads: int | None = Field(default=None, gt=0)
+    stages: dict[str, dict[str, Any]] = {}
+
+
+def _validation_message(err: ValidationError, origin: str, fields: list[str]) -> BadInputError:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        key = str(first["loc"][-1])
+        return BadInputError(f"{origin}: unknown key '{loc}'", did_you_mean(key, fields) or f"known keys: {', '.join(fields)}")
+    return BadInputError(f"{origin}: '{loc}': {first['msg']}", "fix the value")
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(f"recipe file '{p}' not found", "check the path")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise BadInputError(f"{p}: not valid YAML", "fix the YAML syntax") from err
+    if not isinstance(data, dict):
+        raise BadInputError(f"{p}: a recipe must be a YAML mapping", "e.g. 'precision: int8'")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as err:
+        raise _validation_message(err, str(p), list(Recipe.model_fields)) from err
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _missing(name: BackendName) -> MissingDependencyError | None:
+    """The error for a backend whose libraries are not installed, or None when they are."""
+    extra, modules = _BACKEND_EXTRA.get(name, (None, ()))
+    absent = [m for m in modules if not _importable(m)]
+    if absent:
+        how = f"pip install 'edgeopt[{extra}]'" if extra else f"pip install {absent[0]}"
+        return MissingDependencyError(
+            f"backend '{name.value}' needs {', '.join(absent)}, which is not installed",
+            f"install it with: {how}" + (f" (the '{extra}' extra)" if extra else ""),
+        )
+    return None
+
+
+def backend_class(name: BackendName):
+    """The Backend class for ``name``; exit 4 (naming the extra) when its libraries are missing."""
+    from edgeopt.converters.registry import _BACKEND_MODULES, get_backend
+
+    err = _missing(name)
+    if err:
+        raise err
+    try:
+        cls = get_backend(name)
+    except ModuleNotFoundError as e:
+        if e.name and _BACKEND_MODULES[name].startswith(e.name):
+            raise UsageError(f"backend '{name.value}' is not available in this edgeopt build", "use --backend onnxruntime") from e
+        raise MissingDependencyError(f"backend '{name.value}' needs {e.name}, which is not installed",
+                                     f"install it with: pip install 'edgeopt[{_BACKEND_EXTRA[name][0] or name.value}]'") from e
+    if not cls.available():
+        extra = cls.extra or _BACKEND_EXTRA[name][0] or name.value
+        raise MissingDependencyError(f"backend '{name.value}' is not installed", f"install it with: pip install 'edgeopt[{extra}]'")
+    return cls
+
+
+def choose_backend(profile, requested: str | None, warnings: list[str]) -> BackendName:
+    if requested:
+        from edgeopt.converters.registry import parse_backend
+
+        name = parse_backend(requested)
+        if profile.backend(name) is None:
+            listed = ", ".join(b.name.value for b in profile.backends)
+            warnings.append(f"profile '{profile.name}' does not list backend '{name.value}' (it lists {listed}); using it anyway")
+        backend_class(name)
+        return name
+    first_error = None
+    for target in profile.backends:
+        try:
+            backend_class(target.name)
+            return target.name
+        except (MissingDependencyError, UsageError) as err:
+            first_error = first_error or err
+    assert first_error is not None
+    raise MissingDependencyError(f"none of profile '{profile.name}''s backends is installed: {first_error.message}", first_error.hint)
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def _stage_class(name: str):
+    from edgeopt.converters.registry import get_stage
+
+    try:
+        return get_stage(name)
+    except ModuleNotFoundError as err:
+        raise UsageError(f"stage '{name}' is not available in this edgeopt build", f"plan without it ({err.name} missing)") from err
+
+
+def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
+    config = cls.configure(options)
+    override = options.stage_overrides.get(name)
+    if config is None or not override:
+        return config
+    try:
+        return type(config).model_validate({**config.model_dump(), **override})
+    except ValidationError as err:
+        raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
+
+
+def _enum(cls, value, flag: str):
+    try:
+        return cls(value)
+    except ValueError:
+        names = [m.value for m in cls]
+        raise UsageError(f"{flag} '{value}' is not one of {', '.join(names)}",
+                         did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from None
+
+
+def make_plan(
+    profile,
+    *,
+    backend: str | None = None,
+    precision: Precision | str | None = None,
+    prune: float | None = None,
+    prune_mode: PruneMode | str | None = None,
+    calib_method: CalibMethod | str | None = None,
+    max_accuracy_drop: float | None = None,
+    min_cosine: float | None = None,
+    threads: int | None = None,
+    recipe: Recipe | str | Path | None = None,
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+) -> Plan:
+    """The ordered stages for ``profile`` with the user's overrides (recipe, then flags)."""
+    if recipe is not None and not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    r = recipe or Recipe()
+
+    def pick(flag, from_recipe, default):
+        return flag if flag is not None else (from_recipe if from_recipe is not None else default)
+
+    warnings: list[str] = []
+    backend_name = choose_backend(profile, pick(backend, r.backend, None), warnings)
+    bcls = backend_class(backend_name)
+    chain = profile.default_chain
+    prec = _enum(Precision, pick(precision, r.precision, chain.precision), "--precision")
+    if prec not in bcls.precisions:
+        raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
+                         f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
+    default_mode = PruneMode.SPARSE_2_4 if chain.sparsity_2_4 else PruneMode.CHANNELS
+    mode = _enum(PruneMode, pick(prune_mode, r.prune_mode, default_mode), "--prune-mode")
+    target = profile.backend(backend_name)
+    stage_names = ["normalize", "prune", "quantize", backend_name.value]
+    for key in r.stages:
+        if key not in stage_names:
+            raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
+                                did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
+    try:
+        options = ChainOptions(
+            backend=backend_name,
+            precision=prec,
+            prune=float(pick(prune, r.prune, chain.prune)),
+            prune_mode=mode,
+            calib_method=_enum(CalibMethod, pick(calib_method, r.calib_method, CalibMethod.MINMAX), "--calib-method"),
+            per_channel=pick(None, r.per_channel, True),
+            max_accuracy_drop=pick(max_accuracy_drop, r.max_accuracy_drop, None),
+            min_cosine=pick(min_cosine, r.min_cosine, None),
+            threads=pick(threads, r.threads, None),
+            backend_settings=dict(target.settings) if target else {},
+            stage_overrides=dict(r.stages),
+            input_shapes=dict(input_shapes or {}),
+        )
+    except ValidationError as err:
+        raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err
+    if not 0.0 <= options.prune < 1.0:
+        raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
+
+    wanted = ["normalize"]
+    if options.prune > 0 or options.prune_mode == PruneMode.SPARSE_2_4:
+        wanted.append("prune")
+    if prec in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
+        wanted.append("quantize")
+    specs = []
+    for name in wanted:
+        config = _configure(name, _stage_class(name), options)
+        if config is not None:
+            specs.append(StageSpec(name=name, config=config))
+    bconfig = _configure(backend_name.value, bcls, options)
+    specs.append(StageSpec(name=backend_name.value, config=bconfig))
+    return Plan(profile=profile.name, backend=backend_name, precision=prec, options=options,
+                stages=tuple(specs), warnings=tuple(warnings))
