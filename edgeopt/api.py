@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
-from edgeopt.deps import version_of
 from edgeopt.profiles import (
     DeviceProfile,
     available_profiles,
@@ -27,50 +25,13 @@ def validate_profile(path: str | os.PathLike) -> DeviceProfile:
     return load_profile_file(Path(path))
 
 
-# Runtimes edgeopt can use: (import name, distribution, extra)
-RUNTIMES = (
-    ("onnxruntime", "onnxruntime", None),
-    ("onnxslim", "onnxslim", None),
-    ("openvino", "openvino", "openvino"),
-    ("nncf", "nncf", "openvino"),
-    ("ai_edge_litert", "ai-edge-litert", "tflite"),
-    ("onnx2tf", "onnx2tf", "tflite"),
-    ("tensorflow", "tensorflow", "tflite"),
-    ("tvm", "apache-tvm", "tvm"),
-    ("paramiko", "paramiko", "remote"),
-    ("torch", "torch", None),
-)
+def doctor(full: bool = False) -> dict:
+    """Installed runtimes and versions, tools (with apt packages), this host's CPU and memory.
 
+    Imports only the fast runtimes unless ``full`` (see :func:`edgeopt.host.doctor_report`)."""
+    from edgeopt.host import doctor_report
 
-def doctor(check_imports: bool = True) -> dict:
-    """Which backends and runtimes are installed (and import), their versions, and this host's CPU."""
-    import importlib
-    import shutil
-
-    from edgeopt import __version__
-    from edgeopt.host import cpu_facts
-
-    runtimes = []
-    for mod, dist, extra in RUNTIMES:
-        ver = version_of(dist)
-        entry = {"name": dist, "module": mod, "version": ver, "installed": ver is not None, "extra": extra}
-        if ver is not None and check_imports and mod not in ("tensorflow",):
-            try:
-                importlib.import_module(mod)
-                entry["imports"] = True
-            except Exception as err:  # noqa: BLE001 - report, don't fail
-                entry["imports"] = False
-                entry["import_error"] = f"{type(err).__name__}: {str(err)[:160]}"
-        runtimes.append(entry)
-    tools = {t: shutil.which(t) for t in ("aarch64-linux-gnu-g++", "qemu-aarch64-static", "sshd", "gcc")}
-    return {
-        "edgeopt": __version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": cpu_facts(),
-        "runtimes": runtimes,
-        "tools": tools,
-    }
+    return doctor_report(full)
 
 
 def analyze(model, profile="host", *, input_shapes=None, profile_dirs=None):

@@ -15,8 +15,20 @@ from pathlib import Path
 
 ISA_OF_INTEREST = (
     "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-    "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd", "asimddp", "fphp", "asimdhp", "sve", "i8mm",
+    "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16",
+    "neon", "asimd", "asimddp", "fphp", "asimdhp", "asimdfhm", "bf16", "i8mm", "sve", "sve2",
 )
+
+# What the ISA flags mean for inference (``features`` in cpu_facts and doctor).
+FEATURES = {
+    "avx512": ("avx512f",),
+    "vnni": ("avx512_vnni", "avx_vnni"),  # x86 INT8 dot products
+    "amx": ("amx_int8", "amx_bf16"),  # x86 tile matrix multiply
+    "bf16": ("avx512_bf16", "amx_bf16", "bf16"),
+    "dotprod": ("asimddp",),  # Arm SDOT/UDOT
+    "fp16_arith": ("asimdhp", "avx512_fp16"),
+    "i8mm": ("i8mm",),
+}
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -52,14 +64,17 @@ def cpu_facts() -> dict:
     if mhz is None and info.get("cpu MHz"):
         mhz = float(info["cpu MHz"])
     governor = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    isa = sorted(f for f in ISA_OF_INTEREST if f in flags)
     return {
         "model": model,
+        "vendor": info.get("vendor_id") or info.get("CPU implementer"),
         "arch": platform.machine(),
         "cores": cpu_cores(),
         "logical_cpus": os.cpu_count(),
         "mhz": mhz,
         "governor": governor,
-        "isa": sorted(f for f in ISA_OF_INTEREST if f in flags),
+        "isa": isa,
+        "features": {name: any(f in isa for f in names) for name, names in FEATURES.items()},
         "memory_gb": _mem_total_gb(),
     }
 
@@ -90,7 +105,7 @@ def cpu_temperature_c() -> float | None:
 
 
 @functools.lru_cache(maxsize=1)
-def measure_memory_bandwidth_gbps(size_mb: int = 256, repeats: int = 5) -> float:
+def measure_memory_bandwidth_gbps(size_mb: int = 128, repeats: int = 5) -> float:
     """Best-of-N numpy copy bandwidth (read + write bytes / time), a STREAM-like 'copy'."""
     import numpy as np
 
@@ -104,10 +119,12 @@ def measure_memory_bandwidth_gbps(size_mb: int = 256, repeats: int = 5) -> float
     return round(2 * a.nbytes / best / 1e9, 1)
 
 
-def _flops_per_cycle(isa: set[str], arch: str) -> dict[str, float]:
+def _flops_per_cycle(isa: set[str], arch: str, vendor: str | None = None) -> dict[str, float]:
     """FP32 FLOP/cycle/core and INT8 op/cycle/core from the widest vector ISA."""
     if "avx512f" in isa:
-        fp32 = 2 * 16 * 2  # two 512-bit FMA pipes x 16 lanes x 2 flops
+        # Intel server cores: two 512-bit FMA pipes; AMD Zen 4 runs AVX-512 on 256-bit pipes.
+        lanes = 8 if vendor == "AuthenticAMD" else 16
+        fp32 = 2 * lanes * 2
         int8 = fp32 * 4 if "avx512_vnni" in isa else fp32 * 2
         if "amx_int8" in isa:
             int8 = 2048
@@ -130,7 +147,7 @@ def host_profile():
     f = cpu_facts()
     isa = set(f["isa"])
     ghz = round((f["mhz"] or 2000.0) / 1000, 3)
-    per_cycle = _flops_per_cycle(isa, f["arch"])
+    per_cycle = _flops_per_cycle(isa, f["arch"], f.get("vendor"))
     cores = f["cores"]
     peak = {k: round(v * cores * ghz, 1) for k, v in per_cycle.items()}
     if "avx512_bf16" in isa or "amx_bf16" in isa:
@@ -170,14 +187,141 @@ def host_profile():
             "compute_units.cpu.peak_gops": {
                 "kind": "estimate",
                 "ref": "/proc/cpuinfo flags and clock",
-                "note": f"derived: cores x GHz x {per_cycle} op/cycle (2 FMA pipes assumed for the widest ISA)",
+                "note": f"derived from cpuinfo: cores x GHz x {per_cycle} op/cycle/core (2 FMA pipes of the widest "
+                "vector ISA assumed; 256-bit pipes on AMD); the clock is the current or maximum one",
             },
             "memory.bandwidth_gbps": {
                 "kind": "measured",
-                "ref": "numpy copy of 256 MiB, best of 5",
+                "ref": "numpy copy of 128 MiB, best of 5",
                 "note": "single-thread copy bandwidth; the chip's peak is higher",
             },
             "tdp_w": {"kind": "estimate", "ref": "none", "note": "15 W a core, a placeholder for energy estimates"},
         },
     }
     return parse_profile(data, "host (detected)")
+
+
+# --------------------------------------------------------------------------- doctor
+
+# Runtimes edgeopt can use: (import name, distribution, extra). Imports of the FAST ones are tried by
+# default (well under a second together); the others only with ``full`` (tensorflow alone takes ~6 s).
+RUNTIMES = (
+    ("onnxruntime", "onnxruntime", None),
+    ("onnxslim", "onnxslim", None),
+    ("openvino", "openvino", "openvino"),
+    ("nncf", "nncf", "openvino"),
+    ("ai_edge_litert", "ai-edge-litert", "tflite"),
+    ("onnx2tf", "onnx2tf", "tflite"),
+    ("tensorflow", "tensorflow", "tflite"),
+    ("tvm", "apache-tvm", "tvm"),
+    ("tvm_ffi", "apache-tvm-ffi", "tvm"),
+    ("paramiko", "paramiko", "remote"),
+    ("torch", "torch", None),
+)
+FAST_IMPORTS = frozenset({"onnxruntime", "openvino", "ai_edge_litert", "paramiko"})
+
+# Command-line tools: name -> (apt package, what edgeopt uses it for, other places to look)
+TOOLS = {
+    "aarch64-linux-gnu-g++": ("g++-aarch64-linux-gnu", "cross-compiling TVM libraries for aarch64 devices", ()),
+    "qemu-aarch64-static": ("qemu-user-static", "running aarch64 artifacts here under emulation", ()),
+    "mmdebstrap": ("mmdebstrap", "building the aarch64 sysroot used for emulation", ()),
+    "sshd": ("openssh-server", "the loopback SSH device used by remote tests", ("/usr/sbin/sshd",)),
+    "g++": ("g++", "compiling TVM libraries for this machine", ()),
+}
+
+
+def _runtime_entry(mod: str, dist: str, extra: str | None, try_import: bool) -> dict:
+    import importlib
+    import importlib.util
+
+    from edgeopt.deps import version_of
+
+    ver = version_of(dist)
+    entry: dict = {"name": dist, "module": mod, "version": ver, "installed": ver is not None, "extra": extra}
+    if ver is None:
+        entry["install"] = f"pip install 'edgeopt[{extra}]'" if extra else f"pip install {dist}"
+        return entry
+    if not try_import:
+        entry["imports"] = None  # not tried (slow); `edgeopt doctor --full` tries it
+        entry["found"] = importlib.util.find_spec(mod) is not None
+        return entry
+    try:
+        module = importlib.import_module(mod)
+        entry["imports"] = True
+    except Exception as err:  # noqa: BLE001 - report, don't fail
+        entry["imports"] = False
+        entry["import_error"] = f"{type(err).__name__}: {str(err)[:160]}"
+        return entry
+    if mod == "onnxruntime":
+        entry["providers"] = list(module.get_available_providers())
+    elif mod == "openvino":
+        try:
+            entry["devices"] = list(module.Core().available_devices)
+        except Exception as err:  # noqa: BLE001
+            entry["devices_error"] = f"{type(err).__name__}: {str(err)[:160]}"
+    return entry
+
+
+def toolchain_facts() -> dict[str, dict]:
+    """Which command-line tools are present, and the apt package that provides each."""
+    import shutil
+
+    out = {}
+    for tool, (apt, purpose, extra_paths) in TOOLS.items():
+        path = shutil.which(tool) or next((p for p in extra_paths if os.access(p, os.X_OK)), None)
+        out[tool] = {
+            "found": path is not None,
+            "path": path,
+            "apt": apt,
+            "install": f"sudo apt-get install -y {apt}",
+            "purpose": purpose,
+        }
+    return out
+
+
+def memory_facts() -> dict:
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return {"total_gb": round(vm.total / 1e9, 2), "available_gb": round(vm.available / 1e9, 2)}
+    except Exception:  # noqa: BLE001 - best effort
+        return {"total_gb": None, "available_gb": None}
+
+
+def doctor_report(full: bool = False) -> dict:
+    """Installed runtimes (versions; imports tried for the fast ones, all with ``full``), tools, CPU, memory."""
+    import platform as _platform
+
+    from edgeopt import __version__
+
+    if full:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    runtimes = [_runtime_entry(m, d, e, full or m in FAST_IMPORTS) for m, d, e in RUNTIMES]
+    warnings = []
+    ffi = next(r for r in runtimes if r["module"] == "tvm_ffi")
+    if ffi["version"] and _version_tuple(ffi["version"]) >= (0, 1, 15):
+        warnings.append(f"apache-tvm-ffi {ffi['version']} segfaults when MetaSchedule tunes: pin 'apache-tvm-ffi<0.1.15'")
+    tools = toolchain_facts()
+    warnings += [f"{t} not found ({v['purpose']}): {v['install']}" for t, v in tools.items() if not v["found"]]
+    return {
+        "edgeopt": __version__,
+        "python": _platform.python_version(),
+        "platform": _platform.platform(),
+        "cpu": cpu_facts(),
+        "memory": memory_facts(),
+        "runtimes": runtimes,
+        "tools": tools,
+        "imports_checked": "all" if full else sorted(FAST_IMPORTS),
+        "warnings": warnings,
+    }
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)

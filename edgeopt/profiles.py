@@ -3,12 +3,21 @@
 Profiles come from the package (``edgeopt.device_profiles``), from directories
 named by ``--profile-dir`` or ``EDGEOPT_PROFILE_PATH`` (``:``-separated), and
 ``host``, which is detected from this machine at run time (see ``edgeopt.host``).
-Unknown keys are errors with a "did you mean" hint.
+Unknown keys are errors with a "did you mean" hint, at any depth (inside compute units,
+backends, sources), and so are duplicate YAML keys and ``sources`` entries that name no number.
+
+``sources`` maps a number's key path to where it comes from. A path names compute units by
+kind, e.g. ``compute_units.cpu.peak_gops`` (all precisions) or ``compute_units.gpu.sparse_peak_gops.int8``
+(one), ``memory.bandwidth_gbps``, ``tdp_w``; the most specific entry wins (:meth:`DeviceProfile.source_for`).
+ISA names are Linux ``/proc/cpuinfo`` flags (``asimddp`` = Arm dot product, ``avx512_vnni``, ``amx_int8``);
+:meth:`ComputeUnit.has_feature` also understands common aliases (``dotprod``, ``neon``, ``vnni``, ``amx``).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,6 +29,17 @@ from edgeopt.enums import BackendName, Precision, SourceKind, UnitKind
 from edgeopt.errors import BadProfileError, did_you_mean
 
 PROFILE_PATH_ENV = "EDGEOPT_PROFILE_PATH"
+
+# alias -> the /proc/cpuinfo flags that provide it
+ISA_ALIASES: dict[str, tuple[str, ...]] = {
+    "neon": ("asimd", "neon"),
+    "dotprod": ("asimddp", "dotprod"),
+    "fp16": ("asimdhp", "fphp", "avx512_fp16"),
+    "i8mm": ("i8mm",),
+    "vnni": ("avx512_vnni", "avx_vnni"),
+    "amx": ("amx_int8", "amx_bf16", "amx_tile"),
+    "avx512": ("avx512f",),
+}
 
 
 class _Frozen(BaseModel):
@@ -47,6 +67,11 @@ class ComputeUnit(_Frozen):
     peak_gops: PeakThroughput
     sparse_peak_gops: PeakThroughput | None = None  # 2:4 structured sparsity, where the unit has it
     notes: str = ""
+
+    def has_feature(self, feature: str) -> bool:
+        """Whether the unit's ISA list has ``feature`` (a cpuinfo flag or an alias such as ``dotprod``)."""
+        names = ISA_ALIASES.get(feature.lower(), (feature.lower(),))
+        return any(n in self.isa for n in names)
 
 
 class Memory(_Frozen):
@@ -119,62 +144,196 @@ class DeviceProfile(_Frozen):
     def backend(self, name: BackendName) -> BackendTarget | None:
         return next((b for b in self.backends if b.name == name), None)
 
+    def source_for(self, path: str) -> Source | None:
+        """The most specific ``sources`` entry for the number at ``path`` (or a parent path)."""
+        parts = path.split(".")
+        for n in range(len(parts), 0, -1):
+            src = self.sources.get(".".join(parts[:n]))
+            if src is not None:
+                return src
+        return None
+
+    def number_paths(self) -> list[str]:
+        """Key paths of the numbers this profile states (what ``sources`` should cover)."""
+        out = []
+        for u in self.compute_units:
+            base = f"compute_units.{u.kind.value}"
+            out += [f"{base}.cores", f"{base}.clock_ghz"]
+            for field in ("peak_gops", "sparse_peak_gops"):
+                peaks = getattr(u, field)
+                if peaks is not None:
+                    out += [f"{base}.{field}.{p}" for p, v in peaks.model_dump().items() if v is not None]
+        return out + ["memory.size_gb", "memory.bandwidth_gbps", "tdp_w"]
+
+    def missing_sources(self, required_only: bool = True) -> list[str]:
+        """Numbers without a source. ``required_only``: only peaks, bandwidth and TDP (what a roofline uses)."""
+        paths = self.number_paths()
+        if required_only:
+            paths = [p for p in paths if "peak_gops" in p or p in ("memory.bandwidth_gbps", "tdp_w")]
+        return [p for p in paths if self.source_for(p) is None]
+
 
 # --------------------------------------------------------------------------- errors
+
+
+def _annotation_models(ann: Any) -> tuple[type[BaseModel] | None, bool]:
+    """(the pydantic model inside an annotation, whether the annotation is a dict of it)."""
+    origin = typing.get_origin(ann)
+    is_dict = origin is dict
+    stack = [ann]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a, is_dict
+        stack.extend(typing.get_args(a))
+    return None, is_dict
+
+
+def _model_at(loc: tuple) -> type[BaseModel]:
+    """The pydantic model class that owns the key at ``loc`` (for hints)."""
+    model: type[BaseModel] = DeviceProfile
+    skip_next = False
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if skip_next:  # a dict key (e.g. a ``sources`` path), not a field name
+            skip_next = False
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return model
+        inner, is_dict = _annotation_models(field.annotation)
+        if inner is None:
+            return model
+        model, skip_next = inner, is_dict
+    return model
+
+
+def format_loc(loc: tuple) -> str:
+    """``('compute_units', 0, 'peak_gops')`` -> ``compute_units[0].peak_gops``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int) or "." in str(part):  # a list index, or a dotted ``sources`` key
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _consequences_dropped(errors: list[dict]) -> list[dict]:
+    """Drop errors that only follow from another: the 'missing' twin of a misspelt key, and an
+    emptied list whose items failed."""
+    extras = [e for e in errors if e["type"] == "extra_forbidden"]
+    locs = [tuple(e["loc"]) for e in errors]
+
+    def follows(e: dict) -> bool:
+        loc = tuple(e["loc"])
+        if e["type"] == "missing":
+            return any(tuple(x["loc"][:-1]) == loc[:-1] and did_you_mean(str(x["loc"][-1]), [str(loc[-1])])
+                       for x in extras)
+        if e["type"] == "too_short":
+            return any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs)
+        return False
+
+    kept = [e for e in errors if not follows(e)]
+    return kept or errors
+
+
+_ERROR_ORDER = {"extra_forbidden": 0, "missing": 2}
+
+
+def describe_validation_error(err: ValidationError, origin: str) -> BadProfileError:
+    """One line for the most useful problem (unknown keys first: a typo also makes its key 'missing')."""
+    errors = sorted(_consequences_dropped(err.errors()), key=lambda e: _ERROR_ORDER.get(e["type"], 1))
+    first = errors[0]
+    loc = tuple(first["loc"])
+    where = format_loc(loc)
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    details = {"path": where, "problems": [{"path": format_loc(tuple(e["loc"])), "message": e["msg"]} for e in errors]}
+    if first["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        hint = did_you_mean(key, _field_names(_model_at(loc)))
+        return BadProfileError(
+            f"{origin}: unknown key '{where}'{more}",
+            hint or "remove it; 'edgeopt profiles show pi5' shows a complete profile",
+            details=details,
+        )
+    if first["type"] == "missing":
+        return BadProfileError(f"{origin}: missing key '{where}'{more}", "add it; see device_profiles/pi5.yaml", details=details)
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    got = first.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {str(got)[:60]!r})"
+    hint = None
+    if first["type"] == "enum":
+        hint = did_you_mean(str(got), re.findall(r"'([^']*)'", str(first.get("ctx", {}).get("expected", ""))))
+    return BadProfileError(
+        f"{origin}: '{where}': {msg}{shown}{more}",
+        hint or "fix the value; 'edgeopt profiles validate FILE' checks a file",
+        details=details,
+    )
 
 
 def _field_names(model: type[BaseModel]) -> list[str]:
     return list(model.model_fields)
 
 
-def _model_at(loc: tuple) -> type[BaseModel]:
-    """The pydantic model class that owns the key at ``loc`` (best effort, for hints)."""
-    model: type[BaseModel] = DeviceProfile
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return model
-        ann = field.annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        nxt = None
-        for c in candidates:
-            for inner in [c, *getattr(c, "__args__", ())]:
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    nxt = inner
-        if nxt is None:
-            return model
-        model = nxt
-    return model
-
-
-def describe_validation_error(err: ValidationError, origin: str) -> BadProfileError:
-    first = err.errors()[0]
-    loc = tuple(first["loc"])
-    where = ".".join(str(p) for p in loc) or "(top level)"
-    if first["type"] == "extra_forbidden":
-        key = str(loc[-1])
-        hint = did_you_mean(key, _field_names(_model_at(loc)))
-        msg = f"{origin}: unknown key '{where}'"
-        return BadProfileError(msg, hint or "remove it; see 'edgeopt profiles show pi5' for the schema")
-    more = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
-    return BadProfileError(
-        f"{origin}: '{where}': {first['msg']}{more}",
-        "fix the value; 'edgeopt profiles validate FILE' checks a file",
-    )
+def check_source_keys(profile: DeviceProfile, origin: str) -> None:
+    """Every ``sources`` key must name a number (or a group of numbers) of this profile."""
+    numbers = profile.number_paths()
+    known = set(numbers)
+    for path in numbers:  # parents too: compute_units.cpu.peak_gops covers all its precisions
+        parts = path.split(".")
+        known.update(".".join(parts[:n]) for n in range(1, len(parts)))
+    for key in profile.sources:
+        if key not in known:
+            raise BadProfileError(
+                f"{origin}: sources: '{key}' names no number in this profile",
+                did_you_mean(key, sorted(known)) or f"key paths look like {numbers[0]} or memory.bandwidth_gbps",
+                details={"path": f"sources.{key}"},
+            )
 
 
 # --------------------------------------------------------------------------- loading
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}'", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def read_yaml(text: str, origin: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise BadProfileError(f"{origin}: not valid YAML{where}: {problem}", "fix the YAML") from err
 
 
 def parse_profile(data: Any, origin: str) -> DeviceProfile:
     if not isinstance(data, dict):
         raise BadProfileError(f"{origin}: a profile must be a YAML mapping", "see device_profiles/pi5.yaml")
     try:
-        return DeviceProfile.model_validate(data)
+        profile = DeviceProfile.model_validate(data)
     except ValidationError as err:
         raise describe_validation_error(err, origin) from err
+    check_source_keys(profile, origin)
+    return profile
 
 
 def load_profile_file(path: str | os.PathLike) -> DeviceProfile:
@@ -182,16 +341,19 @@ def load_profile_file(path: str | os.PathLike) -> DeviceProfile:
     if not p.is_file():
         raise BadProfileError(f"profile file '{p}' not found", "check the path")
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise BadProfileError(f"{p}: not valid YAML{where}", "fix the YAML syntax") from err
-    return parse_profile(data, str(p))
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadProfileError(f"{p}: cannot read the profile ({type(err).__name__})", "check the file") from err
+    return parse_profile(read_yaml(text, str(p)), str(p))
 
 
 def _search_dirs(profile_dirs: list[str | os.PathLike] | None) -> list[Path]:
-    dirs = [Path(d) for d in (profile_dirs or [])]
+    """``--profile-dir`` directories (which must exist), then ``EDGEOPT_PROFILE_PATH`` ones."""
+    dirs = []
+    for d in profile_dirs or []:
+        if not Path(d).is_dir():
+            raise BadProfileError(f"profile directory '{d}' not found", "check --profile-dir")
+        dirs.append(Path(d))
     env = os.environ.get(PROFILE_PATH_ENV, "")
     dirs += [Path(d) for d in env.split(os.pathsep) if d]
     return dirs
@@ -220,15 +382,21 @@ def load_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None
     for d in _search_dirs(profile_dirs):
         f = d / f"{name_or_path}.yaml"
         if f.is_file():
-            return load_profile_file(f)
+            profile = load_profile_file(f)
+            if profile.name != name_or_path:
+                raise BadProfileError(
+                    f"{f}: the file is named '{name_or_path}' but declares name '{profile.name}'",
+                    f"rename the file to {profile.name}.yaml or set name: {name_or_path}",
+                )
+            return profile
     if name_or_path == "host":
         from edgeopt.host import host_profile
 
         return host_profile()
     builtin = _builtin_files()
     if name_or_path in builtin:
-        data = yaml.safe_load(builtin[name_or_path].read_text())
-        return parse_profile(data, f"device_profiles/{name_or_path}.yaml")
+        origin = f"device_profiles/{name_or_path}.yaml"
+        return parse_profile(read_yaml(builtin[name_or_path].read_text(encoding="utf-8"), origin), origin)
     names = available_profiles(profile_dirs)
     hint = did_you_mean(name_or_path, names) or f"known profiles: {', '.join(names)}"
     raise BadProfileError(f"unknown device profile '{name_or_path}'", hint)

@@ -7,6 +7,7 @@ results into text or JSON. Errors become one line on stderr and an exit code
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -65,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except SystemExit as e:
         code = e.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        code = code if isinstance(code, int) else (0 if code is None else 1)
+        if code == ExitCode.USAGE and json_mode:  # the usage message itself is already on stderr
+            sys.stdout.write(json.dumps({"ok": False, "error": {"kind": "usage", "exit_code": 2,
+                                                                 "message": "usage error (see stderr)"}}) + "\n")
+        return code
     except EdgeoptError as e:
         if debug:
             traceback.print_exc()

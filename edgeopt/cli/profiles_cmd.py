@@ -10,27 +10,31 @@ from rich.table import Table
 from edgeopt import api
 from edgeopt.cli import app
 from edgeopt.cli.output import JsonOption, emit
-from edgeopt.profiles import profile_to_dict
+from edgeopt.errors import EdgeoptError
+from edgeopt.profiles import DeviceProfile, profile_to_dict
 
 profiles_app = typer.Typer(help="List, show and validate device profiles.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
 ProfileDirOption = typer.Option(
-    None, "--profile-dir", help="Extra directory of profile YAML files (also EDGEOPT_PROFILE_PATH)."
+    None, "--profile-dir", help="Extra directory of profile YAML files (also EDGEOPT_PROFILE_PATH); wins over built-ins."
 )
 
 
 @profiles_app.command("list")
 def list_(json_out: bool = JsonOption, profile_dir: list[Path] = ProfileDirOption) -> None:
-    """List the device profiles edgeopt knows."""
+    """List the device profiles edgeopt knows (``host`` is detected from this machine when used)."""
     names = api.list_profiles(profile_dir)
     rows = []
     for name, origin in names.items():
+        if name == "host" and origin == "detected":
+            rows.append({"name": name, "origin": origin, "description": "this machine (detected when used)"})
+            continue
         try:
-            p = api.load_profile(name, profile_dir) if name != "host" else None
-            rows.append({"name": name, "origin": origin, "description": p.description if p else "this machine (detected)"})
-        except Exception as err:  # noqa: BLE001 - a broken user file is listed, not fatal
-            rows.append({"name": name, "origin": origin, "error": str(err)})
+            p = api.load_profile(name, profile_dir)
+            rows.append({"name": name, "origin": origin, "description": p.description})
+        except EdgeoptError as err:  # a broken user file is listed with its problem, not fatal
+            rows.append({"name": name, "origin": origin, "error": err.one_line()})
 
     def human(c):
         t = Table("profile", "description", "from")
@@ -41,22 +45,42 @@ def list_(json_out: bool = JsonOption, profile_dir: list[Path] = ProfileDirOptio
     emit(json_out, {"profiles": rows}, human)
 
 
+def _human_profile(c, p: DeviceProfile) -> None:
+    c.print(f"[bold]{p.name}[/]: {p.description}" + ("  [dim](detected)[/]" if p.detected else ""))
+    t = Table("unit", "cores", "GHz", "peak GOPS (dense)", "2:4 sparse GOPS", "ISA")
+    for u in p.compute_units:
+        peaks = ", ".join(f"{k} {v:g}" for k, v in u.peak_gops.model_dump().items() if v)
+        sparse = ", ".join(f"{k} {v:g}" for k, v in u.sparse_peak_gops.model_dump().items() if v) if u.sparse_peak_gops else "-"
+        t.add_row(f"{u.kind.value}: {u.name}", str(u.cores), f"{u.clock_ghz:g}", peaks, sparse, " ".join(u.isa) or "-")
+    c.print(t)
+    c.print(f"memory: {p.memory.size_gb:g} GB {p.memory.type}, {p.memory.bandwidth_gbps:g} GB/s; TDP {p.tdp_w:g} W"
+            + ("; needs static shapes" if p.requires_static_shapes else ""))
+    c.print("backends, in order: " + "; ".join(f"{b.name.value} ({b.unit.value}) {b.settings}" for b in p.backends), markup=False)
+    ch = p.default_chain
+    c.print(f"default chain: {ch.precision.value}, prune {ch.prune:g}, 2:4 sparsity {ch.sparsity_2_4}")
+    st = Table("number", "kind", "source", "note")
+    for key, s in p.sources.items():
+        st.add_row(key, s.kind.value, s.ref, s.note)
+    c.print(st)
+
+
 @profiles_app.command("show")
 def show(name: str, json_out: bool = JsonOption, profile_dir: list[Path] = ProfileDirOption) -> None:
-    """Show one profile with its sources."""
+    """Show one profile (a name or a YAML path) with the source of each number."""
     p = api.load_profile(name, profile_dir)
-    data = profile_to_dict(p)
-
-    def human(c):
-        import yaml
-
-        c.print(yaml.safe_dump(data, sort_keys=False), markup=False)
-
-    emit(json_out, {"profile": data}, human)
+    emit(json_out, {"profile": profile_to_dict(p), "missing_sources": p.missing_sources()}, lambda c: _human_profile(c, p))
 
 
 @profiles_app.command("validate")
 def validate(file: Path, json_out: bool = JsonOption) -> None:
-    """Check a profile YAML file against the schema."""
+    """Check a profile YAML file against the schema (exit 3 with the key path and a hint if it is wrong)."""
     p = api.validate_profile(file)
-    emit(json_out, {"valid": True, "name": p.name, "file": str(file)}, lambda c: c.print(f"{file}: valid profile '{p.name}'"))
+    missing = p.missing_sources()
+    warnings = [f"no source for {m}: add sources['{m}'] (kind datasheet|derived|measured|estimate)" for m in missing]
+
+    def human(c):
+        c.print(f"{file}: valid profile '{p.name}'", markup=False)
+        for w in warnings:
+            c.print(f"[bold yellow]warning:[/] {w}")
+
+    emit(json_out, {"valid": True, "name": p.name, "file": str(file), "warnings": warnings}, human)

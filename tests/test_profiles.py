@@ -1,0 +1,314 @@
+"""Device profiles: the shipped YAMLs, the schema's errors (with hints), user profile directories, ``host``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgeopt.enums import BackendName, SourceKind, UnitKind
+from edgeopt.errors import BadProfileError
+from edgeopt.profiles import available_profiles, load_profile, parse_profile
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p.stem for p in (REPO / "device_profiles").glob("*.yaml"))
+EXPECTED = {"pi5", "rpi4", "jetson-orin-nano", "jetson-agx-orin", "intel-npu", "x86-avx512"}
+
+
+def _pi5_data() -> dict:
+    return yaml.safe_load((REPO / "device_profiles" / "pi5.yaml").read_text())
+
+
+def _write(tmp_path: Path, data: dict, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# --------------------------------------------------------------------------- shipped profiles
+
+
+def test_the_expected_profiles_ship():
+    assert EXPECTED <= set(SHIPPED)
+    assert EXPECTED | {"host"} <= set(available_profiles())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profile_loads_and_every_number_has_a_source(name):
+    p = load_profile(name)
+    assert p.name == name and not p.detected
+    assert p.missing_sources(required_only=False) == []
+    for unit in p.compute_units:
+        src = p.source_for(f"compute_units.{unit.kind.value}.peak_gops.int8")
+        assert src is not None and src.ref.strip()
+        assert unit.peak_gops.int8 is not None
+        if unit.sparse_peak_gops is not None:
+            assert p.source_for(f"compute_units.{unit.kind.value}.sparse_peak_gops.int8") is not None
+    assert p.source_for("memory.bandwidth_gbps") is not None
+    for key, src in p.sources.items():
+        # a derived number must say how (formula), an estimate must say why
+        if src.kind in (SourceKind.DERIVED, SourceKind.ESTIMATE):
+            assert src.note.strip(), key
+
+
+@pytest.mark.parametrize("name", ["pi5", "rpi4"])
+def test_arm_cpu_profiles_prefer_tflite_then_onnxruntime_then_tvm(name):
+    p = load_profile(name)
+    assert [b.name for b in p.backends] == [BackendName.TFLITE, BackendName.ONNXRUNTIME, BackendName.TVM]
+    target = p.backend(BackendName.TVM).settings["target"]
+    assert target["kind"] == "llvm" and target["mtriple"] == "aarch64-linux-gnu"
+    assert target["num-cores"] == p.unit(UnitKind.CPU).cores
+
+
+def test_pi5_has_dotprod_and_rpi4_does_not():
+    pi5, rpi4 = load_profile("pi5").unit(UnitKind.CPU), load_profile("rpi4").unit(UnitKind.CPU)
+    assert pi5.has_feature("dotprod") and pi5.has_feature("neon")
+    assert rpi4.has_feature("neon") and not rpi4.has_feature("dotprod")
+    assert rpi4.peak_gops.fp16 is None  # Armv8.0: no FP16 arithmetic
+    # the derived peak follows the formula in its source note: cores x GHz x 16 FLOP/cycle
+    assert pi5.peak_gops.fp32 == pytest.approx(pi5.cores * pi5.clock_ghz * 16)
+    assert pi5.peak_gops.int8 == pytest.approx(4 * pi5.peak_gops.fp32)
+
+
+@pytest.mark.parametrize("name", ["x86-avx512", "intel-npu"])
+def test_x86_profiles_put_tvm_last(name):
+    p = load_profile(name)
+    assert p.arch == "x86_64"
+    assert p.backends[-1].name == BackendName.TVM
+    assert p.preferred_backend.name == BackendName.OPENVINO
+
+
+def test_x86_avx512_profile_has_vnni_and_amx():
+    cpu = load_profile("x86-avx512").unit(UnitKind.CPU)
+    assert cpu.has_feature("vnni") and cpu.has_feature("amx") and cpu.has_feature("avx512")
+    assert cpu.peak_gops.int8 > cpu.peak_gops.bf16 > cpu.peak_gops.fp32
+
+
+@pytest.mark.parametrize("name", ["jetson-orin-nano", "jetson-agx-orin"])
+def test_jetson_profiles_have_sparse_tensor_cores_and_a_cuda_target(name):
+    p = load_profile(name)
+    gpu = p.unit(UnitKind.GPU)
+    assert gpu is not None and "sm_87" in gpu.isa
+    assert gpu.sparse_peak_gops.int8 == pytest.approx(2 * gpu.peak_gops.int8)
+    assert gpu.sparse_peak_gops.fp16 == pytest.approx(2 * gpu.peak_gops.fp16)
+    assert p.default_chain.sparsity_2_4
+    tvm = p.backend(BackendName.TVM)
+    assert tvm.unit == UnitKind.GPU
+    target = tvm.settings["target"]
+    assert target["kind"] == "cuda" and target["arch"] == "sm_87"
+    assert target["host"]["mcpu"] == "cortex-a78ae"
+
+
+def test_intel_npu_profile_needs_static_shapes_and_targets_the_npu():
+    p = load_profile("intel-npu")
+    assert p.requires_static_shapes
+    assert {u.kind for u in p.compute_units} == {UnitKind.CPU, UnitKind.GPU, UnitKind.NPU}
+    assert p.preferred_backend.unit == UnitKind.NPU
+    assert p.preferred_backend.settings["device"] == "NPU"
+
+
+@pytest.mark.tvm
+def test_tvm_targets_of_shipped_profiles_build_in_tvm():
+    tvm = pytest.importorskip("tvm")
+    for name in SHIPPED:
+        p = load_profile(name)
+        for b in p.backends:
+            if b.name != BackendName.TVM:
+                continue
+            target = tvm.target.Target(b.settings["target"])
+            llvm = target.host if target.kind.name == "cuda" else target
+            if p.arch == "aarch64":  # TVM's view of the CPU agrees with the profile's ISA list
+                cpu = p.unit(UnitKind.CPU)
+                assert bool(llvm.attrs["feature.has_dotprod"]) == cpu.has_feature("dotprod"), name
+
+
+# --------------------------------------------------------------------------- schema errors (in-process)
+
+
+def _error(data) -> BadProfileError:
+    with pytest.raises(BadProfileError) as exc:
+        parse_profile(data, "test.yaml")
+    return exc.value
+
+
+def test_unknown_nested_key_in_a_list_of_units_gets_did_you_mean():
+    data = _pi5_data()
+    data["compute_units"][0]["peak_gops"]["fp61"] = data["compute_units"][0]["peak_gops"].pop("fp16")
+    err = _error(data)
+    assert "compute_units[0].peak_gops.fp61" in err.message
+    assert err.hint == "did you mean 'fp16'?"
+    assert "more problems" not in err.message  # the consequences of the typo are not counted
+
+
+def test_misspelt_backend_name_gets_did_you_mean():
+    data = _pi5_data()
+    data["backends"][1]["name"] = "onnxruntim"
+    err = _error(data)
+    assert "backends[1].name" in err.message and err.hint == "did you mean 'onnxruntime'?"
+
+
+def test_source_key_that_names_no_number_is_an_error_with_a_hint():
+    data = _pi5_data()
+    data["sources"]["memory.bandwith_gbps"] = data["sources"].pop("memory.bandwidth_gbps")
+    err = _error(data)
+    assert "memory.bandwith_gbps" in err.message and err.hint == "did you mean 'memory.bandwidth_gbps'?"
+
+
+def test_backend_on_a_missing_unit_is_an_error():
+    data = _pi5_data()
+    data["backends"][0]["unit"] = "gpu"
+    assert "lacks" in _error(data).message
+
+
+def test_missing_sources_are_reported_not_fatal():
+    data = _pi5_data()
+    del data["sources"]["memory.bandwidth_gbps"]
+    assert parse_profile(data, "x").missing_sources() == ["memory.bandwidth_gbps"]
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+def test_validate_unknown_key_under_memory_exits_3_with_did_you_mean(cli, tmp_path):
+    data = _pi5_data()
+    data["memory"]["bandwith_gbps"] = data["memory"].pop("bandwidth_gbps")
+    r = cli("profiles", "validate", str(_write(tmp_path, data)))
+    assert r.returncode == 3, r.stderr
+    assert "memory.bandwith_gbps" in r.stderr and "did you mean 'bandwidth_gbps'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_validate_unknown_top_level_key_exits_3_with_did_you_mean(cli, tmp_path):
+    data = _pi5_data()
+    data["compute_unit"] = data.pop("compute_units")
+    r = cli("profiles", "validate", str(_write(tmp_path, data)), "--json")
+    assert r.returncode == 3
+    err = json.loads(r.stdout)["error"]
+    assert err["exit_code"] == 3 and err["hint"] == "did you mean 'compute_units'?"
+
+
+def test_validate_wrong_type_exits_3_with_the_key_path(cli, tmp_path):
+    data = _pi5_data()
+    data["memory"]["bandwidth_gbps"] = "fast"
+    r = cli("profiles", "validate", str(_write(tmp_path, data)), "--json")
+    assert r.returncode == 3
+    err = json.loads(r.stdout)["error"]
+    assert err["details"]["path"] == "memory.bandwidth_gbps"
+    assert "'memory.bandwidth_gbps'" in r.stderr and "fast" in r.stderr
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "not found"),
+    ("tdp_w: 1\ntdp_w: 2\n", "duplicate key 'tdp_w'"),
+    ("name: [unclosed\n", "not valid YAML"),
+    ("- a\n- b\n", "must be a YAML mapping"),
+])
+def test_validate_bad_files_exit_3(cli, tmp_path, content, expected):
+    path = tmp_path / "bad.yaml"
+    if content is not None:
+        path.write_text(content)
+    r = cli("profiles", "validate", str(path))
+    assert r.returncode == 3, r.stderr
+    assert expected in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validate_good_file_exits_0_and_warns_about_unsourced_numbers(cli, tmp_path):
+    data = _pi5_data()
+    del data["sources"]["tdp_w"]
+    r = cli("profiles", "validate", str(_write(tmp_path, data)), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["valid"] and out["name"] == "pi5"
+    assert len(out["warnings"]) == 1 and "tdp_w" in out["warnings"][0]
+
+
+def test_unknown_profile_name_exits_3_with_did_you_mean(cli):
+    r = cli("profiles", "show", "pi6")
+    assert r.returncode == 3
+    assert "unknown device profile 'pi6'" in r.stderr and "did you mean 'pi5'" in r.stderr
+
+
+def test_profiles_show_json_is_one_object(cli):
+    r = cli("profiles", "show", "pi5", "--json")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert out["ok"] and out["profile"]["name"] == "pi5" and out["missing_sources"] == []
+    assert out["profile"]["sources"]["memory.bandwidth_gbps"]["kind"] == "derived"
+
+
+# --------------------------------------------------------------------------- user profile directories
+
+
+def _user_profile(tmp_path: Path, name: str, description: str) -> Path:
+    data = _pi5_data()
+    data["name"], data["description"] = name, description
+    d = tmp_path / "profiles"
+    d.mkdir(parents=True, exist_ok=True)
+    _write(d, data, f"{name}.yaml")
+    return d
+
+
+def test_profile_dir_adds_a_user_profile(cli, tmp_path):
+    d = _user_profile(tmp_path, "myboard", "my own board")
+    r = cli("profiles", "list", "--profile-dir", str(d), "--json")
+    rows = {row["name"]: row for row in json.loads(r.stdout)["profiles"]}
+    assert rows["myboard"]["origin"] == str(d / "myboard.yaml")
+    assert rows["pi5"]["origin"] == "builtin"
+    r = cli("profiles", "show", "myboard", "--profile-dir", str(d), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["profile"]["description"] == "my own board"
+
+
+def test_env_path_adds_a_user_profile_and_user_dirs_win_over_builtins(cli, tmp_path):
+    d = _user_profile(tmp_path, "pi5", "my tuned pi5")
+    env = {"EDGEOPT_PROFILE_PATH": str(d)}
+    r = cli("profiles", "show", "pi5", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["profile"]["description"] == "my tuned pi5"
+    assert load_profile("pi5").description != "my tuned pi5"  # built-in untouched without the env
+
+
+def test_profile_dir_wins_over_env_path(tmp_path, monkeypatch):
+    env_dir = _user_profile(tmp_path / "a", "board", "from env")
+    flag_dir = _user_profile(tmp_path / "b", "board", "from flag")
+    monkeypatch.setenv("EDGEOPT_PROFILE_PATH", str(env_dir))
+    assert load_profile("board").description == "from env"
+    assert load_profile("board", [flag_dir]).description == "from flag"
+
+
+def test_missing_profile_dir_and_misnamed_file_are_errors(tmp_path):
+    with pytest.raises(BadProfileError, match="not found"):
+        load_profile("pi5", [tmp_path / "nope"])
+    d = _user_profile(tmp_path, "alpha", "x")
+    os.replace(d / "alpha.yaml", d / "beta.yaml")
+    with pytest.raises(BadProfileError, match="declares name 'alpha'"):
+        load_profile("beta", [d])
+
+
+# --------------------------------------------------------------------------- host
+
+
+def _proc_cpuinfo_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.split(":")[0].strip() in ("flags", "Features"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="needs Linux /proc/cpuinfo")
+def test_host_profile_matches_this_machine():
+    from edgeopt.host import ISA_OF_INTEREST
+
+    p = load_profile("host")
+    assert p.detected and p.name == "host"
+    cpu = p.unit(UnitKind.CPU)
+    assert cpu.cores == len(os.sched_getaffinity(0))
+    assert set(cpu.isa) == _proc_cpuinfo_flags() & set(ISA_OF_INTEREST)
+    assert p.memory.bandwidth_gbps > 0
+    assert p.source_for("memory.bandwidth_gbps").kind == SourceKind.MEASURED
+    assert p.source_for("compute_units.cpu.peak_gops.fp32").kind == SourceKind.ESTIMATE
+    assert p.missing_sources() == []
