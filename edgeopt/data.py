@@ -27,7 +27,7 @@ class Dataset:
         out = {}
         for name, arr in self.arrays.items():
             rank = self.ranks.get(name, arr.ndim - 1)
-            out[name] = arr[i : i + 1] if arr.ndim == rank else arr[i]
+            out[name] = arr[i : i + 1] if arr.ndim == rank else np.asarray(arr[i])
         return out
 
     def feeds(self, n: int | None = None, start: int = 0) -> list[dict[str, np.ndarray]]:
