@@ -1,0 +1,121 @@
+"""``edgeopt remote-bench DEVICE... ARTIFACT`` (or ``--all ARTIFACT``): deploy and benchmark over SSH."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, dumps, emit, progress, stderr
+
+
+def _fmt(x) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+
+
+def _row(entry: dict) -> list[str]:
+    if not entry["ok"]:
+        return [entry["device"], "-", "-", "-", "-", "-", "[red]FAILED[/]"]
+    r = entry["result"]
+    lat = r.get("latency_ms") or {}
+    where = "[yellow]emulated[/]" if r.get("emulated") else r.get("location", "")
+    return [entry["device"], where, str(r.get("backend") or "-"), _fmt(lat.get("p50")), _fmt(lat.get("p90")),
+            str(lat.get("n") or r.get("runs") or "-"), "ok"]
+
+
+@app.command("remote-bench")
+def remote_bench_cmd(
+    targets: list[str] = typer.Argument(..., help="DEVICE... ARTIFACT: device names, then the artifact dir or .onnx model."),
+    all_devices: bool = typer.Option(False, "--all", help="Every device in the inventory (then give only ARTIFACT)."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the run directory on the device."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
+                                             help="Trust and record an unknown host key (prints its fingerprint)."),
+    inputs: Path = typer.Option(None, "--inputs", help=".npz of inputs named after the model's (default: random)."),
+    outputs: Path = typer.Option(None, "--outputs", help="Also save the device's outputs for --inputs here (.npz, one device)."),
+    threads: int = typer.Option(None, "--threads", help="Runtime threads on the device."),
+    warmup: int = typer.Option(None, "--warmup", help="Warm-up runs."),
+    min_runs: int = typer.Option(None, "--min-runs", help="Least timed runs."),
+    min_seconds: float = typer.Option(None, "--min-seconds", help="Least seconds of timed runs."),
+    backend: str = typer.Option(None, "--backend", help="With a model: backend to convert for (default: the profile's)."),
+    precision: str = typer.Option(None, "--precision", help="With a model: int8 | fp16 | fp32."),
+    setup: bool = typer.Option(False, "--setup", help="Create a venv under the work dir and pip-install a missing runtime."),
+    wheels: Path = typer.Option(None, "--wheels", help="With --setup: a folder of the device's wheels (offline boards)."),
+    devices: Path = typer.Option(None, "--devices", help="Inventory file (default: $EDGEOPT_CONFIG_DIR/devices.toml)."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Benchmark an artifact (or a model, converted for each device's profile) on devices over SSH.
+
+    Devices run at once; one failing does not stop the others; the exit code is 6 if any failed.
+    Timings from emulated devices are labelled 'emulated': they are not the board's speed.
+    """
+    from edgeopt.errors import EdgeoptError, UsageError
+    from edgeopt.remote.bench import remote_bench_many
+    from edgeopt.remote.inventory import get_device, load_devices
+
+    if all_devices:
+        if len(targets) != 1:
+            raise UsageError("with --all give only the artifact", "edgeopt remote-bench --all ARTIFACT")
+        devs = list(load_devices(devices).values())
+        if not devs:
+            raise UsageError("the inventory is empty", "add a device with 'edgeopt devices add'")
+    else:
+        if len(targets) < 2:
+            raise UsageError("give one or more devices, then the artifact", "edgeopt remote-bench pi5-lab ARTIFACT")
+        names = list(dict.fromkeys(targets[:-1]))
+        devs = [get_device(n, devices) for n in names]
+    artifact = targets[-1]
+    if outputs and len(devs) != 1:
+        raise UsageError("--outputs works with one device")
+    convert_options = {k: v for k, v in (("backend", backend), ("precision", precision)) if v}
+    kwargs = dict(keep=keep, accept_new_host_key=accept_new_host_key, inputs=inputs, outputs_to=outputs,
+                  threads=threads, warmup=warmup, min_runs=min_runs, min_seconds=min_seconds, setup=setup,
+                  wheels=wheels, convert_options=convert_options, devices_path=devices,
+                  notify=lambda m: stderr.print(m, markup=False))
+
+    with progress(json_out) as prog:
+        tasks = {d.name: prog.add_task(d.name, total=100) for d in devs}
+
+        def factory(name: str):
+            def update(what: str, frac: float) -> None:
+                prog.update(tasks[name], description=f"{name}: {what}", completed=round(100 * frac))
+            return update
+
+        entries = remote_bench_many(devs, artifact, progress_factory=factory, **kwargs)
+
+    failed = [e for e in entries if not e["ok"]]
+    if len(devs) == 1 and failed:  # one device: its own error, exit code and hint
+        err = failed[0]["error"]
+        exc = EdgeoptError(err["message"], err.get("hint"), details=err.get("details"))
+        exc.exit_code, exc.kind = err["exit_code"], err["kind"]
+        raise exc
+    payload = {
+        "results": [e["result"] for e in entries if e["ok"]],
+        "failed": [{"device": e["device"], **e["error"]} for e in failed],
+    }
+
+    def human(c):
+        t = Table("device", "where", "backend", "p50 ms", "p90 ms", "runs", "status")
+        for e in entries:
+            t.add_row(*_row(e))
+        c.print(t)
+        if any(e["ok"] and e["result"].get("emulated") for e in entries):
+            c.print("[yellow]emulated[/]: timings on an emulated device (qemu/loopback) are not the board's speed")
+        for e in entries:
+            if e["ok"] and e["result"].get("result_id"):
+                c.print(f"{e['device']}: stored as run {e['result']['result_id']}")
+
+    if not failed:
+        emit(json_out, payload, human)
+        return
+    if json_out:
+        sys.stdout.write(dumps({"ok": False, **payload}) + "\n")
+    else:
+        human(stderr)
+    for f in payload["failed"]:
+        line = f"{f['device']}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else "")
+        sys.stderr.write(f"edgeopt: error: {line}\n")
+    sys.stderr.write(f"edgeopt: {len(failed)} of {len(entries)} devices failed\n")
+    raise typer.Exit(6)

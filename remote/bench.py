@@ -1,0 +1,228 @@
+"""``remote_bench``: convert (if given a model), deploy, run and fetch a benchmark on a device.
+
+The device runs ``python -m edgeopt_runtime bench artifact --json`` (the shipped copy of
+``edgeopt/runtime``) inside a fresh run dir; progress lines stream back; the JSON result is
+stored in the results store with the device's facts. Emulated devices are labelled
+``location: emulated`` everywhere: their timings say nothing about the real board's speed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from edgeopt.enums import RunLocation
+from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
+
+from . import deploy
+from .inventory import Device, get_device
+from .probe import open_transport, python_argv, quick_facts
+from .setup import ensure_runtime
+from .transport import Transport
+
+# Runs an artifact once on inputs.npz and saves the outputs (ONNX names) for comparison.
+OUTPUTS_SCRIPT = r'''
+import sys, numpy as np
+from edgeopt_runtime.runners import open_runner, read_manifest
+from edgeopt_runtime.measure import feeds_from_npz
+m = read_manifest("artifact")
+r = open_runner("artifact", manifest=m)
+out = r.run(feeds_from_npz(m["inputs"], "inputs.npz"))
+np.savez("outputs.npz", **{k: np.asarray(v) for k, v in out.items()})
+'''
+
+
+def _location(device: Device) -> RunLocation:
+    return RunLocation.EMULATED if device.emulated else RunLocation.REMOTE
+
+
+def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threads, warmup, min_runs,
+                min_seconds) -> list[str]:
+    argv = [*python, "-m", deploy.RUNTIME_NAME, "bench", "artifact", "--json", "--location", location.value]
+    for flag, value in (("--threads", threads), ("--warmup", warmup), ("--min-runs", min_runs),
+                        ("--min-seconds", min_seconds)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if inputs:
+        argv += ["--inputs", "inputs.npz"]
+    return argv
+
+
+def _parse_result(device: Device, stdout: str) -> dict:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    raise RemoteError(f"{device.name}: the runner printed no JSON result", stdout[-300:] or None)
+
+
+def _artifact_for(device: Device, artifact_or_model: str | Path, tmp: Path, convert_options: dict | None,
+                  progress) -> Path:
+    src = Path(artifact_or_model)
+    if src.is_dir():
+        return src
+    if src.is_file() and src.suffix == ".onnx":
+        from edgeopt.convert import convert
+
+        out = tmp / "artifact"
+        convert(str(src), device.profile, str(out), **(convert_options or {}))
+        return out
+    raise BadInputError(f"'{src}' is neither an artifact directory nor an .onnx model", "check the path")
+
+
+def remote_bench(
+    device: Device | str,
+    artifact_or_model: str | Path,
+    *,
+    keep: bool = False,
+    accept_new_host_key: bool = False,
+    inputs: str | Path | None = None,
+    threads: int | None = None,
+    warmup: int | None = None,
+    min_runs: int | None = None,
+    min_seconds: float | None = None,
+    setup: bool = False,
+    wheels: str | Path | None = None,
+    progress: Callable[[str, float], None] | None = None,
+    outputs_to: str | Path | None = None,
+    convert_options: dict | None = None,
+    store: bool = True,
+    devices_path: str | Path | None = None,
+    transport: Transport | None = None,
+    runtime_dir: str | Path | None = None,
+    max_age_hours: float = 24.0,
+    timeout: float = 3600.0,
+    cancel: threading.Event | None = None,
+    notify=None,
+) -> dict:
+    """Benchmark an artifact (or an .onnx model, converted for the device's profile) on ``device``."""
+    dev = device if isinstance(device, Device) else get_device(device, devices_path)
+    step = progress or (lambda what, frac: None)
+    location = _location(dev)
+    if outputs_to and not inputs:
+        raise BadInputError("--outputs needs --inputs (an .npz of the model's inputs)")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="edgeopt-remote-") as tmp_str:
+        step("convert", 0.0)
+        artifact = _artifact_for(dev, artifact_or_model, Path(tmp_str), convert_options, step)
+        files = deploy.bundle_files(artifact, runtime_dir, inputs)
+        step("connect", 0.0)
+        own = transport is None
+        tr = transport or open_transport(dev, accept_new_host_key=accept_new_host_key, notify=notify)
+        if cancel is not None:
+            tr.cancel = cancel
+        run_dir = deploy.new_run_dir()
+        try:
+            cleaned = deploy.clean_stale(tr, max_age_hours)
+            facts = quick_facts(tr)
+            if dev.emulated:
+                facts["note"] = ("emulated device: these are the emulating host's shell facts; the runner's own "
+                                 "(emulated) CPU and libraries are in 'environment'")
+            tr.run(["mkdir", "-p", "--", tr.confine(run_dir)], timeout=60)
+            deploy.write_lock(tr, run_dir)
+            stats = deploy.upload(tr, files, run_dir, progress=lambda f: step("upload", f))
+            python = [facts["venv"]] if facts.get("venv") else python_argv(dev)
+            if setup:
+                python = ensure_runtime(tr, dev, python, artifact, wheels)
+            argv = _bench_argv(python, location, inputs=bool(inputs), threads=threads, warmup=warmup,
+                               min_runs=min_runs, min_seconds=min_seconds)
+
+            def stream(kind: str, line: str) -> None:
+                if kind == "stderr" and line.startswith('{"progress"'):
+                    try:
+                        step("bench", float(json.loads(line)["progress"]))
+                    except (ValueError, KeyError, TypeError):
+                        pass
+
+            step("bench", 0.0)
+            res = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir), *argv],
+                         timeout=timeout, stream=stream)
+            missing = re.search(r"No module named '([\w.]+)'", res.stderr) if res.rc != 0 else None
+            if res.rc == 4 or missing:  # 4: the runtime; a bare ImportError: numpy itself
+                what = f"'{missing.group(1)}'" if missing else "the artifact's runtime"
+                raise RemoteError(
+                    f"{dev.name}: {what} is not installed for {' '.join(python)} on the device",
+                    "rerun with --setup to pip-install it in a venv under the work dir (--wheels DIR for boards "
+                    "without internet)", details={"stderr": res.stderr[-2000:]},
+                )
+            if res.rc != 0:
+                tail = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith('{"progress"')]
+                raise RemoteError(
+                    f"{dev.name}: the runner failed with exit {res.rc}: {(tail or ['(no message)'])[-1][:300]}",
+                    details={"stdout": res.stdout[-2000:], "stderr": res.stderr[-4000:]},
+                )
+            result = _parse_result(dev, res.stdout)
+            if outputs_to:
+                out = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir),
+                              *python, "-c", OUTPUTS_SCRIPT], timeout=timeout)
+                if out.rc != 0:
+                    raise RemoteError(f"{dev.name}: computing outputs failed: {out.stderr.strip()[-300:]}")
+                tr.get(f"{run_dir}/outputs.npz", str(outputs_to))
+        finally:
+            try:
+                if keep:
+                    deploy.release_lock(tr, run_dir)
+                else:
+                    deploy.remove_run(tr, run_dir)
+            except EdgeoptError:
+                pass  # the connection is gone: the next run cleans this dir
+            finally:
+                if own:
+                    tr.close()
+    result.pop("ok", None)
+    result.update({
+        "device": dev.name,
+        "device_profile": dev.profile,
+        "location": location.value,
+        "emulated": dev.emulated,
+        "timings_label": "emulated (qemu/loopback: not the board's speed)" if dev.emulated else "measured on device",
+        "device_facts": facts,
+        "upload": stats.to_dict(),
+        "run_dir": f"{tr.work_dir}/{run_dir}" if keep else None,
+        "cleaned_stale_runs": cleaned,
+        "wall_seconds": round(time.monotonic() - t0, 3),
+    })
+    result.setdefault("environment", {})["location"] = location.value
+    if store:
+        from edgeopt.results import store_run
+
+        result["result_id"] = store_run(result)
+    return result
+
+
+def remote_bench_many(devices: list[Device], artifact_or_model: str | Path, *, progress_factory=None,
+                      max_workers: int | None = None, **kwargs) -> list[dict]:
+    """``remote_bench`` on several devices at once (threads). One failing device does not stop the
+    others: each entry is ``{"device", "ok": True, "result"}`` or ``{"device", "ok": False, "error"}``."""
+    cancel = threading.Event()
+
+    def one(dev: Device) -> dict:
+        prog = progress_factory(dev.name) if progress_factory else None
+        try:
+            res = remote_bench(dev, artifact_or_model, progress=prog, cancel=cancel, **kwargs)
+            return {"device": dev.name, "ok": True, "result": res}
+        except EdgeoptError as err:
+            return {"device": dev.name, "ok": False, "error": err.to_json()}
+        except Exception as err:  # noqa: BLE001 - one board's surprise must not hide the others
+            return {"device": dev.name, "ok": False,
+                    "error": {"kind": "internal", "exit_code": 1, "message": f"{type(err).__name__}: {err}"}}
+
+    pool = ThreadPoolExecutor(max_workers=max_workers or max(1, len(devices)))
+    futures = [pool.submit(one, d) for d in devices]
+    try:
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:
+        cancel.set()  # each transport kills its remote process and returns
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=False)

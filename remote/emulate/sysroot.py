@@ -1,0 +1,134 @@
+"""An aarch64 Debian sysroot with Python 3.11 and aarch64 wheels, run under qemu-user.
+
+Built once and cached under the user cache dir (``$EDGEOPT_CACHE_DIR/emulate``):
+
+- ``sysroot-bookworm-arm64``: ``mmdebstrap --variant=extract`` of python3 and the C/C++ runtime
+  libraries, with a fake Cortex-A76 ``/proc/cpuinfo`` (onnxruntime segfaults at import under
+  qemu when it parses the x86 host's);
+- ``wheels-cp311-aarch64``: ``pip download`` of numpy, ai-edge-litert and onnxruntime for
+  manylinux aarch64 (from PyPI, the only network this needs);
+- ``site-cp311-aarch64``: those wheels installed with ``pip install --target``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from edgeopt.errors import MissingDependencyError, RemoteError
+
+from ..paths import cache_dir
+
+SUITE = "bookworm"
+PACKAGES = "python3,python3-venv,libpython3.11,ca-certificates,libstdc++6,libgomp1,zlib1g"
+PYTHON_IN_ROOT = "usr/bin/python3.11"
+WHEELS = ("numpy", "ai-edge-litert", "onnxruntime")
+PIP_PLATFORM = ["--platform", "manylinux_2_28_aarch64", "--platform", "manylinux_2_27_aarch64",
+                "--python-version", "3.11", "--abi", "cp311", "--only-binary=:all:"]
+COMPLETE = ".edgeopt-complete"
+
+CPUINFO_A76 = "".join(
+    f"processor\t: {i}\nBogoMIPS\t: 108.00\n"
+    "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp\n"
+    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\nCPU part\t: 0xd0b\nCPU revision\t: 1\n\n"
+    for i in range(4)
+)
+
+
+def emulate_cache() -> Path:
+    return cache_dir() / "emulate"
+
+
+@contextlib.contextmanager
+def _locked(name: str):
+    d = emulate_cache()
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def qemu_binary() -> str:
+    q = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
+    if not q:
+        raise MissingDependencyError("qemu-aarch64-static is not installed (needed to emulate an aarch64 device)",
+                                     "install it with: apt-get install qemu-user-static")
+    return q
+
+
+def _run(argv: list[str], what: str, timeout: float = 900) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+        raise RemoteError(f"{what} failed (exit {proc.returncode}): {tail}")
+
+
+def ensure_sysroot(notify=None) -> Path:
+    root = emulate_cache() / f"sysroot-{SUITE}-arm64"
+    with _locked("sysroot"):
+        if (root / COMPLETE).is_file():
+            return root
+        if not shutil.which("mmdebstrap"):
+            raise MissingDependencyError("mmdebstrap is not installed (needed to build the aarch64 sysroot)",
+                                         "install it with: apt-get install mmdebstrap")
+        if os.geteuid() != 0:
+            raise RemoteError("building the aarch64 sysroot needs root (mmdebstrap --mode=root)",
+                              "run 'edgeopt emulate start' once as root; the sysroot is cached afterwards")
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if notify:
+            notify(f"building the aarch64 sysroot in {root} (once; ~20 s, needs the Debian mirror)")
+        _run(["mmdebstrap", "--mode=root", "--arch=arm64", "--variant=extract", f"--include={PACKAGES}",
+              SUITE, str(tmp)], "mmdebstrap")
+        (tmp / "proc").mkdir(exist_ok=True)
+        (tmp / "proc" / "cpuinfo").write_text(CPUINFO_A76)
+        (tmp / COMPLETE).write_text("ok\n")
+        shutil.rmtree(root, ignore_errors=True)
+        os.replace(tmp, root)
+    return root
+
+
+def ensure_site(notify=None) -> Path:
+    cache = emulate_cache()
+    wheels = cache / "wheels-cp311-aarch64"
+    site = cache / "site-cp311-aarch64"
+    with _locked("site"):
+        if (site / COMPLETE).is_file():
+            return site
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+        if notify:
+            notify(f"fetching aarch64 wheels ({', '.join(WHEELS)}) into {wheels} (once)")
+        _run([*pip, "download", "-d", str(wheels), *PIP_PLATFORM, *WHEELS], "pip download (aarch64 wheels)")
+        tmp = site.with_name(site.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _run([*pip, "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp), *PIP_PLATFORM,
+              *WHEELS], "pip install --target (aarch64 site)")
+        (tmp / COMPLETE).write_text("ok\n")
+        shutil.rmtree(site, ignore_errors=True)
+        os.replace(tmp, site)
+    return site
+
+
+def write_python_wrapper(path: Path, root: Path, site: Path) -> Path:
+    """A ``python3`` for the emulated device: the sysroot's python3.11 under qemu, Cortex-A76."""
+    q = shlex.quote
+    text = (
+        "#!/bin/sh\n"
+        "# edgeopt emulated aarch64 python (qemu-user): timings under it are emulated, not the board's\n"
+        f'PYTHONPATH={q(str(site))}"${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
+        f"exec {q(qemu_binary())} -cpu cortex-a76 -L {q(str(root))} {q(str(root / PYTHON_IN_ROOT))} \"$@\"\n"
+    )
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,213 @@
+"""The device inventory: ``devices.toml`` (``$EDGEOPT_CONFIG_DIR`` or ``~/.config/edgeopt``).
+
+```toml
+[devices."pi5-lab"]
+host = "10.0.0.7"
+user = "pi"
+key = "~/.ssh/id_ed25519"
+profile = "pi5"
+```
+
+Read with tomllib, written by the small writer below (atomically: temp file, then rename).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from edgeopt.errors import BadInputError, UsageError, did_you_mean
+
+from .paths import default_devices_file
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def validate_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
+        raise UsageError(
+            f"invalid device name {name!r}",
+            "use letters, digits, '.', '_' and '-' only (e.g. pi5-lab)",
+        )
+    return name
+
+
+class Device(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    host: str = Field(min_length=1)
+    port: int | None = Field(default=None, ge=1, le=65535)  # None: ~/.ssh/config or 22
+    user: str | None = None  # None: ~/.ssh/config or the local user
+    key: str | None = None  # private key file; None: agent and default keys
+    profile: str = Field(min_length=1)
+    python: str = "python3"  # may carry arguments ("python3 -X utf8"); split with shlex
+    work_dir: str = "~/.cache/edgeopt-remote"
+    emulated: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
+    known_hosts: str | None = None  # an extra known_hosts file (emulated devices have their own)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v) or v in (".", ".."):
+            raise ValueError("use letters, digits, '.', '_' and '-' only")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if v.startswith("-") or any(c.isspace() for c in v):
+            raise ValueError("a host name cannot start with '-' or contain spaces")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not ENV_KEY_RE.match(k):
+                raise ValueError(f"bad environment variable name {k!r}")
+        return v
+
+
+def devices_file(path: str | os.PathLike | None = None) -> Path:
+    return Path(path).expanduser() if path else default_devices_file()
+
+
+def _describe(err: ValidationError, origin: str, name: str) -> BadInputError:
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a typo explains the rest
+    where = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        hint = did_you_mean(str(first["loc"][-1]), [f for f in Device.model_fields if f != "name"])
+        return BadInputError(f"{origin}: device '{name}': unknown key '{where}'", hint or "remove it")
+    return BadInputError(f"{origin}: device '{name}': '{where}': {first['msg']}", "fix the value")
+
+
+def load_devices(path: str | os.PathLike | None = None) -> dict[str, Device]:
+    f = devices_file(path)
+    if not f.is_file():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(f.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise BadInputError(f"{f}: not valid TOML: {err}", "fix the file or remove it") from err
+    unknown = set(data) - {"devices"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise BadInputError(f"{f}: unknown top-level key '{key}'", did_you_mean(key, ["devices"]) or "use [devices.NAME]")
+    out = {}
+    for name, entry in (data.get("devices") or {}).items():
+        if not isinstance(entry, dict):
+            raise BadInputError(f"{f}: devices.{name} must be a table")
+        try:
+            out[name] = Device.model_validate({**entry, "name": name})
+        except ValidationError as err:
+            raise _describe(err, str(f), name) from err
+    return out
+
+
+def get_device(name: str, path: str | os.PathLike | None = None) -> Device:
+    validate_name(name)
+    devices = load_devices(path)
+    if name not in devices:
+        hint = did_you_mean(name, devices) or (
+            f"known devices: {', '.join(devices)}" if devices else "add one with 'edgeopt devices add NAME --host H --profile P'"
+        )
+        raise UsageError(f"unknown device '{name}' (in {devices_file(path)})", hint)
+    return devices[name]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _toml_str(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\u{o:04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return _toml_str(v)
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dumps(devices: dict[str, Device]) -> str:
+    lines = ["# edgeopt device inventory (edgeopt devices add|remove edits this file)", ""]
+    for name in sorted(devices):
+        d = devices[name].model_dump(exclude={"name"}, exclude_none=True)
+        env = d.pop("env", {})
+        lines.append(f"[devices.{_toml_str(name)}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in d.items()]
+        if env:
+            lines.append(f"[devices.{_toml_str(name)}.env]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in env.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def save_devices(devices: dict[str, Device], path: str | os.PathLike | None = None) -> Path:
+    f = devices_file(path)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".devices-", suffix=".toml", dir=f.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(dumps(devices))
+        os.replace(tmp, f)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return f
+
+
+def add_device(device: Device, path=None, *, replace: bool = False) -> Path:
+    devices = load_devices(path)
+    if device.name in devices and not replace:
+        raise UsageError(f"device '{device.name}' already exists", "remove it first, or pick another name")
+    devices[device.name] = device
+    return save_devices(devices, path)
+
+
+def make_device(**fields) -> Device:
+    validate_name(fields.get("name", ""))
+    try:
+        return Device.model_validate(fields)
+    except ValidationError as err:
+        raise _describe(err, "device", fields.get("name", "?")) from err
+
+
+def remove_device(name: str, path=None) -> Device:
+    device = get_device(name, path)
+    devices = load_devices(path)
+    del devices[name]
+    save_devices(devices, path)
+    return device
