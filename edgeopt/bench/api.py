@@ -1,0 +1,311 @@
+"""``bench_artifacts`` (measure artifacts side by side) and ``bench_model`` (convert, then measure).
+
+Artifacts are measured in this process with the device-side core
+(:func:`edgeopt.runtime.measure.measure_interleaved`): all are loaded, warmed up, and then timed
+in round-robin blocks so they share the machine's noise. Each run is stored in the results
+store unless ``store=False``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgeopt.enums import RunLocation
+from edgeopt.errors import BadInputError, EdgeoptError, MissingDependencyError
+
+CACHE_DIR_ENV = "EDGEOPT_CACHE_DIR"
+
+
+class BenchOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threads: int | None = Field(default=None, gt=0)
+    warmup: int = Field(default=10, ge=0)
+    min_runs: int = Field(default=50, gt=0)
+    min_seconds: float = Field(default=2.0, ge=0)
+    max_runs: int = Field(default=100_000, gt=0)
+    max_seconds: float = Field(default=600.0, gt=0)
+    block_seconds: float = Field(default=0.25, gt=0)
+    inputs: str | None = None
+    per_layer: bool = False
+    price_per_kwh: float = Field(default=0.30, ge=0)
+    profile: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    store: bool = True
+    db: str | None = None
+    location: RunLocation = RunLocation.LOCAL
+
+
+def _open(path: str, threads: int | None):
+    from edgeopt.runtime.measure import BadArtifact, open_artifact
+
+    try:
+        return open_artifact(path, threads=threads)
+    except BadArtifact as err:
+        raise BadInputError(str(err), "pass a directory written by edgeopt convert") from None
+    except ImportError as err:
+        raise MissingDependencyError(f"the runtime of artifact '{path}' is not installed: {err}",
+                                     "run edgeopt doctor to see which backends are installed") from None
+
+
+def _rss_mb() -> float | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _feeds(manifest: dict, inputs: str | None):
+    from edgeopt.runtime.measure import BadArtifact, feeds_from_npz, synthetic_feeds
+
+    if not inputs:
+        return synthetic_feeds(manifest["inputs"]), True
+    try:
+        return feeds_from_npz(manifest["inputs"], inputs), False
+    except BadArtifact as err:
+        raise BadInputError(str(err), "the .npz needs one array per model input, named like it") from None
+
+
+def _tdp(profile_name: str | None) -> tuple[float | None, str | None]:
+    from edgeopt.profiles import load_profile
+
+    try:
+        p = load_profile(profile_name or "host")
+        return p.tdp_w, p.name
+    except EdgeoptError:
+        return None, profile_name
+
+
+def _energy_pass(runner, feeds, meter, seconds: float = 1.0) -> dict:
+    """A short extra pass with the power meter on, for one artifact (interleaved timing can't split energy)."""
+    import time
+
+    meter.start()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        runner.run(feeds)
+        n += 1
+    energy = meter.stop()
+    energy["joules_per_inference"] = energy["joules"] / n if n else None
+    energy["inferences"] = n
+    return energy
+
+
+def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | None = None, *,
+                    progress: Callable[[float], None] | None = None,
+                    names: dict[str, str] | None = None, validations: dict[str, dict] | None = None, keep_going: bool = False) -> dict:
+    """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``."""
+    from edgeopt.bench.energy import energy_figures
+    from edgeopt.runtime import environment
+    from edgeopt.runtime.measure import BadArtifact, check_runs, measure_interleaved, run_record
+
+    o = options or BenchOptions()
+    if not artifacts:
+        raise BadInputError("no artifact to measure", "pass one or more artifact directories")
+    env = environment.collect(o.location.value)
+    opened: list[dict] = []
+    failed: list[dict] = []
+    try:
+        for a in artifacts:
+            path = str(a)
+            rss0 = _rss_mb()
+            try:
+                runner, manifest, load_ms = _open(path, o.threads)
+                feeds, synthetic = _feeds(manifest, o.inputs)
+                try:
+                    check_runs(runner, feeds, path)
+                except BadArtifact as err:
+                    raise BadInputError(str(err), "check --inputs against the model's inputs") from None
+            except EdgeoptError as err:
+                if not keep_going:
+                    raise
+                name = (names or {}).get(path) or Path(path).name
+                failed.append({"name": name, "backend": name, "artifact": path, "status": "failed",
+                               "error": err.one_line()[:300]})
+                continue
+            rss1 = _rss_mb()
+            opened.append({"path": path, "runner": runner, "manifest": manifest, "load_ms": load_ms, "feeds": feeds,
+                           "synthetic": synthetic, "load_rss_mb": round(rss1 - rss0, 1) if rss0 and rss1 else None})
+        if not opened:
+            raise BadInputError(f"no artifact could be measured: {failed[0]['error'] if failed else ''}")
+        measured = measure_interleaved(
+            [(lambda r=x["runner"], f=x["feeds"]: r.run(f)) for x in opened],
+            warmup=o.warmup, min_runs=o.min_runs, min_seconds=o.min_seconds, max_runs=o.max_runs,
+            max_seconds=o.max_seconds, block_seconds=o.block_seconds, progress=progress,
+        )
+        meter = environment.open_power_meter()
+        energies = [_energy_pass(x["runner"], x["feeds"], meter) if meter else None for x in opened]
+    finally:
+        for x in opened:
+            close = getattr(x["runner"], "close", None)
+            if close:
+                close()
+    environment.after(env)
+
+    rows = []
+    for x, m, energy in zip(opened, measured, energies, strict=True):
+        m["load_ms"] = x["load_ms"]
+        m["threads"] = o.threads or getattr(x["runner"], "threads", None)
+        m["load_rss_mb"] = x["load_rss_mb"]
+        rec = run_record(x["path"], x["manifest"], m, env=env, energy=energy, synthetic=x["synthetic"],
+                         inputs_source=o.inputs)
+        prof = rec.get("profile")
+        prof_name = o.profile or (prof.get("name") if isinstance(prof, dict) else prof)
+        tdp, device = _tdp(prof_name)
+        rec["device"] = device
+        rec["labels"] = dict(o.labels)
+        rec["name"] = (names or {}).get(x["path"]) or Path(x["path"]).name
+        if (validations or {}).get(x["path"]):
+            rec["validation"] = validations[x["path"]]
+        rec["interleaved_with"] = len(opened)
+        rec["energy_figures"] = energy_figures(rec, tdp_w=tdp, price_per_kwh=o.price_per_kwh)
+        if o.per_layer:
+            from edgeopt.bench.per_layer import per_layer_for_artifact
+
+            rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
+                                                      profile=prof_name)
+        if o.store:
+            from edgeopt.results import store_run
+
+            rec["run_id"] = store_run(rec, o.db)
+        rows.append(rec)
+    seen: dict[str, int] = {}
+    for r in rows:  # the same directory name twice: number them
+        seen[r["name"]] = seen.get(r["name"], 0) + 1
+        if seen[r["name"]] > 1:
+            r["name"] = f"{r['name']}#{seen[r['name']]}"
+    best = min(rows, key=lambda r: r["latency_ms"]["p50"])
+    for r in rows:
+        r["best"] = r is best
+        r["status"] = "ok"
+    return {"rows": rows + failed, "best": best["name"], "environment": env,
+            "note": "peak_rss_mb is the whole process (all artifacts loaded); load_rss_mb is each artifact's load"}
+
+
+# --------------------------------------------------------------------------- bench a model
+
+
+def cache_dir() -> Path:
+    base = os.environ.get(CACHE_DIR_ENV)
+    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeopt"
+    return root / "artifacts"
+
+
+def _tool_versions() -> dict:
+    from edgeopt import __version__
+    from edgeopt.deps import version_of
+
+    dists = ("onnx", "onnxruntime", "onnxslim", "openvino", "nncf", "ai-edge-litert", "onnx2tf", "tensorflow", "apache-tvm")
+    return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
+
+
+def cache_key(model_sha: str, plan_hash: str, extra: dict | None = None) -> str:
+    import hashlib
+    import json
+
+    body = json.dumps({"model": model_sha, "plan": plan_hash, "tools": _tool_versions(), **(extra or {})}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def reference_artifact(model: Path, model_sha: str) -> Path:
+    """The user's model as-is in ONNX Runtime FP32 (the baseline row), cached by content."""
+    import json
+    import shutil
+    import tempfile
+
+    from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+    out = cache_dir() / f"reference-{cache_key(model_sha, 'onnxruntime-fp32-reference')}"
+    if (out / "manifest.json").is_file():
+        return out
+    m = load_onnx(model)
+    manifest = {
+        "backend": "onnxruntime", "precision": "fp32", "profile": None,
+        "source_model": {"path": str(model), "sha256": model_sha},
+        "inputs": [t.to_json() for t in graph_inputs(m)], "outputs": [t.to_json() for t in graph_outputs(m)],
+        "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
+        "validation": None, "stages": [], "note": "reference: the original model in ONNX Runtime FP32",
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-ref-"))
+    shutil.copyfile(model, tmp / "model.onnx")
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib, eval_data, input_shapes,
+                    precision=None) -> Path:
+    from edgeopt.model import file_sha256
+    from edgeopt.plan import make_plan
+
+    plan = make_plan(profile, backend=backend, precision=precision, input_shapes=input_shapes)
+    extra = {"calib": file_sha256(calib) if calib else None, "eval": file_sha256(eval_data) if eval_data else None}
+    out = cache_dir() / f"{backend}-{cache_key(model_sha, plan.hash, extra)}"
+    if (out / "manifest.json").is_file():
+        return out
+    from edgeopt.convert import convert
+
+    res = convert(str(model), profile, str(out), backend=backend, precision=precision, calib=calib,
+                  eval=eval_data, input_shapes=input_shapes, force=True)
+    return Path(getattr(res, "artifact_dir", out))
+
+
+def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all", calib: str | None = None,
+                eval_data: str | None = None, input_shapes: dict | None = None, precision: str | None = None,
+                options: BenchOptions | None = None, progress: Callable[[float], None] | None = None,
+                on_event: Callable[[str], None] | None = None) -> dict:
+    """Convert ``model`` for each backend of ``profile`` (cached), then measure them all with the
+    ONNX Runtime FP32 reference. A backend that fails to convert is a row with its error."""
+    from edgeopt.model import file_sha256, load_onnx
+    from edgeopt.profiles import load_profile
+
+    path = Path(model)
+    load_onnx(path)  # one-line error for a bad model
+    prof = load_profile(profile)
+    listed = [b.name.value for b in prof.backends]
+    wanted = listed if backends in ("all", "", None) else [b.strip() for b in backends.split(",") if b.strip()]
+    for b in wanted:
+        if b not in listed:
+            from edgeopt.errors import UsageError, did_you_mean
+
+            raise UsageError(f"backend '{b}' is not listed by profile '{prof.name}'",
+                             did_you_mean(b, listed) or f"it lists: {', '.join(listed)}")
+    sha = file_sha256(path)
+    arts: dict[str, str] = {}
+    failed = []
+    ref = reference_artifact(path, sha)
+    arts[str(ref)] = "reference onnxruntime fp32"
+    for b in wanted:
+        if on_event:
+            on_event(f"converting for {b}")
+        try:
+            out = _convert_cached(path, sha, prof, b, calib=calib, eval_data=eval_data, input_shapes=input_shapes,
+                                  precision=precision)
+            arts[str(out)] = b
+        except Exception as err:  # noqa: BLE001 - one backend failing does not stop the others
+            msg = err.one_line() if isinstance(err, EdgeoptError) else f"{type(err).__name__}: {err}"
+            failed.append({"name": b, "backend": b, "status": "failed", "error": msg.splitlines()[0][:300]})
+    o = (options or BenchOptions()).model_copy(update={"profile": prof.name})
+    validations = {}
+    for art in list(arts)[1:]:  # the reference's accuracy, as the converter validated it on the same data
+        from edgeopt.runtime.measure import read_artifact
+
+        acc = (read_artifact(art).get("validation") or {}).get("accuracy_reference")
+        if acc is not None:
+            validations[str(ref)] = {"accuracy": acc, "note": "top-1 of the FP32 reference in ONNX Runtime, from "
+                                     "the converter's validation of the other artifacts"}
+            break
+    result = bench_artifacts(list(arts), o, progress=progress, names=arts, validations=validations, keep_going=True)
+    result["rows"].extend(failed)
+    result["model"] = str(path)
+    result["profile"] = prof.name
+    return result

@@ -1,0 +1,156 @@
+"""Per-layer times from the backends' own profilers, joined with the roofline's per-op predictions.
+
+ONNX Runtime: ``SessionOptions.enable_profiling`` writes a Chrome-trace JSON whose ``Node``
+events named ``<node>_kernel_time`` carry each kernel's duration (us). OpenVINO: compile with
+``PERF_COUNT`` and read ``InferRequest.profiling_info`` (``real_time`` per node). Other backends
+say "not available for <backend>". Times are means over ``runs`` inferences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+
+from edgeopt.deps import require
+
+
+def _runtime_feeds(manifest: dict, feeds: dict) -> dict:
+    from edgeopt.runtime.runners.base import Runner
+
+    io = {x["name"]: x for x in (manifest["runtime"].get("io") or {}).get("inputs") or []}
+    out = {}
+    for name, arr in feeds.items():
+        spec = io.get(name, {"runtime_name": name, "transpose": None})
+        out[spec.get("runtime_name", name)] = Runner.to_runtime_layout(arr, spec)
+    return out
+
+
+def parse_ort_trace(events: list[dict], runs: int) -> list[dict]:
+    """Mean kernel time per node from an ONNX Runtime profile (list of trace events)."""
+    total: dict[str, float] = defaultdict(float)
+    op_type: dict[str, str] = {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        node = name[: -len("_kernel_time")]
+        total[node] += float(e.get("dur", 0))
+        op_type[node] = (e.get("args") or {}).get("op_name", "")
+    return [{"name": n, "op_type": op_type[n], "measured_us": t / max(runs, 1)} for n, t in total.items()]
+
+
+def profile_onnxruntime(artifact_dir: str, manifest: dict, feeds: dict, *, threads: int | None = None,
+                        runs: int = 20) -> list[dict]:
+    ort = require("onnxruntime", "per-layer profiling")
+    settings = manifest["runtime"].get("settings", {})
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.enable_profiling = True
+    level = settings.get("graph_optimization_level", "ORT_ENABLE_EXTENDED")
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    if threads:
+        so.intra_op_num_threads = threads
+    with tempfile.TemporaryDirectory(prefix="edgeopt-prof-") as tmp:
+        so.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = ort.InferenceSession(os.path.join(artifact_dir, manifest["runtime"]["model"]), so,
+                                    providers=["CPUExecutionProvider"])
+        rt_feeds = _runtime_feeds(manifest, feeds)
+        for _ in range(runs + 1):
+            sess.run(None, rt_feeds)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    # the first run is a warm-up: drop each node's first kernel event
+    seen: set[str] = set()
+    kept = []
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") == "Node" and name.endswith("_kernel_time") and name not in seen:
+            seen.add(name)
+            continue
+        kept.append(e)
+    return parse_ort_trace(kept, runs)
+
+
+def profile_openvino(artifact_dir: str, manifest: dict, feeds: dict, *, threads: int | None = None,
+                     runs: int = 20) -> list[dict]:
+    ov = require("openvino", "per-layer profiling")
+    settings = manifest["runtime"].get("settings", {})
+    core = ov.Core()
+    config = {"PERF_COUNT": True}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    if settings.get("inference_precision"):
+        config["INFERENCE_PRECISION_HINT"] = settings["inference_precision"]
+    model = core.read_model(os.path.join(artifact_dir, manifest["runtime"]["model"]))
+    compiled = core.compile_model(model, settings.get("device", "CPU"), config)
+    req = compiled.create_infer_request()
+    rt_feeds = _runtime_feeds(manifest, feeds)
+    req.infer(rt_feeds)
+    total: dict[str, float] = defaultdict(float)
+    kinds: dict[str, str] = {}
+    for _ in range(runs):
+        req.infer(rt_feeds)
+        for p in req.profiling_info:
+            if str(p.status).endswith("NOT_RUN"):
+                continue
+            total[p.node_name] += p.real_time.total_seconds() * 1e6
+            kinds[p.node_name] = f"{p.node_type} ({p.exec_type})"
+    return [{"name": n, "op_type": kinds[n], "measured_us": t / runs} for n, t in total.items()]
+
+
+PROFILERS = {"onnxruntime": profile_onnxruntime, "openvino": profile_openvino}
+
+
+def join_with_predictions(measured: list[dict], predicted: list[dict]) -> list[dict]:
+    """Measured vs roofline-predicted time per op, ops furthest above their roof first.
+
+    ``predicted``: ``{"name", "predicted_us", "bound"?}``. Ops without a prediction come last.
+    """
+    pred = {p["name"]: p for p in predicted}
+    rows = []
+    for m in measured:
+        p = pred.get(m["name"])
+        pu = p.get("predicted_us") if p else None
+        ratio = m["measured_us"] / pu if pu else None
+        rows.append({**m, "predicted_us": pu, "bound": (p or {}).get("bound"), "measured_over_predicted": ratio})
+    return sorted(rows, key=lambda r: (r["measured_over_predicted"] is None, -(r["measured_over_predicted"] or 0),
+                                       -r["measured_us"]))
+
+
+def roofline_predictions(model_path: str, profile_name: str | None) -> tuple[list[dict] | None, str | None]:
+    """Per-op roofline times from ``edgeopt.analyze`` (estimate), or (None, why not)."""
+    try:
+        from edgeopt.analyze import analyze_model
+        from edgeopt.profiles import load_profile
+
+        res = analyze_model(model_path, load_profile(profile_name or "host"), preflight=False)
+    except ImportError:
+        return None, "edgeopt.analyze is not available"
+    except Exception as err:  # noqa: BLE001 - the join is optional
+        return None, f"roofline analysis failed: {type(err).__name__}: {str(err)[:160]}"
+    return [{"name": o.name, "predicted_us": o.time_us, "bound": o.bound.value} for o in res.ops], None
+
+
+def per_layer_for_artifact(artifact_dir: str, manifest: dict, feeds: dict, *, threads: int | None = None,
+                           profile: str | None = None, runs: int = 20) -> dict:
+    backend = manifest["runtime"]["backend"]
+    fn = PROFILERS.get(backend)
+    if fn is None:
+        return {"available": False, "note": f"per-layer times are not available for {backend}"}
+    measured = fn(artifact_dir, manifest, feeds, threads=threads, runs=runs)
+    out = {"available": True, "backend": backend, "runs": runs, "total_measured_us": sum(m["measured_us"] for m in measured)}
+    model_file = os.path.join(artifact_dir, manifest["runtime"]["model"])
+    onnx_model = model_file if model_file.endswith(".onnx") else (manifest.get("source_model") or {}).get("path")
+    predicted, why = roofline_predictions(onnx_model, profile) if onnx_model else (None, "no ONNX model to analyze")
+    if predicted is None:
+        out["ops"] = sorted(measured, key=lambda m: -m["measured_us"])
+        out["note"] = f"no roofline join: {why}"
+    else:
+        out["ops"] = join_with_predictions(measured, predicted)
+        matched = sum(1 for o in out["ops"] if o["predicted_us"] is not None)
+        out["matched"] = matched
+        out["note"] = (f"predicted_us is the roofline estimate at FP32 on the profile's primary unit; {matched} of "
+                       f"{len(measured)} measured ops matched an ONNX node by name (fused/renamed ones did not)")
+    return out

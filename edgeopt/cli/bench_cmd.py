@@ -1,0 +1,74 @@
+"""``edgeopt bench ARTIFACT...`` or ``edgeopt bench MODEL.onnx --profile P --backends all``."""
+
+from __future__ import annotations
+
+import json as _json
+import sys
+from pathlib import Path
+
+import typer
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, emit
+from edgeopt.errors import UsageError
+
+
+def _labels(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            key, value = "label", item
+        if not key or not value:
+            raise UsageError(f"--label '{item}' is not KEY=VALUE", "e.g. --label stage=int8 or --label nightly")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@app.command()
+def bench(
+    targets: list[Path] = typer.Argument(..., help="Artifact directories, or one ONNX model with --profile."),
+    json_out: bool = JsonOption,
+    threads: int = typer.Option(None, "--threads", min=1, help="Threads for the runtime."),
+    runs: int = typer.Option(50, "--runs", min=1, help="Minimum timed runs per artifact."),
+    min_seconds: float = typer.Option(2.0, "--min-seconds", min=0, help="Minimum timed seconds per artifact."),
+    warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs (not timed)."),
+    inputs: Path = typer.Option(None, "--inputs", help=".npz with one array per input (sample 0 is used)."),
+    db: Path = typer.Option(None, "--db", help="Results store (default: $EDGEOPT_DATA_DIR/results.db)."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record the runs."),
+    per_layer: bool = typer.Option(False, "--per-layer", help="Per-op times from the backend's profiler."),
+    price_per_kwh: float = typer.Option(0.30, "--price-per-kwh", min=0, help="Electricity price for cost/1k."),
+    profile: str = typer.Option(None, "--profile", help="Device profile (TDP for energy; required for a model)."),
+    label: list[str] = typer.Option(None, "--label", help="Tag the runs: KEY=VALUE (e.g. stage=int8), repeatable."),
+    backends: str = typer.Option("all", "--backends", help="With a model: 'all' or e.g. onnxruntime,openvino."),
+    calib: Path = typer.Option(None, "--calib", help="With a model: calibration data for INT8."),
+    eval_data: Path = typer.Option(None, "--eval", help="With a model: labelled data for accuracy."),
+    precision: str = typer.Option(None, "--precision", help="With a model: fp32 / fp16 / int8."),
+) -> None:
+    """Measure artifacts side by side (interleaved), or convert a model for each backend and measure all."""
+    from edgeopt.bench.api import BenchOptions, bench_artifacts, bench_model
+    from edgeopt.bench.table import render, summary_row
+
+    opts = BenchOptions(threads=threads, min_runs=runs, min_seconds=min_seconds, warmup=warmup,
+                        inputs=str(inputs) if inputs else None, per_layer=per_layer, price_per_kwh=price_per_kwh,
+                        profile=profile, labels=_labels(label), store=not no_store, db=str(db) if db else None)
+
+    def prog(frac: float) -> None:
+        if json_out:
+            sys.stderr.write(_json.dumps({"progress": frac}) + "\n")
+
+    if any(t.suffix.lower() == ".tflite" for t in targets):  # a .tflite file is wrapped as a tflite artifact
+        from edgeopt.converters.backends.tflite import wrapped_tflite
+
+        targets = [wrapped_tflite(t) if t.suffix.lower() == ".tflite" else t for t in targets]
+    is_model = len(targets) == 1 and targets[0].suffix.lower() == ".onnx" and not targets[0].is_dir()
+    if is_model:
+        if not profile:
+            raise UsageError("benchmarking a model needs --profile", "e.g. edgeopt bench model.onnx --profile host")
+        result = bench_model(targets[0], profile, backends=backends, calib=str(calib) if calib else None,
+                             eval_data=str(eval_data) if eval_data else None, precision=precision, options=opts,
+                             progress=prog)
+    else:
+        result = bench_artifacts([str(t) for t in targets], opts, progress=prog)
+    payload = {"table": [summary_row(r) for r in result["rows"]], **result}
+    emit(json_out, payload, lambda c: render(c, result))

@@ -1,0 +1,145 @@
+"""``edgeopt report``: one self-contained HTML file from stored runs.
+
+Charts are matplotlib PNGs embedded as base64 ``data:`` URIs; there are no scripts, stylesheets
+or images from elsewhere, so the file can be mailed or attached to CI as-is. Written atomically.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import tempfile
+from pathlib import Path
+
+from edgeopt.errors import BadInputError
+
+DEFAULT_LATEST = 20
+
+_CSS = """body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#eee}td.l{text-align:left}.note{color:#666;font-size:13px}img{max-width:100%}"""
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _fmt(x, spec=".4f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _runs_table(runs: list[dict]) -> str:
+    head = ("id", "created", "model", "backend", "precision", "device", "location", "stage", "p50 ms", "95% CI",
+            "p90", "p99", "runs", "accuracy", "J/inference", "inputs")
+    rows = []
+    for r in runs:
+        res = r["result"]
+        lat = res["latency_ms"]
+        ef = res.get("energy_figures") or {}
+        j = ef.get("joules_per_inference")
+        cells = [r["id"], r["created"][:19], r["model"], r["backend"], r["precision"], r["device"], r["location"],
+                 r["stage"], _fmt(lat["p50"]), f"{_fmt(lat['ci95_low'])}-{_fmt(lat['ci95_high'])}", _fmt(lat["p90"]),
+                 _fmt(lat["p99"]), res.get("runs"), _fmt((res.get("validation") or {}).get("accuracy"), ".2f"),
+                 "-" if j is None else f"{j:.2e} ({ef.get('source')})",
+                 "synthetic" if (res.get("inputs") or {}).get("synthetic") else "data"]
+        rows.append("<tr>" + "".join(f'<td class="l">{html.escape(str(c if c is not None else "-"))}</td>'
+                                     if i < 8 else f"<td>{html.escape(str(c))}</td>" for i, c in enumerate(cells)) + "</tr>")
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+
+
+def _roofline_section(runs: list[dict]) -> tuple[str, str | None]:
+    """(html, note): roofline of the first run's model with measured points, if analyze can run."""
+    from edgeopt.report import plots
+
+    model = next((r["result"].get("model") for r in runs if r["result"].get("model")), None)
+    if not model or not Path(model).is_file():
+        return "", "roofline omitted: the runs' source model file is not available here"
+    try:
+        from edgeopt.analyze import analyze_model
+        from edgeopt.profiles import load_profile
+
+        device = next((r["device"] for r in runs if r["device"]), None) or "host"
+        analysis = analyze_model(model, load_profile(device), preflight=False)
+    except Exception as err:  # noqa: BLE001 - the section is optional
+        return "", f"roofline omitted: analysis unavailable ({type(err).__name__}: {str(err)[:120]})"
+    flops, intensity = analysis.totals.flops, analysis.totals.intensity
+    points = []
+    for r in runs:
+        if r["model"] != Path(model).name:
+            continue
+        p50 = r["result"]["latency_ms"]["p50"]
+        points.append({"label": f"#{r['id']} {r['backend']} {r['precision']} (whole model, measured)",
+                       "intensity": intensity, "gops": flops / (p50 * 1e6), "whole_model": True, "run": r["id"]})
+        per_layer = r["result"].get("per_layer") or {}
+        costs = {o.name: o for o in analysis.ops}
+        first = True
+        for op in per_layer.get("ops") or []:
+            c = costs.get(op["name"])
+            if c and c.flops > 0 and op["measured_us"] > 0:
+                points.append({"label": f"#{r['id']} ops (measured, --per-layer)" if first else None, "run": r["id"],
+                               "intensity": c.intensity, "gops": c.flops / (op["measured_us"] * 1e3)})
+                first = False
+    png = plots.roofline(analysis, points)
+    return _img(png, "roofline"), None
+
+
+def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db=None) -> dict:
+    """Write the report for ``run_ids`` (default: the latest runs) and return what it holds."""
+    from edgeopt.report import plots
+    from edgeopt.results import get_runs, list_runs
+
+    if run_ids:
+        runs = get_runs(run_ids, db)
+    else:
+        latest = list_runs(db)[-DEFAULT_LATEST:]
+        runs = get_runs([r["id"] for r in latest], db) if latest else []
+    if not runs:
+        raise BadInputError("the results store has no runs to report", "run edgeopt bench first")
+    out = Path(output)
+    if not out.parent.exists():
+        raise BadInputError(f"-o: directory '{out.parent}' does not exist", "create it first")
+    sections, notes = [], []
+    sections.append("<h2>Runs</h2>" + _runs_table(runs))
+    sections.append("<h2>Latency distributions</h2>" + _img(plots.latency_distributions(runs), "latency distributions"))
+
+    roof, note = _roofline_section(runs)
+    sections.append("<h2>Roofline</h2>" + (roof or f'<p class="note">{html.escape(note or "")}</p>'))
+    if note:
+        notes.append(note)
+
+    stage_rows = plots.stage_rows(runs)
+    if stage_rows:
+        sections.append("<h2>Optimisation waterfall</h2>" + _img(plots.waterfall(stage_rows), "waterfall"))
+    else:
+        note = "waterfall omitted: no run carries a stage label (edgeopt bench --label stage=fp32|fused|pruned|int8|tuned)"
+        sections.append(f'<h2>Optimisation waterfall</h2><p class="note">{note}</p>')
+        notes.append(note)
+
+    histories = 0
+    all_rows = list_runs(db)
+    for model, device in sorted({(r["model"], r["device"]) for r in runs}, key=str):
+        ids = [r["id"] for r in all_rows if r["model"] == model and r["device"] == device]
+        hist = get_runs(ids, db)
+        sections.append(f"<h2>History: {html.escape(str(model))} on {html.escape(str(device))}</h2>"
+                        + _img(plots.history(hist, f"{model} on {device}: {len(hist)} runs"), "history"))
+        histories += 1
+
+    env = runs[-1]["result"].get("environment") or {}
+    page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>edgeopt report</title><style>{_CSS}</style>"
+            f"</head><body><h1>edgeopt report</h1><p class=\"note\">{len(runs)} runs. Latencies are medians with a "
+            "distribution-free 95 % CI; energy marked 'estimated' comes from the profile's TDP; roofline figures are "
+            f"estimates. Last run's environment: {html.escape(str(env.get('cpu', {}).get('model')))}, "
+            f"{html.escape(str(env.get('location')))}, load {html.escape(str(env.get('load_before')))}.</p>"
+            + "".join(sections) + "</body></html>")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(page)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"output": str(out), "runs": [r["id"] for r in runs], "waterfall_stages": [s["stage"] for s in stage_rows],
+            "histories": histories, "roofline": bool(roof), "notes": notes, "bytes": out.stat().st_size}

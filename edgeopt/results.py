@@ -1,0 +1,185 @@
+"""The results store: one SQLite row per benchmark run, and the regression gate.
+
+Default file: ``$EDGEOPT_DATA_DIR/results.db`` or ``~/.local/share/edgeopt/results.db``.
+WAL mode and a busy timeout let several processes write at once without losing rows.
+``compare`` applies a Mann-Whitney U test to two runs' per-run latencies together with the
+relative change of the median: a regression needs both p < alpha and a slower median by
+more than the threshold.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from edgeopt.bench.stats import compare_samples
+from edgeopt.errors import BadInputError, UsageError
+
+DATA_DIR_ENV = "EDGEOPT_DATA_DIR"
+BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created TEXT NOT NULL,
+    model TEXT,
+    artifact_hash TEXT,
+    backend TEXT,
+    precision TEXT,
+    device TEXT,
+    location TEXT,
+    label TEXT,
+    stage TEXT,
+    p50_ms REAL,
+    result_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_model_device ON runs (model, device, created);
+"""
+
+COLUMNS = ("id", "created", "model", "artifact_hash", "backend", "precision", "device", "location", "label", "stage", "p50_ms")
+
+
+def default_db_path() -> Path:
+    base = os.environ.get(DATA_DIR_ENV)
+    root = Path(base) if base else Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "edgeopt"
+    return root / "results.db"
+
+
+def connect(db: str | os.PathLike | None = None) -> sqlite3.Connection:
+    path = Path(db) if db else default_db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    for attempt in range(50):  # switching to WAL needs a moment without other writers
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+            break
+        except sqlite3.OperationalError:
+            if attempt == 49:
+                raise
+            time.sleep(0.05)
+    return conn
+
+
+def _iso_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _model_name(result: dict) -> str | None:
+    model = result.get("model_name") or result.get("model")
+    return os.path.basename(model) if model else None
+
+
+def _device(result: dict) -> str | None:
+    prof = result.get("device") or result.get("profile")
+    if isinstance(prof, dict):
+        prof = prof.get("name")
+    return prof
+
+
+def store_run(result: dict, db: str | os.PathLike | None = None, *, created: str | None = None) -> int:
+    """Insert one benchmark result (the JSON the runner prints); returns its id."""
+    labels = result.get("labels") or {}
+    row = (
+        created or _iso_now(),
+        _model_name(result),
+        result.get("artifact_hash"),
+        result.get("backend"),
+        result.get("precision"),
+        _device(result),
+        (result.get("environment") or {}).get("location"),
+        labels.get("label"),
+        labels.get("stage"),
+        (result.get("latency_ms") or {}).get("p50"),
+        json.dumps(result, default=str),
+    )
+    conn = connect(db)
+    try:
+        cur = conn.execute(
+            "INSERT INTO runs (created, model, artifact_hash, backend, precision, device, location, label, stage,"
+            " p50_ms, result_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            row,
+        )
+        return int(cur.lastrowid)
+    finally:
+        conn.close()
+
+
+def list_runs(db=None, *, model: str | None = None, device: str | None = None, limit: int | None = None) -> list[dict]:
+    q, args = f"SELECT {', '.join(COLUMNS)} FROM runs WHERE 1=1", []
+    if model:
+        q += " AND model = ?"
+        args.append(model)
+    if device:
+        q += " AND device = ?"
+        args.append(device)
+    q += " ORDER BY id"
+    if limit:
+        q += f" LIMIT {int(limit)}"
+    conn = connect(db)
+    try:
+        return [dict(r) for r in conn.execute(q, args)]
+    finally:
+        conn.close()
+
+
+def get_run(run_id: int, db=None) -> dict:
+    conn = connect(db)
+    try:
+        row = conn.execute(f"SELECT {', '.join(COLUMNS)}, result_json FROM runs WHERE id = ?", (int(run_id),)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise BadInputError(f"no run with id {run_id} in the results store", "list them with: edgeopt results list")
+    out = dict(row)
+    out["result"] = json.loads(out.pop("result_json"))
+    return out
+
+
+def get_runs(run_ids: list[int] | None = None, db=None, *, model: str | None = None, device: str | None = None) -> list[dict]:
+    if run_ids:
+        return [get_run(i, db) for i in run_ids]
+    return [get_run(r["id"], db) for r in list_runs(db, model=model, device=device)]
+
+
+def compare_runs(a_id: int, b_id: int, db=None, *, threshold: float = 0.05, alpha: float = 0.01) -> dict:
+    if threshold < 0:
+        raise UsageError("--threshold must be >= 0", "e.g. --threshold 0.05 for 5 %")
+    a, b = get_run(a_id, db), get_run(b_id, db)
+    out = compare_samples(a["result"].get("samples_ms") or [], b["result"].get("samples_ms") or [],
+                          threshold=threshold, alpha=alpha)
+    out["a"] = {k: a[k] for k in COLUMNS}
+    out["b"] = {k: b[k] for k in COLUMNS}
+    if a["artifact_hash"] != b["artifact_hash"]:
+        out["note"] = "the two runs measured different artifacts"
+    return out
+
+
+def export_runs(output: str | os.PathLike, fmt: str = "json", db=None) -> dict:
+    """Write every run (JSON: full results; CSV: the summary columns) atomically."""
+    if fmt not in ("json", "csv"):
+        raise UsageError(f"unknown export format '{fmt}'", "use --format json or --format csv")
+    rows = list_runs(db)
+    if fmt == "json":
+        text = json.dumps({"runs": [get_run(r["id"], db) for r in rows]}, default=str)
+    else:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+        text = buf.getvalue()
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return {"output": str(out), "format": fmt, "runs": len(rows)}

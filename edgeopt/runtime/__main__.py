@@ -1,0 +1,107 @@
+"""Device-side runner: ``python -m edgeopt.runtime bench ARTIFACT_DIR [...]``.
+
+On a device this package is copied as ``edgeopt_runtime`` and run as
+``python3 -m edgeopt_runtime bench ...``: standard library + numpy + the artifact's runtime,
+relative imports only. Prints one JSON result on stdout; progress goes to stderr as JSON
+lines (``{"progress": 0.5}``) so a remote caller can stream it.
+Exit codes: 0 ok, 2 usage, 3 bad artifact or inputs, 4 runtime missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import environment
+from .measure import (
+    BadArtifact,
+    check_runs,
+    feeds_from_npz,
+    measure,
+    open_artifact,
+    run_record,
+    synthetic_feeds,
+)
+
+EXIT_OK, EXIT_USAGE, EXIT_BAD_ARTIFACT, EXIT_RUNTIME_MISSING = 0, 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgeopt_runtime", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="measure one artifact and print one JSON result")
+    b.add_argument("artifact_dir")
+    b.add_argument("--inputs", help=".npz with arrays named after the inputs (sample 0 is used)")
+    b.add_argument("--threads", type=int)
+    b.add_argument("--warmup", type=int, default=10)
+    b.add_argument("--min-runs", type=int, default=50)
+    b.add_argument("--min-seconds", type=float, default=2.0)
+    b.add_argument("--max-runs", type=int, default=100_000)
+    b.add_argument("--max-seconds", type=float, default=600.0)
+    b.add_argument("--location", choices=("local", "emulated", "remote"), default="local")
+    b.add_argument("--samples-out", help="also write the per-run latencies (ms) to this file, one a line")
+    b.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always JSON")
+    return p
+
+
+def _progress(frac: float) -> None:
+    sys.stderr.write(json.dumps({"progress": frac}) + "\n")
+    sys.stderr.flush()
+
+
+def _fail(code: int, kind: str, message: str) -> int:
+    sys.stdout.write(json.dumps({"ok": False, "error": {"kind": kind, "exit_code": code, "message": message}}) + "\n")
+    sys.stderr.write(f"edgeopt_runtime: error: {message}\n")
+    return code
+
+
+def bench(args: argparse.Namespace) -> dict:
+    env = environment.collect(args.location)
+    runner, manifest, load_ms = open_artifact(args.artifact_dir, threads=args.threads)
+    if args.inputs:
+        feeds, synthetic = feeds_from_npz(manifest["inputs"], args.inputs), False
+    else:
+        feeds, synthetic = synthetic_feeds(manifest["inputs"]), True
+    check_runs(runner, feeds, args.artifact_dir)
+    meter = environment.open_power_meter()
+    if meter is not None:
+        meter.start()
+    try:
+        measured = measure(
+            lambda: runner.run(feeds), warmup=args.warmup, min_runs=args.min_runs, min_seconds=args.min_seconds,
+            max_runs=args.max_runs, max_seconds=args.max_seconds, progress=_progress, load_ms=load_ms,
+            threads=args.threads or getattr(runner, "threads", None),
+        )
+    finally:
+        energy = meter.stop() if meter is not None else None
+        close = getattr(runner, "close", None)
+        if close:
+            close()
+    if energy is not None:
+        calls = measured["runs"] + measured["warmup"]
+        energy["joules_per_inference"] = energy["joules"] / calls if calls else None
+    environment.after(env)
+    return run_record(args.artifact_dir, manifest, measured, env=env, energy=energy, synthetic=synthetic,
+                      inputs_source=args.inputs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        result = bench(args)
+    except BadArtifact as err:
+        return _fail(EXIT_BAD_ARTIFACT, "bad_artifact", str(err))
+    except ImportError as err:
+        return _fail(EXIT_RUNTIME_MISSING, "runtime_missing", f"the artifact's runtime is not installed here: {err}")
+    if args.samples_out:
+        with open(args.samples_out + ".tmp", "w") as f:
+            f.write("\n".join(f"{x:.6f}" for x in result["samples_ms"]) + "\n")
+        os.replace(args.samples_out + ".tmp", args.samples_out)
+    sys.stdout.write(json.dumps({"ok": True, **result}) + "\n")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""``edgeopt bench``: side-by-side measurement, energy labels, per-layer join, the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.bench.energy import energy_figures
+from edgeopt.bench.per_layer import join_with_predictions, parse_ort_trace
+
+REPO = Path(__file__).resolve().parent.parent
+DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
+DIGITS_NPZ = REPO / "fixtures" / "data" / "digits_test.npz"
+QUICK = ("--runs", "10", "--min-seconds", "0.05", "--warmup", "2", "--threads", "1")
+
+
+def make_ort_artifact(directory: Path, accuracy: float | None = 99.44) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(DIGITS, directory / "model.onnx")
+    manifest = {
+        "backend": "onnxruntime", "precision": "fp32", "profile": "host",
+        "source_model": {"path": str(DIGITS), "sha256": "-"},
+        "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "dtype": "float32"}],
+        "outputs": [{"name": "logits", "shape": [1, 10], "dtype": "float32"}],
+        "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
+        "validation": {"accuracy": accuracy} if accuracy is not None else None,
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def test_bench_missing_artifact_exits_3(cli, tmp_path):
+    p = cli("bench", str(tmp_path / "missing"), "--no-store", "--json")
+    assert p.returncode == 3
+    assert json.loads(p.stdout)["error"]["exit_code"] == 3
+    assert "Traceback" not in p.stderr
+
+
+def test_bench_directory_without_manifest_exits_3(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    p = cli("bench", str(tmp_path / "empty"), "--no-store")
+    assert p.returncode == 3 and "manifest.json" in p.stderr
+
+
+def test_bench_model_needs_a_profile(cli):
+    p = cli("bench", str(DIGITS), "--no-store")
+    assert p.returncode == 2 and "--profile" in p.stderr
+
+
+@pytest.mark.onnxruntime
+def test_bench_two_artifacts_side_by_side_and_stored(cli, tmp_path):
+    a = make_ort_artifact(tmp_path / "fp32")
+    b = make_ort_artifact(tmp_path / "other", accuracy=98.0)
+    db = tmp_path / "r.db"
+    p = cli("bench", str(a), str(b), *QUICK, "--inputs", str(DIGITS_NPZ), "--db", str(db),
+            "--label", "stage=fp32", "--price-per-kwh", "0.5", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    table = out["table"]
+    assert [r["name"] for r in table] == ["fp32", "other"]
+    assert sum(r["best"] for r in table) == 1
+    assert [r["accuracy"] for r in table] == [99.44, 98.0]
+    for r in table:
+        assert r["runs"] >= 10 and r["p50_ms"] > 0 and r["ci95_ms"][0] <= r["p50_ms"] <= r["ci95_ms"][1]
+        assert r["energy_source"] == "estimated" and r["synthetic_inputs"] is False
+    row = out["rows"][0]
+    assert row["energy_figures"]["price_per_kwh"] == 0.5 and row["interleaved_with"] == 2
+    assert row["labels"] == {"stage": "fp32"}
+    from edgeopt.results import list_runs
+
+    stored = list_runs(db)
+    assert [r["id"] for r in stored] == [t["run_id"] for t in table]
+    assert {r["stage"] for r in stored} == {"fp32"}
+
+
+@pytest.mark.onnxruntime
+def test_bench_per_layer_on_onnxruntime_joins_the_roofline(tmp_path):
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+
+    art = make_ort_artifact(tmp_path / "art")
+    res = bench_artifacts([art], BenchOptions(min_runs=5, min_seconds=0, warmup=1, per_layer=True, store=False))
+    pl = res["rows"][0]["per_layer"]
+    assert pl["available"] and pl["backend"] == "onnxruntime"
+    names = {op["name"] for op in pl["ops"]}
+    assert any("Conv" in n for n in names)
+    assert all(op["measured_us"] >= 0 for op in pl["ops"])
+
+
+def test_bench_per_layer_not_available_for_other_backends(tmp_path):
+    from edgeopt.bench.per_layer import per_layer_for_artifact
+
+    out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "tflite", "model": "m.tflite"}}, {})
+    assert out == {"available": False, "note": "per-layer times are not available for tflite"}
+
+
+def test_join_puts_ops_furthest_from_the_roof_first_synthetic():
+    measured = [
+        {"name": "conv1", "op_type": "Conv", "measured_us": 100.0},
+        {"name": "relu", "op_type": "Relu", "measured_us": 30.0},
+        {"name": "fused_thing", "op_type": "FusedConv", "measured_us": 50.0},
+        {"name": "gemm", "op_type": "Gemm", "measured_us": 10.0},
+    ]
+    predicted = [
+        {"name": "conv1", "predicted_us": 50.0, "bound": "compute"},  # 2x
+        {"name": "relu", "predicted_us": 3.0, "bound": "memory"},  # 10x
+        {"name": "gemm", "predicted_us": 5.0, "bound": "memory"},  # 2x, smaller
+        {"name": "unused", "predicted_us": 1.0},
+    ]
+    rows = join_with_predictions(measured, predicted)
+    assert [r["name"] for r in rows] == ["relu", "conv1", "gemm", "fused_thing"]
+    assert rows[0]["measured_over_predicted"] == pytest.approx(10.0)
+    assert rows[-1]["predicted_us"] is None and rows[-1]["measured_over_predicted"] is None
+
+
+def test_parse_ort_trace_means_kernel_times_per_node():
+    events = [
+        {"cat": "Session", "name": "model_run", "dur": 999},
+        {"cat": "Node", "name": "conv_kernel_time", "dur": 10, "args": {"op_name": "Conv"}},
+        {"cat": "Node", "name": "conv_fence_before", "dur": 1},
+        {"cat": "Node", "name": "conv_kernel_time", "dur": 30, "args": {"op_name": "Conv"}},
+        {"cat": "Node", "name": "relu_kernel_time", "dur": 4, "args": {"op_name": "Relu"}},
+    ]
+    rows = {r["name"]: r for r in parse_ort_trace(events, runs=2)}
+    assert rows["conv"] == {"name": "conv", "op_type": "Conv", "measured_us": 20.0}
+    assert rows["relu"]["measured_us"] == 2.0
+
+
+def test_energy_measured_beats_estimated_and_cost_follows_the_price():
+    base = {"latency_ms": {"p50": 10.0}, "cpu_utilisation": 0.5}
+    est = energy_figures(base, tdp_w=20.0, price_per_kwh=0.36)
+    assert est["source"] == "estimated" and "estimated" in est["note"]
+    assert est["joules_per_inference"] == pytest.approx(20.0 * 0.5 * 0.010)
+    assert est["cost_per_1k_queries"] == pytest.approx(0.1 * 1000 / 3.6e6 * 0.36)
+    meas = energy_figures({**base, "energy": {"source": "measured", "meter": "rapl", "joules_per_inference": 0.02}},
+                          tdp_w=20.0)
+    assert meas["source"] == "measured" and meas["joules_per_inference"] == 0.02
+    assert energy_figures(base, tdp_w=None)["source"] == "unavailable"
+
+
+def test_label_option_parsing():
+    from edgeopt.cli.bench_cmd import _labels
+    from edgeopt.errors import UsageError
+
+    assert _labels(["stage=int8", "nightly"]) == {"stage": "int8", "label": "nightly"}
+    with pytest.raises(UsageError):
+        _labels(["stage="])
+
+
+@pytest.mark.onnxruntime
+def test_bench_model_reports_every_backend_and_the_reference(tmp_path, monkeypatch):
+    """bench_model: the FP32 reference row is always measured; each requested backend is a row,
+    measured or failed with its error (a failing backend does not stop the others)."""
+    from edgeopt.bench.api import BenchOptions, bench_model
+
+    monkeypatch.setenv("EDGEOPT_CACHE_DIR", str(tmp_path / "cache"))
+    res = bench_model(DIGITS, "host", backends="onnxruntime",
+                      options=BenchOptions(min_runs=5, min_seconds=0, warmup=1, store=False))
+    names = [r["name"] for r in res["rows"]]
+    assert "reference onnxruntime fp32" in names
+    assert "onnxruntime" in names
+    ref = next(r for r in res["rows"] if r["name"] == "reference onnxruntime fp32")
+    assert ref["status"] == "ok" and ref["latency_ms"]["p50"] > 0
+    again = bench_model(DIGITS, "host", backends="onnxruntime",
+                        options=BenchOptions(min_runs=5, min_seconds=0, warmup=1, store=False))
+    assert {r.get("artifact") for r in again["rows"]} == {r.get("artifact") for r in res["rows"]}  # cache reused
+    assert np.isfinite([r["latency_ms"]["p50"] for r in again["rows"] if r["status"] == "ok"]).all()
+
+
+@pytest.mark.openvino
+def test_bench_per_layer_on_openvino_reads_performance_counters(tmp_path):
+    import openvino as ov
+
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+
+    art = make_ort_artifact(tmp_path / "ov")
+    ov.save_model(ov.convert_model(str(art / "model.onnx")), str(art / "model.xml"), compress_to_fp16=False)
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["backend"] = "openvino"
+    manifest["runtime"] = {"backend": "openvino", "model": "model.xml", "settings": {"inference_precision": "f32"}}
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    res = bench_artifacts([art], BenchOptions(min_runs=5, min_seconds=0, warmup=1, per_layer=True, store=False,
+                                              threads=1))
+    row = res["rows"][0]
+    assert row["backend"] == "openvino" and row["latency_ms"]["p50"] > 0
+    pl = row["per_layer"]
+    assert pl["available"] and pl["backend"] == "openvino" and pl["ops"]
+    assert any("Convolution" in op["op_type"] for op in pl["ops"])
+
+
+@pytest.mark.onnxruntime
+def test_keep_going_reports_a_broken_artifact_as_a_row(tmp_path):
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    from edgeopt.errors import BadInputError
+
+    good = make_ort_artifact(tmp_path / "good")
+    bad = make_ort_artifact(tmp_path / "bad")
+    (bad / "model.onnx").write_bytes(b"not a model")
+    opts = BenchOptions(min_runs=3, min_seconds=0, warmup=1, store=False)
+    with pytest.raises(BadInputError):
+        bench_artifacts([good, bad], opts)
+    res = bench_artifacts([good, bad], opts, keep_going=True)
+    assert [(r["name"], r["status"]) for r in res["rows"]] == [("good", "ok"), ("bad", "failed")]
+    assert "failed to load" in res["rows"][1]["error"]
