@@ -8,7 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_API = ("analyze", "doctor", "load_profile", "list_profiles", "validate_profile")
+_API = (
+    "analyze", "doctor", "load_profile", "list_profiles", "validate_profile",
+    "convert", "load_artifact", "make_plan", "bench_artifacts", "bench_model",
+    "store_run", "list_runs", "compare_runs", "build_report", "remote_bench", "remote_bench_many",
+)
 
 
 def __getattr__(name: str):

@@ -12,7 +12,7 @@ from edgeopt.profiles import (
     load_profile_file,
 )
 
-__all__ = ["load_profile", "list_profiles", "validate_profile", "doctor", "analyze"]
+__all__ = ["load_profile", "list_profiles", "validate_profile", "doctor", "analyze"]  # + the lazy names below
 
 
 def list_profiles(profile_dirs: list[str | os.PathLike] | None = None) -> dict[str, str]:
@@ -40,3 +40,30 @@ def analyze(model, profile="host", *, input_shapes=None, profile_dirs=None):
 
     prof = profile if isinstance(profile, DeviceProfile) else load_profile(profile, profile_dirs)
     return analyze_model(model, prof, input_shapes=input_shapes)
+
+
+# The other verbs' API functions live beside their logic; they are re-exported here (lazily, so that
+# ``import edgeopt`` stays light) so that ``edgeopt.api`` is the one place a Python user looks.
+_LAZY = {
+    "convert": ("edgeopt.convert", "convert"),
+    "load_artifact": ("edgeopt.artifact", "load_artifact"),
+    "make_plan": ("edgeopt.plan", "make_plan"),
+    "bench_artifacts": ("edgeopt.bench.api", "bench_artifacts"),
+    "bench_model": ("edgeopt.bench.api", "bench_model"),
+    "store_run": ("edgeopt.results", "store_run"),
+    "list_runs": ("edgeopt.results", "list_runs"),
+    "compare_runs": ("edgeopt.results", "compare_runs"),
+    "build_report": ("edgeopt.report", "build_report"),
+    "remote_bench": ("edgeopt.remote.bench", "remote_bench"),
+    "remote_bench_many": ("edgeopt.remote.bench", "remote_bench_many"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'edgeopt.api' has no attribute {name!r}")
+__all__ += list(_LAZY)
