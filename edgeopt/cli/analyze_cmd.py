@@ -1,0 +1,67 @@
+"""``edgeopt analyze MODEL --profile P``: why a model will be slow on a device (roofline estimate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, emit, stderr
+
+
+@app.command()
+def analyze(
+    model: Path = typer.Argument(..., help="The ONNX model.", show_default=False),
+    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file."),
+    input_shape: list[str] = typer.Option(
+        None, "--input-shape", help="Fix an input's shape, e.g. --input-shape x=1x3x224x224 (repeatable)."
+    ),
+    profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    plot: Path = typer.Option(None, "--plot", help="Write the roofline chart to FILE.png or FILE.svg."),
+    top: int = typer.Option(10, "--top", min=0, help="How many of the heaviest ops to list."),
+    efficiency: float = typer.Option(
+        1.0, "--efficiency", min=0.001, max=1.0,
+        help="Share of peak compute/bandwidth reached (1 = pure roofline); divides the roofline into estimate_ms.",
+    ),
+    overhead_us: float = typer.Option(
+        None, "--overhead-us", min=0.0, help="Runtime dispatch overhead per executed op, in us (default 1)."
+    ),
+    no_preflight: bool = typer.Option(False, "--no-preflight", help="Skip asking the backends what they support."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Predict latency with a roofline on the profile's units, list the heaviest ops, pre-flight the
+    backends and recommend what to change. Every latency is an estimate."""
+    from edgeopt import api
+    from edgeopt.analyze import analyze_model
+    from edgeopt.model import parse_input_shapes
+
+    shapes = parse_input_shapes(input_shape)
+    if plot is not None:
+        from edgeopt.analyze.plot import check_plot_path
+
+        check_plot_path(plot)  # before the analysis, not after it
+    prof = api.load_profile(profile, profile_dir)
+    result = analyze_model(
+        model, prof, input_shapes=shapes, top=top, efficiency=efficiency,
+        overhead_us_per_op=overhead_us, preflight=not no_preflight,
+    )
+    plot_path = None
+    if plot is not None:
+        from edgeopt.analyze.plot import plot_roofline
+
+        plot_path = str(plot_roofline(result, plot))
+
+    def human(console):
+        from edgeopt.analyze.report import render
+
+        render(result, console, top=top)
+        if plot_path:
+            console.print(f"roofline chart (estimate): {plot_path}")
+
+    payload = {"analysis": result.model_dump(mode="json")}
+    if plot_path:
+        payload["plot"] = plot_path
+    if json_out and plot_path:
+        stderr.print(f"roofline chart written to {plot_path}")
+    emit(json_out, payload, human)
