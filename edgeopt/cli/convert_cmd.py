@@ -52,6 +52,7 @@ def convert_cmd(
     from_torch: str = typer.Option(None, "--from-torch", help="package.module:factory building a torch.nn.Module."),
     weights: Path = typer.Option(None, "--weights", help="State dict for --from-torch."),
     profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware)."),
     json_out: bool = JsonOption,
 ) -> None:
     """Convert a model for a device profile into a validated artifact directory."""
@@ -62,6 +63,10 @@ def convert_cmd(
         raise UsageError("no output directory", "give -o OUT")
     if model is None and from_torch is None:
         raise UsageError("no model given", "pass an ONNX file, or --from-torch package.module:factory --weights FILE")
+    if export_c:  # the tflite backend's export_c, passed as a recipe override
+        from edgeopt.converters.c_export import recipe_with_export_c
+
+        recipe = recipe_with_export_c(recipe, Path(model).stem if model else None)
     result = convert(
         model, profile, output, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, calib=calib,
         eval=eval_, input_shapes=input_shape, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
