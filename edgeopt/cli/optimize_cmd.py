@@ -1,0 +1,55 @@
+"""``edgeopt optimize MODEL --profile P --max-accuracy-drop 1``: search the progressive path, keep the fastest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, emit, stderr
+
+
+@app.command("optimize")
+def optimize_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model."),
+    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file."),
+    max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Bound: most top-1 points lost."),
+    time_budget: float = typer.Option(10.0, "--time-budget", help="Minutes for the search (builds stop after it)."),
+    calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz named after the inputs)."),
+    eval_: Path = typer.Option(None, "--eval", help="Evaluation data with 'labels' (the accuracy bound needs it)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Copy the winning artifact here."),
+    recipe_out: Path = typer.Option(None, "--recipe-out", help="Winning edgeopt.yaml (default: OUT.edgeopt.yaml)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Try fusion, INT8, pruning and each backend; measure each here; keep the fastest within the bound."""
+    from edgeopt.errors import GateFailedError
+    from edgeopt.optimize.pareto import pareto_text, waterfall_text
+    from edgeopt.optimize.search import optimize
+
+    def event(message: str) -> None:
+        stderr.print(message, markup=False, highlight=False)
+
+    res = optimize(model, profile, max_accuracy_drop=max_accuracy_drop, time_budget_min=time_budget, calib=calib,
+                   eval=eval_, output=output, recipe_out=recipe_out, force=force, on_event=event)
+    if res.winner is None:
+        raise GateFailedError(f"no candidate met --max-accuracy-drop {max_accuracy_drop}",
+                              "relax the bound or give better calibration data",
+                              details={"result": res.model_dump(mode="json")})
+
+    def human(c):
+        c.print("waterfall (each step's kept configuration; final interleaved medians, measured here):", markup=False)
+        c.print(waterfall_text(res.waterfall), markup=False)
+        c.print("\nPareto front (latency vs accuracy; * = winner):", markup=False)
+        c.print(pareto_text(res.pareto, res.winner.label), markup=False)
+        for sk in res.skipped:
+            c.print(f"skipped: {sk}", markup=False)
+        c.print(f"\nwinner: {res.winner.label}: p50 {res.winner.p50_ms:.4f} ms, accuracy drop "
+                f"{res.winner.accuracy_drop} pts ({res.winner.accuracy_basis})", markup=False)
+        for what, where in (("artifact", res.output), ("recipe", res.recipe)):
+            if where:
+                c.print(f"wrote {what} {where}", markup=False)
+        c.print(f"searched in {res.seconds:.0f} s", markup=False)
+
+    emit(json_out, res.model_dump(mode="json"), human)

@@ -1,0 +1,209 @@
+"""The ``edgeopt.yaml`` recipe of a firmware build: one model, its data, targets and gates.
+
+Paths in the file are relative to the file itself. Unknown keys are errors (exit 3) with a
+"did you mean" hint, like device profiles; duplicate keys are errors too.
+
+    version: 1
+    model: {path: model.onnx, inputs: {input: [1, 1, 28, 28]}, preprocess: null}
+    data: {calib: data/calib.npz, eval: data/test.npz}
+    output: dist
+    gates: {max_accuracy_drop: 1.0, max_p99_latency_ms: 5, max_artifact_kb: 200, max_ram_mb: 64}
+    targets:
+      - {name: host-ort-int8, profile: host, backend: onnxruntime, precision: int8}
+      - {name: host-ov-int8, profile: host, backend: openvino, precision: int8, gates: {max_artifact_kb: 100}}
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from edgeopt.converters.base import CalibMethod, PruneMode
+from edgeopt.enums import Precision, StrEnum
+from edgeopt.errors import BadInputError, did_you_mean
+
+RECIPE_VERSION = 1
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class LatencySource(StrEnum):
+    MEASURED = "measured"  # the local benchmark's p99 (needs --bench local)
+    ESTIMATED = "estimated"  # the roofline estimate of edgeopt analyze (no percentiles: labelled)
+    AUTO = "auto"  # measured when benchmarked, else estimated
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    path: str | None = None  # ONNX file, relative to the recipe
+    from_torch: str | None = None  # package.module:factory building a torch.nn.Module
+    weights: str | None = None  # state dict for from_torch
+    inputs: dict[str, list[int]] = {}  # input name -> static shape
+    preprocess: str | dict[str, Any] | None = None  # as --preprocess: KEY=VALUE list, a mapping, or a YAML file
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if bool(self.path) == bool(self.from_torch):
+            raise ValueError("give exactly one of 'path' or 'from_torch'")
+        return self
+
+
+class DataSpec(_Strict):
+    calib: str | None = None  # .npz named after the inputs, or an image folder
+    eval: str | None = None  # .npz with 'labels', or class sub-folders
+
+
+class Gates(_Strict):
+    max_accuracy_drop: float | None = Field(default=None, ge=0)  # top-1 points, needs labelled eval data
+    max_p99_latency_ms: float | None = Field(default=None, gt=0)
+    latency_source: LatencySource = LatencySource.AUTO
+    max_artifact_kb: float | None = Field(default=None, gt=0)  # sum of the artifact's files, KiB
+    max_ram_mb: float | None = Field(default=None, gt=0)  # measured: RSS growth at load; estimated: params + peak activations
+
+    def merged(self, override: Gates | None) -> Gates:
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_unset=True))
+
+
+class Target(_Strict):
+    name: str
+    profile: str = "host"  # a profile name or a YAML file (relative to the recipe)
+    backend: str | None = None  # default: the profile's first installed backend
+    precision: Precision | None = None
+    prune: float | None = Field(default=None, ge=0.0, lt=1.0)
+    prune_mode: PruneMode | None = None
+    calib_method: CalibMethod | None = None
+    per_channel: bool | None = None
+    accuracy_aware: bool = False  # quantize accuracy-aware with the gate's max_accuracy_drop
+    min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)
+    threads: int | None = Field(default=None, gt=0)
+    stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides (see edgeopt convert --recipe)
+    gates: Gates | None = None  # overrides of the recipe's gates for this target
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("a target name is letters, digits, '.', '_' or '-' (it names files in dist/)")
+        return v
+
+
+class BenchSpec(_Strict):
+    warmup: int = Field(default=5, ge=0)
+    min_runs: int = Field(default=30, gt=0)
+    min_seconds: float = Field(default=0.5, ge=0)
+    threads: int | None = Field(default=None, gt=0)
+
+
+class PipelineRecipe(_Strict):
+    version: int = RECIPE_VERSION
+    model: ModelSpec
+    data: DataSpec = DataSpec()
+    output: str = "dist"  # relative to the recipe
+    gates: Gates = Gates()
+    bench: BenchSpec = BenchSpec()
+    targets: list[Target] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PipelineRecipe:
+        names = [t.name for t in self.targets]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"target names must be unique ({', '.join(dup)} repeated)")
+        if self.version != RECIPE_VERSION:
+            raise ValueError(f"recipe version {self.version} is not supported (this edgeopt reads {RECIPE_VERSION})")
+        return self
+
+
+class LoadedRecipe(BaseModel):
+    """A recipe with the directory its relative paths start from."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    recipe: PipelineRecipe
+    path: Path
+    base: Path
+
+    def resolve(self, p: str | None) -> Path | None:
+        if p is None:
+            return None
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else (self.base / q)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _model_at(loc: tuple) -> type[BaseModel]:
+    from edgeopt.profiles import _annotation_models
+
+    model: type[BaseModel] = PipelineRecipe
+    skip_next = False
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if skip_next:
+            skip_next = False
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return model
+        inner, is_dict = _annotation_models(field.annotation)
+        if inner is None:
+            return model
+        model, skip_next = inner, is_dict
+    return model
+
+
+def describe_error(err: ValidationError, origin: str) -> BadInputError:
+    """One line for the most useful problem: unknown keys first, with "did you mean"."""
+    from edgeopt.profiles import format_loc
+
+    errors = sorted(err.errors(), key=lambda e: {"extra_forbidden": 0, "missing": 2}.get(e["type"], 1))
+    first = errors[0]
+    loc = tuple(first["loc"])
+    where = format_loc(loc)
+    details = {"path": where, "problems": [{"path": format_loc(tuple(e["loc"])), "message": e["msg"]} for e in errors]}
+    if first["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        fields = list(_model_at(loc).model_fields)
+        return BadInputError(f"{origin}: unknown key '{where}'",
+                             did_you_mean(key, fields) or f"known keys here: {', '.join(fields)}", details=details)
+    if first["type"] == "missing":
+        return BadInputError(f"{origin}: missing key '{where}'", "add it; 'edgeopt pipeline init MODEL' writes a starter file",
+                             details=details)
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    return BadInputError(f"{origin}: '{where}': {msg}", "fix the value", details=details)
+
+
+def parse_recipe(data: Any, origin: str) -> PipelineRecipe:
+    if not isinstance(data, dict):
+        raise BadInputError(f"{origin}: a pipeline recipe must be a YAML mapping", "see examples/edgeopt.yaml")
+    # a section whose keys are all commented out reads as null: the same as leaving it out
+    data = {k: v for k, v in data.items() if not (v is None and k in ("data", "gates", "bench"))}
+    try:
+        return PipelineRecipe.model_validate(data)
+    except ValidationError as err:
+        raise describe_error(err, origin) from err
+
+
+def load_pipeline_recipe(path: str | Path) -> LoadedRecipe:
+    """Read and check ``edgeopt.yaml`` (exit 3 with a one-line reason when it is wrong)."""
+    from edgeopt.errors import EdgeoptError
+    from edgeopt.profiles import read_yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(f"recipe file '{p}' not found", "write one with: edgeopt pipeline init MODEL")
+    try:
+        data = read_yaml(p.read_text(), str(p))
+    except EdgeoptError as err:  # a BadProfileError from the shared YAML reader: same exit code, neutral kind
+        raise BadInputError(err.message, "fix the YAML") from err
+    recipe = parse_recipe(data, str(p))
+    return LoadedRecipe(recipe=recipe, path=p.resolve(), base=p.resolve().parent)

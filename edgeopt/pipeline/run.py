@@ -1,0 +1,320 @@
+"""``run_pipeline``: build every target of an ``edgeopt.yaml``, check the gates, write ``dist/``.
+
+``dist/`` (the recipe's ``output``, relative to the recipe) is built in a temporary sibling and
+swapped in at the end, so a run leaves either the old ``dist/`` or the new one:
+
+* ``<target>/``: the artifact (manifest + model files) of every target that built and passed;
+* ``<target>.tar.gz``: that artifact + ``edgeopt_runtime/`` (the device-side runner) for boards,
+  reproducible (see :mod:`edgeopt.pipeline.dist`), plus ``c_array/`` for TFLite targets;
+* ``<target>-c_array/``: ``model_data.h``/``.c`` (TFLite targets): the model as a C array;
+* ``summary.json``: every target's figures, gate results, cache use and content hash;
+* ``report.html``: the HTML report of the local benchmark (with ``bench=local``).
+
+A target that fails to build is recorded (status ``build_failed``, its one-line error) and the
+others still build; a target that misses a gate is recorded (status ``gate_failed``) and gets no
+directory or tarball. :func:`raise_for_failures` turns those into the exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from edgeopt.errors import EdgeoptError, ExitCode, GateFailedError, OutputExistsError, UsageError
+from edgeopt.pipeline.recipe import LatencySource, LoadedRecipe, Target, load_pipeline_recipe
+
+SUMMARY = "summary.json"
+REPORT = "report.html"
+SCHEMA_VERSION = 1
+
+
+class TargetStatus:
+    OK = "ok"
+    GATE_FAILED = "gate_failed"
+    BUILD_FAILED = "build_failed"
+
+
+class PipelineResult(BaseModel):
+    recipe: str
+    output: str
+    ok: bool
+    bench: str
+    targets: list[dict]
+    failures: list[str] = []
+    report: str | None = None
+    notes: list[str] = []
+    determinism: dict = {}
+    environment: dict | None = None
+    seconds: float = 0.0
+    cache_dir: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+
+def plan_recipe(t: Target, gates):
+    """The :class:`edgeopt.plan.Recipe` (chain options) of target ``t`` under ``gates``."""
+    from edgeopt.plan import Recipe
+
+    return Recipe(backend=t.backend, precision=t.precision, prune=t.prune, prune_mode=t.prune_mode,
+                  calib_method=t.calib_method, per_channel=t.per_channel, min_cosine=t.min_cosine, threads=t.threads,
+                  max_accuracy_drop=gates.max_accuracy_drop if t.accuracy_aware else None, stages=dict(t.stages))
+
+
+def _profile(lr: LoadedRecipe, name: str):
+    from edgeopt.profiles import load_profile
+
+    looks_like_file = name.endswith((".yaml", ".yml")) or "/" in name
+    return load_profile(str(lr.resolve(name)) if looks_like_file else name)
+
+
+def _error_line(err: BaseException) -> str:
+    if isinstance(err, EdgeoptError):
+        return err.one_line()
+    return f"internal error: {type(err).__name__}: {str(err).splitlines()[0][:240] if str(err) else ''}"
+
+
+def _build_target(lr: LoadedRecipe, t: Target, work: Path, model_sha: str, on_event) -> dict:
+    from edgeopt.pipeline.cache import cached_convert
+
+    r, gates = lr.recipe, lr.recipe.gates.merged(t.gates)
+    prof = _profile(lr, t.profile)
+    m = r.model
+    shapes = {k: tuple(v) for k, v in m.inputs.items()}
+    pre = m.preprocess
+    if isinstance(pre, str) and pre.endswith((".yaml", ".yml")):
+        pre = str(lr.resolve(pre))
+    t0 = time.perf_counter()
+    built = cached_convert(lr.resolve(m.path), prof, recipe=plan_recipe(t, gates), calib=lr.resolve(r.data.calib),
+                           eval=lr.resolve(r.data.eval), input_shapes=shapes, preprocess=pre,
+                           from_torch=m.from_torch, weights=lr.resolve(m.weights), model_sha=model_sha,
+                           on_warning=lambda w: on_event(f"{t.name}: warning: {w}"))
+    dest = work / t.name
+    shutil.copytree(built["artifact"], dest)
+    dest.chmod(0o755)
+    return {**built, "artifact": dest, "profile": prof, "gates": gates, "build_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _bench(rows: list[dict], lr: LoadedRecipe, db: Path, on_event) -> dict:
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+
+    b = lr.recipe.bench
+    ev = lr.resolve(lr.recipe.data.eval)
+    inputs = str(ev) if ev is not None and ev.suffix == ".npz" else None
+    paths = {str(x["artifact"]): x["name"] for x in rows}
+    on_event(f"benchmarking {len(paths)} artifacts locally (interleaved)")
+    opts = BenchOptions(warmup=b.warmup, min_runs=b.min_runs, min_seconds=b.min_seconds, threads=b.threads,
+                        inputs=inputs, db=str(db), labels={"source": "edgeopt pipeline"})
+    return bench_artifacts(list(paths), opts, names=paths)
+
+
+def _model_sha(lr: LoadedRecipe) -> str:
+    import hashlib
+
+    from edgeopt.errors import BadInputError
+    from edgeopt.model import load_onnx
+    from edgeopt.pipeline.cache import path_sha256
+
+    m = lr.recipe.model
+    if m.path:
+        p = lr.resolve(m.path)
+        load_onnx(p)  # one-line error for a missing or broken model
+        return path_sha256(p)
+    w = lr.resolve(m.weights)
+    if w is not None and not w.is_file():
+        raise BadInputError(f"model.weights '{w}' not found", "check the path (relative to the recipe)")
+    return hashlib.sha256(f"{m.from_torch}\0{path_sha256(w)}".encode()).hexdigest()
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    if out.exists():
+        if not (out / SUMMARY).is_file() and any(out.iterdir()):
+            raise OutputExistsError(f"output '{out}' exists and is not an edgeopt dist/ (no {SUMMARY})",
+                                    "choose another 'output' in the recipe or --output, or empty it")
+        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def run_pipeline(recipe_path: str | os.PathLike, *, bench: str = "local", output: str | os.PathLike | None = None,
+                 on_event: Callable[[str], None] | None = None) -> PipelineResult:
+    """Build, validate, (benchmark,) gate and package every target; see the module doc."""
+    from edgeopt.pipeline import dist
+    from edgeopt.pipeline import gates as gate_mod
+    from edgeopt.pipeline.cache import cache_root
+
+    t_start = time.perf_counter()
+    say = on_event or (lambda _m: None)
+    if bench not in ("local", "none"):
+        raise UsageError(f"--bench '{bench}' is not one of local, none", "use --bench local or --bench none")
+    lr = load_pipeline_recipe(recipe_path)
+    r = lr.recipe
+    for t in r.targets:
+        g = r.gates.merged(t.gates)
+        if g.max_p99_latency_ms is not None and g.latency_source == LatencySource.MEASURED and bench == "none":
+            raise UsageError(f"target '{t.name}': the p99 latency gate is 'measured' but --bench none was given",
+                             "use --bench local, or latency_source: estimated")
+    out = Path(output) if output is not None else lr.resolve(r.output)
+    model_sha = _model_sha(lr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp.chmod(0o755)
+    notes: list[str] = []
+    rows: list[dict[str, Any]] = []
+    try:
+        for t in r.targets:
+            say(f"building {t.name}")
+            row: dict[str, Any] = {"name": t.name, "profile": t.profile, "backend": t.backend, "status": None}
+            try:
+                with contextlib.redirect_stdout(sys.stderr):  # library prints must not reach --json's stdout
+                    b = _build_target(lr, t, tmp, model_sha, say)
+            except Exception as err:  # noqa: BLE001 - one target failing does not stop the others
+                status = TargetStatus.GATE_FAILED if isinstance(err, GateFailedError) else TargetStatus.BUILD_FAILED
+                code = int(err.exit_code) if isinstance(err, EdgeoptError) else int(ExitCode.INTERNAL)
+                row.update(status=status, error=_error_line(err), exit_code=code)
+                if isinstance(err, GateFailedError):
+                    row["failed_gates"] = [err.message]
+                rows.append(row)
+                say(f"{t.name}: {row['error']}")
+                continue
+            manifest = json.loads((b["artifact"] / "manifest.json").read_text())
+            size = dist.dir_bytes(b["artifact"])
+            row.update(status=TargetStatus.OK, artifact=b["artifact"], backend=manifest["backend"],
+                       precision=manifest["precision"], cached=b["cached"], cache_key=b["key"],
+                       plan_hash=b["plan_hash"], build_seconds=b["build_seconds"], artifact_bytes=size,
+                       files=manifest["files"], content_hash=dist.content_hash(manifest),
+                       determinism=dist.determinism(manifest["backend"]), validation=manifest.get("validation"),
+                       warnings=manifest.get("warnings", []), _gates=b["gates"], _profile=b["profile"],
+                       _manifest=manifest)
+            rows.append(row)
+        built = [x for x in rows if x["status"] == TargetStatus.OK]
+        bench_rows: dict[str, dict] = {}
+        env = None
+        report_db = tmp / ".results.db"
+        if bench == "local" and built:
+            try:
+                res = _bench(built, lr, report_db, say)
+            except EdgeoptError as err:  # figures that can't be measured fail their gates, with this note
+                notes.append(f"local benchmark failed: {err.one_line()}")
+                res = {"rows": [], "environment": None}
+            env = res.get("environment")
+            for br in res["rows"]:
+                bench_rows[br["name"]] = br
+        for x in built:
+            br = bench_rows.get(x["name"])
+            if br is not None:
+                lat = br["latency_ms"]
+                x["bench"] = {"p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"], "runs": br["runs"],
+                              "ci95_ms": [lat["ci95_low"], lat["ci95_high"]], "load_ms": br.get("load_ms"),
+                              "load_rss_mb": br.get("load_rss_mb"), "inputs": br.get("inputs"),
+                              "run_id": br.get("run_id"), "location": "local"}
+            g = x["_gates"]
+            est = None
+            needs_est = (g.max_p99_latency_ms is not None and br is None) \
+                or (g.max_ram_mb is not None and (br or {}).get("load_rss_mb") is None) \
+                or (g.max_p99_latency_ms is not None and g.latency_source == LatencySource.ESTIMATED)
+            if needs_est:
+                try:
+                    est = gate_mod.estimate(lr.resolve(r.model.path), x["_profile"], x["precision"],
+                                            {k: tuple(v) for k, v in r.model.inputs.items()}, x["artifact_bytes"])
+                    x["estimate"] = est
+                except Exception as err:  # noqa: BLE001 - an estimate that can't be made fails its gate
+                    notes.append(f"{x['name']}: no estimate ({_error_line(err)})")
+            results = gate_mod.check(g, validation=x["validation"], bench=x.get("bench"), est=est,
+                                     artifact_bytes=x["artifact_bytes"])
+            x["gates"] = [gr.model_dump() for gr in results]
+            missed = [gr.line() for gr in results if not gr.passed]
+            if missed:
+                x.update(status=TargetStatus.GATE_FAILED, failed_gates=missed, exit_code=int(ExitCode.GATE_FAILED))
+        report = None
+        if bench == "local" and bench_rows:
+            report = _report(tmp, report_db, [b.get("run_id") for b in bench_rows.values()], notes)
+        elif bench == "none":
+            notes.append("HTML report skipped: it shows benchmark runs (use --bench local)")
+        report_db.unlink(missing_ok=True)
+        for suffix in ("-wal", "-shm"):
+            Path(str(report_db) + suffix).unlink(missing_ok=True)
+        for x in rows:
+            _package(x, tmp, notes)
+        failures = [f"target '{x['name']}': " + ("; ".join(x["failed_gates"]) if x.get("failed_gates") else x["error"])
+                    for x in rows if x["status"] != TargetStatus.OK]
+        result = PipelineResult(
+            recipe=str(lr.path), output=str(out), ok=not failures, bench=bench,
+            targets=[{k: (str(v) if isinstance(v, Path) else v) for k, v in x.items() if not k.startswith("_")}
+                     for x in rows],
+            failures=failures, report=report, notes=notes, environment=env, cache_dir=str(cache_root()),
+            determinism={"content_hash": "sha256 of the manifest without " + ", ".join(dist.VOLATILE_MANIFEST_KEYS),
+                         "tarballs": "reproducible: sorted, mtime $SOURCE_DATE_EPOCH or 0, owner 0, gzip mtime 0"},
+        )
+        result.seconds = round(time.perf_counter() - t_start, 3)
+        (tmp / SUMMARY).write_text(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result
+
+
+def _package(x: dict, tmp: Path, notes: list[str]) -> None:
+    """Tarball (and C array) for a passing target; a failing one's directory is removed."""
+    from edgeopt.pipeline import dist
+
+    art = x.get("artifact")
+    if x["status"] != TargetStatus.OK:
+        if art is not None:
+            shutil.rmtree(art, ignore_errors=True)
+            x["artifact"] = None
+        return
+    extra = {}
+    c_dir = tmp / f"{x['name']}-c_array"  # model_data.h/.c for the firmware build, also in the tarball
+    files, note = dist.c_array(art, x["_manifest"], c_dir, x["name"])
+    if note:
+        notes.append(note)
+    if files:
+        extra["c_array"] = c_dir
+        x["c_array"] = {**files, "dir": c_dir.name}
+    x["tarball"] = dist.write_tarball(art, tmp / f"{x['name']}.tar.gz", x["name"], extra)
+    x["artifact"] = x["name"]
+
+
+def _report(tmp: Path, db: Path, run_ids: list, notes: list[str]) -> str | None:
+    try:
+        from edgeopt.report import build_report
+    except ImportError:
+        notes.append("HTML report skipped: edgeopt.report is not available in this build")
+        return None
+    try:
+        build_report(tmp / REPORT, [i for i in run_ids if i is not None], db=db)
+        return REPORT
+    except Exception as err:  # noqa: BLE001 - the report is optional; the summary says why it is missing
+        notes.append(f"HTML report skipped: {_error_line(err)}")
+        return None
+
+
+def raise_for_failures(result: PipelineResult) -> None:
+    """Exit 5 (one line: target and figure) when only gates failed; a build failure's own code otherwise."""
+    if result.ok:
+        return
+    failed = [t for t in result.targets if t["status"] != TargetStatus.OK]
+    details = {"summary": result.model_dump(mode="json")}
+    line = "; ".join(result.failures)
+    builds = [t for t in failed if t["status"] == TargetStatus.BUILD_FAILED]
+    if not builds:
+        raise GateFailedError(f"gate failed: {line}", f"see {Path(result.output) / SUMMARY}", details=details)
+    err = EdgeoptError(f"{len(builds)} of {len(result.targets)} targets failed to build: {line}",
+                       f"the others are in {result.output}", details=details)
+    err.exit_code = ExitCode(builds[0].get("exit_code", int(ExitCode.INTERNAL)))
+    err.kind = "pipeline_failed"
+    raise err
