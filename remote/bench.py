@@ -21,21 +21,13 @@ from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
 
 from . import deploy
+from .cores import core_plan, pin_argv
 from .inventory import Device, get_device
 from .probe import open_transport, python_argv, quick_facts
 from .setup import ensure_runtime
 from .transport import Transport
 
-# Runs an artifact once on inputs.npz and saves the outputs (ONNX names) for comparison.
-OUTPUTS_SCRIPT = r'''
-import sys, numpy as np
-from edgeopt_runtime.runners import open_runner, read_manifest
-from edgeopt_runtime.measure import feeds_from_npz
-m = read_manifest("artifact")
-r = open_runner("artifact", manifest=m)
-out = r.run(feeds_from_npz(m["inputs"], "inputs.npz"))
-np.savez("outputs.npz", **{k: np.asarray(v) for k, v in out.items()})
-'''
+OUTPUTS_FILE = "outputs.npz"  # the runner's outputs for inputs.npz, in the run dir
 
 
 def _location(device: Device) -> RunLocation:
@@ -43,7 +35,7 @@ def _location(device: Device) -> RunLocation:
 
 
 def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threads, warmup, min_runs,
-                min_seconds) -> list[str]:
+                min_seconds, outputs: bool = False) -> list[str]:
     argv = [*python, "-m", deploy.RUNTIME_NAME, "bench", "artifact", "--json", "--location", location.value]
     for flag, value in (("--threads", threads), ("--warmup", warmup), ("--min-runs", min_runs),
                         ("--min-seconds", min_seconds)):
@@ -51,6 +43,8 @@ def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threa
             argv += [flag, str(value)]
     if inputs:
         argv += ["--inputs", "inputs.npz"]
+    if outputs:
+        argv += ["--outputs-out", OUTPUTS_FILE]
     return argv
 
 
@@ -63,6 +57,19 @@ def _parse_result(device: Device, stdout: str) -> dict:
         if isinstance(obj, dict):
             return obj
     raise RemoteError(f"{device.name}: the runner printed no JSON result", stdout[-300:] or None)
+
+
+def _fetch_atomic(tr: Transport, remote: str, local: Path) -> None:
+    """``remote`` to ``local`` through a temporary sibling, so a failed copy leaves nothing behind."""
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.with_name(f".{local.name}.part")
+    try:
+        tr.get(remote, str(tmp))
+        tmp.replace(local)
+    except OSError as err:
+        raise RemoteError(f"{tr.name}: cannot fetch the outputs: {err}") from err
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _artifact_for(device: Device, artifact_or_model: str | Path, tmp: Path, convert_options: dict | None,
@@ -114,6 +121,8 @@ def remote_bench(
     with tempfile.TemporaryDirectory(prefix="edgeopt-remote-") as tmp_str:
         step("convert", 0.0)
         artifact = _artifact_for(dev, artifact_or_model, Path(tmp_str), convert_options, step)
+        converted = None if artifact == Path(artifact_or_model) else {
+            "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile, **(convert_options or {})}
         files = deploy.bundle_files(artifact, runtime_dir, inputs)
         step("connect", 0.0)
         own = transport is None
@@ -133,8 +142,10 @@ def remote_bench(
             python = [facts["venv"]] if facts.get("venv") else python_argv(dev)
             if setup:
                 python = ensure_runtime(tr, dev, python, artifact, wheels)
-            argv = _bench_argv(python, location, inputs=bool(inputs), threads=threads, warmup=warmup,
-                               min_runs=min_runs, min_seconds=min_seconds)
+            cores = core_plan(dev, facts, threads)
+            argv = pin_argv(_bench_argv(python, location, inputs=bool(inputs), threads=cores["threads"],
+                                        warmup=warmup, min_runs=min_runs, min_seconds=min_seconds,
+                                        outputs=bool(outputs_to)), cores)
 
             def stream(kind: str, line: str) -> None:
                 if kind == "stderr" and line.startswith('{"progress"'):
@@ -162,11 +173,7 @@ def remote_bench(
                 )
             result = _parse_result(dev, res.stdout)
             if outputs_to:
-                out = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir),
-                              *python, "-c", OUTPUTS_SCRIPT], timeout=timeout)
-                if out.rc != 0:
-                    raise RemoteError(f"{dev.name}: computing outputs failed: {out.stderr.strip()[-300:]}")
-                tr.get(f"{run_dir}/outputs.npz", str(outputs_to))
+                _fetch_atomic(tr, f"{run_dir}/{OUTPUTS_FILE}", Path(outputs_to))
         finally:
             try:
                 if keep:
@@ -185,7 +192,11 @@ def remote_bench(
         "location": location.value,
         "emulated": dev.emulated,
         "timings_label": "emulated (qemu/loopback: not the board's speed)" if dev.emulated else "measured on device",
+        "artifact": str(artifact.resolve()) if converted is None else None,  # the temporary one is gone
+        "artifact_on_device": result.get("artifact"),
+        "converted": converted,
         "device_facts": facts,
+        "cores": {**cores, "used": (result.get("environment") or {}).get("cores_used")},
         "upload": stats.to_dict(),
         "run_dir": f"{tr.work_dir}/{run_dir}" if keep else None,
         "cleaned_stale_runs": cleaned,

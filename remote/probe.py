@@ -64,6 +64,8 @@ FACTS_SCRIPT = r'''printf 'kernel\t%s\n' "$(uname -sr)"; printf 'arch\t%s\n' "$(
 printf 'hostname\t%s\n' "$(uname -n)"; printf 'loadavg\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 printf 'governor\t%s\n' "$(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null)"
 printf 'temp_millic\t%s\n' "$(cat /sys/class/thermal/thermal_zone0/temp 2>/dev/null)"
+printf 'cpus_allowed\t%s\n' "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status 2>/dev/null)"
+printf 'taskset\t%s\n' "$(command -v taskset 2>/dev/null)"
 if [ -x "$1/venv/bin/python" ]; then printf 'venv\t%s\n' "$1/venv/bin/python"; fi'''
 
 

@@ -157,3 +157,53 @@ def host_outputs(model: Path, inputs: Path) -> np.ndarray:
 
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": np.load(inputs)["x"]})[0]
+
+
+# ----------------------------------------------------------------------------- pi5 + TFLite (test_remote_pi5)
+
+DIGITS_MODEL = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "digits_cnn.onnx"  # ~0.1 MFLOP, 8x8
+DIGITS_CALIB = DIGITS_MODEL.parent.parent / "data" / "digits_calib.npz"
+DIGITS_TEST = DIGITS_MODEL.parent.parent / "data" / "digits_test.npz"
+
+
+@pytest.fixture(scope="session")
+def digits_input(tmp_path_factory) -> Path:
+    """One real test digit (the first of digits_test.npz) as ``inputs.npz`` for the digits CNN."""
+    path = tmp_path_factory.mktemp("digits") / "inputs.npz"
+    np.savez(path, input=np.load(DIGITS_TEST)["input"][:1].astype(np.float32))
+    return path
+
+
+@pytest.fixture(scope="session")
+def pi5_tflite_artifacts(tmp_path_factory):
+    """``precision -> artifact dir`` for the digits CNN, made by the real ``edgeopt convert --profile pi5
+    --backend tflite`` on first use (int8 calibrated on digits_calib.npz; fp32)."""
+    from conftest import run_cli
+
+    root = tmp_path_factory.mktemp("pi5-tflite")
+    made: dict[str, Path] = {}
+
+    def get(precision: str) -> Path:
+        if precision not in made:
+            out = root / precision
+            calib = ["--calib", str(DIGITS_CALIB)] if precision == "int8" else []
+            r = run_cli("convert", str(DIGITS_MODEL), "--profile", "pi5", "--backend", "tflite", "--precision",
+                        precision, *calib, "-o", str(out), "--json")
+            assert r.returncode == 0, r.stderr[-2000:]
+            made[precision] = out
+        return made[precision]
+
+    return get
+
+
+def host_litert_outputs(artifact: Path, inputs: Path) -> dict[str, np.ndarray]:
+    """The artifact run on this (x86) machine by the same runner code and LiteRT."""
+    from edgeopt.runtime.measure import feeds_from_npz, read_artifact
+    from edgeopt.runtime.runners import open_runner
+
+    manifest = read_artifact(str(artifact))
+    runner = open_runner(str(artifact), manifest=manifest)
+    try:
+        return runner.run(feeds_from_npz(manifest["inputs"], str(inputs)))
+    finally:
+        runner.close()

@@ -34,13 +34,15 @@ def remote_bench_cmd(
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
                                              help="Trust and record an unknown host key (prints its fingerprint)."),
     inputs: Path = typer.Option(None, "--inputs", help=".npz of inputs named after the model's (default: random)."),
-    outputs: Path = typer.Option(None, "--outputs", help="Also save the device's outputs for --inputs here (.npz, one device)."),
+    outputs: Path = typer.Option(None, "--outputs", "--outputs-out",
+                                 help="Also save the device's outputs for --inputs here (.npz, one device)."),
     threads: int = typer.Option(None, "--threads", help="Runtime threads on the device."),
     warmup: int = typer.Option(None, "--warmup", help="Warm-up runs."),
     min_runs: int = typer.Option(None, "--min-runs", help="Least timed runs."),
     min_seconds: float = typer.Option(None, "--min-seconds", help="Least seconds of timed runs."),
     backend: str = typer.Option(None, "--backend", help="With a model: backend to convert for (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="With a model: int8 | fp16 | fp32."),
+    calib: Path = typer.Option(None, "--calib", help="With a model: calibration data (.npz named after the inputs, or an image folder)."),
     setup: bool = typer.Option(False, "--setup", help="Create a venv under the work dir and pip-install a missing runtime."),
     wheels: Path = typer.Option(None, "--wheels", help="With --setup: a folder of the device's wheels (offline boards)."),
     devices: Path = typer.Option(None, "--devices", help="Inventory file (default: $EDGEOPT_CONFIG_DIR/devices.toml)."),
@@ -69,7 +71,8 @@ def remote_bench_cmd(
     artifact = targets[-1]
     if outputs and len(devs) != 1:
         raise UsageError("--outputs works with one device")
-    convert_options = {k: v for k, v in (("backend", backend), ("precision", precision)) if v}
+    convert_options = {k: v for k, v in (("backend", backend), ("precision", precision),
+                                         ("calib", str(calib) if calib else None)) if v}
     kwargs = dict(keep=keep, accept_new_host_key=accept_new_host_key, inputs=inputs, outputs_to=outputs,
                   threads=threads, warmup=warmup, min_runs=min_runs, min_seconds=min_seconds, setup=setup,
                   wheels=wheels, convert_options=convert_options, devices_path=devices,
@@ -103,6 +106,10 @@ def remote_bench_cmd(
         c.print(t)
         if any(e["ok"] and e["result"].get("emulated") for e in entries):
             c.print("[yellow]emulated[/]: timings on an emulated device (qemu/loopback) are not the board's speed")
+        for e in entries:
+            cores = e["result"].get("cores") if e["ok"] else None
+            if cores and cores.get("note"):
+                c.print(f"{e['device']}: cores: {cores['note']}", markup=False)
         for e in entries:
             if e["ok"] and e["result"].get("result_id"):
                 c.print(f"{e['device']}: stored as run {e['result']['result_id']}")

@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-seconds", type=float, default=600.0)
     b.add_argument("--location", choices=("local", "emulated", "remote"), default="local")
     b.add_argument("--samples-out", help="also write the per-run latencies (ms) to this file, one a line")
+    b.add_argument("--outputs-out", help="also write the outputs for the (first) input to this .npz (ONNX names)")
     b.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always JSON")
     return p
 
@@ -57,6 +58,20 @@ def _fail(code: int, kind: str, message: str) -> int:
     return code
 
 
+def save_outputs(outputs: dict, path: str) -> None:
+    """The outputs as an .npz (ONNX names), written atomically."""
+    import numpy as np
+
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **{k: np.asarray(v) for k, v in outputs.items()})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def bench(args: argparse.Namespace) -> dict:
     env = environment.collect(args.location)
     runner, manifest, load_ms = open_artifact(args.artifact_dir, threads=args.threads)
@@ -65,6 +80,8 @@ def bench(args: argparse.Namespace) -> dict:
     else:
         feeds, synthetic = synthetic_feeds(manifest["inputs"]), True
     check_runs(runner, feeds, args.artifact_dir)
+    if args.outputs_out:
+        save_outputs(runner.run(feeds), args.outputs_out)
     meter = environment.open_power_meter()
     if meter is not None:
         meter.start()
