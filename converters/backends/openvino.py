@@ -1,0 +1,273 @@
+"""Backend ``openvino``: OpenVINO IR (``model.xml``/``model.bin``) from the chain's ONNX.
+
+FP32 keeps exact weights (``compress_to_fp16=False``); FP16 stores FP16 weights; INT8 is
+``nncf.quantize`` on the converted model (calibration over the chain's calibration feeds). With
+``max_accuracy_drop`` INT8 uses ``nncf.quantize_with_accuracy_control`` on one part of the eval data
+and confirms the bound on the other part, which the search never saw. NNCF's ONNX path would keep
+BatchNormalization nodes; this backend quantizes the converted OpenVINO model, after normalize folded BN.
+
+The runtime settings name ``INFERENCE_PRECISION_HINT`` explicitly: ``f32`` unless the user asks for
+``bf16``/``f16`` (on CPUs with AMX/AVX512-BF16 OpenVINO otherwise runs "FP32" in bf16).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+
+import numpy as np
+
+from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.registry import register_stage
+from edgeopt.deps import require
+from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.errors import GateFailedError, StageError, UsageError
+
+
+class InferencePrecision(StrEnum):
+    F32 = "f32"
+    BF16 = "bf16"
+    F16 = "f16"
+
+
+class NNCFPreset(StrEnum):
+    PERFORMANCE = "performance"  # symmetric weights and activations
+    MIXED = "mixed"  # asymmetric activations (better for non-ReLU nets)
+
+
+class OpenVINOConfig(StageConfig):
+    precision: Precision = Precision.FP32
+    device: str = "CPU"
+    inference_precision: InferencePrecision = InferencePrecision.F32
+    threads: int | None = None
+    performance_hint: str = "LATENCY"
+    subset_size: int = 300
+    preset: NNCFPreset = NNCFPreset.PERFORMANCE
+    model_type: str | None = None  # "transformer" for attention models
+    fast_bias_correction: bool = True
+    ignored_scope: tuple[str, ...] = ()  # OpenVINO op names kept in float
+    max_accuracy_drop: float | None = None
+    search_fraction: float = 0.5
+
+
+@register_stage
+class OpenVINOBackend(Backend):
+    name = "openvino"
+    backend = BackendName.OPENVINO
+    Config = OpenVINOConfig
+    accepts = (Format.ONNX,)
+    produces = Format.OPENVINO_IR
+    extra = "openvino"
+    requires = ("openvino", "nncf")
+    quantizes_itself = True
+    precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> OpenVINOConfig:
+        s = options.backend_settings
+        kw = {"precision": options.precision, "max_accuracy_drop": options.max_accuracy_drop,
+              "threads": options.threads or s.get("threads")}
+        for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
+            if key in s:
+                kw[key] = s[key]
+        return OpenVINOConfig(**kw)
+
+    def run(self, model: Intermediate, config: OpenVINOConfig, ctx: ChainContext) -> Intermediate:
+        ov = require("openvino", "the OpenVINO backend")
+        from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+        proto = load_onnx(model.path, check=False)
+        onnx_in, onnx_out = graph_inputs(proto), graph_outputs(proto)
+        report = ctx.record.report if ctx.record is not None else {}
+        try:
+            ov_model = ov.convert_model(str(model.path))
+        except Exception as err:  # noqa: BLE001
+            lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()] or [type(err).__name__]
+            ops = [ln for ln in lines if "failed for:" in ln or "not support" in ln or "conversion rule" in ln.lower()]
+            ops += [ln for ln in lines if "larger than" in ln or "wasn't fully converted" in ln][:1]
+            raise StageError(f"openvino: ov.convert_model failed: {'; '.join(ops[:2])[:300] if ops else lines[0][:240]}",
+                             "the model uses ops OpenVINO's ONNX frontend cannot convert; try --backend onnxruntime") from err
+        if config.device not in ("CPU", "AUTO") and config.device not in ov.Core().available_devices:
+            ctx.warn(f"openvino: device {config.device} is not on this machine; the artifact is checked on CPU")
+        if config.precision == Precision.INT8:
+            ov_model = self._int8(ov_model, onnx_in, config, ctx, model, report)
+        settings = {
+            "device": config.device,
+            "inference_precision": config.inference_precision.value,
+            "performance_hint": config.performance_hint,
+            "threads": config.threads,
+        }
+        tmp = ctx.artifact_dir / ".openvino.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        ov.save_model(ov_model, str(tmp / "model.xml"), compress_to_fp16=config.precision == Precision.FP16)
+        for f in ("model.xml", "model.bin"):
+            os.replace(tmp / f, ctx.artifact_dir / f)
+        shutil.rmtree(tmp, ignore_errors=True)
+        runtime = {
+            "backend": self.backend.value,
+            "model": "model.xml",
+            "weights": "model.bin",
+            "settings": settings,
+            "io": {
+                "inputs": [{"name": t.name, "runtime_name": p.get_any_name(), "transpose": None}
+                           for t, p in zip(onnx_in, ov_model.inputs, strict=True)],
+                "outputs": [{"name": t.name, "runtime_name": r.get_any_name(), "transpose": None}
+                            for t, r in zip(onnx_out, ov_model.outputs, strict=True)],
+            },
+        }
+        checks = self._check(model.path, ctx, runtime)
+        if ctx.record is not None:
+            ctx.record.checks.update(checks)
+        cos = checks.get("cosine_min")
+        if cos is not None and cos < 0.99:
+            ctx.warn(f"openvino: {config.precision.value} output differs from the ONNX input (cosine min {cos:.4f} on "
+                     f"{checks['samples']} samples)")
+        report.update(inference_precision_hint=settings["inference_precision"], device=config.device,
+                      weights="fp16" if config.precision == Precision.FP16 else "exact (compress_to_fp16=False)"
+                      if config.precision == Precision.FP32 else "int8 (nncf)")
+        notes = {**model.notes, "runtime": runtime}
+        return Intermediate(ctx.artifact_dir / "model.xml", Format.OPENVINO_IR, config.precision, notes)
+
+    # ------------------------------------------------------------------ INT8
+    def _int8(self, ov_model, onnx_in, config, ctx, model, report):
+        nncf = require("nncf", "OpenVINO INT8 quantization")
+        if ctx.calib is None or len(ctx.calib) == 0:
+            raise UsageError("openvino: INT8 needs calibration data", "give --calib FILE.npz")
+        names = [t.name for t in onnx_in]
+        calib = nncf.Dataset(ctx.calib.feeds(min(len(ctx.calib), config.subset_size)),
+                             lambda feed: {k: v for k, v in feed.items() if k in names})
+        common = {
+            "preset": {NNCFPreset.PERFORMANCE: nncf.QuantizationPreset.PERFORMANCE,
+                       NNCFPreset.MIXED: nncf.QuantizationPreset.MIXED}[config.preset],
+            "target_device": {"CPU": nncf.TargetDevice.CPU, "GPU": nncf.TargetDevice.GPU,
+                              "NPU": nncf.TargetDevice.NPU}.get(config.device, nncf.TargetDevice.ANY),
+            "subset_size": min(len(ctx.calib), config.subset_size),
+            "fast_bias_correction": config.fast_bias_correction,
+            "model_type": nncf.ModelType.TRANSFORMER if config.model_type == "transformer" else None,
+            "ignored_scope": nncf.IgnoredScope(names=list(config.ignored_scope), validate=False)
+            if config.ignored_scope else None,
+        }
+        report.update(method="nncf.quantize (post-training, OpenVINO model)", nncf_preset=config.preset.value,
+                      subset_size=common["subset_size"], calibration={"samples": common["subset_size"],
+                                                                      "source": getattr(ctx.calib, "source", ""),
+                                                                      "synthetic": getattr(ctx.calib, "synthetic", False)})
+        try:
+            with _nncf_logs_to_stderr(), contextlib.redirect_stdout(sys.stderr):  # stdout is the CLI's JSON
+                if config.max_accuracy_drop is None:
+                    return nncf.quantize(ov_model, calib, **common)
+                q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
+                report["accuracy_aware"] = aa
+                return q
+        except (GateFailedError, UsageError):
+            raise
+        except Exception as err:  # noqa: BLE001
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise StageError(f"openvino: NNCF INT8 quantization failed: {type(err).__name__}: {first}",
+                             "try --precision fp32 for OpenVINO, or the onnxruntime backend") from err
+
+    # ------------------------------------------------------------------ check
+    def _check(self, onnx_path, ctx: ChainContext, runtime: dict) -> dict:
+        from edgeopt.converters.checks import compare, ort_run_fn
+
+        data = ctx.check_samples or ctx.calib
+        feeds = data.feeds(8) if data is not None else []
+        if not feeds:
+            return {"skipped": "no check samples"}
+        ov_run = ov_run_fn(ctx.artifact_dir, runtime, threads=ctx.threads)
+        try:
+            return compare(ort_run_fn(onnx_path), ov_run, feeds)
+        except Exception as err:  # noqa: BLE001
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise StageError(f"openvino: the converted model does not run: {first}", "report the model") from err
+
+
+@contextlib.contextmanager
+def _nncf_logs_to_stderr():
+    """NNCF's logger writes INFO lines to stdout through its own handler: point it at stderr meanwhile."""
+    import logging
+
+    moved = []
+    for h in logging.getLogger("nncf").handlers:
+        if isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.__stdout__):
+            moved.append((h, h.setStream(sys.stderr)))
+    try:
+        yield
+    finally:
+        for h, stream in moved:
+            h.setStream(stream)
+
+
+def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOConfig, ctx, onnx_path):
+    """``nncf.quantize_with_accuracy_control`` searching on one part of the eval data; the bound is then
+    confirmed on the other part (never seen by the search). Returns (quantized model, report)."""
+    import openvino as ov
+
+    from edgeopt.converters.quantize.accuracy_aware import Metric, ort_runner
+
+    bound = float(config.max_accuracy_drop)
+    if ctx.eval is None or len(ctx.eval) < 4:
+        raise UsageError("openvino: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
+                         "give an .npz with the model's inputs (and 'labels' if you have them)")
+    search, confirm = ctx.eval.split(config.search_fraction, seed=0)
+    fp32_run = ort_runner(onnx_path, ctx.threads or 2)
+    m_search, m_confirm = Metric(fp32_run, search), Metric(fp32_run, confirm)
+    names = [p.get_any_name() for p in ov_model.inputs]
+    items = list(range(len(search)))
+
+    def feed_of(i):
+        return {k: v for k, v in search.feed(i).items() if k in names}
+
+    def validation_fn(compiled, data) -> float:
+        idx = list(data)
+        preds = m_search._preds(lambda f: {"y": compiled(f)[0]}, search.subset(idx)) if idx else np.array([])
+        target = m_search.labels if m_search.labels is not None else m_search.fp32_preds
+        return float(np.mean(preds.astype(np.int64) == np.asarray(target)[idx].astype(np.int64))) if idx else 0.0
+
+    val = nncf.Dataset(items, feed_of)
+    q = nncf.quantize_with_accuracy_control(
+        ov_model, calib, val, validation_fn, max_drop=bound / 100.0, drop_type=nncf.DropType.ABSOLUTE, **common)
+    core = ov.Core()
+    compiled = core.compile_model(q.clone(), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"})
+
+    def run(feed):
+        return {"y": compiled({k: v for k, v in feed.items() if k in names})[0]}
+
+    search_drop = m_search.fp32_value - m_search.score(run, search)
+    confirm_drop = m_confirm.fp32_value - m_confirm.score(run, confirm)
+    fq = {op.get_friendly_name() for op in q.get_ordered_ops() if op.get_type_name() == "FakeQuantize"}
+    naive = nncf.quantize(ov_model, calib, **common)
+    fq0 = {op.get_friendly_name() for op in naive.get_ordered_ops() if op.get_type_name() == "FakeQuantize"}
+    report = {
+        "method": "nncf.quantize_with_accuracy_control (search part) + confirmation on the held-out part",
+        "why_this_method": "ov.convert_model renames fused ops (Conv+BN become Multiply_NNNN), so a ranking by ONNX "
+                           "node names cannot name OpenVINO ops for ignored_scope; NNCF ranks the OV graph itself",
+        "metric": m_search.kind, "labels": ctx.eval.labels is not None, "bound_points": bound,
+        "search_samples": len(search), "confirm_samples": len(confirm),
+        "fp32": {"search": m_search.fp32_value, "confirm": m_confirm.fp32_value},
+        "search_drop_points": round(search_drop, 3), "confirm_drop_points": round(confirm_drop, 3),
+        "fake_quantize_nodes": {"naive": len(fq0), "final": len(fq)},
+        "kept_in_float": sorted(fq0 - fq),  # the FakeQuantize ops NNCF removed (named after the tensor they quantized)
+        "kept_in_float_count": len(fq0 - fq),
+        "met": search_drop <= bound and confirm_drop <= bound,
+    }
+    if not report["met"]:
+        if ctx.record is not None:
+            ctx.record.report.update(accuracy_aware=report)
+        raise GateFailedError(
+            f"openvino: INT8 drop {search_drop:.2f} (search) / {confirm_drop:.2f} (held-out) points misses "
+            f"--max-accuracy-drop {bound}", "use --precision fp32 or another backend", details=report)
+    return q, report
+
+
+def ov_run_fn(artifact_dir, runtime: dict, threads: int | None = None):
+    """A run function over the artifact through the shipped runner (same code as on the device)."""
+    from edgeopt.runtime.runners.openvino import Runner
+
+    manifest = {"runtime": runtime, "inputs": [], "outputs": []}
+    runner = Runner(str(artifact_dir), manifest, threads=threads)
+    return lambda feed: runner.run({k: np.asarray(v) for k, v in feed.items()})
+
+
+BACKEND = OpenVINOBackend

@@ -1,0 +1,205 @@
+"""The ``quantize`` stage (ONNX -> ONNX): static INT8 (QDQ), dynamic INT8 where it pays, FP16.
+
+Static INT8 runs ``onnxruntime.quantization.quantize_static`` on the chain's calibration data
+with a hardware preset picked from the profile's ISA (:mod:`.presets`). With
+``max_accuracy_drop`` it becomes accuracy-aware (:mod:`.accuracy_aware`). Every output is
+checked against the stage's input on the check samples (``compare_onnx``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from edgeopt.converters.base import (
+    CalibMethod,
+    ChainContext,
+    ChainOptions,
+    Intermediate,
+    Stage,
+    StageConfig,
+)
+from edgeopt.converters.registry import register_stage
+from edgeopt.enums import Precision, StrEnum, UnitKind
+from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
+
+from .presets import PRESETS, get_preset, preset_for_profile
+
+
+class QuantMode(StrEnum):
+    AUTO = "auto"  # static, unless the op mix says dynamic pays (MatMul/LSTM/GRU-heavy; never a CNN)
+    STATIC = "static"
+    DYNAMIC = "dynamic"
+
+
+class QuantizeConfig(StageConfig):
+    precision: Precision = Precision.INT8
+    mode: QuantMode = QuantMode.AUTO
+    preset: str | None = None  # a name in presets.PRESETS; None: from the profile's ISA
+    calib_method: CalibMethod | None = None  # None: the preset's
+    per_channel: bool | None = None  # None: the preset's
+    calib_samples: int | None = 128
+    pre_process: bool = True
+    nodes_to_exclude: tuple[str, ...] = ()
+    max_accuracy_drop: float | None = None
+    search_fraction: float = 0.5
+    min_cosine: float | None = None
+
+
+@register_stage
+class QuantizeStage(Stage):
+    name = "quantize"
+    Config = QuantizeConfig
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> QuantizeConfig | None:
+        if options.precision not in (Precision.INT8, Precision.FP16):
+            return None
+        from edgeopt.converters.registry import get_backend
+
+        if get_backend(options.backend).quantizes_itself:
+            return None
+        return QuantizeConfig(
+            precision=options.precision,
+            calib_method=options.calib_method,
+            per_channel=options.per_channel,
+            max_accuracy_drop=options.max_accuracy_drop,
+            min_cosine=options.min_cosine,
+        )
+
+    def run(self, model: Intermediate, config: QuantizeConfig, ctx: ChainContext) -> Intermediate:
+        import onnx
+
+        if config.preset is not None and config.preset not in PRESETS:
+            get_preset(config.preset)  # raises the usage error with a hint
+        report = ctx.record.report if ctx.record is not None else {}
+        out = ctx.work_dir / f"{Path(model.path).stem}.{config.precision.value}.onnx"
+        work = ctx.work_dir / "quantize"
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            fp32 = onnx.load(str(model.path))
+        except Exception as err:  # noqa: BLE001
+            raise BadModelError(f"quantize: cannot read '{model.path}': {type(err).__name__}") from err
+        self._check_loads(model.path)
+
+        mode = config.mode
+        if config.precision == Precision.INT8 and mode == QuantMode.AUTO:
+            from .dynamic import dynamic_decision
+
+            pays, why, mix = dynamic_decision(fp32)
+            mode = QuantMode.DYNAMIC if pays and config.max_accuracy_drop is None else QuantMode.STATIC
+            report.update(op_mix=mix, mode=mode.value, mode_reason=why if pays or mix["nodes"]["dynamic"] else
+                          "convolutional model: static INT8 (dynamic INT8 is ~10x slower than FP32 on CNNs here)")
+            if pays and config.max_accuracy_drop is not None:
+                report["mode_reason"] = why + "; but --max-accuracy-drop searches static INT8, so static was used"
+        if config.precision == Precision.FP16:
+            from .fp16 import convert_fp16
+
+            if ctx.profile is not None and hasattr(ctx.profile, "unit") and ctx.profile.unit(UnitKind.GPU) is None:
+                ctx.warn("quantize: FP16 for a profile without a GPU: ONNX Runtime's CPU provider runs most FP16 ops "
+                         "through casts, so expect no speed-up over FP32")
+            convert_fp16(Path(model.path), out)
+            report.update(method="fp16 (onnxruntime.transformers.float16, keep_io_types)")
+        elif mode == QuantMode.DYNAMIC:
+            from .dynamic import dynamic_decision, quantize_dynamic
+
+            pays, why, mix = dynamic_decision(fp32)
+            report.update(op_mix=mix, dynamic_decision=why)
+            if not pays:
+                raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
+            quantize_dynamic(Path(model.path), out)
+            report.update(method="dynamic int8 (weights int8, activations at run time)")
+        else:
+            self._static(model, config, ctx, fp32, out, work, report)
+
+        checks = self._check(Path(model.path), out, ctx)
+        if ctx.record is not None:
+            ctx.record.checks.update(checks)
+        cos = checks.get("cosine_min")
+        if cos is not None and cos < 0.99:
+            ctx.warn(f"quantize: {config.precision.value} output differs from FP32 (cosine min {cos:.4f} on "
+                     f"{checks['samples']} samples): this model may not survive {config.precision.value}")
+        if config.min_cosine is not None and cos is not None and cos < config.min_cosine:
+            raise GateFailedError(
+                f"quantize: {config.precision.value} output cosine {cos:.4f} vs FP32 is below --min-cosine {config.min_cosine}",
+                "use --max-accuracy-drop for accuracy-aware INT8, or --precision fp32", details=checks)
+        return Intermediate(out, model.format, config.precision, dict(model.notes))
+
+    # ------------------------------------------------------------------ helpers
+    def _static(self, model, config, ctx, fp32, out, work, report) -> None:
+        from .ort_static import StaticSettings, count_ops, ensure_opset, pre_process, quantize_static
+
+        if ctx.calib is None or len(ctx.calib) == 0:
+            raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
+        if config.preset:
+            preset, why = get_preset(config.preset), f"preset {config.preset} asked for"
+        else:
+            preset, why = preset_for_profile(ctx.profile)
+        overrides = {}
+        if config.calib_method is not None:
+            overrides["calib_method"] = config.calib_method
+        if config.per_channel is not None:
+            overrides["per_channel"] = config.per_channel
+        if config.nodes_to_exclude:
+            overrides["nodes_to_exclude"] = config.nodes_to_exclude
+        src = Path(model.path)
+        src, opset_note = ensure_opset(src, work / "opset13.onnx")
+        if opset_note:
+            report["opset"] = opset_note
+            if src == Path(model.path) and overrides.get("per_channel", preset.per_channel):
+                overrides["per_channel"] = False
+                ctx.warn(f"quantize: {opset_note}")
+        settings = StaticSettings.from_preset(preset, **overrides)
+        pre_note = None
+        if config.pre_process:
+            src, pre_note = pre_process(src, work / "preprocessed.onnx")
+            if pre_note:
+                ctx.warn(f"quantize: {pre_note}")
+        input_names = [i.name for i in fp32.graph.input if i.name not in {x.name for x in fp32.graph.initializer}]
+        report.update(method="static int8 QDQ (onnxruntime.quantization)", preset=preset.name, preset_reason=why,
+                      pre_process=pre_note or ("done" if config.pre_process else "skipped"),
+                      calibration={"samples": min(len(ctx.calib), config.calib_samples or len(ctx.calib)),
+                                   "source": getattr(ctx.calib, "source", ""),
+                                   "synthetic": getattr(ctx.calib, "synthetic", False)})
+        if config.max_accuracy_drop is not None:
+            from .accuracy_aware import accuracy_aware
+
+            path, aa = accuracy_aware(src, work, settings, ctx, config.max_accuracy_drop, input_names,
+                                      config.calib_samples, config.search_fraction)
+            report["accuracy_aware"] = aa
+            shutil.copyfile(path, out)
+        else:
+            quantize_static(src, out, settings, ctx.calib, input_names, config.calib_samples)
+            report["settings"] = settings.model_dump(mode="json")
+        ops = count_ops(out)
+        report["quantize_linear_nodes"] = ops.get("QuantizeLinear", 0)
+        report["dequantize_linear_nodes"] = ops.get("DequantizeLinear", 0)
+
+    @staticmethod
+    def _check_loads(path) -> None:
+        """The input must load in ONNX Runtime (a model it rejects is this stage's bad input)."""
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        try:
+            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        except Exception as err:  # noqa: BLE001
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise StageError(f"quantize: ONNX Runtime cannot load the model: {first}",
+                             "fix or re-export the model; quantization needs a model ONNX Runtime runs") from err
+
+    @staticmethod
+    def _check(before: Path, after: Path, ctx: ChainContext) -> dict:
+        from edgeopt.converters.checks import compare_onnx
+
+        data = ctx.check_samples or ctx.calib
+        feeds = data.feeds(8) if data is not None else []
+        if not feeds:
+            return {"skipped": "no check samples"}
+        try:
+            return compare_onnx(before, after, feeds)
+        except Exception as err:  # noqa: BLE001 - the quantized model failing to run is this stage's failure
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise StageError(f"quantize: the quantized model does not run in ONNX Runtime: {first}",
+                             "use --precision fp32, or report the model") from err

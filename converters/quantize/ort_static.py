@@ -1,0 +1,167 @@
+"""Static INT8 post-training quantization with ``onnxruntime.quantization`` (QDQ format)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from edgeopt.converters.base import CalibMethod
+from edgeopt.deps import require
+from edgeopt.errors import StageError
+
+from .presets import HardwarePreset, QType
+
+# Arithmetic between the heavy ops: left in float by the "weighted ops only" variant.
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+class StaticSettings(BaseModel):
+    """One complete set of quantizer options (a preset plus overrides)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    activation_type: QType = QType.QUINT8
+    weight_type: QType = QType.QINT8
+    per_channel: bool = True
+    reduce_range: bool = False
+    calib_method: CalibMethod = CalibMethod.MINMAX
+    activation_symmetric: bool = False
+    weight_symmetric: bool = True
+    moving_average: bool = False
+    quantize_bias: bool = True
+    percentile: float = 99.999
+    op_types_to_quantize: tuple[str, ...] | None = None
+    nodes_to_exclude: tuple[str, ...] = ()
+
+    @classmethod
+    def from_preset(cls, preset: HardwarePreset, **overrides) -> StaticSettings:
+        base = preset.model_dump(exclude={"name", "description"})
+        return cls(**{**base, **overrides})
+
+    def label(self) -> str:
+        parts = [self.calib_method.value, f"act={self.activation_type.value}", f"w={self.weight_type.value}"]
+        parts.append("per-channel" if self.per_channel else "per-tensor")
+        if self.activation_symmetric:
+            parts.append("act-symmetric")
+        if self.moving_average:
+            parts.append("moving-average")
+        if not self.quantize_bias:
+            parts.append("float-bias")
+        if self.op_types_to_quantize:
+            parts.append("ops=" + "/".join(self.op_types_to_quantize))
+        if self.nodes_to_exclude:
+            parts.append(f"excluded={len(self.nodes_to_exclude)}")
+        return " ".join(parts)
+
+
+def calibration_reader(dataset, input_names: list[str], limit: int | None = None):
+    """A ``CalibrationDataReader`` over an ``edgeopt.data.Dataset`` (one sample per call)."""
+    q = require("onnxruntime.quantization", "INT8 calibration")
+
+    class _Reader(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            n = len(dataset) if limit is None else min(limit, len(dataset))
+            self._feeds = iter(dataset.feeds(n))
+
+        def get_next(self):
+            feed = next(self._feeds, None)
+            if feed is None:
+                return None
+            return {k: np.asarray(v) for k, v in feed.items() if k in input_names}
+
+    return _Reader()
+
+
+def pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
+    """``quant_pre_process`` (shape inference + ORT basic optimisation); on failure the input, and why."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(dst), skip_symbolic_shape=False)
+        return dst, None
+    except Exception as err:  # noqa: BLE001 - known to fail on some real models (pitfalls.md)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        try:
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+            return dst, f"symbolic shape inference failed ({first}); pre-processed without it"
+        except Exception:  # noqa: BLE001
+            return src, f"quant_pre_process failed ({first}); quantized the model as it was"
+
+
+def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input_names: list[str],
+                    calib_samples: int | None = None) -> Path:
+    """Run ``quantize_static`` with ``settings``; any library failure becomes a StageError."""
+    q = require("onnxruntime.quantization", "INT8 quantization")
+    qtype = {QType.QUINT8: q.QuantType.QUInt8, QType.QINT8: q.QuantType.QInt8}
+    method = {CalibMethod.MINMAX: q.CalibrationMethod.MinMax, CalibMethod.PERCENTILE: q.CalibrationMethod.Percentile}
+    extra = {
+        "ActivationSymmetric": settings.activation_symmetric,
+        "WeightSymmetric": settings.weight_symmetric,
+        "CalibMovingAverage": settings.moving_average,
+        "QuantizeBias": settings.quantize_bias,
+    }
+    if settings.calib_method == CalibMethod.PERCENTILE:
+        extra["CalibPercentile"] = settings.percentile
+    tmp = dst.with_name(dst.stem + ".tmp.onnx")
+    try:
+        # the calibrators print progress on stdout, which belongs to the CLI's one JSON object
+        with contextlib.redirect_stdout(sys.stderr):
+            q.quantize_static(
+                str(src), str(tmp), calibration_reader(calib, input_names, calib_samples),
+                quant_format=q.QuantFormat.QDQ,
+                op_types_to_quantize=list(settings.op_types_to_quantize) if settings.op_types_to_quantize else None,
+                per_channel=settings.per_channel,
+                reduce_range=settings.reduce_range,
+                activation_type=qtype[settings.activation_type],
+                weight_type=qtype[settings.weight_type],
+                nodes_to_exclude=list(settings.nodes_to_exclude) or None,
+                calibrate_method=method[settings.calib_method],
+                extra_options=extra,
+            )
+    except Exception as err:  # noqa: BLE001 - the quantizer raises anything on odd graphs
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise StageError(f"quantize: onnxruntime static INT8 ({settings.label()}) failed: {type(err).__name__}: {first}",
+                         "try --precision fp32, or a recipe that excludes the failing nodes") from err
+    tmp.replace(dst)
+    return dst
+
+
+def count_ops(path: Path) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for n in onnx.load(str(path), load_external_data=False).graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return counts
+
+
+def opset_of(path: Path) -> int:
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    return next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def ensure_opset(src: Path, dst: Path, minimum: int = 13) -> tuple[Path, str | None]:
+    """Per-channel DequantizeLinear (``axis``) needs opset >= 13: upgrade older models with onnx's converter.
+
+    Returns (path, note); when the upgrade fails, (src, why) and the caller falls back to per-tensor weights.
+    """
+    import onnx
+    from onnx import version_converter
+
+    have = opset_of(src)
+    if have >= minimum:
+        return src, None
+    try:
+        model = version_converter.convert_version(onnx.load(str(src)), minimum)
+        model.ir_version = max(model.ir_version, 7)
+        onnx.checker.check_model(model)
+        onnx.save(model, str(dst))
+        return dst, f"opset {have} upgraded to {minimum} (per-channel INT8 needs DequantizeLinear with axis)"
+    except Exception as err:  # noqa: BLE001
+        return src, f"opset {have} could not be upgraded to {minimum} ({type(err).__name__}): per-tensor weights used"

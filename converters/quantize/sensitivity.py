@@ -1,0 +1,132 @@
+"""Per-node INT8 sensitivity on a QDQ model, and keeping chosen nodes in float.
+
+Method (the cheap sound one): calibrate once, then for each quantized node build the FP32 model
+with *only that node's* Q/DQ pairs (same scales as in the full INT8 model) and measure its output
+error against FP32 on the search samples. One calibration, one small session per node, and each
+score is the error that node alone brings in (no interaction with the other nodes' error).
+Keeping the chosen nodes in float is then the quantizer's own ``nodes_to_exclude`` (a new
+calibration per step of the search), so the quantizer's fusions (Relu folded into Q ranges) stay right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def quantized_nodes(qdq) -> list[str]:
+    """Names of the compute nodes that read at least one DequantizeLinear output (graph order)."""
+    dq_out = {o for n in qdq.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return [n.name for n in qdq.graph.node if n.op_type not in QDQ_OPS and any(i in dq_out for i in n.input)]
+
+
+def isolate(qdq, fp32, node: str):
+    """The FP32 model with only ``node``'s inputs and outputs fake-quantized exactly as in ``qdq``.
+
+    Built by inserting copies of the node's Q/DQ pairs (same scales, same INT8 weights) into the
+    FP32 graph rather than by stripping the others from the QDQ graph: the quantizer folds Relu/Clip
+    into the Q ranges, so a stripped graph would lose those activations.
+    """
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(fp32)
+    g = model.graph
+    q_producer = {o: n for n in qdq.graph.node for o in n.output}
+    q_inits = {i.name: i for i in qdq.graph.initializer}
+    q_node = next(n for n in qdq.graph.node if n.name == node)
+    have = {i.name for i in g.initializer}
+    for pos, target in enumerate(g.node):  # noqa: B007 - pos is used after the loop
+        if target.name == node:
+            break
+    else:
+        return model  # the node is not in the FP32 graph (renamed by pre-processing): nothing to isolate
+    inserted = []
+    for k, inp in enumerate(q_node.input):
+        dq = q_producer.get(inp)
+        if dq is None or dq.op_type != "DequantizeLinear" or k >= len(target.input):
+            continue
+        q = q_producer.get(dq.input[0])
+        new_dq = onnx.NodeProto()
+        new_dq.CopyFrom(dq)
+        new_dq.name = f"iso_{dq.name}"
+        new_dq.output[0] = f"iso_{node}_{k}"
+        if q is not None and q.op_type == "QuantizeLinear":
+            new_q = onnx.NodeProto()
+            new_q.CopyFrom(q)
+            new_q.name = f"iso_{q.name}"
+            new_q.input[0] = target.input[k]
+            new_q.output[0] = f"iso_{node}_{k}_q"
+            new_dq.input[0] = new_q.output[0]
+            inserted.append(new_q)
+            needed = list(q.input[1:]) + list(dq.input[1:])
+        else:
+            needed = list(dq.input)
+        for name in needed:
+            if name and name not in have and name in q_inits:
+                g.initializer.append(q_inits[name])
+                have.add(name)
+        inserted.append(new_dq)
+        target.input[k] = new_dq.output[0]
+    after = []
+    q_consumers = {}
+    for n in qdq.graph.node:
+        if n.op_type == "QuantizeLinear":
+            q_consumers.setdefault(n.input[0], n)
+    for k, out in enumerate(q_node.output):
+        q = q_consumers.get(out)
+        dq = next((n for n in qdq.graph.node if n.op_type == "DequantizeLinear" and q is not None
+                   and n.input[0] == q.output[0]), None)
+        if q is None or dq is None or k >= len(target.output):
+            continue
+        # the node's output as the quantizer quantizes it (for Relu folded into it: same range, zp clamps)
+        t = target.output[k]
+        new_q, new_dq = onnx.NodeProto(), onnx.NodeProto()
+        new_q.CopyFrom(q)
+        new_dq.CopyFrom(dq)
+        new_q.name, new_dq.name = f"iso_out_{q.name}", f"iso_out_{dq.name}"
+        target.output[k] = f"{t}_iso_pre"
+        new_q.input[0], new_q.output[0] = target.output[k], f"{t}_iso_q"
+        new_dq.input[0], new_dq.output[0] = new_q.output[0], t
+        for name in list(q.input[1:]) + list(dq.input[1:]):
+            if name and name not in have and name in q_inits:
+                g.initializer.append(q_inits[name])
+                have.add(name)
+        after += [new_q, new_dq]
+    for offset, n in enumerate(inserted):
+        g.node.insert(pos + offset, n)
+    for offset, n in enumerate(after):
+        g.node.insert(pos + len(inserted) + 1 + offset, n)
+    return model
+
+
+def output_error(reference: list[dict], got: list[dict]) -> float:
+    """Mean (1 - cosine) over samples and outputs."""
+    errs = []
+    for r, g in zip(reference, got, strict=True):
+        for name, a in r.items():
+            a = np.asarray(a, np.float64).ravel()
+            b = np.asarray(g[name], np.float64).ravel()
+            if not np.all(np.isfinite(b)):
+                errs.append(1.0)
+                continue
+            na, nb = np.linalg.norm(a), np.linalg.norm(b)
+            errs.append(0.0 if na == nb == 0 else 1.0 - float(a @ b / (na * nb)) if na and nb else 1.0)
+    return float(np.mean(errs)) if errs else 0.0
+
+
+def rank_nodes(qdq, fp32, feeds: list[dict], session_fn: Callable, progress=None) -> list[tuple[str, float]]:
+    """(node, error when only it is quantized), most sensitive first."""
+    ref_run = session_fn(fp32)
+    reference = [ref_run(f) for f in feeds]
+    scores = []
+    for name in quantized_nodes(qdq):
+        run = session_fn(isolate(qdq, fp32, name))
+        scores.append((name, output_error(reference, [run(f) for f in feeds])))
+        if progress is not None:
+            progress()
+    scores.sort(key=lambda t: -t[1])
+    return scores

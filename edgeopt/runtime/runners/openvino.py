@@ -1,0 +1,66 @@
+"""Runner for ``openvino`` artifacts (standard library + numpy + openvino only).
+
+Reads ``model.xml`` with ``ov.Core().read_model`` and compiles it with the manifest's settings:
+device, ``INFERENCE_PRECISION_HINT`` (always explicit: ``f32`` unless the artifact asks otherwise,
+since OpenVINO's CPU plugin runs "FP32" in bf16 on AMX/AVX512-BF16 CPUs by default),
+``PERFORMANCE_HINT`` and ``INFERENCE_NUM_THREADS``. Inputs and outputs are keyed by the ONNX names.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import base
+
+
+class Runner(base.Runner):
+    def __init__(self, artifact_dir: str, manifest: dict, threads: int | None = None):
+        super().__init__(artifact_dir, manifest, threads=threads)
+        try:
+            import openvino as ov
+        except ImportError as err:
+            raise base.RuntimeMissing("openvino is not installed (pip install openvino)") from err
+        settings = self.runtime.get("settings", {})
+        core = ov.Core()
+        model = core.read_model(os.path.join(artifact_dir, self.runtime["model"]))
+        device = settings.get("device") or "CPU"
+        if device not in core.available_devices and device != "AUTO":
+            device = "CPU"  # e.g. an NPU artifact checked on a machine without one
+        self.device = device
+        config = {
+            "INFERENCE_PRECISION_HINT": settings.get("inference_precision") or "f32",
+            "PERFORMANCE_HINT": settings.get("performance_hint") or "LATENCY",
+        }
+        if self.threads and device == "CPU":
+            config["INFERENCE_NUM_THREADS"] = int(self.threads)
+        self.compiled = core.compile_model(model, device, config)
+        hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")
+        self.properties = {"INFERENCE_PRECISION_HINT": str(getattr(hint, "get_type_name", lambda: hint)())}
+        self.request = self.compiled.create_infer_request()
+        self._io_in = {io["name"]: io for io in self._io("inputs")}
+        self._io_out = self._io("outputs")
+        self._ports = {p.get_any_name(): p for p in self.compiled.inputs}
+        self._dtypes = {name: p.get_element_type().to_dtype() for name, p in self._ports.items()}
+        self._out_ports = {}
+        for io in self._io_out:
+            self._out_ports[io["name"]] = self.compiled.output(io["runtime_name"])
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        inputs = {}
+        for name, arr in feeds.items():
+            io = self._io_in.get(name, {"runtime_name": name, "transpose": None})
+            rt = io["runtime_name"]
+            if rt not in self._ports:
+                continue
+            arr = self.to_runtime_layout(np.asarray(arr), io)
+            dt = self._dtypes.get(rt)
+            inputs[rt] = np.ascontiguousarray(arr.astype(dt, copy=False) if dt is not None else arr)
+        results = self.request.infer(inputs)
+        return {io["name"]: self.from_runtime_layout(np.array(results[self._out_ports[io["name"]]]), io)
+                for io in self._io_out}
+
+    def close(self) -> None:
+        self.request = None
+        self.compiled = None

@@ -1,0 +1,172 @@
+"""The OpenVINO backend (ONNX -> IR) and its runner, on the digits CNN with its human-labelled test split."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.converters.base import ChainContext, ChainOptions, Format, Intermediate, StageRecord
+from edgeopt.data import Dataset, load_npz
+from edgeopt.enums import BackendName, Precision
+from edgeopt.errors import MissingDependencyError
+
+REPO = Path(__file__).resolve().parent.parent
+DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
+DATA = REPO / "fixtures" / "data"
+
+pytestmark = pytest.mark.openvino
+
+
+def _digits():
+    if not DIGITS.is_file():
+        pytest.skip("fixtures/models/digits_cnn.onnx not built (make fixtures)")
+    calib, test = load_npz(DATA / "digits_calib.npz"), load_npz(DATA / "digits_test.npz")
+    calib.ranks = test.ranks = {"input": 4}
+    return calib, test
+
+
+def _ctx(tmp_path, calib, ev):
+    (tmp_path / "art").mkdir(exist_ok=True)
+    return ChainContext(profile=None, work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
+                        calib=calib, eval=ev, check_samples=ev.subset(np.arange(8)), threads=2,
+                        record=StageRecord("openvino", {}))
+
+
+def _runner(out, tmp_path):
+    from edgeopt.runtime.runners.openvino import Runner
+
+    manifest = {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}
+    return Runner(str(tmp_path / "art"), manifest, threads=2)
+
+
+def _accuracy(run, ds) -> float:
+    preds = [int(np.argmax(run(f)["logits"])) for f in ds.feeds()]
+    return 100.0 * float(np.mean(np.asarray(preds) == ds.labels))
+
+
+def test_configure_takes_profile_settings():
+    from edgeopt.converters.backends.openvino import BACKEND
+
+    assert BACKEND.quantizes_itself and BACKEND.extra == "openvino"
+    cfg = BACKEND.configure(ChainOptions(backend=BackendName.OPENVINO, precision=Precision.INT8, threads=3,
+                                         backend_settings={"device": "NPU"}))
+    assert cfg.device == "NPU" and cfg.threads == 3 and cfg.inference_precision == "f32"
+
+
+def test_fp32_artifact_matches_onnxruntime_with_f32_hint(tmp_path):
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.checks import compare, ort_run_fn
+
+    calib, test = _digits()
+    ctx = _ctx(tmp_path, calib, test)
+    out = OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(), ctx)
+    assert out.format == Format.OPENVINO_IR and (tmp_path / "art" / "model.xml").is_file()
+    assert (tmp_path / "art" / "model.bin").is_file()
+    rt = out.notes["runtime"]
+    assert rt["settings"]["inference_precision"] == "f32" and rt["settings"]["performance_hint"] == "LATENCY"
+    assert ctx.record.report["inference_precision_hint"] == "f32"
+    assert ctx.record.checks["cosine_min"] > 0.9999
+    runner = _runner(out, tmp_path)
+    assert runner.properties["INFERENCE_PRECISION_HINT"] == "f32"
+    got = runner.run(test.feed(0))
+    assert list(got) == ["logits"]  # keyed by the ONNX output names
+    checks = compare(ort_run_fn(DIGITS), runner.run, test.feeds(32))
+    assert checks["cosine_min"] > 0.9999 and checks["top1_agreement"] == 1.0
+
+
+def test_output_names_follow_onnx_when_openvino_renames(tmp_path):
+    """A graph output that is also an intermediate tensor name OpenVINO may rename: the runner maps it back."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["out:0"])], "g",
+        [helper.make_tensor_value_info("in.put/0", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("out:0", TensorProto.FLOAT, [1, 3]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(w, "w")])
+    g.node[0].input[0] = "in.put/0"
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "two.onnx"
+    onnx.save(m, str(path))
+    x = np.random.default_rng(0).standard_normal((8, 1, 4)).astype(np.float32)
+    ds = Dataset({"in.put/0": x}, ranks={"in.put/0": 2})
+    out = OpenVINOBackend().run(Intermediate(path), OpenVINOConfig(), _ctx(tmp_path, ds, ds))
+    got = _runner(out, tmp_path).run({"in.put/0": x[0]})
+    assert list(got) == ["out:0", "y"]
+    np.testing.assert_allclose(got["y"], x[0] @ w, rtol=1e-5)
+    np.testing.assert_allclose(got["out:0"], np.maximum(x[0] @ w, 0), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_int8_runs_and_keeps_accuracy(tmp_path):
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.checks import ort_run_fn
+
+    calib, test = _digits()
+    ctx = _ctx(tmp_path, calib, test)
+    out = OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(precision=Precision.INT8, subset_size=128), ctx)
+    assert out.precision == Precision.INT8
+    xml = (tmp_path / "art" / "model.xml").read_text()
+    assert "FakeQuantize" in xml  # NNCF inserted the INT8 quantizers
+    assert ctx.record.report["calibration"]["samples"] == 128
+    fp32 = _accuracy(ort_run_fn(DIGITS), test)
+    int8 = _accuracy(_runner(out, tmp_path).run, test)
+    assert fp32 - int8 <= 1.0, (fp32, int8)
+
+
+@pytest.mark.slow
+def test_int8_accuracy_control_recovers_outlier_model(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_quantize import outlier_classifier, outlier_data
+
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+
+    model = tmp_path / "outlier.onnx"
+    protos = outlier_classifier(model)
+    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
+    ctx = _ctx(tmp_path, calib, ev)
+    OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, max_accuracy_drop=1.0), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
+    assert aa["kept_in_float_count"] >= 1 and aa["search_samples"] + aa["confirm_samples"] == len(ev)
+
+
+def test_missing_openvino_fake_absent_names_extra(tmp_path, monkeypatch):
+    """openvino made unimportable (sys.modules entry None): the backend says which extra installs it."""
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+
+    calib, test = _digits()
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(MissingDependencyError) as err:
+        OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(), _ctx(tmp_path, calib, test))
+    assert "edgeopt[openvino]" in err.value.one_line()
+
+
+@pytest.mark.slow
+def test_convert_cli_openvino_int8_accuracy_control(tmp_path, cli):
+    import json
+
+    calib, test = _digits()
+    out = tmp_path / "ov"
+    proc = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
+               "--calib", str(DATA / "digits_calib.npz"), "--eval", str(DATA / "digits_test.npz"),
+               "--max-accuracy-drop", "1", "--threads", "2", "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    json.loads(proc.stdout)  # NNCF's progress bars and INFO log lines stay off stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runtime"]["settings"]["inference_precision"] == "f32"
+    assert manifest["validation"]["accuracy_drop"] <= 1.0
+    aa = next(s for s in manifest["stages"] if s["name"] == "openvino")["report"]["accuracy_aware"]
+    assert aa["met"] and aa["confirm_drop_points"] <= 1.0
+    from edgeopt.runtime.runners import open_runner
+
+    with open_runner(str(out), threads=2) as runner:
+        assert list(runner.run(test.feed(0))) == ["logits"]

@@ -1,0 +1,315 @@
+"""The quantize stage (ONNX -> ONNX): static INT8 QDQ, presets, FP16, dynamic refusal, accuracy-aware INT8.
+
+Stages are run directly (``QuantizeStage().run``) on real models and real data: the digits CNN and its
+human-labelled test split; the accuracy-aware case uses a constructed classifier (labels by construction)
+whose outlier channels break per-tensor INT8.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, StageRecord
+from edgeopt.data import Dataset, load_npz
+from edgeopt.enums import BackendName, Precision
+from edgeopt.errors import GateFailedError, StageError, UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
+DATA = REPO / "fixtures" / "data"
+
+pytestmark = pytest.mark.onnxruntime
+
+
+def _digits():
+    if not DIGITS.is_file():
+        pytest.skip("fixtures/models/digits_cnn.onnx not built (make fixtures)")
+    calib, test = load_npz(DATA / "digits_calib.npz"), load_npz(DATA / "digits_test.npz")
+    calib.ranks = test.ranks = {"input": 4}
+    return calib, test
+
+
+def _ctx(tmp_path, calib, ev=None, profile=None, check=None):
+    (tmp_path / "art").mkdir(exist_ok=True)
+    return ChainContext(profile=profile, work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
+                        calib=calib, eval=ev, check_samples=check if check is not None else (ev or calib).subset(np.arange(8)),
+                        threads=2, record=StageRecord("quantize", {}))
+
+
+def _accuracy(path, ds) -> float:
+    from edgeopt.converters.checks import ort_run_fn
+
+    run = ort_run_fn(path, threads=2)
+    preds = [int(np.argmax(next(iter(run(f).values())))) for f in ds.feeds()]
+    return 100.0 * float(np.mean(np.asarray(preds) == ds.labels))
+
+
+def _ops(path) -> list:
+    import onnx
+
+    return list(onnx.load(str(path)).graph.node)
+
+
+def outlier_classifier(path: Path, seed: int = 0) -> np.ndarray:
+    """x[1,16] -> fcA -> relu -> fcB -> relu -> fcC -> relu -> fcD -> logits[1,10], a least-squares classifier of
+    10 clusters. fcB makes 2 channels ~3000x larger than the rest, so per-tensor INT8 of its output wipes out the
+    small channels the classifier depends on. Returns the cluster prototypes (labels by construction)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    dims = [16, 32, 64, 32]
+    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(dims, dims[1:], strict=False)]
+    ws[1][:, :2] *= 3000.0
+    ws[2][:2, :] *= 1e-4
+    protos = (rng.standard_normal((10, 16)) * 2).astype(np.float32)
+    c = rng.integers(0, 10, 2000)
+    h = protos[c] + 0.3 * rng.standard_normal((2000, 16)).astype(np.float32)
+    for w in ws:
+        h = np.maximum(h @ w, 0)
+    ws.append(np.linalg.lstsq(h, 10.0 * np.eye(10)[c], rcond=None)[0].astype(np.float32))
+    nodes, t = [], "x"
+    for name in "ABCD":
+        nodes.append(helper.make_node("MatMul", [t, f"w{name}"], [f"mm{name}"], name=f"fc{name}"))
+        t = f"mm{name}"
+        if name != "D":
+            nodes.append(helper.make_node("Relu", [t], [f"h{name}"], name=f"relu{name}"))
+            t = f"h{name}"
+    nodes[-1].output[0] = "logits"
+    g = helper.make_graph(nodes, "outlier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(w, f"w{n}") for w, n in zip(ws, "ABCD", strict=True)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return protos
+
+
+def outlier_data(protos, n: int, seed: int) -> Dataset:
+    rng = np.random.default_rng(seed)
+    c = rng.integers(0, 10, n)
+    x = (protos[c] + 0.3 * rng.standard_normal((n, 16))).astype(np.float32)
+    return Dataset({"x": x}, c.astype(np.int64), source="clusters (labels by construction)", synthetic=True,
+                   ranks={"x": 2})
+
+
+# --------------------------------------------------------------------------- configure / presets
+
+
+def test_configure_only_for_int8_fp16_and_backends_that_do_not_quantize():
+    from edgeopt.converters.quantize import QuantizeStage
+
+    assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP32)) is None
+    assert QuantizeStage.configure(ChainOptions(backend=BackendName.OPENVINO, precision=Precision.INT8)) is None
+    cfg = QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.INT8,
+                                               calib_method="percentile", max_accuracy_drop=0.5))
+    assert cfg.precision == Precision.INT8 and cfg.calib_method == "percentile" and cfg.max_accuracy_drop == 0.5
+    assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP16)).precision == "fp16"
+
+
+def test_preset_follows_profile_isa():
+    from edgeopt.converters.quantize.presets import get_preset, preset_for_profile
+    from edgeopt.profiles import load_profile
+
+    preset, why = preset_for_profile(load_profile("pi5"))
+    assert preset.name == "arm64-dotprod" and "pi5" in why
+    with pytest.raises(UsageError) as err:
+        get_preset("x86-vnn")
+    assert "did you mean 'x86-vnni'" in err.value.one_line()
+
+
+# --------------------------------------------------------------------------- static INT8
+
+
+def test_static_int8_digits_cnn_qdq_cosine_and_accuracy(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    calib, test = _digits()
+    ctx = _ctx(tmp_path, calib, test)
+    out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(), ctx)
+    assert out.precision == Precision.INT8 and out.path.is_file()
+    nodes = _ops(out.path)
+    producers = {o: n.op_type for n in nodes for o in n.output}
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    assert convs and len([n for n in _ops(DIGITS) if n.op_type == "Conv"]) == len(convs)
+    # every conv reads dequantized activations and weights: ORT fuses each into QLinearConv
+    assert all(producers.get(n.input[0]) == "DequantizeLinear" and producers.get(n.input[1]) == "DequantizeLinear"
+               for n in convs)
+    assert ctx.record.report["quantize_linear_nodes"] >= len(convs)
+    assert ctx.record.report["settings"]["per_channel"] is True
+    assert ctx.record.checks["cosine_min"] > 0.99
+    drop = _accuracy(DIGITS, test) - _accuracy(out.path, test)
+    assert drop <= 1.0, drop
+
+
+def test_percentile_calibration_runs(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    calib, test = _digits()
+    ctx = _ctx(tmp_path, calib, test)
+    out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(calib_method="percentile"), ctx)
+    assert ctx.record.report["settings"]["calib_method"] == "percentile"
+    assert any(n.op_type == "QuantizeLinear" for n in _ops(out.path))
+    assert ctx.record.checks["cosine_min"] > 0.98
+
+
+def test_fp16_keeps_fp32_io_and_matches(tmp_path):
+    import onnx
+
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    calib, test = _digits()
+    ctx = _ctx(tmp_path, calib, test)
+    out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(precision=Precision.FP16), ctx)
+    m = onnx.load(str(out.path))
+    assert m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer)
+    assert ctx.record.checks["cosine_min"] > 0.9999
+
+
+def test_dynamic_int8_refused_for_cnn_with_reason(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    calib, test = _digits()
+    with pytest.raises(UsageError, match="dynamic INT8 refused: a convolutional model"):
+        QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(mode="dynamic"), _ctx(tmp_path, calib, test))
+
+
+def test_auto_mode_picks_dynamic_for_matmul_model_and_static_for_cnn(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model = tmp_path / "mlp.onnx"
+    protos = outlier_classifier(model)
+    data = outlier_data(protos, 32, seed=1)
+    ctx = _ctx(tmp_path, data, data)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(), ctx)
+    assert ctx.record.report["mode"] == "dynamic"
+    assert "100% of the weights" in ctx.record.report["mode_reason"]
+    assert any(n.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul") for n in _ops(out.path))
+    calib, test = _digits()
+    (tmp_path / "cnn").mkdir()
+    cnn_ctx = _ctx(tmp_path / "cnn", calib, test)
+    QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(), cnn_ctx)
+    assert cnn_ctx.record.report["mode"] == "static" and "convolutional" in cnn_ctx.record.report["mode_reason"]
+
+
+# --------------------------------------------------------------------------- accuracy-aware
+
+
+def test_accuracy_aware_recovers_outlier_model_and_reports(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model = tmp_path / "outlier.onnx"
+    protos = outlier_classifier(model)
+    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
+    naive_ctx = _ctx(tmp_path / "naive", calib, ev) if (tmp_path / "naive").mkdir() is None else None
+    naive = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static"), naive_ctx)
+    assert _accuracy(model, ev) - _accuracy(naive.path, ev) > 5.0  # naive INT8 really breaks it
+    assert any("differs from FP32" in w for w in naive_ctx.warnings)
+
+    ctx = _ctx(tmp_path, calib, ev)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["met"] and aa["metric"] == "top1_accuracy"
+    assert aa["search_samples"] + aa["confirm_samples"] == len(ev)
+    assert aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
+    assert aa["tried"][0]["what"] == "preset" and aa["tried"][0]["search_drop_points"] > 1.0
+    kept = {k["node"] for k in aa["kept_in_float"]}
+    assert kept & {"fcB", "fcC"} and len(kept) < 4  # the outlier path stays float, not the whole net
+    assert {"fp32", "int8_naive"} <= set(aa["latency_ms"])
+    assert _accuracy(model, ev) - _accuracy(out.path, ev) <= 2.0
+    json.dumps(ctx.record.report)  # the report goes into the manifest
+
+
+def test_accuracy_aware_without_eval_data_is_usage_error(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model = tmp_path / "outlier.onnx"
+    calib = outlier_data(outlier_classifier(model), 32, seed=1)
+    ctx = _ctx(tmp_path, calib, None, check=calib.subset(np.arange(4)))
+    with pytest.raises(UsageError, match="needs evaluation data"):
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0), ctx)
+
+
+def test_min_cosine_gate_fails_on_broken_int8(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model = tmp_path / "outlier.onnx"
+    protos = outlier_classifier(model)
+    data = outlier_data(protos, 64, seed=1)
+    with pytest.raises(GateFailedError, match="below --min-cosine 0.99"):
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", min_cosine=0.99),
+                            _ctx(tmp_path, data, data))
+
+
+# --------------------------------------------------------------------------- real models
+
+
+def _real(name):
+    from fixtures.real_models import FixtureMissing, real_model
+
+    try:
+        return real_model(name)
+    except FixtureMissing as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.slow
+@pytest.mark.realmodels
+def test_silero_vad_int8_breaks_and_is_caught_or_recovered(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from fixtures import fixture_data
+
+    model = _real("silero_vad")
+    ds = load_npz(fixture_data("vad"))
+    ds.ranks = {"input": 2, "state": 3, "sr": 0}
+    calib, ev = ds.split(0.3, seed=1)
+    check = ev.subset(np.arange(0, len(ev), max(1, len(ev) // 8)))
+    (tmp_path / "a").mkdir()
+    naive_ctx = _ctx(tmp_path / "a", calib, ev, check=check)
+    with pytest.raises(GateFailedError, match="cosine"):
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(min_cosine=0.99), naive_ctx)
+    assert naive_ctx.record.checks["cosine_min"] < 0.9
+    with pytest.raises(UsageError, match="dynamic INT8 refused"):
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="dynamic"), naive_ctx)
+    ctx = _ctx(tmp_path, calib, ev, check=check)
+    QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=2.0), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["met"] and aa["confirm_drop_points"] <= 2.0 and aa["labels"]
+    assert "decision at 0.5" in aa["metric"]
+
+
+@pytest.mark.slow
+@pytest.mark.realmodels
+def test_basic_pitch_static_int8_fails_as_stage_error(tmp_path):
+    import onnx
+
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model = _real("basic_pitch_onnx")
+    name = onnx.load(str(model), load_external_data=False).graph.input[0].name
+    rng = np.random.default_rng(0)
+    ds = Dataset({name: (0.1 * rng.standard_normal((2, 1, 43844, 1))).astype(np.float32)}, synthetic=True,
+                 ranks={name: 3})
+    with pytest.raises(StageError, match=r"^quantize: .*(Transpose|perm)"):
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(calib_samples=2), _ctx(tmp_path, ds, None, check=ds))
+
+
+@pytest.mark.slow
+def test_convert_cli_accuracy_aware_int8_records_report(tmp_path, cli):
+    calib, test = _digits()
+    out = tmp_path / "art"
+    proc = cli("convert", str(DIGITS), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+               "--calib", str(DATA / "digits_calib.npz"), "--eval", str(DATA / "digits_test.npz"),
+               "--max-accuracy-drop", "1", "--threads", "2", "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    json.loads(proc.stdout)  # one JSON object, no calibration chatter on stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    quant = next(s for s in manifest["stages"] if s["name"] == "quantize")
+    aa = quant["report"]["accuracy_aware"]
+    assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and quant["checks"]["cosine_min"] > 0.99
+    assert manifest["validation"]["accuracy_drop"] <= 1.0
