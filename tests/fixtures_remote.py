@@ -134,7 +134,7 @@ def make_tiny_onnx(path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
+def remote_tiny_model(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
     model = make_tiny_onnx(d / "tiny.onnx")
     inputs = d / "inputs.npz"
@@ -143,12 +143,12 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_artifact(tiny_model):
+def tiny_artifact(remote_tiny_model):
     """The tiny model converted for ``host`` (ONNX Runtime, FP32) by the real converter."""
     from edgeopt.convert import convert
 
-    out = tiny_model["dir"] / "artifact"
-    convert(str(tiny_model["model"]), "host", str(out), backend="onnxruntime", precision="fp32")
+    out = remote_tiny_model["dir"] / "artifact"
+    convert(str(remote_tiny_model["model"]), "host", str(out), backend="onnxruntime", precision="fp32")
     return out
 
 

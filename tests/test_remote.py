@@ -116,10 +116,10 @@ def test_fake_runtime_missing_says_how_to_set_up(remote_env, tmp_path, tiny_arti
 
 @pytest.mark.remote
 @pytest.mark.onnxruntime
-def test_remote_bench_model_on_emulated_x86(emulated_x86, tiny_model, cli, tmp_path):
+def test_remote_bench_model_on_emulated_x86(emulated_x86, remote_tiny_model, cli, tmp_path):
     out = tmp_path / "outputs.npz"
-    r = cli("remote-bench", "x86-emu", str(tiny_model["model"]), "--backend", "onnxruntime", "--precision", "fp32",
-            "--inputs", str(tiny_model["inputs"]), "--outputs", str(out), *FAST, "--json")
+    r = cli("remote-bench", "x86-emu", str(remote_tiny_model["model"]), "--backend", "onnxruntime", "--precision", "fp32",
+            "--inputs", str(remote_tiny_model["inputs"]), "--outputs", str(out), *FAST, "--json")
     assert r.returncode == 0, r.stderr
     payload = json.loads(r.stdout)
     assert payload["ok"] and payload["failed"] == []
@@ -129,7 +129,7 @@ def test_remote_bench_model_on_emulated_x86(emulated_x86, tiny_model, cli, tmp_p
     assert "emulated" in res["timings_label"]
     assert res["latency_ms"]["n"] >= 3 and res["inputs"]["synthetic"] is False
     assert res["device_facts"]["arch"] == "x86_64"
-    np.testing.assert_allclose(np.load(out)["y"], host_outputs(tiny_model["model"], tiny_model["inputs"]),
+    np.testing.assert_allclose(np.load(out)["y"], host_outputs(remote_tiny_model["model"], remote_tiny_model["inputs"]),
                                rtol=1e-5, atol=1e-6)
     from edgeopt.results import list_runs
 
@@ -215,17 +215,17 @@ def test_emulate_cli_status_and_stop(remote_env, cli):
 @pytest.mark.remote
 @pytest.mark.onnxruntime
 @pytest.mark.slow
-def test_remote_bench_model_on_emulated_pi5(emulated_pi5, tiny_model, cli, tmp_path):
+def test_remote_bench_model_on_emulated_pi5(emulated_pi5, remote_tiny_model, cli, tmp_path):
     out = tmp_path / "outputs.npz"
-    r = cli("remote-bench", "pi5-emu", str(tiny_model["model"]), "--backend", "onnxruntime", "--precision", "fp32",
-            "--inputs", str(tiny_model["inputs"]), "--outputs", str(out), *FAST, "--json")
+    r = cli("remote-bench", "pi5-emu", str(remote_tiny_model["model"]), "--backend", "onnxruntime", "--precision", "fp32",
+            "--inputs", str(remote_tiny_model["inputs"]), "--outputs", str(out), *FAST, "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)["results"][0]
     assert res["location"] == "emulated" and res["profile"] == "pi5"
     assert res["device_facts"]["arch"] == "x86_64"  # the shell is the host's; the runner's python is aarch64:
     assert res["environment"]["cpu"]["arch"] == "aarch64" and "asimddp" in res["environment"]["cpu"]["isa"]
     assert "onnxruntime" in res["environment"]["libraries"] and "emulating host" in res["device_facts"]["note"]
-    np.testing.assert_allclose(np.load(out)["y"], host_outputs(tiny_model["model"], tiny_model["inputs"]),
+    np.testing.assert_allclose(np.load(out)["y"], host_outputs(remote_tiny_model["model"], remote_tiny_model["inputs"]),
                                rtol=1e-5, atol=1e-6)
 
 
