@@ -24,7 +24,7 @@ def ort_run_fn(model_path: Path | str, threads: int | None = None) -> RunFn:
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         cast = {k: _cast(v, in_types.get(k)) for k, v in feeds.items() if k in in_types}
-        return dict(zip(names, sess.run(names, cast)))
+        return dict(zip(names, sess.run(names, cast), strict=True))
 
     return run
 

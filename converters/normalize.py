@@ -12,15 +12,19 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from pydantic import Field
+
 from edgeopt.converters.base import ChainContext, ChainOptions, Format, Intermediate, Stage, StageConfig
 from edgeopt.converters.registry import register_stage
-
 from edgeopt.errors import BadModelError, StageError
 
 
 class NormalizeConfig(StageConfig):
     input_shapes: dict[str, tuple[int, ...]] = {}
     fold: bool = True  # constant folding + Conv/BN fusion with onnxslim
+    # Older models are upgraded to this opset (and to IR >= 7): the quantizers and runtimes need it,
+    # and IR < 4 (initializers listed as graph inputs) does not survive constant folding.
+    min_opset: int = Field(default=13, ge=7)
     min_cosine: float = 0.9999
 
 
@@ -76,6 +80,29 @@ def set_static_output_dims(proto, path, feed) -> bool:
     return True
 
 
+def upgrade_opset(proto, min_opset: int, origin: str) -> dict | None:
+    """Upgrade a default-domain opset below ``min_opset`` (and IR < 7); None when nothing changed."""
+    import onnx
+    from onnx import version_converter
+
+    opset = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), None)
+    if opset is None or (opset >= min_opset and proto.ir_version >= 7):
+        return None
+    ir_before = proto.ir_version
+    model = proto
+    if opset < min_opset:
+        try:
+            model = version_converter.convert_version(proto, min_opset)
+        except Exception as err:  # noqa: BLE001 - the converter raises plain RuntimeErrors
+            raise StageError(
+                f"normalize: {origin} uses opset {opset} and could not be upgraded to {min_opset} ({type(err).__name__})",
+                "re-export the model with opset >= 13",
+            ) from err
+    model.ir_version = max(model.ir_version, 7)
+    onnx.checker.check_model(model)
+    return {"model": model, "opset_from": opset, "opset_to": max(opset, min_opset), "ir_from": ir_before, "ir_to": model.ir_version}
+
+
 def synthetic_feeds(model_path, n: int = 4, seed: int = 0) -> list[dict[str, np.ndarray]]:
     from edgeopt.data import synthetic_dataset
     from edgeopt.model import graph_inputs, load_onnx
@@ -96,8 +123,8 @@ class Normalize(Stage):
 
     def run(self, model: Intermediate, config: NormalizeConfig, ctx: ChainContext) -> Intermediate:
         import onnx
-        from edgeopt.converters.checks import compare_onnx
 
+        from edgeopt.converters.checks import compare_onnx
         from edgeopt.model import check_model, fix_input_shapes, load_onnx
 
         origin = model.path.name
@@ -105,9 +132,14 @@ class Normalize(Stage):
         out_names = [o.name for o in proto.graph.output]
         proto = fix_input_shapes(proto, dict(config.input_shapes), origin=origin, require_static=True)
         check_finite_weights(proto, origin)
+        report_upgrade = upgrade_opset(proto, config.min_opset, origin)
+        if report_upgrade:
+            proto = report_upgrade.pop("model")
         before = ctx.work_dir / "normalize_input.onnx"
         onnx.save(proto, str(before))
         report = {"nodes_before": len(proto.graph.node), "batchnorm_before": count_ops(proto, "BatchNormalization")}
+        if report_upgrade:
+            report["upgraded"] = report_upgrade
         try:
             proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False)
         except Exception as err:  # noqa: BLE001 - shape inference is best effort; the checker already passed

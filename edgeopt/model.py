@@ -165,7 +165,7 @@ def fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], *, origin: str =
                     f"--input-shape {spec.name} has {len(shape)} dims; the model's input has {len(dims)}",
                     f"give {len(dims)} dims, e.g. {spec.name}=" + "x".join(str(d if isinstance(d, int) else 1) for d in spec.shape),
                 )
-            for d, v in zip(dims, shape):
+            for d, v in zip(dims, shape, strict=True):
                 d.Clear()
                 d.dim_value = v
         elif require_static and not spec.is_static:

@@ -92,8 +92,9 @@ def test_fake_backend_failing_midway_leaves_nothing(tmp_path, tiny_model, test_p
 def test_fake_noisy_backend_fails_cosine_gate(tmp_path, tiny_model, test_profile, monkeypatch):
     """Fake: the backend perturbs the weights; the min-cosine gate misses: exit 5, nothing at OUT."""
     import onnx
-    from edgeopt.converters.backends import onnxruntime as ort_backend
     from onnx import numpy_helper
+
+    from edgeopt.converters.backends import onnxruntime as ort_backend
 
     real = ort_backend.OnnxRuntimeBackend.run
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, StageRecord
-from edgeopt.converters.normalize import Normalize, NormalizeConfig, count_ops, restore_output_names
 from fixtures_convert import conv_bn_model
 
+from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, StageRecord
+from edgeopt.converters.normalize import Normalize, NormalizeConfig, count_ops, restore_output_names
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import BadModelError, ExitCode
 
@@ -65,3 +65,34 @@ def test_restore_output_names_renames_back(tmp_path):
 def test_configure_takes_input_shapes_from_options():
     opts = ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP32, input_shapes={"x": (1, 3, 8, 8)})
     assert Normalize.configure(opts).input_shapes == {"x": (1, 3, 8, 8)}
+
+
+def test_old_opset_ir3_model_is_upgraded_and_folds(tmp_path):
+    """An opset-9, IR-3 model (initializers listed as graph inputs, like onnx's light_* models)
+    used to come out of folding invalid; normalize now upgrades it to opset 13 / IR 7 first."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    scale, bias, mean = (numpy_helper.from_array(a.astype(np.float32), n) for a, n in
+                         ((rng.uniform(0.5, 1.5, 4), "s"), (rng.standard_normal(4), "b"), (rng.standard_normal(4), "m")))
+    var = numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "v")
+    inits = [w, scale, bias, mean, var]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])],
+        "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+        + [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in inits],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    src = tmp_path / "old.onnx"
+    onnx.save(model, str(src))
+    out, ctx = _run(src, tmp_path)
+    new = onnx.load(str(out.path))
+    onnx.checker.check_model(new)
+    assert next(i.version for i in new.opset_import if i.domain == "") >= 13 and new.ir_version >= 7
+    assert ctx.record.report["upgraded"]["opset_from"] == 9
+    assert count_ops(new, "BatchNormalization") == 0
+    assert ctx.record.checks["cosine_min"] >= 0.9999

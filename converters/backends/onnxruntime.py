@@ -12,7 +12,6 @@ import shutil
 
 from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
 from edgeopt.converters.registry import register_stage
-
 from edgeopt.enums import BackendName, Precision, StrEnum
 
 
