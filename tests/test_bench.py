@@ -93,8 +93,8 @@ def test_bench_per_layer_on_onnxruntime_joins_the_roofline(tmp_path):
 def test_bench_per_layer_not_available_for_other_backends(tmp_path):
     from edgeopt.bench.per_layer import per_layer_for_artifact
 
-    out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "tflite", "model": "m.tflite"}}, {})
-    assert out == {"available": False, "note": "per-layer times are not available for tflite"}
+    out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "tvm", "model": "m.so"}}, {})
+    assert out == {"available": False, "note": "per-layer times are not available for tvm"}
 
 
 def test_join_puts_ops_furthest_from_the_roof_first_synthetic():
@@ -205,3 +205,42 @@ def test_keep_going_reports_a_broken_artifact_as_a_row(tmp_path):
     res = bench_artifacts([good, bad], opts, keep_going=True)
     assert [(r["name"], r["status"]) for r in res["rows"]] == [("good", "ok"), ("bad", "failed")]
     assert "failed to load" in res["rows"][1]["error"]
+
+
+@pytest.fixture(scope="module")
+def digits_tflite_artifact(tmp_path_factory):
+    from edgeopt.convert import convert
+    from edgeopt.profiles import load_profile
+
+    out = tmp_path_factory.mktemp("tfl") / "digits-tflite"
+    convert(DIGITS, load_profile("host"), out, backend="tflite", precision="fp32", threads=1, force=True)
+    return out
+
+
+@pytest.mark.tflite
+@pytest.mark.slow
+def test_bench_per_layer_on_tflite_says_why_and_lists_static_ops(digits_tflite_artifact):
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+
+    res = bench_artifacts([digits_tflite_artifact], BenchOptions(min_runs=5, min_seconds=0, warmup=1, per_layer=True,
+                                                                 store=False, threads=1))
+    row = res["rows"][0]
+    assert row["backend"] == "tflite" and row["latency_ms"]["p50"] > 0
+    pl = row["per_layer"]
+    assert pl["available"] is False and pl["backend"] == "tflite"
+    assert "no op profiler" in pl["note"] and "benchmark_model" in pl["note"]
+    static = pl["static_ops"]
+    types = {t["op_type"]: t["count"] for t in static["by_type"]}
+    assert any("CONV_2D" in t for t in types)  # the digits CNN's convolutions survive conversion
+    assert sum(types.values()) == static["count"] == len(static["ops"]) > 0
+    assert [op["index"] for op in static["ops"]] == list(range(static["count"]))
+    assert "DELEGATE" not in types and static["delegate_kernels"] >= 1  # XNNPACK's kernels are counted apart
+
+
+@pytest.mark.tflite
+def test_per_layer_tflite_without_a_model_still_says_why(tmp_path):
+    from edgeopt.bench.per_layer import per_layer_for_artifact
+
+    out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "tflite", "model": "missing.tflite"}}, {})
+    assert out["available"] is False and out["note"].startswith("per-layer times are not available for tflite:")
+    assert "static_ops" not in out and out["static_ops_error"]
