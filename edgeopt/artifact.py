@@ -2,6 +2,15 @@
 
 ``write_manifest`` fills ``files`` from the directory itself, so every file the backend wrote is
 hashed; ``load_artifact`` checks them again (a changed or missing file is an error, exit 3).
+
+Determinism: ``manifest.json`` holds only what the inputs decide. ``created`` is
+``$SOURCE_DATE_EPOCH`` when set (the reproducible-builds convention), else now. What varies from
+build to build (stage durations and other ``*seconds`` timings, the host, its load, the wall-clock
+time) goes into ``build.json``, the one file of an artifact that varies: it is not in ``files``,
+and ``manifest.build_facts`` names it. ``load_artifact`` merges it back into the returned manifest
+(so readers still see ``stages[].seconds``). The pipeline leaves it out of ``dist/`` (its facts go
+into ``summary.json``), so a dist artifact directory and its tarball are byte-identical across
+clean builds. ``manifest.determinism`` says whether the backend's files are reproducible, and why.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,6 +29,20 @@ from edgeopt.errors import BadInputError
 from edgeopt.model import file_sha256
 
 MANIFEST = "manifest.json"
+BUILD = "build.json"
+SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
+# Whether a backend's artifact files are byte-identical across clean builds with the same inputs
+# (same tool versions, same machine), and why / why not.
+BACKEND_DETERMINISM: dict[str, tuple[bool, str]] = {
+    "onnxruntime": (True, "model.onnx byte-identical across clean builds (checked, tests/test_pipeline.py)"),
+    "openvino": (True, "model.xml/model.bin byte-identical across clean builds (checked, tests/test_pipeline.py)"),
+    "tflite": (False, "model.tflite was byte-identical across two clean builds (checked by hand on the digits CNN), "
+                      "but the artifact keeps onnx2tf.log, which carries timestamps"),
+    "tvm": (True, "model.so byte-identical across two clean builds on one machine (checked by hand on the digits "
+                  "CNN); it is compiled and linked by the system compiler, so another compiler or machine may "
+                  "give other bytes; a tuned build's manifest names its tuning database's path "
+                  "(runtime.settings.tuning.database), which moves with the cache directory"),
+}
 
 
 class TensorInfo(BaseModel):
@@ -68,6 +92,8 @@ class Manifest(BaseModel):
     plan: dict
     warnings: list[str] = []
     created: str = ""
+    determinism: dict | None = None  # {"deterministic": bool | None, "why": str}
+    build_facts: str | None = None  # BUILD when the artifact has one: volatile facts, not in ``files``
 
 
 def guess_layout(shape) -> str | None:
@@ -85,10 +111,29 @@ def tensor_infos(specs, preprocessing: dict | None = None) -> list[TensorInfo]:
                        preprocessing=preprocessing) for t in specs]
 
 
+def determinism_of(backend: str) -> dict:
+    known = BACKEND_DETERMINISM.get(backend)
+    return {"deterministic": known[0], "why": known[1]} if known else {"deterministic": None, "why": "not verified"}
+
+
+def created_now() -> str:
+    """``$SOURCE_DATE_EPOCH`` (seconds since 1970, UTC) when set, else now; ISO 8601."""
+    sde = os.environ.get(SOURCE_DATE_EPOCH, "").strip()
+    if sde:
+        try:
+            when = datetime.fromtimestamp(int(sde), timezone.utc)
+        except (ValueError, OverflowError, OSError) as err:
+            raise BadInputError(f"{SOURCE_DATE_EPOCH}={sde!r} is not a whole number of seconds since 1970",
+                                "unset it or set it to e.g. 0 or $(git log -1 --format=%ct)") from err
+    else:
+        when = datetime.now(timezone.utc)
+    return when.isoformat(timespec="seconds")
+
+
 def hash_files(directory: Path) -> dict[str, str]:
     out = {}
     for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
+        if p.is_file() and p.relative_to(directory).as_posix() not in (MANIFEST, BUILD, BUILD + ".tmp"):
             out[p.relative_to(directory).as_posix()] = file_sha256(p)
     return out
 
@@ -104,15 +149,96 @@ def _finite(obj):
     return obj
 
 
+def _timings(obj) -> tuple:
+    """(obj without its ``*seconds`` keys, those keys in the same nesting or None)."""
+    if isinstance(obj, dict):
+        kept, moved = {}, {}
+        for k, v in obj.items():
+            if str(k).endswith("seconds") and isinstance(v, (int, float)):
+                moved[k] = v
+                continue
+            kept[k], sub = _timings(v)
+            if sub is not None:
+                moved[k] = sub
+        return kept, (moved or None)
+    if isinstance(obj, list):
+        pairs = [_timings(v) for v in obj]
+        return [p[0] for p in pairs], ([p[1] or {} for p in pairs] if any(p[1] for p in pairs) else None)
+    return obj, None
+
+
+def _merge(base, extra):
+    if isinstance(base, dict) and isinstance(extra, dict):
+        out = dict(base)
+        for k, v in extra.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    if isinstance(base, list) and isinstance(extra, list) and len(base) == len(extra):
+        return [_merge(b, e) for b, e in zip(base, extra, strict=True)]
+    return base
+
+
+def split_volatile(manifest: dict) -> tuple[dict, dict]:
+    """(the manifest's stable part, its timings): ``stages[].seconds``, the ``*seconds`` keys of
+    ``stages[].report`` and of ``validation`` (a stage's ``config`` is an input: it stays)."""
+    stable, timings = dict(manifest), {}
+    stages, stage_timings = [], []
+    for st in stable.get("stages") or []:
+        st = dict(st)
+        moved = {"seconds": st.pop("seconds")} if isinstance(st.get("seconds"), (int, float)) else {}
+        if "report" in st:
+            st["report"], rep = _timings(st["report"])
+            if rep is not None:
+                moved["report"] = rep
+        stages.append(st)
+        stage_timings.append(moved)
+    if any(stage_timings):
+        stable["stages"], timings["stages"] = stages, stage_timings
+    if stable.get("validation") is not None:
+        stable["validation"], moved = _timings(stable["validation"])
+        if moved is not None:
+            timings["validation"] = moved
+    return stable, timings
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def build_facts(timings: dict) -> dict:
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"note": f"facts of this one build; they vary between builds, so {BUILD} is not in the manifest's files",
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+            "load_avg": load, "timings": timings}
+
+
 def write_manifest(directory: Path, manifest: Manifest) -> Manifest:
-    """Hash the directory's files into ``manifest.files`` and write ``manifest.json`` atomically."""
-    manifest = manifest.model_copy(update={"files": hash_files(directory)})
+    """Hash the directory's files into ``manifest.files``; write ``manifest.json`` (stable) and
+    ``build.json`` (the timings and build host), atomically. Returns the full manifest (timings in)."""
+    manifest = manifest.model_copy(update={"files": hash_files(directory), "build_facts": BUILD})
     if not manifest.created:
-        manifest = manifest.model_copy(update={"created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(_finite(manifest.model_dump(mode="json")), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, directory / MANIFEST)
+        manifest = manifest.model_copy(update={"created": created_now()})
+    if manifest.determinism is None:
+        manifest = manifest.model_copy(update={"determinism": determinism_of(manifest.backend)})
+    stable, timings = split_volatile(manifest.model_dump(mode="json"))
+    _write_json(directory / BUILD, build_facts(timings))
+    _write_json(directory / MANIFEST, stable)
     return manifest
+
+
+def read_build_facts(directory: str | Path) -> dict | None:
+    """The artifact's ``build.json``, or None (absent or unreadable: it is informative only)."""
+    p = Path(directory) / BUILD
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def load_artifact(directory: str | Path, *, verify: bool = True) -> Manifest:
@@ -122,7 +248,11 @@ def load_artifact(directory: str | Path, *, verify: bool = True) -> Manifest:
     if not mf.is_file():
         raise BadInputError(f"'{d}' is not an edgeopt artifact (no {MANIFEST})", "pass the directory 'edgeopt convert -o' wrote")
     try:
-        manifest = Manifest.model_validate(json.loads(mf.read_text()))
+        data = json.loads(mf.read_text())
+        facts = read_build_facts(d) if data.get("build_facts") else None
+        if facts and isinstance(facts.get("timings"), dict):
+            data = _merge(data, facts["timings"])
+        manifest = Manifest.model_validate(data)
     except Exception as err:  # noqa: BLE001 - JSON or schema errors read the same to a user
         raise BadInputError(f"{mf}: unreadable manifest ({type(err).__name__})", "re-run edgeopt convert") from err
     if verify:

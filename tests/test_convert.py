@@ -27,7 +27,7 @@ def test_fp32_convert_manifest_and_runner(tmp_path, tiny_model, tiny_data, test_
     m = load_artifact(out)
     assert m.backend == "onnxruntime" and m.precision == "fp32" and m.profile == "testdev"
     assert set(m.files) == {"model.onnx"} and m.runtime["model"] == "model.onnx"
-    assert m.runtime["settings"]["graph_optimization_level"] == "ORT_ENABLE_EXTENDED"
+    assert m.runtime["settings"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
     assert m.inputs[0].name == "x" and m.inputs[0].shape == [1, 3, 8, 8] and m.inputs[0].layout == "NCHW"
     assert m.outputs[0].name == "logits" and m.outputs[0].shape == [1, 5]
     assert [s["name"] for s in m.stages] == ["normalize", "onnxruntime"]
@@ -237,3 +237,42 @@ def test_crepe_tiny_from_torch(tmp_path, test_profile):
     report = m["stages"][0]["report"]  # CREPE is Conv -> ReLU -> BN: BN after a ReLU cannot fold into the conv
     assert report["batchnorm_before"] == 6 and report["batchnorm_after"] <= 6
     assert m["validation"]["cosine_min"] > 0.9999
+
+
+def test_same_inputs_give_a_byte_identical_manifest_and_timings_go_to_build_json(tmp_path, tiny_model, tiny_data,
+                                                                                   test_profile, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    a, b = tmp_path / "a", tmp_path / "b"
+    convert(tiny_model, str(test_profile), a, eval=tiny_data)
+    convert(tiny_model, str(test_profile), b, eval=tiny_data)
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+    assert (a / "model.onnx").read_bytes() == (b / "model.onnx").read_bytes()
+    raw = json.loads((a / "manifest.json").read_text())
+    assert raw["created"] == "2023-11-14T22:13:20+00:00" and raw["build_facts"] == "build.json"
+    assert raw["determinism"]["deterministic"] is True and raw["determinism"]["why"]
+    assert "seconds" not in json.dumps(raw["stages"])  # durations live in build.json
+    assert "build.json" not in raw["files"] and set(raw["files"]) == {"model.onnx"}
+    facts = json.loads((a / "build.json").read_text())
+    assert facts["host"] and facts["timings"]["stages"][0]["seconds"] >= 0
+    m = load_artifact(a)  # build.json's timings merged back in
+    assert m.stages[0]["seconds"] == facts["timings"]["stages"][0]["seconds"]
+    (a / "build.json").unlink()  # informative only: the artifact still loads without it
+    assert "seconds" not in load_artifact(a).stages[0]
+
+
+def test_bad_source_date_epoch_is_a_one_line_error(tmp_path, tiny_model, test_profile, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(BadInputError, match="SOURCE_DATE_EPOCH"):
+        convert(tiny_model, str(test_profile), tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+
+
+def test_inspect_shows_durations_from_build_json(cli, tmp_path, tiny_model, test_profile):
+    out = tmp_path / "art"
+    convert(tiny_model, str(test_profile), out)
+    r = cli("inspect", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "stage normalize: " in r.stdout and " s" in r.stdout and "duration not recorded" not in r.stdout
+    assert "deterministic: True" in r.stdout
+    j = json.loads(cli("inspect", str(out), "--json").stdout)
+    assert j["build"]["timings"]["stages"][0]["seconds"] == j["manifest"]["stages"][0]["seconds"]

@@ -261,3 +261,27 @@ def test_tflite_target_gets_a_c_array(cli, tmp_path):
     assert "g_tfl_model_data" in (c_dir / "model_data.c").read_text()
     assert t["c_array"]["bytes"] == (tmp_path / "dist" / "tfl" / "model.tflite").stat().st_size
     assert "tfl/c_array/model_data.h" in tarfile.open(tmp_path / "dist" / "tfl.tar.gz").getnames()
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_clean_builds_give_byte_identical_dist_artifacts_and_tarballs(example_runs):
+    """Runs 0 and 2 of the fixture are clean builds (own cache dirs, own output dirs; run 0 also
+    benchmarks, which must not touch the artifact): every file of dist/<target>/ and every tarball
+    is byte-identical; the durations are in summary.json, not in the artifact."""
+    r1, r3 = example_runs["runs"][0], example_runs["runs"][2]
+    d1, d3 = Path(r1["output"]), Path(r3["output"])
+    assert [t["cached"] for t in r3["targets"]] == [False, False] and r1["cache_dir"] != r3["cache_dir"]
+    for t1, t3 in zip(r1["targets"], r3["targets"], strict=True):
+        name = t1["name"]
+        files = sorted(p.relative_to(d1 / name).as_posix() for p in (d1 / name).rglob("*") if p.is_file())
+        assert "build.json" not in files and "manifest.json" in files
+        assert files == sorted(p.relative_to(d3 / name).as_posix() for p in (d3 / name).rglob("*") if p.is_file())
+        for f in files:
+            assert (d1 / name / f).read_bytes() == (d3 / name / f).read_bytes(), f"{name}/{f} differs"
+        assert (d1 / t1["tarball"]["path"]).read_bytes() == (d3 / t3["tarball"]["path"]).read_bytes()
+        assert t1["tarball"]["sha256"] == t3["tarball"]["sha256"]
+        manifest = json.loads((d1 / name / "manifest.json").read_text())
+        assert manifest["created"] == "1970-01-01T00:00:00+00:00"  # SOURCE_DATE_EPOCH defaults to 0
+        assert manifest["determinism"]["deterministic"] is True
+        assert t1["build_facts"]["timings"]["stages"][0]["seconds"] >= 0

@@ -56,7 +56,7 @@ def profile_onnxruntime(artifact_dir: str, manifest: dict, feeds: dict, *, threa
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.enable_profiling = True
-    level = settings.get("graph_optimization_level", "ORT_ENABLE_EXTENDED")
+    level = settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     if threads:
         so.intra_op_num_threads = threads

@@ -16,9 +16,10 @@ def inspect_cmd(
     json_out: bool = JsonOption,
 ) -> None:
     """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
-    from edgeopt.artifact import load_artifact
+    from edgeopt.artifact import load_artifact, read_build_facts
 
-    m = load_artifact(artifact).model_dump(mode="json")
+    m = load_artifact(artifact).model_dump(mode="json")  # with build.json's timings merged in
+    build = read_build_facts(artifact) if m.get("build_facts") else None
 
     def human(c):
         c.print(f"{artifact}: {m['backend']} {m['precision']} for profile {m['profile']} (edgeopt {m['edgeopt_version']}, {m['created']})", markup=False)
@@ -28,7 +29,13 @@ def inspect_cmd(
                 c.print(f"  {kind[:-1]} {t['name']}: {t['shape']} {t['dtype']} {t.get('layout') or ''}", markup=False)
         for s in m["stages"]:
             cos = s["checks"].get("cosine_min")
-            c.print(f"  stage {s['name']}: {s['seconds']} s" + (f", cosine_min {cos:.6f}" if cos is not None else ""), markup=False)
+            took = f"{s['seconds']} s" if s.get("seconds") is not None else "duration not recorded"
+            c.print(f"  stage {s['name']}: {took}" + (f", cosine_min {cos:.6f}" if cos is not None else ""), markup=False)
+        if build:
+            c.print(f"built {build.get('built_at')} on {build.get('host')} (load {build.get('load_avg')})", markup=False)
+        det = m.get("determinism") or {}
+        if det:
+            c.print(f"deterministic: {det.get('deterministic')} ({det.get('why')})", markup=False)
         cal = m["calibration"]
         if cal["samples"]:
             c.print(f"calibration: {cal['samples']} samples from {cal['source']}" + (" (SYNTHETIC)" if cal["synthetic"] else ""), markup=False)
@@ -41,4 +48,4 @@ def inspect_cmd(
         for w in m["warnings"]:
             c.print(f"warning: {w}", markup=False)
 
-    emit(json_out, {"artifact": str(artifact), "manifest": m}, human)
+    emit(json_out, {"artifact": str(artifact), "manifest": m, "build": build}, human)

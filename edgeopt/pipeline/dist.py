@@ -1,10 +1,13 @@
 """What goes into ``dist/``: content hashes, reproducible tarballs, C arrays.
 
-Determinism (decided here, reported in ``summary.json``): the model files of ONNX Runtime and
-OpenVINO artifacts are byte-identical across clean builds (checked by tests/test_pipeline.py).
-The manifest also records *when* and *how long* (``created``, ``stages[].seconds`` and other ``*seconds`` timings) and where the
-source model was (``source_model.path``); those keys are left out of the artifact's
-``content_hash``, which is therefore the same for the same inputs. A tarball is reproducible
+Determinism (reported in ``summary.json``; per backend in the manifest's ``determinism``, see
+:data:`edgeopt.artifact.BACKEND_DETERMINISM`): the model files of ONNX Runtime and OpenVINO
+artifacts are byte-identical across clean builds (checked by tests/test_pipeline.py). The
+manifest's ``created`` comes from ``$SOURCE_DATE_EPOCH`` (the pipeline sets 0 unless the user did)
+and its timings live in ``build.json``, which the pipeline leaves out of ``dist/``; so the dist
+artifact directory and its tarball are byte-identical across clean builds of the same inputs
+(tests/test_pipeline.py). ``content_hash`` still leaves out ``created``, ``source_model.path``
+(the model's path as given) and any timings, for artifacts made by older builds. A tarball is reproducible
 (sorted entries, fixed mtime ``$SOURCE_DATE_EPOCH`` or 0, owner 0, gzip without a timestamp), so
 the same artifact directory always gives the same tarball bytes; a rebuild served from the cache
 reuses the cached manifest, so its tarball is byte-identical too.
@@ -23,16 +26,6 @@ from pathlib import Path
 
 VOLATILE_MANIFEST_KEYS = ("created", "source_model.path", "every key ending in 'seconds' (stage timings)",
                           "files['*.log'] (conversion logs carry timestamps)")
-# Backends whose artifact bytes were checked to be reproducible; others are reported as not verified.
-DETERMINISTIC_BACKENDS = {
-    "onnxruntime": "model.onnx byte-identical across clean builds (checked, tests/test_pipeline.py)",
-    "openvino": "model.xml/model.bin byte-identical across clean builds (checked, tests/test_pipeline.py)",
-    "tflite": "model.tflite byte-identical across two clean builds (checked by hand on the digits CNN); "
-              "onnx2tf.log has timestamps and is left out of the content hash",
-    "tvm": "model.so byte-identical across two clean builds on one machine (checked by hand on the digits CNN); "
-           "it depends on the system compiler and linker, so other machines may differ",
-}
-NOT_VERIFIED: dict[str, str] = {}
 
 
 def content_hash(manifest: dict) -> str:
@@ -53,9 +46,10 @@ def _without_timings(obj):
 
 
 def determinism(backend: str) -> dict:
-    if backend in DETERMINISTIC_BACKENDS:
-        return {"deterministic": True, "why": DETERMINISTIC_BACKENDS[backend]}
-    return {"deterministic": None, "why": NOT_VERIFIED.get(backend, "not verified")}
+    """For manifests written before they carried ``determinism``."""
+    from edgeopt.artifact import determinism_of
+
+    return determinism_of(backend)
 
 
 def dir_bytes(d: Path) -> int:

@@ -3,7 +3,9 @@
 ``dist/`` (the recipe's ``output``, relative to the recipe) is built in a temporary sibling and
 swapped in at the end, so a run leaves either the old ``dist/`` or the new one:
 
-* ``<target>/``: the artifact (manifest + model files) of every target that built and passed;
+* ``<target>/``: the artifact (manifest + model files) of every target that built and passed,
+  without its ``build.json`` (durations, host: they go into ``summary.json``), so that it and its
+  tarball are byte-identical across clean builds; ``$SOURCE_DATE_EPOCH`` (``created``) is 0 unless set;
 * ``<target>.tar.gz``: that artifact + ``edgeopt_runtime/`` (the device-side runner) for boards,
   reproducible (see :mod:`edgeopt.pipeline.dist`), plus ``c_array/`` for TFLite targets;
 * ``<target>-c_array/``: ``model_data.h``/``.c`` (TFLite targets): the model as a C array;
@@ -98,10 +100,13 @@ def _build_target(lr: LoadedRecipe, t: Target, work: Path, model_sha: str, on_ev
                            eval=lr.resolve(r.data.eval), input_shapes=shapes, preprocess=pre,
                            from_torch=m.from_torch, weights=lr.resolve(m.weights), model_sha=model_sha,
                            on_warning=lambda w: on_event(f"{t.name}: warning: {w}"))
+    from edgeopt.artifact import BUILD, read_build_facts
+
     dest = work / t.name
-    shutil.copytree(built["artifact"], dest)
+    shutil.copytree(built["artifact"], dest, ignore=lambda d, names: [BUILD] if Path(d) == built["artifact"] else [])
     dest.chmod(0o755)
-    return {**built, "artifact": dest, "profile": prof, "gates": gates, "build_seconds": round(time.perf_counter() - t0, 3)}
+    return {**built, "artifact": dest, "profile": prof, "gates": gates, "build_seconds": round(time.perf_counter() - t0, 3),
+            "build_facts": read_build_facts(built["artifact"])}
 
 
 def _bench(rows: list[dict], lr: LoadedRecipe, db: Path, on_event) -> dict:
@@ -148,9 +153,29 @@ def _publish(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)
 
 
+@contextlib.contextmanager
+def _source_date_epoch():
+    """``$SOURCE_DATE_EPOCH`` = 0 while the pipeline builds, unless the user set it."""
+    from edgeopt.artifact import SOURCE_DATE_EPOCH
+
+    if os.environ.get(SOURCE_DATE_EPOCH):
+        yield
+        return
+    os.environ[SOURCE_DATE_EPOCH] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(SOURCE_DATE_EPOCH, None)
+
+
 def run_pipeline(recipe_path: str | os.PathLike, *, bench: str = "local", output: str | os.PathLike | None = None,
                  on_event: Callable[[str], None] | None = None) -> PipelineResult:
     """Build, validate, (benchmark,) gate and package every target; see the module doc."""
+    with _source_date_epoch():
+        return _run_pipeline(recipe_path, bench=bench, output=output, on_event=on_event)
+
+
+def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResult:
     from edgeopt.pipeline import dist
     from edgeopt.pipeline import gates as gate_mod
     from edgeopt.pipeline.cache import cache_root
@@ -195,7 +220,8 @@ def run_pipeline(recipe_path: str | os.PathLike, *, bench: str = "local", output
                        precision=manifest["precision"], cached=b["cached"], cache_key=b["key"],
                        plan_hash=b["plan_hash"], build_seconds=b["build_seconds"], artifact_bytes=size,
                        files=manifest["files"], content_hash=dist.content_hash(manifest),
-                       determinism=dist.determinism(manifest["backend"]), validation=manifest.get("validation"),
+                       determinism=manifest.get("determinism") or dist.determinism(manifest["backend"]),
+                       build_facts=b["build_facts"], validation=manifest.get("validation"),
                        warnings=manifest.get("warnings", []), _gates=b["gates"], _profile=b["profile"],
                        _manifest=manifest)
             rows.append(row)
@@ -255,7 +281,11 @@ def run_pipeline(recipe_path: str | os.PathLike, *, bench: str = "local", output
             targets=[{k: (str(v) if isinstance(v, Path) else v) for k, v in x.items() if not k.startswith("_")}
                      for x in rows],
             failures=failures, report=report, notes=notes, environment=env, cache_dir=str(cache_root()),
-            determinism={"content_hash": "sha256 of the manifest without " + ", ".join(dist.VOLATILE_MANIFEST_KEYS),
+            determinism={"artifacts": "dist/<target>/ is byte-identical across clean builds with the same inputs "
+                                      "(manifest.created from $SOURCE_DATE_EPOCH, 0 unless set; durations and host "
+                                      "in build_facts here, not in the artifact), except source_model.path, the "
+                                      "model's path as resolved from the recipe; per backend: targets[].determinism",
+                         "content_hash": "sha256 of the manifest without " + ", ".join(dist.VOLATILE_MANIFEST_KEYS),
                          "tarballs": "reproducible: sorted, mtime $SOURCE_DATE_EPOCH or 0, owner 0, gzip mtime 0"},
         )
         result.seconds = round(time.perf_counter() - t_start, 3)

@@ -23,7 +23,7 @@ class Runner(base.Runner):
         settings = self.runtime.get("settings", {})
         so = ort.SessionOptions()
         so.log_severity_level = 3
-        level = settings.get("graph_optimization_level", "ORT_ENABLE_EXTENDED")
+        level = settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         if self.threads:
             so.intra_op_num_threads = int(self.threads)
