@@ -2,8 +2,8 @@
 
 The key is the sha256 of: the model's bytes (or the torch factory and weights), the plan hash
 (every stage's config, backend settings, input shapes), the profile's content, the calibration
-and evaluation data's bytes, the preprocessing, the versions of the tools that make the
-artifact, and a fingerprint of edgeopt's own conversion source code. Nothing else changes an
+and evaluation data's bytes, the preprocessing, ``$SOURCE_DATE_EPOCH`` (the manifest's
+``created``), the versions of the tools that make the artifact, and a fingerprint of edgeopt's own conversion source code. Nothing else changes an
 artifact, so a hit is reused as-is (its manifest included: same bytes as the first build).
 
 Cache directory: ``$EDGEOPT_CACHE_DIR/pipeline`` or ``~/.cache/edgeopt/pipeline``. Entries are
@@ -111,7 +111,8 @@ def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=No
             f"{from_torch}\0{path_sha256(weights)}".encode()).hexdigest()
     key = build_key(model_sha=model_sha, plan_hash=plan.hash, profile=profile_facts(profile),
                     calib_sha=path_sha256(calib), eval_sha=path_sha256(eval),
-                    preprocess=preprocess, extra={"from_torch": from_torch})
+                    preprocess=preprocess, extra={"from_torch": from_torch,  # created: $SOURCE_DATE_EPOCH
+                                                  "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH") or None})
     out = cache_root() / f"{plan.backend.value}-{key[:32]}"
     if (out / "manifest.json").is_file():
         from edgeopt.artifact import load_artifact
