@@ -56,6 +56,9 @@ _LAZY = {
     "build_report": ("edgeopt.report", "build_report"),
     "remote_bench": ("edgeopt.remote.bench", "remote_bench"),
     "remote_bench_many": ("edgeopt.remote.bench", "remote_bench_many"),
+    "tune": ("edgeopt.converters.tvm_tune", "tune"),
+    "run_pipeline": ("edgeopt.pipeline.run", "run_pipeline"),
+    "optimize": ("edgeopt.optimize.search", "optimize"),
 }
 
 

@@ -1,0 +1,140 @@
+"""Backend ``tvm``: the chain's ONNX (FP32, or QDQ INT8) compiled by Apache TVM 0.27 (Relax) into ``model.so``.
+
+ONNX → Relax (``tvm.relax.frontend.onnx.from_onnx``, static shapes, the importer's convert map
+checked first) → ``tvm.compile`` for the profile's target dict → ``model.so`` with the weights
+bundled (``main`` takes the inputs in ONNX order). A foreign target (aarch64 for a Pi 5 or an Orin)
+is cross-compiled with ``<triple>-g++``.
+
+A MetaSchedule database made by ``edgeopt tune`` for the same backend-input graph and target
+(``$EDGEOPT_CACHE_DIR/tvm-tuning/<key>``), or named by ``tuning_db`` (recipe ``stages: {tvm: {tuning_db: DIR}}``),
+is applied automatically; the manifest says whether the library is tuned and with which database.
+
+INT8: TVM's importer maps QuantizeLinear/DequantizeLinear to quantize/dequantize ops, which
+``tvm.compile`` lowers to float arithmetic around each (de)quantization; there is no integer
+conv kernel. The library computes INT8-rounded values (the numbers match the QDQ model) but is not
+faster than FP32 — the manifest's notes say so.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from edgeopt.converters.backends import tvm_build as tb
+from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.registry import register_stage
+from edgeopt.enums import BackendName, Precision
+
+LIBRARY = "model.so"
+INT8_NOTE = ("TVM lowers the QDQ graph's quantize/dequantize to float arithmetic (no integer kernels): "
+             "INT8-rounded numbers, no INT8 speed-up")
+
+
+class TVMConfig(StageConfig):
+    target: dict | None = None  # the profile's target dict; None = this machine
+    tuning_db: str | None = None  # a MetaSchedule JSON database dir to apply (else the tuning cache)
+    use_tuning_cache: bool = True  # look for $EDGEOPT_CACHE_DIR/tvm-tuning/<key>
+    threads: int | None = None  # runtime threads (the runner's thread pool)
+
+
+@register_stage
+class TVMBackend(Backend):
+    name = "tvm"
+    backend = BackendName.TVM
+    Config = TVMConfig
+    accepts = (Format.ONNX,)
+    produces = Format.TVM_LIB
+    extra = "tvm"
+    requires = ("tvm", "tvm_ffi")
+    quantizes_itself = False
+    precisions = (Precision.FP32, Precision.INT8)
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> TVMConfig:
+        s = options.backend_settings
+        return TVMConfig(target=s.get("target"), tuning_db=s.get("tuning_db"),
+                         threads=options.threads or s.get("threads"))
+
+    def run(self, model: Intermediate, config: TVMConfig, ctx: ChainContext) -> Intermediate:
+        from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+        proto = load_onnx(model.path, check=False)
+        target_dict = tb.resolve_target(config.target)
+        tb.cross_compiler_for(target_dict)  # exit 4 before any work when the cross compiler is missing
+        target = tb.make_target(target_dict)
+        report = ctx.record.report if ctx.record is not None else {}
+
+        t0 = time.perf_counter()
+        mod = tb.import_onnx(proto)
+        t_import = time.perf_counter() - t0
+        db_dir, how = self._database(proto, target_dict, config)
+        t0 = time.perf_counter()
+        executable = tb.build(mod, target, db_dir)
+        t_build = time.perf_counter() - t0
+        lib = ctx.artifact_dir / LIBRARY
+        tb.export(executable, lib, target_dict)
+        twin = self._host_twin(mod, target_dict, ctx) if tb.is_cross(target_dict) or \
+            tb.device_kind(target_dict) != "cpu" else None
+
+        tuning = {"tuned": db_dir is not None, "database": str(db_dir) if db_dir else None, "found_by": how,
+                  "records": tb.database_records(db_dir) if db_dir else 0,
+                  "key": tb.tuning_key(proto, target_dict)}
+        settings = {"target": target_dict, "device": tb.device_kind(target_dict), "threads": config.threads,
+                    "arch": tb.target_arch(target_dict), "tuning": tuning,
+                    "versions": tb.versions()}
+        notes_text = []
+        if model.precision == Precision.INT8:
+            notes_text.append(INT8_NOTE)
+        if db_dir is None:
+            notes_text.append("untuned: TVM's default schedules (50-100x slower than ONNX Runtime on x86); "
+                              "run 'edgeopt tune' first")
+            ctx.warn("tvm: library is UNTUNED (no MetaSchedule database for this model and target); "
+                     f"run 'edgeopt tune MODEL --profile {getattr(ctx.profile, 'name', 'P')}' to tune it")
+        if twin:
+            notes_text.append(f"validated here with {twin['model']}, the same Relax module built for this machine "
+                              f"({twin['arch']}); {LIBRARY} itself ({tb.target_arch(target_dict)}, "
+                              f"{tb.device_kind(target_dict)}) runs only on the device or under emulation")
+        runtime = {
+            "backend": self.backend.value,
+            "model": LIBRARY,
+            "host_twin": twin,
+            "settings": settings,
+            "notes": notes_text,
+            "io": {kind: [{"name": t.name, "runtime_name": t.name, "transpose": None} for t in specs]
+                   for kind, specs in (("inputs", graph_inputs(proto)), ("outputs", graph_outputs(proto)))},
+        }
+        report.update(target=target_dict, tuned=tuning["tuned"], tuning_database=tuning["database"],
+                      tuning_records=tuning["records"], import_seconds=round(t_import, 3),
+                      build_seconds=round(t_build, 3), library_arch=tb.elf_machine(lib),
+                      library_bytes=lib.stat().st_size, cross_compiled=tb.is_cross(target_dict), notes=notes_text)
+        return Intermediate(lib, Format.TVM_LIB, model.precision, {**model.notes, "runtime": runtime})
+
+    @staticmethod
+    def _host_twin(mod, target_dict: dict, ctx: ChainContext) -> dict:
+        """Build the same module for this machine (CPU), so the chain can validate a foreign library's graph."""
+        host = tb.resolve_target({"kind": "llvm"})
+        name = f"model.{tb.host_arch()}.so"
+        tb.export(tb.build(mod, tb.make_target(host)), ctx.artifact_dir / name, host)
+        ctx.warn(f"tvm: {LIBRARY} is for {tb.target_arch(target_dict)}/{tb.device_kind(target_dict)}: validation here runs "
+                 f"{name} (the same graph built for {tb.host_arch()}), not the device library; use emulate/remote-bench")
+        return {"model": name, "arch": tb.host_arch(), "target": host}
+
+    @staticmethod
+    def _database(proto, target_dict: dict, config: TVMConfig) -> tuple[Path | None, str | None]:
+        """The MetaSchedule database to apply, and how it was found (``tuning_db`` or ``cache``)."""
+        from edgeopt.errors import BadInputError
+
+        if config.tuning_db:
+            d = Path(config.tuning_db).expanduser()
+            if tb.database_records(d) == 0:
+                raise BadInputError(f"tvm: tuning database '{d}' has no tuning records",
+                                    f"run 'edgeopt tune ... --tuning-db {d}' first, or drop tuning_db")
+            return d, "tuning_db"
+        if config.use_tuning_cache:
+            d = tb.tuning_dir(tb.tuning_key(proto, target_dict))
+            if tb.database_records(d) > 0:
+                return d, "cache"
+        return None, None
+
+
+BACKEND = TVMBackend

@@ -1,0 +1,66 @@
+"""``edgeopt tune MODEL --profile P --trials N | --time-budget MIN``: MetaSchedule tuning for the TVM backend."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+from edgeopt.cli import app
+from edgeopt.cli.output import JsonOption, emit, warn
+
+
+def _progress_factory(json_mode: bool):
+    from edgeopt.cli.output import progress
+
+    @contextmanager
+    def bar(description: str, total: int | None):
+        with progress(json_mode) as p:
+            task = p.add_task(description, total=total)
+
+            class _Tick:
+                @staticmethod
+                def advance(n: int = 1) -> None:
+                    p.advance(task, n)
+
+            yield _Tick()
+
+    return bar
+
+
+@app.command("tune")
+def tune_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model."),
+    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file (its tvm target)."),
+    trials: int = typer.Option(None, "--trials", help="Measurement trials in all (~10 s each on 2 cores)."),
+    time_budget: float = typer.Option(None, "--time-budget", help="Stop after this many minutes."),
+    tuning_db: Path = typer.Option(None, "--tuning-db", help="Database directory (default: $EDGEOPT_CACHE_DIR/tvm-tuning/<key>)."),
+    rpc_tracker: str = typer.Option(None, "--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (measure on the board)."),
+    rpc_key: str = typer.Option(None, "--rpc-key", help="The board's key at the tracker."),
+    precision: str = typer.Option(None, "--precision", help="fp32 | int8 (default: the profile's; must match convert's)."),
+    calib: Path = typer.Option(None, "--calib", help="Calibration data (INT8), as given to convert."),
+    input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=DIMS, as given to convert."),
+    profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Tune a model's TVM kernels for a profile; later 'convert --backend tvm' runs use the database."""
+    from edgeopt.converters.tvm_tune import tune
+
+    result = tune(model, profile, trials=trials, time_budget_min=time_budget, tuning_db=tuning_db,
+                  rpc_tracker=rpc_tracker, rpc_key=rpc_key, precision=precision, calib=calib,
+                  input_shapes=input_shape, profile_dirs=profile_dir, progress=_progress_factory(json_out),
+                  on_warning=warn)
+    payload = result.model_dump(mode="json")
+
+    def human(c):
+        c.print(f"tuned {len(result.tasks)} tasks for {result.profile} ({result.runner}): {result.trials_measured} trials "
+                f"measured ({result.trials_failed} failed) in {result.seconds:.0f} s, stopped by {result.stopped_by}",
+                markup=False)
+        c.print(f"database {result.database} ({result.records} records, key {result.key})", markup=False)
+        for name, ms in sorted(result.best_ms.items(), key=lambda kv: -kv[1]):
+            c.print(f"  {name}: best {ms:.4f} ms", markup=False)
+
+    emit(json_out, payload, human)
+    if result.stopped_by == "interrupted":
+        raise typer.Exit(130)
