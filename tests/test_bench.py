@@ -91,10 +91,13 @@ def test_bench_per_layer_on_onnxruntime_joins_the_roofline(tmp_path):
 
 
 def test_bench_per_layer_not_available_for_other_backends(tmp_path):
-    from edgeopt.bench.per_layer import per_layer_for_artifact
+    # every BackendName has a per-layer path now (tflite says why it has no times); a backend without one says so
+    from edgeopt.bench.per_layer import PROFILERS, per_layer_for_artifact
+    from edgeopt.enums import BackendName
 
-    out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "tvm", "model": "m.so"}}, {})
-    assert out == {"available": False, "note": "per-layer times are not available for tvm"}
+    assert set(PROFILERS) | {"tflite"} == {b.value for b in BackendName}
+    out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "coreml", "model": "m.mlmodel"}}, {})
+    assert out == {"available": False, "note": "per-layer times are not available for coreml"}
 
 
 def test_join_puts_ops_furthest_from_the_roof_first_synthetic():
@@ -244,3 +247,51 @@ def test_per_layer_tflite_without_a_model_still_says_why(tmp_path):
     out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "tflite", "model": "missing.tflite"}}, {})
     assert out["available"] is False and out["note"].startswith("per-layer times are not available for tflite:")
     assert "static_ops" not in out and out["static_ops_error"]
+
+
+def test_tvm_kernel_names_map_to_their_first_op_and_join_by_type_and_order():
+    from edgeopt.bench.per_layer import join_with_predictions, match_by_op_type, tvm_kernel_op
+
+    assert tvm_kernel_op("fused_conv2d_add_relu") == "conv2d"
+    assert tvm_kernel_op("conv2d3") == "conv2d"
+    assert tvm_kernel_op("fused_max_pool2d1") == "max_pool2d"
+    assert tvm_kernel_op("add4") == "add"
+    assert tvm_kernel_op("vm.builtin.alloc_tensor") == "vm.builtin"
+    measured = [{"name": n, "op_type": tvm_kernel_op(n), "measured_us": 2.0, "calls_per_run": 1.0}
+                for n in ("fused_conv2d_add_relu", "conv2d1", "add", "matmul", "relu")]
+    predicted = [{"name": "/0/Conv", "op_type": "Conv", "predicted_us": 1.0},
+                 {"name": "/1/Conv", "op_type": "Conv", "predicted_us": 0.5},
+                 {"name": "/2/Gemm", "op_type": "Gemm", "predicted_us": 4.0},
+                 {"name": "/3/Relu", "op_type": "Relu", "predicted_us": 1.0},
+                 {"name": "/4/Relu", "op_type": "Relu", "predicted_us": 1.0}]
+    match_by_op_type(measured, predicted)
+    nodes = {m["name"]: m.get("onnx_node") for m in measured}
+    # Conv and Gemm pair in order; one relu kernel against two Relu nodes is ambiguous; Add has no node
+    assert nodes == {"fused_conv2d_add_relu": "/0/Conv", "conv2d1": "/1/Conv", "matmul": "/2/Gemm", "add": None,
+                     "relu": None}
+    rows = join_with_predictions(measured, predicted)
+    assert [r["name"] for r in rows[:3]] == ["conv2d1", "fused_conv2d_add_relu", "matmul"]
+    assert rows[0]["measured_over_predicted"] == 4.0
+
+
+@pytest.mark.tvm
+def test_bench_per_layer_on_tvm_times_each_kernel(tmp_path):
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    from edgeopt.convert import convert
+
+    art = tmp_path / "tvm"
+    convert(str(DIGITS), "host", str(art), backend="tvm", precision="fp32", threads=1)
+    res = bench_artifacts([art], BenchOptions(min_runs=5, min_seconds=0, warmup=1, per_layer=True, store=False,
+                                              threads=1))
+    row = res["rows"][0]
+    assert row["backend"] == "tvm" and row["latency_ms"]["p50"] > 0
+    pl = row["per_layer"]
+    assert pl["available"] and pl["backend"] == "tvm" and pl["library"] == "model.so"
+    kernels = [op for op in pl["ops"] if op["op_type"] != "vm.builtin"]
+    assert len(kernels) == pl["kernels"] and kernels
+    assert all(op["measured_us"] > 0 for op in pl["ops"])
+    convs = [op for op in kernels if op["op_type"] == "conv2d"]
+    assert convs and all("conv2d" in op["name"] for op in convs)
+    # the digits CNN has 4 Conv nodes: the conv kernels pair with them by order, and get a roofline prediction
+    assert pl["matched"] >= 1 and all(op["onnx_node"].endswith("/Conv") and op["predicted_us"] for op in convs)
+    assert pl["instrument_overhead_us"] is None or pl["instrument_overhead_us"] > 0

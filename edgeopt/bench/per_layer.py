@@ -2,8 +2,9 @@
 
 ONNX Runtime: ``SessionOptions.enable_profiling`` writes a Chrome-trace JSON whose ``Node``
 events named ``<node>_kernel_time`` carry each kernel's duration (us). OpenVINO: compile with
-``PERF_COUNT`` and read ``InferRequest.profiling_info`` (``real_time`` per node). Other backends
-say "not available for <backend>". Times are means over ``runs`` inferences.
+``PERF_COUNT`` and read ``InferRequest.profiling_info`` (``real_time`` per node). TVM: see
+``profile_tvm``. Other backends say "not available for <backend>". Times are means over
+``runs`` inferences.
 
 TFLite (ai-edge-litert 2.3): the Python wheel exposes no per-op timer. ``InterpreterWrapper`` binds no
 profiler (its methods are tensor/node accessors, Invoke, ModifyGraphWithDelegate), ``CompiledModel`` has
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
 
@@ -108,7 +110,106 @@ def profile_openvino(artifact_dir: str, manifest: dict, feeds: dict, *, threads:
     return [{"name": n, "op_type": kinds[n], "measured_us": t / runs} for n, t in total.items()]
 
 
-PROFILERS = {"onnxruntime": profile_onnxruntime, "openvino": profile_openvino}
+# TVM 0.27 has no VM profiler: the Relax VM's ``profile=True`` / ``vm.profile()`` and ``tvm.runtime.profiling``
+# were removed (tvm/runtime/vm.py has no ``profile``; libtvm_runtime.so has no profiler VM). What the VM keeps is
+# ``set_instrument``: a callback run before and after every Call instruction with the callee's symbol (a
+# PrimFunc kernel such as ``conv2d1``/``fused_conv2d_add_relu``, or a ``vm.builtin.*``). It works on a library
+# loaded from disk, so the per-kernel time here is wall time between the two callbacks (device synced
+# first when not a CPU); each carries the callback's own cost, measured as ``instrument_overhead_us`` (the
+# median time of ``vm.builtin.null_value``, which does nothing).
+_TVM_TO_ONNX = {
+    "conv1d": ("Conv",), "conv2d": ("Conv",), "conv3d": ("Conv",), "conv2d_transpose": ("ConvTranspose",),
+    "conv1d_transpose": ("ConvTranspose",), "matmul": ("MatMul", "Gemm"), "dense": ("Gemm", "MatMul"),
+    "add": ("Add",), "subtract": ("Sub",), "multiply": ("Mul",), "divide": ("Div",), "relu": ("Relu",),
+    "sigmoid": ("Sigmoid",), "tanh": ("Tanh",), "clip": ("Clip",), "exp": ("Exp",), "erf": ("Erf",),
+    "sqrt": ("Sqrt",), "power": ("Pow",), "max_pool2d": ("MaxPool",), "max_pool1d": ("MaxPool",),
+    "avg_pool2d": ("AveragePool",), "adaptive_avg_pool2d": ("GlobalAveragePool",),
+    "mean": ("GlobalAveragePool", "ReduceMean"), "sum": ("ReduceSum",), "max": ("ReduceMax", "GlobalMaxPool"),
+    "softmax": ("Softmax",), "log_softmax": ("LogSoftmax",), "transpose": ("Transpose",), "reshape": ("Reshape",),
+    "concatenate": ("Concat",), "take": ("Gather",), "strided_slice": ("Slice",), "layer_norm": ("LayerNormalization",),
+    "batch_norm": ("BatchNormalization",), "resize2d": ("Resize",), "split": ("Split",), "where": ("Where",),
+    "hardswish": ("HardSwish",), "gelu": ("Gelu",), "leakyrelu": ("LeakyRelu",), "prelu": ("PRelu",),
+}
+
+
+def tvm_kernel_op(symbol: str) -> str:
+    """The first op of a TVM kernel name: ``fused_conv2d_add_relu`` -> conv2d, ``add4`` -> add."""
+    if symbol.startswith("vm.builtin."):
+        return "vm.builtin"
+    stem = re.sub(r"\d+$", "", symbol.removeprefix("fused_"))
+    best = ""
+    for op in _TVM_TO_ONNX:
+        if (stem == op or stem.startswith(op + "_")) and len(op) > len(best):
+            best = op
+    return best or stem
+
+
+def profile_tvm(artifact_dir: str, manifest: dict, feeds: dict, *, threads: int | None = None,
+                runs: int = 20) -> tuple[list[dict], dict]:
+    """Mean wall time per TVM kernel from the Relax VM's call instrument (loaded as ``Runner`` loads it)."""
+    import time
+
+    from edgeopt.runtime.runners.tvm import Runner
+
+    runner = Runner(artifact_dir, manifest, threads=threads)
+    try:
+        runner.run(feeds)  # warm-up, not instrumented
+        dev = runner.device
+        sync = dev.sync if dev.dlpack_device_type() != runner._tvm.cpu(0).dlpack_device_type() else None  # noqa: SLF001
+        total: dict[str, int] = defaultdict(int)
+        calls: dict[str, int] = defaultdict(int)
+        order: dict[str, int] = {}
+        started: list[int] = []
+
+        def instrument(func, symbol, before_run, ret_value, *args):  # noqa: ANN001, ARG001 - the VM's signature
+            if sync is not None:
+                sync()
+            now = time.perf_counter_ns()
+            if before_run:
+                started.append(now)
+            elif started:
+                total[symbol] += now - started.pop()
+                calls[symbol] += 1
+                order.setdefault(symbol, len(order))
+            return 0  # VMInstrumentReturnKind.NO_OP
+
+        runner.vm.set_instrument(instrument)
+        for _ in range(runs):
+            runner.run(feeds)
+        runner.vm.set_instrument(None)
+    finally:
+        runner.close()
+    noop = total.get("vm.builtin.null_value")
+    rows = [{"name": s, "op_type": tvm_kernel_op(s), "measured_us": total[s] / 1e3 / runs,
+             "calls_per_run": calls[s] / runs} for s in sorted(order, key=order.get)]
+    facts = {"library": runner.library_file, "timer": "relax VM set_instrument (wall time per Call; TVM 0.27 has no "
+             "VM profiler)", "kernels": sum(1 for r in rows if r["op_type"] != "vm.builtin"),
+             "instrument_overhead_us": round(noop / 1e3 / calls["vm.builtin.null_value"], 3) if noop else None}
+    return rows, facts
+
+
+def match_by_op_type(measured: list[dict], predicted: list[dict]) -> str:
+    """Give each TVM kernel the ONNX node it stands for (``onnx_node``) where that is unambiguous.
+
+    A kernel's first op maps to ONNX op types; within a type, kernels (in call order, each called once a
+    run) pair with ONNX nodes (in graph order) only when both counts are equal.
+    """
+    present: dict[str, list[str]] = defaultdict(list)
+    for p in predicted:
+        present[p.get("op_type", "")].append(p["name"])
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for m in measured:
+        onnx_type = next((t for t in _TVM_TO_ONNX.get(m["op_type"], ()) if t in present), None)
+        if onnx_type and m.get("calls_per_run", 1) == 1:
+            groups[onnx_type].append(m)
+    for onnx_type, kernels in groups.items():
+        if len(kernels) == len(present[onnx_type]):
+            for m, node in zip(kernels, present[onnx_type], strict=True):
+                m["onnx_node"] = node
+    return "op type and order"
+
+
+PROFILERS = {"onnxruntime": profile_onnxruntime, "openvino": profile_openvino, "tvm": profile_tvm}
 
 TFLITE_NOT_AVAILABLE = (
     "per-layer times are not available for tflite: ai-edge-litert's Python API has no op profiler "
@@ -153,8 +254,8 @@ def join_with_predictions(measured: list[dict], predicted: list[dict]) -> list[d
     """
     pred = {p["name"]: p for p in predicted}
     rows = []
-    for m in measured:
-        p = pred.get(m["name"])
+    for m in measured:  # a TVM kernel names the ONNX node it was matched to in "onnx_node"
+        p = pred.get(m.get("onnx_node") or m["name"])
         pu = p.get("predicted_us") if p else None
         ratio = m["measured_us"] / pu if pu else None
         rows.append({**m, "predicted_us": pu, "bound": (p or {}).get("bound"), "measured_over_predicted": ratio})
@@ -173,7 +274,8 @@ def roofline_predictions(model_path: str, profile_name: str | None) -> tuple[lis
         return None, "edgeopt.analyze is not available"
     except Exception as err:  # noqa: BLE001 - the join is optional
         return None, f"roofline analysis failed: {type(err).__name__}: {str(err)[:160]}"
-    return [{"name": o.name, "predicted_us": o.time_us, "bound": o.bound.value} for o in res.ops], None
+    return [{"name": o.name, "op_type": o.op_type, "predicted_us": o.time_us, "bound": o.bound.value}
+            for o in res.ops], None
 
 
 def per_layer_for_artifact(artifact_dir: str, manifest: dict, feeds: dict, *, threads: int | None = None,
@@ -185,10 +287,16 @@ def per_layer_for_artifact(artifact_dir: str, manifest: dict, feeds: dict, *, th
     if fn is None:
         return {"available": False, "note": f"per-layer times are not available for {backend}"}
     measured = fn(artifact_dir, manifest, feeds, threads=threads, runs=runs)
-    out = {"available": True, "backend": backend, "runs": runs, "total_measured_us": sum(m["measured_us"] for m in measured)}
+    extra: dict = {}
+    if isinstance(measured, tuple):  # (rows, backend-specific facts)
+        measured, extra = measured
+    out = {"available": True, "backend": backend, "runs": runs, "total_measured_us": sum(m["measured_us"] for m in measured),
+           **extra}
     model_file = os.path.join(artifact_dir, manifest["runtime"]["model"])
     onnx_model = model_file if model_file.endswith(".onnx") else (manifest.get("source_model") or {}).get("path")
     predicted, why = roofline_predictions(onnx_model, profile) if onnx_model else (None, "no ONNX model to analyze")
+    if predicted is not None and backend == "tvm":
+        out["matched_by"] = match_by_op_type(measured, predicted)
     if predicted is None:
         out["ops"] = sorted(measured, key=lambda m: -m["measured_us"])
         out["note"] = f"no roofline join: {why}"
@@ -196,6 +304,8 @@ def per_layer_for_artifact(artifact_dir: str, manifest: dict, feeds: dict, *, th
         out["ops"] = join_with_predictions(measured, predicted)
         matched = sum(1 for o in out["ops"] if o["predicted_us"] is not None)
         out["matched"] = matched
+        how = ("by op type and order (a kernel's first op; fused kernels are compared with that one node's roof)"
+               if backend == "tvm" else "by name (fused/renamed ones did not)")
         out["note"] = (f"predicted_us is the roofline estimate at FP32 on the profile's primary unit; {matched} of "
-                       f"{len(measured)} measured ops matched an ONNX node by name (fused/renamed ones did not)")
+                       f"{len(measured)} measured ops matched an ONNX node {how}")
     return out
