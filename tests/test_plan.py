@@ -24,7 +24,7 @@ def test_plan_from_profile_defaults(tmp_path):
     assert [s.name for s in plan.stages] == ["normalize", "onnxruntime"]
     ort = plan.stages[-1].config
     assert ort.threads == 1 and ort.provider == "CPUExecutionProvider"
-    assert ort.graph_optimization_level.value == "extended"
+    assert ort.graph_optimization_level.value == "all"
 
 
 def test_flags_override_profile_and_hash_changes(tmp_path):

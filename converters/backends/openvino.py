@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -102,6 +104,7 @@ class OpenVINOBackend(Backend):
         tmp = ctx.artifact_dir / ".openvino.tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         ov.save_model(ov_model, str(tmp / "model.xml"), compress_to_fp16=config.precision == Precision.FP16)
+        report["renamed_ops"] = stable_layer_names(tmp / "model.xml", {n.name for n in proto.graph.node})
         for f in ("model.xml", "model.bin"):
             os.replace(tmp / f, ctx.artifact_dir / f)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -181,6 +184,31 @@ class OpenVINOBackend(Backend):
         except Exception as err:  # noqa: BLE001
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise StageError(f"openvino: the converted model does not run: {first}", "report the model") from err
+
+
+_AUTO_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_\d+$")
+
+
+_LAYER = re.compile(r'<layer id="(?P<id>\d+)" name="(?P<name>[^"]*)" type="(?P<type>[^"]*)"')
+
+
+def stable_layer_names(xml_path, keep: set[str]) -> int:
+    """Rewrite OpenVINO's auto-generated layer names (``Constant_32045``: a type + a process-wide
+    counter, also made while saving) to ``<type>_e<layer id>``, so the same inputs give a
+    byte-identical ``model.xml`` whatever ran before in the process. Names from the ONNX graph
+    (``keep``) stay; tensor names (which the runner uses) are not touched. Returns the count."""
+    text = Path(xml_path).read_text()
+    count = 0
+
+    def sub(m: re.Match) -> str:
+        nonlocal count
+        if m["name"] in keep or not _AUTO_NAME.match(m["name"]):
+            return m.group(0)
+        count += 1
+        return f'<layer id="{m["id"]}" name="{m["type"]}_e{m["id"]}" type="{m["type"]}"'
+
+    Path(xml_path).write_text(_LAYER.sub(sub, text))
+    return count
 
 
 @contextlib.contextmanager
