@@ -44,6 +44,10 @@ class Runner(base.Runner):
         super().__init__(artifact_dir, manifest, threads=threads)
         if self.threads:
             os.environ.setdefault("TVM_NUM_THREADS", str(int(self.threads)))
+        # TVM's thread pool pins the *calling* thread to one core when it runs single-threaded,
+        # and that affinity outlives the run: the caller's whole process (a benchmark harness, a
+        # user's app) would then be stuck on core 0. Export TVM_BIND_THREADS=1 to pin anyway.
+        os.environ.setdefault("TVM_BIND_THREADS", "0")
         _runtime_only_if_no_compiler()
         try:
             import tvm
