@@ -189,9 +189,9 @@ def _annotation_models(ann: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, is_dict
 
 
-def _model_at(loc: tuple) -> type[BaseModel]:
-    """The pydantic model class that owns the key at ``loc`` (for hints)."""
-    model: type[BaseModel] = DeviceProfile
+def _model_at(loc: tuple, root: type[BaseModel] | None = None) -> type[BaseModel]:
+    """The pydantic model class under ``root`` (default: DeviceProfile) that owns the key at ``loc``."""
+    model: type[BaseModel] = root or DeviceProfile
     skip_next = False
     for part in loc[:-1]:
         if isinstance(part, int):

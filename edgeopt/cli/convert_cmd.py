@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
 from edgeopt.cli import app
-from edgeopt.cli.output import JsonOption, emit, warn
-
-
-def _progress_factory(json_mode: bool):
-    from edgeopt.cli.output import progress
-
-    @contextmanager
-    def bar(description: str, total: int | None):
-        with progress(json_mode) as p:
-            task = p.add_task(description, total=total)
-
-            class _Tick:
-                @staticmethod
-                def advance(n: int = 1) -> None:
-                    p.advance(task, n)
-
-            yield _Tick()
-
-    return bar
+from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
 @app.command("convert")
@@ -72,7 +53,7 @@ def convert_cmd(
         eval=eval_, input_shapes=input_shape, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
         recipe=recipe, force=force, dry_run=dry_run, threads=threads, from_torch=from_torch, weights=weights,
         preprocess=preprocess, profile_dirs=profile_dir, calib_method=calib_method,
-        progress=_progress_factory(json_out), on_warning=warn,
+        progress=progress_factory(json_out), on_warning=warn,
     )
     if dry_run:
         def human_plan(c):

@@ -57,3 +57,23 @@ def progress(json_mode: bool = False):
         transient=True,
         disable=json_mode and not stderr.is_terminal,
     )
+
+
+def progress_factory(json_mode: bool = False):
+    """``factory(description, total)`` -> a context manager with ``.advance(n)``: the progress
+    callback the API functions (convert, tune, …) take, drawn as a rich bar on stderr."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def bar(description: str, total: int | None):
+        with progress(json_mode) as p:
+            task = p.add_task(description, total=total)
+
+            class _Tick:
+                @staticmethod
+                def advance(n: int = 1) -> None:
+                    p.advance(task, n)
+
+            yield _Tick()
+
+    return bar

@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
 from edgeopt.cli import app
-from edgeopt.cli.output import JsonOption, emit, warn
-
-
-def _progress_factory(json_mode: bool):
-    from edgeopt.cli.output import progress
-
-    @contextmanager
-    def bar(description: str, total: int | None):
-        with progress(json_mode) as p:
-            task = p.add_task(description, total=total)
-
-            class _Tick:
-                @staticmethod
-                def advance(n: int = 1) -> None:
-                    p.advance(task, n)
-
-            yield _Tick()
-
-    return bar
+from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
 @app.command("tune")
@@ -49,7 +30,7 @@ def tune_cmd(
 
     result = tune(model, profile, trials=trials, time_budget_min=time_budget, tuning_db=tuning_db,
                   rpc_tracker=rpc_tracker, rpc_key=rpc_key, precision=precision, calib=calib,
-                  input_shapes=input_shape, profile_dirs=profile_dir, progress=_progress_factory(json_out),
+                  input_shapes=input_shape, profile_dirs=profile_dir, progress=progress_factory(json_out),
                   on_warning=warn)
     payload = result.model_dump(mode="json")
 

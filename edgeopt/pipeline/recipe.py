@@ -141,24 +141,9 @@ class LoadedRecipe(BaseModel):
 
 
 def _model_at(loc: tuple) -> type[BaseModel]:
-    from edgeopt.profiles import _annotation_models
+    from edgeopt.profiles import _model_at as model_at
 
-    model: type[BaseModel] = PipelineRecipe
-    skip_next = False
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        if skip_next:
-            skip_next = False
-            continue
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return model
-        inner, is_dict = _annotation_models(field.annotation)
-        if inner is None:
-            return model
-        model, skip_next = inner, is_dict
-    return model
+    return model_at(loc, PipelineRecipe)
 
 
 def describe_error(err: ValidationError, origin: str) -> BadInputError:
