@@ -34,7 +34,11 @@ class Runner(base.Runner):
             "PERFORMANCE_HINT": settings.get("performance_hint") or "LATENCY",
         }
         if self.threads and device == "CPU":
+            # An explicit thread count: one stream on exactly those threads (what benchmark_app's
+            # `-nstreams 1 -nthreads N` runs), rather than letting the LATENCY hint pick the cores.
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
+            config["NUM_STREAMS"] = 1
+            config.pop("PERFORMANCE_HINT")
         self.compiled = core.compile_model(model, device, config)
         hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")
         self.properties = {"INFERENCE_PRECISION_HINT": str(getattr(hint, "get_type_name", lambda: hint)())}
