@@ -81,3 +81,15 @@ def eval_data():
             pytest.skip(err.one_line())
 
     return get
+
+
+def digits_datasets():
+    """(calib, test) Datasets of the digits CNN's committed data, for tests that drive a stage directly."""
+    from edgeopt.data import load_npz
+
+    data = Path(fixtures.__file__).parent / "data"
+    if not (data / "digits_calib.npz").is_file():
+        pytest.skip("fixtures/data/digits_*.npz missing (python fixtures/train_small_cnn.py)")
+    calib, test = load_npz(data / "digits_calib.npz"), load_npz(data / "digits_test.npz")
+    calib.ranks = test.ranks = {"input": 4}
+    return calib, test

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_models import digits_datasets
 
 from edgeopt.converters.base import ChainContext, ChainOptions, Format, Intermediate, StageRecord
-from edgeopt.data import Dataset, load_npz
+from edgeopt.data import Dataset
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import MissingDependencyError
 
@@ -18,14 +19,6 @@ DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
 DATA = REPO / "fixtures" / "data"
 
 pytestmark = pytest.mark.openvino
-
-
-def _digits():
-    if not DIGITS.is_file():
-        pytest.skip("fixtures/models/digits_cnn.onnx not built (make fixtures)")
-    calib, test = load_npz(DATA / "digits_calib.npz"), load_npz(DATA / "digits_test.npz")
-    calib.ranks = test.ranks = {"input": 4}
-    return calib, test
 
 
 def _ctx(tmp_path, calib, ev):
@@ -60,7 +53,7 @@ def test_fp32_artifact_matches_onnxruntime_with_f32_hint(tmp_path):
     from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import compare, ort_run_fn
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
     out = OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(), ctx)
     assert out.format == Format.OPENVINO_IR and (tmp_path / "art" / "model.xml").is_file()
@@ -110,7 +103,7 @@ def test_int8_runs_and_keeps_accuracy(tmp_path):
     from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import ort_run_fn
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
     out = OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(precision=Precision.INT8, subset_size=128), ctx)
     assert out.precision == Precision.INT8
@@ -143,7 +136,7 @@ def test_missing_openvino_fake_absent_names_extra(tmp_path, monkeypatch):
     """openvino made unimportable (sys.modules entry None): the backend says which extra installs it."""
     from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     monkeypatch.setitem(sys.modules, "openvino", None)
     with pytest.raises(MissingDependencyError) as err:
         OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(), _ctx(tmp_path, calib, test))
@@ -154,7 +147,7 @@ def test_missing_openvino_fake_absent_names_extra(tmp_path, monkeypatch):
 def test_convert_cli_openvino_int8_accuracy_control(tmp_path, cli):
     import json
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     out = tmp_path / "ov"
     proc = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
                "--calib", str(DATA / "digits_calib.npz"), "--eval", str(DATA / "digits_test.npz"),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_models import digits_datasets
 
 from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, StageRecord
 from edgeopt.data import Dataset, load_npz
@@ -23,14 +24,6 @@ DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
 DATA = REPO / "fixtures" / "data"
 
 pytestmark = pytest.mark.onnxruntime
-
-
-def _digits():
-    if not DIGITS.is_file():
-        pytest.skip("fixtures/models/digits_cnn.onnx not built (make fixtures)")
-    calib, test = load_npz(DATA / "digits_calib.npz"), load_npz(DATA / "digits_test.npz")
-    calib.ranks = test.ranks = {"input": 4}
-    return calib, test
 
 
 def _ctx(tmp_path, calib, ev=None, profile=None, check=None):
@@ -128,7 +121,7 @@ def test_preset_follows_profile_isa():
 def test_static_int8_digits_cnn_qdq_cosine_and_accuracy(tmp_path):
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
     out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(), ctx)
     assert out.precision == Precision.INT8 and out.path.is_file()
@@ -149,7 +142,7 @@ def test_static_int8_digits_cnn_qdq_cosine_and_accuracy(tmp_path):
 def test_percentile_calibration_runs(tmp_path):
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
     out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(calib_method="percentile"), ctx)
     assert ctx.record.report["settings"]["calib_method"] == "percentile"
@@ -162,7 +155,7 @@ def test_fp16_keeps_fp32_io_and_matches(tmp_path):
 
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
     out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(precision=Precision.FP16), ctx)
     m = onnx.load(str(out.path))
@@ -174,7 +167,7 @@ def test_fp16_keeps_fp32_io_and_matches(tmp_path):
 def test_dynamic_int8_refused_for_cnn_with_reason(tmp_path):
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
 
-    calib, test = _digits()
+    calib, test = digits_datasets()
     with pytest.raises(UsageError, match="dynamic INT8 refused: a convolutional model"):
         QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(mode="dynamic"), _ctx(tmp_path, calib, test))
 
@@ -190,7 +183,7 @@ def test_auto_mode_picks_dynamic_for_matmul_model_and_static_for_cnn(tmp_path):
     assert ctx.record.report["mode"] == "dynamic"
     assert "100% of the weights" in ctx.record.report["mode_reason"]
     assert any(n.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul") for n in _ops(out.path))
-    calib, test = _digits()
+    calib, test = digits_datasets()
     (tmp_path / "cnn").mkdir()
     cnn_ctx = _ctx(tmp_path / "cnn", calib, test)
     QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(), cnn_ctx)
@@ -301,7 +294,7 @@ def test_basic_pitch_static_int8_fails_as_stage_error(tmp_path):
 
 @pytest.mark.slow
 def test_convert_cli_accuracy_aware_int8_records_report(tmp_path, cli):
-    calib, test = _digits()
+    calib, test = digits_datasets()
     out = tmp_path / "art"
     proc = cli("convert", str(DIGITS), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
                "--calib", str(DATA / "digits_calib.npz"), "--eval", str(DATA / "digits_test.npz"),

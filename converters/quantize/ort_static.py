@@ -7,30 +7,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from edgeopt.converters.base import CalibMethod
 from edgeopt.deps import require
 from edgeopt.errors import StageError
 
-from .presets import HardwarePreset, QType
+from .presets import HardwarePreset, QType, QuantizerOptions
 
 # Arithmetic between the heavy ops: left in float by the "weighted ops only" variant.
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
-class StaticSettings(BaseModel):
+class StaticSettings(QuantizerOptions):
     """One complete set of quantizer options (a preset plus overrides)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    activation_type: QType = QType.QUINT8
-    weight_type: QType = QType.QINT8
-    per_channel: bool = True
-    reduce_range: bool = False
-    calib_method: CalibMethod = CalibMethod.MINMAX
-    activation_symmetric: bool = False
-    weight_symmetric: bool = True
     moving_average: bool = False
     quantize_bias: bool = True
     percentile: float = 99.999

@@ -21,11 +21,11 @@ class QType(StrEnum):
     QINT8 = "qint8"
 
 
-class HardwarePreset(BaseModel):
+class QuantizerOptions(BaseModel):
+    """The quantizer options a hardware preset decides (shared by presets and full settings)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    description: str
     activation_type: QType = QType.QUINT8
     weight_type: QType = QType.QINT8
     per_channel: bool = True
@@ -33,6 +33,11 @@ class HardwarePreset(BaseModel):
     calib_method: CalibMethod = CalibMethod.MINMAX
     activation_symmetric: bool = False
     weight_symmetric: bool = True
+
+
+class HardwarePreset(QuantizerOptions):
+    name: str
+    description: str
 
 
 PRESETS: dict[str, HardwarePreset] = {
