@@ -48,25 +48,43 @@ class Runner(base.Runner):
         self._ports = {p.get_any_name(): p for p in self.compiled.inputs}
         self._dtypes = {name: p.get_element_type().to_dtype() for name, p in self._ports.items()}
         self._out_ports = {}
+        self._bound: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for io in self._io_out:
             self._out_ports[io["name"]] = self.compiled.output(io["runtime_name"])
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        inputs = {}
         for name, arr in feeds.items():
             io = self._io_in.get(name, {"runtime_name": name, "transpose": None})
             rt = io["runtime_name"]
             if rt not in self._ports:
                 continue
-            arr = self.to_runtime_layout(np.asarray(arr), io)
-            dt = self._dtypes.get(rt)
-            inputs[rt] = np.ascontiguousarray(arr.astype(dt, copy=False) if dt is not None else arr)
-        # Zero-copy in and out (inputs are contiguous numpy arrays the caller keeps alive for the call;
-        # outputs are copied by np.array below): the same work per call as benchmark_app.
-        results = self.request.infer(inputs, share_inputs=True, share_outputs=True)
-        return {io["name"]: self.from_runtime_layout(np.array(results[self._out_ports[io["name"]]]), io)
+            self._bind(rt, arr, io)
+        self.request.infer()
+        return {io["name"]: self.from_runtime_layout(np.array(self.request.get_tensor(self._out_ports[io["name"]]).data), io)
                 for io in self._io_out}
 
+    def _bind(self, rt: str, arr: np.ndarray, io: dict) -> None:
+        """Point the request's input at ``arr`` without copying; skipped when it already points there.
+
+        The benchmark loop feeds the same arrays every call, and re-wrapping a dict of inputs on each
+        ``infer(dict)`` costs about 2-3 % of a 7 ms model in Python (measured on light_squeezenet,
+        1 thread): with the tensor bound once, a call is ``InferRequest.infer()`` alone, the same
+        work per call as ``benchmark_app -api sync``. The request shares the array's memory, so the
+        array is kept alive here and in-place changes by the caller are seen by the next call; an
+        array that needed a layout or dtype conversion (a copy) is converted and bound again each call.
+        """
+        bound = self._bound.get(rt)
+        if bound is not None and bound[0] is arr and bound[1] is arr:
+            return  # shared with no conversion: the request already reads this very buffer
+        import openvino as ov
+
+        data = self.to_runtime_layout(np.asarray(arr), io)
+        dt = self._dtypes.get(rt)
+        data = np.ascontiguousarray(data.astype(dt, copy=False) if dt is not None else data)
+        self.request.set_tensor(self._ports[rt], ov.Tensor(data, shared_memory=True))
+        self._bound[rt] = (arr, data)
+
     def close(self) -> None:
+        self._bound = {}
         self.request = None
         self.compiled = None
