@@ -6,7 +6,8 @@ Prints one JSON object:
 - ``openvino``: edgeopt's median vs OpenVINO's ``benchmark_app -api sync -hint none -nstreams 1`` median
   (benchmark_app refuses -nthreads with a hint; one stream is what the LATENCY hint gives);
 - ``repeatability``: the medians of ``--repeats`` separate ``edgeopt bench`` processes and their CV.
-Goals: ratios within 3 %, CV <= 3 %. The machine's load is printed beside the figures: on a
+Goals: ratios within 3 %, CV <= 3 %. The machine's load and the share of CPU time other
+processes and other guests (steal) took during the script are printed beside the figures: on a
 shared machine the goals can be missed for reasons that are not the harness's.
 
     .venv/bin/python bench/harness_fidelity.py [--model M.onnx] [--threads 2] [--seconds 5]
@@ -152,8 +153,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     model = args.model or default_model()
+    from edgeopt.runtime import environment
+
     out: dict = {"model": str(model), "threads": args.threads, "seconds_per_measurement": args.seconds,
                  "goal": f"ratio within {GOAL:.0%}, CV <= {GOAL:.0%}", "load_before": list(os.getloadavg())}
+    counters = environment.cpu_counters()
     with tempfile.TemporaryDirectory(prefix="edgeopt-fidelity-") as tmp:
         arts = make_artifacts(model, Path(tmp))
         out["onnxruntime"] = {
@@ -175,6 +179,9 @@ def main() -> int:
             out["openvino"] = {"skipped": "openvino is not installed"}
         out["repeatability"] = repeatability(arts["onnxruntime"], args.threads, args.seconds, args.repeats)
     out["load_after"] = list(os.getloadavg())
+    # CPU time other processes (not this script or the tools it ran) and other guests took meanwhile
+    out["interference"] = environment.interference(counters, environment.cpu_counters())
+    out["environment"] = {k: v for k, v in environment.collect().items() if k in ("cpu", "libraries", "python")}
     print(json.dumps(out, indent=1))
     return 0
 

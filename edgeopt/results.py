@@ -19,6 +19,7 @@ from pathlib import Path
 
 from edgeopt.bench.stats import compare_samples
 from edgeopt.errors import BadInputError, UsageError
+from edgeopt.runtime.environment import interference_warning
 
 DATA_DIR_ENV = "EDGEOPT_DATA_DIR"
 BUSY_TIMEOUT_MS = 30_000
@@ -161,6 +162,8 @@ def compare_runs(a_id: int, b_id: int, db=None, *, threshold: float = 0.05, alph
     out["b"] = {k: b[k] for k in COLUMNS}
     if a["artifact_hash"] != b["artifact_hash"]:
         out["note"] = "the two runs measured different artifacts"
+    out["warnings"] = [f"run {r['id']}: {w}" for r in (a, b)
+                       if (w := interference_warning(r["result"].get("environment") or {}))]
     return out
 
 

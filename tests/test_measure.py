@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +177,47 @@ def test_environment_snapshot_has_the_facts():
     assert env["libraries"]["numpy"] == np.__version__
     assert env["cores_used"] and env["python"]
     assert len(env["load_before"]) == 3 and len(env["load_after"]) == 3
+    assert "interference" in env and "_cpu_counters_before" not in env  # None when the window is < 1 tick
+
+
+def test_interference_counts_a_busy_neighbour_but_not_our_own_work():
+    """A real busy child process is "other"; the same amount of work in this process is not."""
+    def spin(seconds):
+        t_end = time.process_time() + seconds
+        while time.process_time() < t_end:
+            pass
+
+    before = environment.cpu_counters()
+    spin(1.0)
+    own = environment.interference(before, environment.cpu_counters())
+    # a neighbour: spins 1 s of CPU, says so, then waits; read before it is reaped (a reaped child's
+    # time counts as this process's own, by design)
+    spinner = "import sys,time\nt=time.process_time()+1.0\nwhile time.process_time()<t: pass\nprint('done',flush=True)\nsys.stdin.read()"
+    before = environment.cpu_counters()
+    p = subprocess.Popen([sys.executable, "-c", spinner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "done"
+    other = environment.interference(before, environment.cpu_counters())
+    p.communicate("")
+    cpus = os.cpu_count() or 1
+    # the child's 1 s of CPU is at least ~1/cpus of every core's time in a window that hardly outlasts it
+    # (differences, so a steady background load on a shared machine cancels out)
+    assert other["other_busy_pct"] - own["other_busy_pct"] >= 100 / cpus * 0.5
+
+
+def test_fake_proc_stat_steal_and_others(tmp_path):
+    hz = os.sysconf("SC_CLK_TCK")
+    _write(tmp_path / "proc/stat", "cpu  300 20 80 1000 50 10 5 110 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    c = environment.cpu_counters(str(tmp_path))  # user nice system idle iowait irq softirq steal
+    assert c["busy_s"] == pytest.approx(415 / hz) and c["steal_s"] == pytest.approx(110 / hz)
+    assert c["total_s"] == pytest.approx(1575 / hz)
+    assert environment.cpu_counters(str(tmp_path / "nowhere")) is None
+    a = {"busy_s": 100 / hz, "steal_s": 10 / hz, "total_s": 1000 / hz, "own_s": 0.0}
+    b = {"busy_s": 400 / hz, "steal_s": 110 / hz, "total_s": 2000 / hz, "own_s": 100 / hz}
+    got = environment.interference(a, b)
+    assert got["other_busy_pct"] == 20.0 and got["steal_pct"] == 10.0
+    assert environment.interference_warning({"interference": got}).startswith("machine not idle")
+    assert environment.interference_warning({"interference": {"other_busy_pct": 2.0, "steal_pct": 1.0}}) is None
+    assert environment.interference_warning({}) is None
 
 
 def _write(path: Path, text: str) -> None:

@@ -93,6 +93,18 @@ def _store_pair(db):
     return a, b
 
 
+def test_compare_warns_when_a_run_was_measured_on_a_busy_machine(tmp_path):
+    db = tmp_path / "r.db"
+    rng = np.random.default_rng(6)
+    quiet = fake_result(rng.lognormal(np.log(10.0), 0.1, 100))
+    quiet["environment"]["interference"] = {"other_busy_pct": 1.0, "steal_pct": 0.0}
+    busy = fake_result(rng.lognormal(np.log(10.0), 0.1, 100))
+    busy["environment"]["interference"] = {"other_busy_pct": 35.0, "steal_pct": 4.0}
+    a, b = results.store_run(quiet, db), results.store_run(busy, db)
+    warnings = results.compare_runs(a, b, db)["warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"run {b}: machine not idle") and "35 %" in warnings[0]
+
+
 def test_cli_compare_fail_on_regression_exits_5(cli, tmp_path):
     db = tmp_path / "r.db"
     a, b = _store_pair(db)

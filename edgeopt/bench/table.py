@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from edgeopt.runtime.environment import interference_warning
+
 
 def _fmt(x, spec: str = ".3f", none: str = "-") -> str:
     return none if x is None else format(x, spec)
@@ -70,6 +72,9 @@ def render(console, result: dict) -> None:
     env = result.get("environment") or {}
     console.print(f"environment: {env.get('cpu', {}).get('model')} cores {env.get('cores_used')} load "
                   f"{env.get('load_before')} -> {env.get('load_after')}; {env.get('location')}")
+    busy = interference_warning(env)
+    if busy:
+        console.print(f"[yellow]{busy}[/]")
     if any(r.get("synthetic_inputs") for r in rows):
         console.print("inputs: synthetic (random at the manifest's shapes); pass --inputs NPZ for real data")
     for r in rows:

@@ -84,6 +84,8 @@ def compare(a: int, b: int, json_out: bool = JsonOption, db: Path = DbOption,
                 f"Mann-Whitney p = {out['p_value']:.3g} (alpha {out['alpha']}, threshold {out['threshold']:.0%})")
         if out.get("note"):
             c.print(out["note"])
+        for w in out.get("warnings", []):
+            c.print(f"[yellow]{w}[/]")
 
     gate = fail_on_regression and out["verdict"] == "regression"
     if not (gate and json_out):  # with --json a failed gate prints one error object (with the figures)

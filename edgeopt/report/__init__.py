@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.errors import BadInputError
+from edgeopt.runtime.environment import interference_warning
 
 DEFAULT_LATEST = 20
 
@@ -131,6 +132,8 @@ def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db
             "distribution-free 95 % CI; energy marked 'estimated' comes from the profile's TDP; roofline figures are "
             f"estimates. Last run's environment: {html.escape(str(env.get('cpu', {}).get('model')))}, "
             f"{html.escape(str(env.get('location')))}, load {html.escape(str(env.get('load_before')))}.</p>"
+            + "".join(f"<p class=\"note\">Run {r['id']}: {html.escape(w)}.</p>" for r in runs
+                      if (w := interference_warning(r["result"].get("environment") or {})))
             + "".join(sections) + "</body></html>")
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:

@@ -105,6 +105,55 @@ def temperature_c(root: str = "/") -> float | None:
     return round(max(temps), 1) if temps else None
 
 
+def cpu_counters(root: str = "/") -> dict | None:
+    """All cores' CPU time from ``/proc/stat`` (seconds: busy, steal, total) and this process's own
+    (its finished children included: work it started is not interference)."""
+    text = _read(os.path.join(root, "proc/stat"))
+    if not text or not text.startswith("cpu "):
+        return None
+    try:
+        f = [int(x) for x in text.split("\n", 1)[0].split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):  # pragma: no cover
+        return None
+    f += [0] * (8 - len(f))
+    user, nice, system, idle, iowait, irq, softirq, steal = f
+    own = os.times()
+    return {"busy_s": (user + nice + system + irq + softirq) / hz, "steal_s": steal / hz, "total_s": sum(f) / hz,
+            "own_s": own.user + own.system + own.children_user + own.children_system}
+
+
+def interference(before: dict | None, after_: dict | None) -> dict | None:
+    """What else the CPUs did between two :func:`cpu_counters`, as % of all cores' time.
+
+    ``other_busy_pct``: CPU time spent by other processes (busy time minus this process's own);
+    ``steal_pct``: time the hypervisor gave to other guests. Either one well above a few percent
+    means the latencies were measured on a shared machine and will be noisier than on an idle one.
+    """
+    if not before or not after_:
+        return None
+    total = after_["total_s"] - before["total_s"]
+    if total <= 0:
+        return None
+    other = (after_["busy_s"] - before["busy_s"]) - (after_["own_s"] - before["own_s"])
+    return {"other_busy_pct": round(max(0.0, 100 * other / total), 1),
+            "steal_pct": round(max(0.0, 100 * (after_["steal_s"] - before["steal_s"]) / total), 1),
+            "window_s": round(total / max(1, os.cpu_count() or 1), 1)}
+
+
+NOISY_PCT = 10.0
+
+
+def interference_warning(env: dict) -> str | None:
+    """One line when other processes or other guests took a noticeable share of the CPUs."""
+    i = (env or {}).get("interference") or {}
+    other, steal = i.get("other_busy_pct") or 0.0, i.get("steal_pct") or 0.0
+    if other + steal < NOISY_PCT:
+        return None
+    return (f"machine not idle: other processes used {other:.0f} % and other guests (steal) {steal:.0f} % of the "
+            f"CPUs during the measurement; expect noisier latencies than on an idle device")
+
+
 def collect(location: str = "local", *, libraries: tuple[str, ...] = LIBRARIES, root: str = "/") -> dict:
     """A snapshot of the machine, taken just before a measurement (see :func:`after`)."""
     import sys
@@ -122,11 +171,13 @@ def collect(location: str = "local", *, libraries: tuple[str, ...] = LIBRARIES, 
         "clocks_before": cpu_clocks(cores, root),
         "temperature_c_before": temperature_c(root),
         "executable": os.path.basename(sys.executable),
+        "_cpu_counters_before": cpu_counters(root),
     }
 
 
 def after(env: dict, root: str = "/") -> dict:
-    """Adds the load, clocks and temperature read just after the measurement."""
+    """Adds the load, clocks, temperature and CPU interference read just after the measurement."""
+    env["interference"] = interference(env.pop("_cpu_counters_before", None), cpu_counters(root))
     env["load_after"] = load_average()
     env["clocks_after"] = cpu_clocks(env.get("cores_used") or [0], root)
     env["temperature_c_after"] = temperature_c(root)
