@@ -35,10 +35,10 @@ def _location(device: Device) -> RunLocation:
 
 
 def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threads, warmup, min_runs,
-                min_seconds, outputs: bool = False) -> list[str]:
+                min_seconds, outputs: bool = False, streams=None, batch=None) -> list[str]:
     argv = [*python, "-m", deploy.RUNTIME_NAME, "bench", "artifact", "--json", "--location", location.value]
     for flag, value in (("--threads", threads), ("--warmup", warmup), ("--min-runs", min_runs),
-                        ("--min-seconds", min_seconds)):
+                        ("--min-seconds", min_seconds), ("--streams", streams), ("--batch", batch)):
         if value is not None:
             argv += [flag, str(value)]
     if inputs:
@@ -97,6 +97,8 @@ def remote_bench(
     warmup: int | None = None,
     min_runs: int | None = None,
     min_seconds: float | None = None,
+    streams: int | str | None = None,
+    batch: int | None = None,
     setup: bool = False,
     wheels: str | Path | None = None,
     progress: Callable[[str, float], None] | None = None,
@@ -145,6 +147,7 @@ def remote_bench(
             cores = core_plan(dev, facts, threads)
             argv = pin_argv(_bench_argv(python, location, inputs=bool(inputs), threads=cores["threads"],
                                         warmup=warmup, min_runs=min_runs, min_seconds=min_seconds,
+                                        streams=streams, batch=batch,
                                         outputs=bool(outputs_to)), cores)
 
             def stream(kind: str, line: str) -> None:

@@ -182,9 +182,13 @@ def test_fleet_one_failing_board_does_not_stop_the_others(emulated_x86, tiny_art
 
 @pytest.mark.remote
 def test_remote_bench_all_uses_the_inventory(emulated_x86, tiny_artifact, cli):
-    r = cli("remote-bench", "--all", str(tiny_artifact), *FAST, "--json")
+    r = cli("remote-bench", "--all", str(tiny_artifact), *FAST, "--streams", "2", "--batch", "2", "--json")
     assert r.returncode == 0, r.stderr
-    assert [x["device"] for x in json.loads(r.stdout)["results"]] == ["x86-emu"]
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["device"] == "x86-emu"
+    # the throughput flags reach the on-device runner
+    assert res["throughput"]["parallel"]["streams"] == 2 and res["throughput"]["parallel"]["runs"] > 0
+    assert res["throughput"]["batched"]["batch"] == 2
 
 
 @pytest.mark.remote

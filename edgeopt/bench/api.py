@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, MissingDependencyError
@@ -32,12 +33,29 @@ class BenchOptions(BaseModel):
     block_seconds: float = Field(default=0.25, gt=0)
     inputs: str | None = None
     per_layer: bool = False
+    streams: int | Literal["auto"] | None = None
+    batch: int | None = Field(default=None, gt=0)
+    throughput_seconds: float | None = Field(default=None, gt=0)
     price_per_kwh: float = Field(default=0.30, ge=0)
     profile: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     store: bool = True
     db: str | None = None
     location: RunLocation = RunLocation.LOCAL
+
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _streams(cls, v):
+        from edgeopt.runtime.throughput import parse_streams
+
+        try:
+            return parse_streams(v)
+        except ValueError:
+            raise ValueError(f"streams must be a count >= 1 or 'auto', not {v!r}") from None
+
+    @property
+    def wants_throughput(self) -> bool:
+        return bool(self.streams) or (self.batch or 0) > 1
 
 
 def _open(path: str, threads: int | None):
@@ -140,6 +158,14 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
         )
         meter = environment.open_power_meter()
         energies = [_energy_pass(x["runner"], x["feeds"], meter) if meter else None for x in opened]
+        if o.wants_throughput:  # after the latencies, one artifact at a time (not interleaved)
+            from edgeopt.runtime.throughput import measure_throughput
+
+            for x, m in zip(opened, measured, strict=True):
+                m["throughput"] = measure_throughput(
+                    x["runner"], lambda t, p=x["path"]: _open(p, t)[0], x["feeds"], x["manifest"]["inputs"],
+                    streams=o.streams, batch=o.batch, threads=o.threads,
+                    seconds=o.throughput_seconds or max(o.min_seconds, 1.0), single_stream_qps=m["throughput_qps"])
     finally:
         for x in opened:
             close = getattr(x["runner"], "close", None)

@@ -27,6 +27,8 @@ def summary_row(r: dict) -> dict:
         "runs": r["runs"],
         "stop_rule": r.get("stop_rule"),
         "throughput_qps": r.get("throughput_qps"),
+        "throughput_parallel_qps": ((r.get("throughput") or {}).get("parallel") or {}).get("throughput_qps"),
+        "throughput_batched_qps": ((r.get("throughput") or {}).get("batched") or {}).get("throughput_qps"),
         "peak_rss_mb": r.get("peak_rss_mb"),
         "load_rss_mb": r.get("load_rss_mb"),
         "accuracy": val.get("accuracy"),
@@ -49,6 +51,37 @@ def _wide(console, table, width: int) -> None:
         console.width = old
 
 
+def describe_throughput(block: dict | None) -> tuple[str, str, str]:
+    """(q/s, x single stream, how) for a parallel or batched throughput block."""
+    if not block:
+        return "-", "-", "not asked"
+    if block.get("error") or block.get("supported") is False:
+        return "-", "-", (block.get("error") or (block.get("reason") or "").split(" (")[0])[:70]
+    if block["mode"] == "batched":
+        how = f"batch {block['batch']}"
+    elif block["mode"] == "openvino_throughput_hint":
+        how = f"{block['streams']} OpenVINO streams, {block['infer_requests']} requests"
+    else:
+        how = f"{block['streams']} streams x {block['threads_per_stream']} threads"
+    return _fmt(block.get("throughput_qps"), ".1f"), _fmt(block.get("speedup_vs_single_stream"), ".2f"), how
+
+
+def _throughput_table(console, rows: list[dict]) -> None:
+    shown = [r for r in rows if r.get("status") != "failed" and r.get("throughput")]
+    if not shown:
+        return
+    from rich.table import Table
+
+    t = Table(title="throughput (measured after the latencies, one artifact at a time)")
+    for col in ("artifact", "1 stream q/s", "parallel q/s", "x", "how", "batched q/s", "x", "how"):
+        t.add_column(col, justify="left" if col in ("artifact", "how") else "right")
+    for r in shown:
+        tp = r["throughput"]
+        t.add_row(r["name"], _fmt(tp.get("single_stream_qps"), ".1f"), *describe_throughput(tp.get("parallel")),
+                  *describe_throughput(tp.get("batched")))
+    _wide(console, t, 160)
+
+
 def render(console, result: dict) -> None:
     from rich.table import Table
 
@@ -69,6 +102,7 @@ def render(console, result: dict) -> None:
                   _fmt(r["throughput_qps"], ".1f"), _fmt(r["load_rss_mb"], ".1f"), acc, _fmt(r["energy_j"], ".2e"),
                   _fmt(r["cost_per_1k"], ".2e"))
     _wide(console, t, 160)
+    _throughput_table(console, result["rows"])
     env = result.get("environment") or {}
     console.print(f"environment: {env.get('cpu', {}).get('model')} cores {env.get('cores_used')} load "
                   f"{env.get('load_before')} -> {env.get('load_after')}; {env.get('location')}")

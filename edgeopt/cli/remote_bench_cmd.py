@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from edgeopt.bench.table import describe_throughput
 from edgeopt.cli import app
 from edgeopt.cli.output import JsonOption, dumps, emit, progress, stderr
 
@@ -40,6 +41,8 @@ def remote_bench_cmd(
     warmup: int = typer.Option(None, "--warmup", help="Warm-up runs."),
     min_runs: int = typer.Option(None, "--min-runs", help="Least timed runs."),
     min_seconds: float = typer.Option(None, "--min-seconds", help="Least seconds of timed runs."),
+    streams: str = typer.Option(None, "--streams", help="Also measure N requests in flight ('auto': the backend's choice)."),
+    batch: int = typer.Option(None, "--batch", min=1, help="Also measure one stream at this batch (symbolic batch dims)."),
     backend: str = typer.Option(None, "--backend", help="With a model: backend to convert for (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="With a model: int8 | fp16 | fp32."),
     calib: Path = typer.Option(None, "--calib", help="With a model: calibration data (.npz named after the inputs, or an image folder)."),
@@ -69,12 +72,19 @@ def remote_bench_cmd(
         names = list(dict.fromkeys(targets[:-1]))
         devs = [get_device(n, devices) for n in names]
     artifact = targets[-1]
+    from edgeopt.runtime.throughput import parse_streams
+
+    try:
+        streams = parse_streams(streams)
+    except ValueError:
+        raise UsageError(f"--streams '{streams}' is not a count or 'auto'", "e.g. --streams 4 or --streams auto") from None
     if outputs and len(devs) != 1:
         raise UsageError("--outputs works with one device")
     convert_options = {k: v for k, v in (("backend", backend), ("precision", precision),
                                          ("calib", str(calib) if calib else None)) if v}
     kwargs = dict(keep=keep, accept_new_host_key=accept_new_host_key, inputs=inputs, outputs_to=outputs,
                   threads=threads, warmup=warmup, min_runs=min_runs, min_seconds=min_seconds, setup=setup,
+                  streams=streams, batch=batch,
                   wheels=wheels, convert_options=convert_options, devices_path=devices,
                   notify=lambda m: stderr.print(m, markup=False))
 
@@ -110,6 +120,13 @@ def remote_bench_cmd(
             cores = e["result"].get("cores") if e["ok"] else None
             if cores and cores.get("note"):
                 c.print(f"{e['device']}: cores: {cores['note']}", markup=False)
+        for e in entries:
+            tp = e["result"].get("throughput") if e["ok"] else None
+            for key in ("parallel", "batched"):
+                if tp and tp.get(key):
+                    qps, x, how = describe_throughput(tp[key])
+                    c.print(f"{e['device']}: {key} {qps} q/s ({how}; x{x} of one stream's "
+                            f"{tp.get('single_stream_qps')} q/s)", markup=False)
         for e in entries:
             if e["ok"] and e["result"].get("result_id"):
                 c.print(f"{e['device']}: stored as run {e['result']['result_id']}")

@@ -24,6 +24,7 @@ from .measure import (
     run_record,
     synthetic_feeds,
 )
+from .throughput import measure_throughput, parse_streams
 
 EXIT_OK, EXIT_USAGE, EXIT_BAD_ARTIFACT, EXIT_RUNTIME_MISSING = 0, 2, 3, 4
 
@@ -40,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--min-seconds", type=float, default=2.0)
     b.add_argument("--max-runs", type=int, default=100_000)
     b.add_argument("--max-seconds", type=float, default=600.0)
+    b.add_argument("--streams", help="also measure N requests in flight at once ('auto': the backend's choice)")
+    b.add_argument("--batch", type=int, help="also measure one stream at this batch size (symbolic batch dims only)")
+    b.add_argument("--throughput-seconds", type=float, default=None,
+                   help="seconds for each throughput measurement (default: --min-seconds, at least 1)")
     b.add_argument("--location", choices=("local", "emulated", "remote"), default="local")
     b.add_argument("--samples-out", help="also write the per-run latencies (ms) to this file, one a line")
     b.add_argument("--outputs-out", help="also write the outputs for the (first) input to this .npz (ONNX names)")
@@ -91,8 +96,17 @@ def bench(args: argparse.Namespace) -> dict:
             max_runs=args.max_runs, max_seconds=args.max_seconds, progress=_progress, load_ms=load_ms,
             threads=args.threads or getattr(runner, "threads", None),
         )
-    finally:
         energy = meter.stop() if meter is not None else None
+        meter = None
+        if args.streams or (args.batch or 0) > 1:
+            measured["throughput"] = measure_throughput(
+                runner, lambda t: open_artifact(args.artifact_dir, threads=t)[0], feeds, manifest["inputs"],
+                streams=parse_streams(args.streams), batch=args.batch, threads=args.threads,
+                seconds=args.throughput_seconds if args.throughput_seconds is not None else max(args.min_seconds, 1.0),
+                single_stream_qps=measured["throughput_qps"])
+    finally:
+        if meter is not None:
+            energy = meter.stop()
         close = getattr(runner, "close", None)
         if close:
             close()
@@ -105,7 +119,12 @@ def bench(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        parse_streams(args.streams)
+    except ValueError:
+        parser.error(f"--streams must be a count >= 1 or 'auto', not '{args.streams}'")
     try:
         result = bench(args)
     except BadArtifact as err:
