@@ -5,10 +5,14 @@ Prints one JSON object:
   options and threads), alternated over ``--rounds`` so both see the same machine noise;
 - ``openvino``: edgeopt's median vs OpenVINO's ``benchmark_app -api sync -hint none -nstreams 1`` median
   (benchmark_app refuses -nthreads with a hint; one stream is what the LATENCY hint gives);
+- ``openvino_throughput``: ``edgeopt bench --streams auto`` (THROUGHPUT hint, AsyncInferQueue) vs
+  ``benchmark_app -hint throughput -api async``, queries a second;
 - ``repeatability``: the medians of ``--repeats`` separate ``edgeopt bench`` processes and their CV.
 Goals: ratios within 3 %, CV <= 3 %. The machine's load and the share of CPU time other
 processes and other guests (steal) took during the script are printed beside the figures: on a
-shared machine the goals can be missed for reasons that are not the harness's.
+shared machine the goals can be missed for reasons that are not the harness's. Neither shows a VM
+whose cores slow down for seconds while the host is busy: ``machine_noise_before``/``_after``
+(bench/machine_noise.py) probe each core's speed, and ``quiet: false`` there explains a bimodal CV.
 
     .venv/bin/python bench/harness_fidelity.py [--model M.onnx] [--threads 2] [--seconds 5]
 """
@@ -113,7 +117,24 @@ def benchmark_app_median(art: Path, threads: int, seconds: float) -> tuple[float
     return (float(m.group(1)) if m else None), " ".join(cmd[1:])
 
 
-def alternate(a, b, rounds: int) -> dict:
+def edgeopt_parallel_qps(art: Path, seconds: float) -> float:
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+
+    res = bench_artifacts([art], BenchOptions(min_runs=5, min_seconds=0, warmup=2, streams="auto",
+                                              throughput_seconds=seconds, store=False))
+    return res["rows"][0]["throughput"]["parallel"]["throughput_qps"]
+
+
+def benchmark_app_throughput(art: Path, seconds: float) -> tuple[float | None, str]:
+    exe = shutil.which("benchmark_app") or str(Path(sys.executable).parent / "benchmark_app")
+    cmd = [exe, "-m", str(art / "model.xml"), "-d", "CPU", "-hint", "throughput", "-api", "async",
+           "-t", str(max(1, round(seconds))), "-infer_precision", "f32"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    m = re.search(r"Throughput:\s+([\d.]+)\s*FPS", p.stdout)
+    return (float(m.group(1)) if m else None), " ".join(cmd[1:])
+
+
+def alternate(a, b, rounds: int, unit: str = "ms") -> dict:
     """``a()`` and ``b()`` in alternation; the ratio of each round, and their median."""
     ra, rb = [], []
     for i in range(rounds):  # ABBA order: neither side always runs first
@@ -125,7 +146,7 @@ def alternate(a, b, rounds: int) -> dict:
             ra.append(a())
     ratios = [x / y for x, y in zip(ra, rb, strict=True) if x and y]
     ratio = float(np.median(ratios)) if ratios else None
-    return {"edgeopt_ms": ra, "reference_ms": rb, "ratios": ratios, "ratio": ratio,
+    return {f"edgeopt_{unit}": ra, f"reference_{unit}": rb, "ratios": ratios, "ratio": ratio,
             "within_goal": ratio is not None and abs(ratio - 1) <= GOAL}
 
 
@@ -151,6 +172,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--noise-seconds", type=float, default=10.0,
+                    help="seconds of bench/machine_noise.py's per-core probe before and after")
     args = ap.parse_args()
     model = args.model or default_model()
     from edgeopt.runtime import environment
@@ -158,6 +181,10 @@ def main() -> int:
     out: dict = {"model": str(model), "threads": args.threads, "seconds_per_measurement": args.seconds,
                  "goal": f"ratio within {GOAL:.0%}, CV <= {GOAL:.0%}", "load_before": list(os.getloadavg())}
     counters = environment.cpu_counters()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from machine_noise import probe  # type: ignore[import-not-found]
+
+    out["machine_noise_before"] = probe(args.noise_seconds)
     with tempfile.TemporaryDirectory(prefix="edgeopt-fidelity-") as tmp:
         arts = make_artifacts(model, Path(tmp))
         out["onnxruntime"] = {
@@ -175,9 +202,20 @@ def main() -> int:
             out["openvino"] = {**alternate(lambda: edgeopt_median(arts["openvino"], args.threads, args.seconds),
                                            bapp, args.rounds)}
             out["openvino"]["reference"] = f"benchmark_app {cmd[0] if cmd else ''}"
+
+            def bapp_tp():
+                qps, c = benchmark_app_throughput(arts["openvino"], args.seconds)
+                cmd[:] = [c]
+                return qps
+
+            # throughput (q/s, higher is better): edgeopt --streams auto vs benchmark_app's async mode
+            out["openvino_throughput"] = alternate(lambda: edgeopt_parallel_qps(arts["openvino"], args.seconds),
+                                                   bapp_tp, args.rounds, unit="qps")
+            out["openvino_throughput"]["reference"] = f"benchmark_app {cmd[0] if cmd else ''}"
         else:
             out["openvino"] = {"skipped": "openvino is not installed"}
         out["repeatability"] = repeatability(arts["onnxruntime"], args.threads, args.seconds, args.repeats)
+    out["machine_noise_after"] = probe(args.noise_seconds)
     out["load_after"] = list(os.getloadavg())
     # CPU time other processes (not this script or the tools it ran) and other guests took meanwhile
     out["interference"] = environment.interference(counters, environment.cpu_counters())
