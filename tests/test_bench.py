@@ -33,6 +33,19 @@ def make_ort_artifact(directory: Path, accuracy: float | None = 99.44) -> Path:
     return directory
 
 
+def make_openvino_artifact(directory: Path) -> Path:
+    """The digits CNN as an OpenVINO FP32 artifact (f32 inference), written without the converter."""
+    import openvino as ov
+
+    art = make_ort_artifact(directory)
+    ov.save_model(ov.convert_model(str(art / "model.onnx")), str(art / "model.xml"), compress_to_fp16=False)
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["backend"] = "openvino"
+    manifest["runtime"] = {"backend": "openvino", "model": "model.xml", "settings": {"inference_precision": "f32"}}
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    return art
+
+
 def test_bench_missing_artifact_exits_3(cli, tmp_path):
     p = cli("bench", str(tmp_path / "missing"), "--no-store", "--json")
     assert p.returncode == 3
@@ -175,16 +188,9 @@ def test_bench_model_reports_every_backend_and_the_reference(tmp_path, monkeypat
 
 @pytest.mark.openvino
 def test_bench_per_layer_on_openvino_reads_performance_counters(tmp_path):
-    import openvino as ov
-
     from edgeopt.bench.api import BenchOptions, bench_artifacts
 
-    art = make_ort_artifact(tmp_path / "ov")
-    ov.save_model(ov.convert_model(str(art / "model.onnx")), str(art / "model.xml"), compress_to_fp16=False)
-    manifest = json.loads((art / "manifest.json").read_text())
-    manifest["backend"] = "openvino"
-    manifest["runtime"] = {"backend": "openvino", "model": "model.xml", "settings": {"inference_precision": "f32"}}
-    (art / "manifest.json").write_text(json.dumps(manifest))
+    art = make_openvino_artifact(tmp_path / "ov")
     res = bench_artifacts([art], BenchOptions(min_runs=5, min_seconds=0, warmup=1, per_layer=True, store=False,
                                               threads=1))
     row = res["rows"][0]

@@ -8,7 +8,7 @@ import time
 
 import onnx
 import pytest
-from test_bench import DIGITS, make_ort_artifact
+from test_bench import DIGITS, make_openvino_artifact, make_ort_artifact
 
 from edgeopt.runtime import throughput
 
@@ -107,16 +107,9 @@ def test_bench_cli_bad_streams_is_a_usage_error(cli, tmp_path):
 
 @pytest.mark.openvino
 def test_openvino_uses_its_own_throughput_mode(tmp_path):
-    import openvino as ov
-
     from edgeopt.bench.api import BenchOptions, bench_artifacts
 
-    art = make_ort_artifact(tmp_path / "ov")
-    ov.save_model(ov.convert_model(str(art / "model.onnx")), str(art / "model.xml"), compress_to_fp16=False)
-    manifest = json.loads((art / "manifest.json").read_text())
-    manifest["backend"] = "openvino"
-    manifest["runtime"] = {"backend": "openvino", "model": "model.xml", "settings": {"inference_precision": "f32"}}
-    (art / "manifest.json").write_text(json.dumps(manifest))
+    art = make_openvino_artifact(tmp_path / "ov")
     res = bench_artifacts([art], BenchOptions(min_runs=5, min_seconds=0, warmup=1, store=False, threads=2,
                                               streams=2, throughput_seconds=0.3))
     par = res["rows"][0]["throughput"]["parallel"]
