@@ -88,7 +88,7 @@ def render(console, result: dict) -> None:
     rows = [summary_row(r) for r in result["rows"]]
     est = any(r.get("energy_source") == "estimated" for r in rows)
     t = Table(title="edgeopt bench (median and distribution-free 95 % CI of the median; interleaved)")
-    for col in ("artifact", "backend", "prec", "p50 ms", "95% CI", "p90", "p99", "runs", "q/s", "RSS MB",
+    for col in ("artifact", "backend", "prec", "p50 ms", "95% CI", "p90", "p99", "runs", "q/s", "+RSS MB",
                 "acc %", "J/inf" + (" (est.)" if est else ""), "cost/1k" + (" (est.)" if est else "")):
         t.add_column(col, justify="left" if col in ("artifact", "backend", "prec") else "right")
     for r in rows:
@@ -109,6 +109,7 @@ def render(console, result: dict) -> None:
     busy = interference_warning(env)
     if busy:
         console.print(f"[yellow]{busy}[/]")
+    console.print("+RSS MB: resident memory added by loading the artifact (0 when its runtime was already loaded)")
     if any(r.get("synthetic_inputs") for r in rows):
         console.print("inputs: synthetic (random at the manifest's shapes); pass --inputs NPZ for real data")
     for r in rows:
