@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
 
 
-def stored_run(db, p50: float, *, stage=None, backend="onnxruntime", precision="fp32", accuracy=None, seed=0):
+def stored_run(db, p50: float, *, stage=None, backend="onnxruntime", precision="fp32", accuracy=None, seed=0,
+               **extra):
     """A run as bench stores it, with synthetic latency samples (no model is run)."""
     s = np.random.default_rng(seed).lognormal(np.log(p50), 0.1, 400)
     res = {
@@ -25,6 +26,7 @@ def stored_run(db, p50: float, *, stage=None, backend="onnxruntime", precision="
         "latency_ms": {"p50": float(np.median(s)), "p90": float(np.percentile(s, 90)), "p99": float(np.percentile(s, 99)),
                        "ci95_low": float(np.percentile(s, 47)), "ci95_high": float(np.percentile(s, 53))},
         "inputs": {"synthetic": True}, "environment": {"location": "local", "cpu": {"model": "test cpu"}},
+        **extra,
     }
     return results.store_run(res, db)
 
@@ -32,9 +34,11 @@ def stored_run(db, p50: float, *, stage=None, backend="onnxruntime", precision="
 def test_report_is_one_self_contained_html_file(cli, tmp_path):
     db = tmp_path / "r.db"
     ids = [stored_run(db, 1.0, stage="fp32", accuracy=99.4, seed=1),
-           stored_run(db, 0.8, stage="fused", accuracy=99.4, seed=2),
+           stored_run(db, 0.8, stage="fused", accuracy=99.4, seed=2,
+                      environment={"location": "local", "interference": {"other_busy_pct": 40.0, "steal_pct": 0.0}}),
            stored_run(db, 0.4, stage="int8", precision="int8", accuracy=99.2, seed=3),
-           stored_run(db, 0.5, backend="openvino", precision="int8", seed=4)]
+           stored_run(db, 0.5, backend="openvino", precision="int8", seed=4, throughput_qps=2000.0,
+                      throughput={"parallel": {"throughput_qps": 3456.7, "streams": 2}})]
     out = tmp_path / "report.html"
     p = cli("report", *map(str, ids), "--db", str(db), "-o", str(out), "--json")
     assert p.returncode == 0, p.stderr
@@ -48,6 +52,8 @@ def test_report_is_one_self_contained_html_file(cli, tmp_path):
     assert not re.search(r'(src|href)="(?!data:)', page)  # nothing loaded from elsewhere
     assert "http://" not in page and "https://" not in page
     assert "<script" not in page
+    assert "3456.7 (2 streams)" in page  # the parallel-streams throughput of the run that measured it
+    assert page.count("machine not idle") == 1 and f"Run {ids[1]}: machine not idle" in page
 
 
 def test_report_without_stage_labels_says_how_to_get_the_waterfall(tmp_path):

@@ -32,16 +32,19 @@ def _fmt(x, spec=".4f") -> str:
 
 def _runs_table(runs: list[dict]) -> str:
     head = ("id", "created", "model", "backend", "precision", "device", "location", "stage", "p50 ms", "95% CI",
-            "p90", "p99", "runs", "accuracy", "J/inference", "inputs")
+            "p90", "p99", "runs", "q/s", "q/s parallel", "accuracy", "J/inference", "inputs")
     rows = []
     for r in runs:
         res = r["result"]
         lat = res["latency_ms"]
         ef = res.get("energy_figures") or {}
         j = ef.get("joules_per_inference")
+        par = (res.get("throughput") or {}).get("parallel") or {}
+        par_qps = "-" if not par.get("throughput_qps") else f"{par['throughput_qps']:.1f} ({par.get('streams')} streams)"
         cells = [r["id"], r["created"][:19], r["model"], r["backend"], r["precision"], r["device"], r["location"],
                  r["stage"], _fmt(lat["p50"]), f"{_fmt(lat['ci95_low'])}-{_fmt(lat['ci95_high'])}", _fmt(lat["p90"]),
-                 _fmt(lat["p99"]), res.get("runs"), _fmt((res.get("validation") or {}).get("accuracy"), ".2f"),
+                 _fmt(lat["p99"]), res.get("runs"), _fmt(res.get("throughput_qps"), ".1f"), par_qps,
+                 _fmt((res.get("validation") or {}).get("accuracy"), ".2f"),
                  "-" if j is None else f"{j:.2e} ({ef.get('source')})",
                  "synthetic" if (res.get("inputs") or {}).get("synthetic") else "data"]
         rows.append("<tr>" + "".join(f'<td class="l">{html.escape(str(c if c is not None else "-"))}</td>'
