@@ -12,6 +12,8 @@ import os
 import re
 from pathlib import Path
 
+from edgeopt.files import write_text_atomic
+
 HEADER = "model_data.h"
 SOURCE = "model_data.c"
 _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -28,12 +30,6 @@ def c_identifier(name: str) -> str:
     if ident in _C_KEYWORDS or keyword.iskeyword(ident):
         ident += "_"
     return ident
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def write_c_array(model: str | os.PathLike, out_dir: str | os.PathLike, name: str) -> dict:
@@ -61,8 +57,8 @@ def write_c_array(model: str | os.PathLike, out_dir: str | os.PathLike, name: st
         f"alignas(16) const unsigned char {array}[] = {{\n" + "\n".join(rows) + "\n};\n"
         f"const unsigned int {length} = {len(data)};\n"
     )
-    _write_atomic(out / HEADER, header)
-    _write_atomic(out / SOURCE, source)
+    write_text_atomic(out / HEADER, header)
+    write_text_atomic(out / SOURCE, source)
     return {"array": array, "length": length, "bytes": len(data), "files": [HEADER, SOURCE]}
 
 

@@ -11,8 +11,6 @@ epochs of fine-tuning of the pruned network with the model's own training script
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import Field, ValidationError
@@ -29,6 +27,7 @@ from edgeopt.converters.base import (
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UsageError
+from edgeopt.files import atomic_path
 
 FINE_TUNE_NOTE = (
     "no fine-tuning was done: outputs of a pruned model drift from the original. To recover accuracy, "
@@ -220,12 +219,5 @@ def _warn_without_sparse_cores(ctx: ChainContext) -> None:
 
 
 def _save_atomic(onnx, model, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(out) as tmp:
+        onnx.save(model, str(tmp))

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from edgeopt.errors import BadInputError
+from edgeopt.files import write_text_atomic
 from edgeopt.model import file_sha256
 
 MANIFEST = "manifest.json"
@@ -202,9 +203,7 @@ def split_volatile(manifest: dict) -> tuple[dict, dict]:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def build_facts(timings: dict) -> dict:

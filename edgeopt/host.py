@@ -13,6 +13,8 @@ import platform
 import time
 from pathlib import Path
 
+from edgeopt.files import write_text_atomic
+
 ISA_OF_INTEREST = (
     "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
     "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16",
@@ -148,10 +150,7 @@ def measure_memory_bandwidth_gbps(size_mb: int = 128, repeats: int = 5) -> float
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
         data[key] = bw
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data))
     except (OSError, ValueError):
         pass
     return bw

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from edgeopt.bench.stats import compare_samples
 from edgeopt.errors import BadInputError, UsageError
+from edgeopt.files import write_text_atomic
 from edgeopt.runtime.environment import interference_warning
 
 DATA_DIR_ENV = "EDGEOPT_DATA_DIR"
@@ -180,9 +181,5 @@ def export_runs(output: str | os.PathLike, fmt: str = "json", db=None) -> dict:
         w.writeheader()
         w.writerows(rows)
         text = buf.getvalue()
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    out = write_text_atomic(output, text)
     return {"output": str(out), "format": fmt, "runs": len(rows)}

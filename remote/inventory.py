@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from edgeopt.errors import BadInputError, UsageError, did_you_mean
+from edgeopt.files import write_text_atomic
 
 from .paths import default_devices_file
 
@@ -177,15 +177,7 @@ def dumps(devices: dict[str, Device]) -> str:
 
 def save_devices(devices: dict[str, Device], path: str | os.PathLike | None = None) -> Path:
     f = devices_file(path)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".devices-", suffix=".toml", dir=f.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(dumps(devices))
-        os.replace(tmp, f)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(f, dumps(devices))
     return f
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.errors import RemoteError
+from edgeopt.files import atomic_path
 
 # stream(kind, line): kind is "stdout" or "stderr"; line has no trailing newline.
 StreamCallback = Callable[[str, str], None]
@@ -160,11 +161,8 @@ class LocalTransport(Transport):
         return RunResult(proc.returncode, "".join(out["stdout"]), "".join(out["stderr"]))
 
     def put(self, local, remote: str) -> None:
-        dest = self.confine(remote)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        tmp = f"{dest}.part-{os.getpid()}"
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, dest)
+        with atomic_path(self.confine(remote)) as tmp:
+            shutil.copyfile(local, tmp)
 
     def get(self, remote: str, local) -> None:
         shutil.copyfile(posixpath.join(self.work_dir, remote), local)

@@ -36,6 +36,7 @@ from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format,
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
 from edgeopt.errors import BadModelError, MissingDependencyError, StageError, UnsupportedOpError, UsageError
+from edgeopt.files import atomic_path
 
 MODEL_FILE = "model.tflite"
 LOG_FILE = "onnx2tf.log"
@@ -109,8 +110,8 @@ class TFLiteBackend(Backend):
                              keep_channel_last=keep, progress=ctx.progress, timeout_s=config.timeout_s)
         produced = int8_file(folder, config.io_dtype == IODtype.INT8) if int8 else float_out
         target = ctx.artifact_dir / MODEL_FILE
-        shutil.copyfile(produced, target.with_suffix(".tmp"))
-        os.replace(target.with_suffix(".tmp"), target)
+        with atomic_path(target) as tmp:
+            shutil.copyfile(produced, tmp)
 
         runtime = {"backend": self.backend.value, "model": MODEL_FILE,
                    "settings": {"threads": config.threads, "delegate": config.delegate, "signature": "serving_default",

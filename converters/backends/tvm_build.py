@@ -25,6 +25,7 @@ from typing import Any
 
 from edgeopt.deps import require, version_of
 from edgeopt.errors import BadProfileError, MissingDependencyError, UnsupportedOpError
+from edgeopt.files import atomic_path
 
 TUNING_SUBDIR = "tvm-tuning"
 CACHE_DIR_ENV = "EDGEOPT_CACHE_DIR"
@@ -218,18 +219,13 @@ def cross_compiler_for(target: dict) -> str | None:
 def export(executable, path: Path, target: dict) -> None:
     """Write the shared library at ``path`` atomically (temp file, then rename)."""
     compiler = cross_compiler_for(target)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.so")
-    try:
+    with atomic_path(path, mode=None) as tmp:  # the linker sets the library's mode
         if compiler:
             from tvm.support import cc
 
             executable.export_library(str(tmp), fcompile=cc.cross_compiler(compiler))
         else:
             executable.export_library(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def elf_machine(path: Path) -> str | None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from edgeopt.analyze.result import AnalysisResult
 from edgeopt.errors import BadInputError, UsageError
+from edgeopt.files import atomic_path
 
 FORMATS = {".png": "png", ".svg": "svg"}
 
@@ -62,13 +62,6 @@ def plot_roofline(result: AnalysisResult, path: str | os.PathLike) -> Path:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
-    os.close(fd)
-    try:
+    with atomic_path(out) as tmp:
         fig.savefig(tmp, format=fmt, dpi=120)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return out

@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from edgeopt.errors import EdgeoptError, OutputExistsError, UsageError
+from edgeopt.files import write_text_atomic
 from edgeopt.pipeline.recipe import Gates, Target
 
 STEP_MEASURE = {"warmup": 3, "min_runs": 20, "min_seconds": 0.3, "block_seconds": 0.1}
@@ -335,8 +336,5 @@ def write_recipe(path: Path, model: Path, profile: str, winner: Candidate, shape
     parse_recipe(data, str(path))  # what we write must load
     head = (f"# written by edgeopt optimize: the fastest candidate within {bound:g} accuracy points "
             f"({winner.label}, p50 {winner.p50_ms:.4f} ms here)\n# rebuild: edgeopt pipeline run {path.name}\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(head + yaml.safe_dump(data, sort_keys=False))
-    os.replace(tmp, path)
+    write_text_atomic(path, head + yaml.safe_dump(data, sort_keys=False))
     return path

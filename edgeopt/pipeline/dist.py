@@ -24,6 +24,8 @@ import os
 import tarfile
 from pathlib import Path
 
+from edgeopt.files import atomic_path
+
 VOLATILE_MANIFEST_KEYS = ("created", "source_model.path", "every key ending in 'seconds' (stage timings)",
                           "files['*.log'] (conversion logs carry timestamps)")
 
@@ -85,10 +87,9 @@ def write_tarball(artifact_dir: Path, out: Path, name: str, extra_dirs: dict[str
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+    with atomic_path(out) as tmp, open(tmp, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         gz.write(buf.getvalue())
-    os.replace(tmp, out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     return {"path": out.name, "sha256": digest, "bytes": out.stat().st_size}
 

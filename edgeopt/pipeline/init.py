@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from edgeopt.errors import OutputExistsError
+from edgeopt.files import write_text_atomic
 
 _TEMPLATE = """\
 # edgeopt pipeline recipe: build with `edgeopt pipeline run {recipe_name}`.
@@ -80,9 +81,6 @@ def init_recipe(model: str | os.PathLike, output: str | os.PathLike = "edgeopt.y
         dynamic_note="; dynamic dims were set to 1" if dynamic else "",
         calib=_rel(Path(calib) if calib else None, base, "null"),
         eval=_rel(Path(eval) if eval else None, base, "null"), profile=profile, acc_gate="" if eval else "# ")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    write_text_atomic(out, text)
     return {"recipe": str(out), "model": str(model), "inputs": {s.name: list(s.shape) for s in specs},
             "dynamic_inputs": dynamic, "profile": profile}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import base64
 import html
 import os
-import tempfile
 from pathlib import Path
 
 from edgeopt.errors import BadInputError
+from edgeopt.files import write_text_atomic
 from edgeopt.runtime.environment import interference_warning
 
 DEFAULT_LATEST = 20
@@ -138,14 +138,6 @@ def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db
             + "".join(f"<p class=\"note\">Run {r['id']}: {html.escape(w)}.</p>" for r in runs
                       if (w := interference_warning(r["result"].get("environment") or {})))
             + "".join(sections) + "</body></html>")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(page)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(out, page)
     return {"output": str(out), "runs": [r["id"] for r in runs], "waterfall_stages": [s["stage"] for s in stage_rows],
             "histories": histories, "roofline": bool(roof), "notes": notes, "bytes": out.stat().st_size}

@@ -1,0 +1,48 @@
+"""Writing files so that nothing half-written is ever seen at the final path.
+
+Every output edgeopt writes (reports, exports, recipes, manifests, caches, libraries) goes to a
+unique temporary file beside its destination and is renamed onto it only once complete; a failure
+removes the temporary file and leaves the destination as it was. (Whole artifact *directories* use
+the same idea with a temporary directory: see ``edgeopt.convert``.) The device-side runtime keeps
+its own copy of this, since it imports nothing from edgeopt.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, *, mode: int | None = 0o644) -> Iterator[Path]:
+    """A fresh temporary path beside ``path`` to write to; renamed onto ``path`` when the block
+    succeeds, removed when it raises. The temporary name keeps ``path``'s suffix (some writers
+    choose the format by it). ``mode`` is applied before the rename (None: leave what the writer set)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".tmp{out.suffix}", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
