@@ -362,3 +362,19 @@ def _version_tuple(v: str) -> tuple[int, ...]:
             break
         out.append(int(digits))
     return tuple(out)
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` of this machine still runs (a zombie does not)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgeopt.errors import BadInputError, RemoteError
+from edgeopt.host import pid_alive
 
 from .transport import Transport, file_sha256
 
@@ -160,16 +161,6 @@ def list_runs(transport: Transport) -> list[dict]:
     return runs
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def is_stale(run: dict, max_age_hours: float) -> bool:
     if run["age_s"] > max_age_hours * 3600:
         return True
@@ -178,7 +169,7 @@ def is_stale(run: dict, max_age_hours: float) -> bool:
     if run["runner_alive"] == "no":
         return True
     if run["runner_alive"] == "none" and run["host"] == socket.gethostname() and run["host_pid"]:
-        return not _pid_alive(run["host_pid"])  # an upload by a process of this machine that died
+        return not pid_alive(run["host_pid"])  # an upload by a process of this machine that died
     return False
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from edgeopt.errors import MissingDependencyError, RemoteError, UsageError
+from edgeopt.host import pid_alive
 
 from ..inventory import add_device, load_devices, make_device, remove_device, validate_name
 from ..paths import data_dir
@@ -65,21 +66,6 @@ def sshd_config(d: Path, port: int) -> str:
         "LogLevel INFO",
         "",
     ])
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _wait_banner(proc: subprocess.Popen, port: int, timeout: float = 10.0) -> None:
