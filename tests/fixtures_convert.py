@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+
+DIGITS = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "digits_cnn.onnx"
+
+
+def make_ort_artifact(directory: Path, accuracy: float | None = 99.44) -> Path:
+    """A minimal ONNX Runtime artifact around the committed digits CNN, written without the converter."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(DIGITS, directory / "model.onnx")
+    manifest = {
+        "backend": "onnxruntime", "precision": "fp32", "profile": "host",
+        "source_model": {"path": str(DIGITS), "sha256": "-"},
+        "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "dtype": "float32"}],
+        "outputs": [{"name": "logits", "shape": [1, 10], "dtype": "float32"}],
+        "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
+        "validation": {"accuracy": accuracy} if accuracy is not None else None,
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def make_openvino_artifact(directory: Path) -> Path:
+    """The digits CNN as an OpenVINO FP32 artifact (f32 inference), written without the converter."""
+    import openvino as ov
+
+    art = make_ort_artifact(directory)
+    ov.save_model(ov.convert_model(str(art / "model.onnx")), str(art / "model.xml"), compress_to_fp16=False)
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["backend"] = "openvino"
+    manifest["runtime"] = {"backend": "openvino", "model": "model.xml", "settings": {"inference_precision": "f32"}}
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    return art
+
 
 PROFILE = {
     "name": "testdev",

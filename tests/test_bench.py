@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_convert import make_openvino_artifact, make_ort_artifact
 
 from edgeopt.bench.energy import energy_figures
 from edgeopt.bench.per_layer import join_with_predictions, parse_ort_trace
@@ -16,34 +16,6 @@ REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
 DIGITS_NPZ = REPO / "fixtures" / "data" / "digits_test.npz"
 QUICK = ("--runs", "10", "--min-seconds", "0.05", "--warmup", "2", "--threads", "1")
-
-
-def make_ort_artifact(directory: Path, accuracy: float | None = 99.44) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(DIGITS, directory / "model.onnx")
-    manifest = {
-        "backend": "onnxruntime", "precision": "fp32", "profile": "host",
-        "source_model": {"path": str(DIGITS), "sha256": "-"},
-        "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "dtype": "float32"}],
-        "outputs": [{"name": "logits", "shape": [1, 10], "dtype": "float32"}],
-        "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
-        "validation": {"accuracy": accuracy} if accuracy is not None else None,
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    return directory
-
-
-def make_openvino_artifact(directory: Path) -> Path:
-    """The digits CNN as an OpenVINO FP32 artifact (f32 inference), written without the converter."""
-    import openvino as ov
-
-    art = make_ort_artifact(directory)
-    ov.save_model(ov.convert_model(str(art / "model.onnx")), str(art / "model.xml"), compress_to_fp16=False)
-    manifest = json.loads((art / "manifest.json").read_text())
-    manifest["backend"] = "openvino"
-    manifest["runtime"] = {"backend": "openvino", "model": "model.xml", "settings": {"inference_precision": "f32"}}
-    (art / "manifest.json").write_text(json.dumps(manifest))
-    return art
 
 
 def test_bench_missing_artifact_exits_3(cli, tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_convert import make_ort_artifact
 
 from edgeopt.runtime import environment
 from edgeopt.runtime.measure import (
@@ -27,22 +28,6 @@ from edgeopt.runtime.measure import (
 REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
 DIGITS_NPZ = REPO / "fixtures" / "data" / "digits_test.npz"
-
-
-def make_ort_artifact(directory: Path) -> Path:
-    """A minimal ONNX Runtime artifact around the committed digits CNN."""
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(DIGITS, directory / "model.onnx")
-    manifest = {
-        "backend": "onnxruntime", "precision": "fp32", "profile": "host",
-        "source_model": {"path": str(DIGITS), "sha256": "-"},
-        "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "dtype": "float32"}],
-        "outputs": [{"name": "logits", "shape": [1, 10], "dtype": "float32"}],
-        "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
-        "validation": {"accuracy": 99.44},
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    return directory
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ import time
 
 import onnx
 import pytest
-from test_bench import DIGITS, make_openvino_artifact, make_ort_artifact
+from fixtures_convert import DIGITS, make_openvino_artifact, make_ort_artifact
 
 from edgeopt.runtime import throughput
 
