@@ -103,6 +103,16 @@ class ChainContext:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
+    def stage_report(self) -> dict:
+        """The running stage's report to add facts to (a throwaway dict when no stage is recorded)."""
+        return self.record.report if self.record is not None else {}
+
+    def record_checks(self, checks: dict) -> dict:
+        """Keep a stage's numeric comparison with its input on the stage's record; returns ``checks``."""
+        if self.record is not None:
+            self.record.checks.update(checks)
+        return checks
+
 
 class Stage(ABC):
     """One step of the chain. Subclasses declare ``name``, ``Config``, ``accepts`` and ``produces``."""

@@ -164,9 +164,8 @@ class Normalize(Stage):
 
         checks = compare_onnx(before, out, feeds)
         checks["min_cosine"] = config.min_cosine
-        if ctx.record is not None:
-            ctx.record.checks.update(checks)
-            ctx.record.report.update(report)
+        ctx.record_checks(checks)
+        ctx.stage_report().update(report)
         if checks["cosine_min"] is not None and checks["cosine_min"] < config.min_cosine:
             raise StageError(
                 f"normalize: the folded model differs from the original (cosine {checks['cosine_min']:.6f} < {config.min_cosine})",

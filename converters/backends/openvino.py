@@ -82,7 +82,7 @@ class OpenVINOBackend(Backend):
 
         proto = load_onnx(model.path, check=False)
         onnx_in, onnx_out = graph_inputs(proto), graph_outputs(proto)
-        report = ctx.record.report if ctx.record is not None else {}
+        report = ctx.stage_report()
         try:
             ov_model = ov.convert_model(str(model.path))
         except Exception as err:  # noqa: BLE001
@@ -121,8 +121,7 @@ class OpenVINOBackend(Backend):
             },
         }
         checks = self._check(model.path, ctx, runtime)
-        if ctx.record is not None:
-            ctx.record.checks.update(checks)
+        ctx.record_checks(checks)
         cos = checks.get("cosine_min")
         if cos is not None and cos < 0.99:
             ctx.warn(f"openvino: {config.precision.value} output differs from the ONNX input (cosine min {cos:.4f} on "
@@ -281,8 +280,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
         "met": search_drop <= bound and confirm_drop <= bound,
     }
     if not report["met"]:
-        if ctx.record is not None:
-            ctx.record.report.update(accuracy_aware=report)
+        ctx.stage_report().update(accuracy_aware=report)
         raise GateFailedError(
             f"openvino: INT8 drop {search_drop:.2f} (search) / {confirm_drop:.2f} (held-out) points misses "
             f"--max-accuracy-drop {bound}", "use --precision fp32 or another backend", details=report)

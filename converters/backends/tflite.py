@@ -117,9 +117,8 @@ class TFLiteBackend(Backend):
                    "settings": {"threads": config.threads, "delegate": config.delegate, "signature": "serving_default",
                                 "io_dtype": config.io_dtype.value if int8 else "float32"}}
         runtime["io"], checks = self._io_map(model.path, target, onnx_in, onnx_out, keep, ctx, runtime)
-        report = ctx.record.report if ctx.record is not None else {}
-        if ctx.record is not None:
-            ctx.record.checks.update(checks)
+        report = ctx.stage_report()
+        ctx.record_checks(checks)
         report.update(converter=f"onnx2tf {version_of('onnx2tf')} (subprocess)", log=LOG_FILE,
                       tflite_bytes=target.stat().st_size, kept_layout=list(keep),
                       weights={"fp32": "float32", "fp16": "float16", "int8": "int8 (full integer)"}[config.precision.value])

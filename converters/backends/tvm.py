@@ -62,7 +62,7 @@ class TVMBackend(Backend):
         target_dict = tb.resolve_target(config.target)
         tb.cross_compiler_for(target_dict)  # exit 4 before any work when the cross compiler is missing
         target = tb.make_target(target_dict)
-        report = ctx.record.report if ctx.record is not None else {}
+        report = ctx.stage_report()
 
         t0 = time.perf_counter()
         mod = tb.import_onnx(proto)

@@ -72,7 +72,7 @@ class QuantizeStage(Stage):
 
         if config.preset is not None and config.preset not in PRESETS:
             get_preset(config.preset)  # raises the usage error with a hint
-        report = ctx.record.report if ctx.record is not None else {}
+        report = ctx.stage_report()
         out = ctx.work_dir / f"{Path(model.path).stem}.{config.precision.value}.onnx"
         work = ctx.work_dir / "quantize"
         work.mkdir(parents=True, exist_ok=True)
@@ -113,8 +113,7 @@ class QuantizeStage(Stage):
             self._static(model, config, ctx, fp32, out, work, report)
 
         checks = self._check(Path(model.path), out, ctx)
-        if ctx.record is not None:
-            ctx.record.checks.update(checks)
+        ctx.record_checks(checks)
         cos = checks.get("cosine_min")
         if cos is not None and cos < 0.99:
             ctx.warn(f"quantize: {config.precision.value} output differs from FP32 (cosine min {cos:.4f} on "

@@ -168,8 +168,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
             report["tried"][-1]["confirm_drop_points"] = round(confirm_drop, 3)
         if not met:
             report.update(met=False, search_drop_points=round(drop, 3))
-            if ctx.record is not None:
-                ctx.record.report.update(accuracy_aware=report)
+            ctx.stage_report().update(accuracy_aware=report)
             raise GateFailedError(
                 f"quantize: INT8 misses --max-accuracy-drop {bound} on {m_search.kind} even with every node in float",
                 "keep FP32 (--precision fp32) for this model", details=report)
