@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.options import BatchOption, StreamsOption
 from edgeopt.cli.output import JsonOption, emit
 from edgeopt.errors import UsageError
 
@@ -37,8 +38,8 @@ def bench(
     db: Path = typer.Option(None, "--db", help="Results store (default: $EDGEOPT_DATA_DIR/results.db)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the runs."),
     per_layer: bool = typer.Option(False, "--per-layer", help="Per-op times from the backend's profiler."),
-    streams: str = typer.Option(None, "--streams", help="Also measure N requests in flight at once; 'auto': the backend's choice."),
-    batch: int = typer.Option(None, "--batch", min=1, help="Also measure one stream at this batch (symbolic batch dims)."),
+    streams: str = StreamsOption,
+    batch: int = BatchOption,
     throughput_seconds: float = typer.Option(None, "--throughput-seconds", min=0.1,
                                              help="Seconds for each throughput measurement (default: --min-seconds, at least 1)."),
     price_per_kwh: float = typer.Option(0.30, "--price-per-kwh", min=0, help="Electricity price for cost/1k."),
@@ -52,12 +53,6 @@ def bench(
     """Measure artifacts side by side (interleaved), or convert a model for each backend and measure all."""
     from edgeopt.bench.api import BenchOptions, bench_artifacts, bench_model
     from edgeopt.bench.table import render, summary_row
-    from edgeopt.runtime.throughput import parse_streams
-
-    try:
-        parse_streams(streams)
-    except ValueError:
-        raise UsageError(f"--streams '{streams}' is not a count or 'auto'", "e.g. --streams 4 or --streams auto") from None
     opts = BenchOptions(threads=threads, min_runs=runs, min_seconds=min_seconds, warmup=warmup, streams=streams,
                         batch=batch, throughput_seconds=throughput_seconds,
                         inputs=str(inputs) if inputs else None, per_layer=per_layer, price_per_kwh=price_per_kwh,

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from edgeopt.bench.table import describe_throughput
 from edgeopt.cli import app
+from edgeopt.cli.options import BatchOption, StreamsOption
 from edgeopt.cli.output import JsonOption, dumps, emit, progress, stderr
 
 
@@ -41,8 +42,8 @@ def remote_bench_cmd(
     warmup: int = typer.Option(None, "--warmup", help="Warm-up runs."),
     min_runs: int = typer.Option(None, "--min-runs", help="Least timed runs."),
     min_seconds: float = typer.Option(None, "--min-seconds", help="Least seconds of timed runs."),
-    streams: str = typer.Option(None, "--streams", help="Also measure N requests in flight ('auto': the backend's choice)."),
-    batch: int = typer.Option(None, "--batch", min=1, help="Also measure one stream at this batch (symbolic batch dims)."),
+    streams: str = StreamsOption,
+    batch: int = BatchOption,
     backend: str = typer.Option(None, "--backend", help="With a model: backend to convert for (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="With a model: int8 | fp16 | fp32."),
     calib: Path = typer.Option(None, "--calib", help="With a model: calibration data (.npz named after the inputs, or an image folder)."),
@@ -72,12 +73,6 @@ def remote_bench_cmd(
         names = list(dict.fromkeys(targets[:-1]))
         devs = [get_device(n, devices) for n in names]
     artifact = targets[-1]
-    from edgeopt.runtime.throughput import parse_streams
-
-    try:
-        streams = parse_streams(streams)
-    except ValueError:
-        raise UsageError(f"--streams '{streams}' is not a count or 'auto'", "e.g. --streams 4 or --streams auto") from None
     if outputs and len(devs) != 1:
         raise UsageError("--outputs works with one device")
     convert_options = {k: v for k, v in (("backend", backend), ("precision", precision),

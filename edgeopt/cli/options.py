@@ -1,0 +1,21 @@
+"""Options that several verbs share (declared once, so their names, checks and help agree)."""
+
+from __future__ import annotations
+
+import typer
+
+from edgeopt.errors import UsageError
+
+
+def _streams(value: str | None) -> int | str | None:
+    from edgeopt.runtime.throughput import parse_streams
+
+    try:
+        return parse_streams(value)
+    except ValueError:
+        raise UsageError(f"--streams '{value}' is not a count or 'auto'", "e.g. --streams 4 or --streams auto") from None
+
+
+StreamsOption = typer.Option(None, "--streams", callback=_streams,
+                             help="Also measure N requests in flight at once; 'auto': the backend's choice.")
+BatchOption = typer.Option(None, "--batch", min=1, help="Also measure one stream at this batch (symbolic batch dims).")
