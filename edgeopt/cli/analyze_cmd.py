@@ -7,17 +7,16 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.options import InputShapeOption, ProfileDirOption, ProfileOption
 from edgeopt.cli.output import JsonOption, emit, stderr
 
 
 @app.command()
 def analyze(
     model: Path = typer.Argument(..., help="The ONNX model.", show_default=False),
-    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file."),
-    input_shape: list[str] = typer.Option(
-        None, "--input-shape", help="Fix an input's shape, e.g. --input-shape x=1x3x224x224 (repeatable)."
-    ),
-    profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    profile: str = ProfileOption,
+    input_shape: list[str] = InputShapeOption,
+    profile_dir: list[Path] = ProfileDirOption,
     plot: Path = typer.Option(None, "--plot", help="Write the roofline chart to FILE.png or FILE.svg."),
     top: int = typer.Option(10, "--top", min=0, help="How many of the heaviest ops to list."),
     efficiency: float = typer.Option(

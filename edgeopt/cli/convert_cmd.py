@@ -7,13 +7,14 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.options import InputShapeOption, ProfileDirOption, ProfileOption
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
 @app.command("convert")
 def convert_cmd(
     model: Path = typer.Argument(None, help="The ONNX model (omit with --from-torch)."),
-    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file."),
+    profile: str = ProfileOption,
     output: Path = typer.Option(None, "--output", "-o", help="Artifact directory to write."),
     backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
@@ -23,7 +24,7 @@ def convert_cmd(
     eval_: Path = typer.Option(None, "--eval", help="Evaluation data (.npz with 'labels', or class sub-folders)."),
     preprocess: str = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,layout=NCHW,channels=RGB,scale=255 or a YAML file."),
     calib_method: str = typer.Option(None, "--calib-method", help="minmax | percentile"),
-    input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=DIMS, e.g. input=1x3x224x224 (repeatable)."),
+    input_shape: list[str] = InputShapeOption,
     max_accuracy_drop: float = typer.Option(None, "--max-accuracy-drop", help="Gate: most top-1 points lost (needs labels)."),
     min_cosine: float = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32."),
     recipe: Path = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...})."),
@@ -32,7 +33,7 @@ def convert_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and stop."),
     from_torch: str = typer.Option(None, "--from-torch", help="package.module:factory building a torch.nn.Module."),
     weights: Path = typer.Option(None, "--weights", help="State dict for --from-torch."),
-    profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    profile_dir: list[Path] = ProfileDirOption,
     export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware)."),
     json_out: bool = JsonOption,
 ) -> None:

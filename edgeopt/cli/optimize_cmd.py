@@ -7,13 +7,14 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.options import ProfileOption
 from edgeopt.cli.output import JsonOption, emit, stderr
 
 
 @app.command("optimize")
 def optimize_cmd(
     model: Path = typer.Argument(..., help="The ONNX model."),
-    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file."),
+    profile: str = ProfileOption,
     max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Bound: most top-1 points lost."),
     time_budget: float = typer.Option(10.0, "--time-budget", help="Minutes for the search (builds stop after it)."),
     calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz named after the inputs)."),

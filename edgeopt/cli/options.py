@@ -6,6 +6,11 @@ import typer
 
 from edgeopt.errors import UsageError
 
+ProfileOption = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file.")
+ProfileDirOption = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files.")
+InputShapeOption = typer.Option(None, "--input-shape",
+                                help="Fix an input's shape: NAME=DIMS, e.g. input=1x3x224x224 (repeatable).")
+
 
 def _streams(value: str | None) -> int | str | None:
     from edgeopt.runtime.throughput import parse_streams

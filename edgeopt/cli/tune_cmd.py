@@ -7,13 +7,14 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.options import InputShapeOption, ProfileDirOption, ProfileOption
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
 @app.command("tune")
 def tune_cmd(
     model: Path = typer.Argument(..., help="The ONNX model."),
-    profile: str = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file (its tvm target)."),
+    profile: str = ProfileOption,
     trials: int = typer.Option(None, "--trials", help="Measurement trials in all (~10 s each on 2 cores)."),
     time_budget: float = typer.Option(None, "--time-budget", help="Stop after this many minutes."),
     tuning_db: Path = typer.Option(None, "--tuning-db", help="Database directory (default: $EDGEOPT_CACHE_DIR/tvm-tuning/<key>)."),
@@ -21,8 +22,8 @@ def tune_cmd(
     rpc_key: str = typer.Option(None, "--rpc-key", help="The board's key at the tracker."),
     precision: str = typer.Option(None, "--precision", help="fp32 | int8 (default: the profile's; must match convert's)."),
     calib: Path = typer.Option(None, "--calib", help="Calibration data (INT8), as given to convert."),
-    input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=DIMS, as given to convert."),
-    profile_dir: list[Path] = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files."),
+    input_shape: list[str] = InputShapeOption,
+    profile_dir: list[Path] = ProfileDirOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Tune a model's TVM kernels for a profile; later 'convert --backend tvm' runs use the database."""
