@@ -55,11 +55,9 @@ class Runner(base.Runner):
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():
-            io = self._io_in.get(name, {"runtime_name": name, "transpose": None})
-            rt = io["runtime_name"]
-            if rt not in self._ports:
-                continue
-            self._bind(rt, arr, io)
+            io = self._io_of(name)
+            if io["runtime_name"] in self._ports:
+                self._bind(io["runtime_name"], arr, io)
         self.request.infer()
         return {io["name"]: self.from_runtime_layout(np.array(self.request.get_tensor(self._out_ports[io["name"]]).data), io)
                 for io in self._io_out}
@@ -79,11 +77,18 @@ class Runner(base.Runner):
             return  # shared with no conversion: the request already reads this very buffer
         import openvino as ov
 
-        data = self.to_runtime_layout(np.asarray(arr), io)
-        dt = self._dtypes.get(rt)
-        data = np.ascontiguousarray(data.astype(dt, copy=False) if dt is not None else data)
+        data = self._to_runtime(rt, arr, io)
         self.request.set_tensor(self._ports[rt], ov.Tensor(data, shared_memory=True))
         self._bound[rt] = (arr, data)
+
+    def _io_of(self, name: str) -> dict:
+        return self._io_in.get(name, {"runtime_name": name, "transpose": None})
+
+    def _to_runtime(self, rt: str, arr: np.ndarray, io: dict) -> np.ndarray:
+        """``arr`` in the compiled model's layout and element type, contiguous (a copy only when needed)."""
+        data = self.to_runtime_layout(np.asarray(arr), io)
+        dt = self._dtypes.get(rt)
+        return np.ascontiguousarray(data.astype(dt, copy=False) if dt is not None else data)
 
     def parallel_throughput(self, feeds: dict[str, np.ndarray], *, streams: int | None, seconds: float) -> dict:
         """OpenVINO's own multi-stream mode: the model compiled again with ``PERFORMANCE_HINT=THROUGHPUT``
@@ -105,11 +110,10 @@ class Runner(base.Runner):
         ports = {p.get_any_name(): p for p in compiled.inputs}
         kept = []
         for name, arr in feeds.items():
-            io = self._io_in.get(name, {"runtime_name": name, "transpose": None})
+            io = self._io_of(name)
             if io["runtime_name"] not in ports:
                 continue
-            data = self.to_runtime_layout(np.asarray(arr), io)
-            data = np.ascontiguousarray(data.astype(self._dtypes[io["runtime_name"]], copy=False))
+            data = self._to_runtime(io["runtime_name"], arr, io)
             kept.append(data)
             for i in range(n_req):
                 queue[i].set_tensor(ports[io["runtime_name"]], ov.Tensor(data, shared_memory=True))
