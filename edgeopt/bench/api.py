@@ -55,7 +55,9 @@ class BenchOptions(BaseModel):
 
     @property
     def wants_throughput(self) -> bool:
-        return bool(self.streams) or (self.batch or 0) > 1
+        from edgeopt.runtime.throughput import throughput_asked
+
+        return throughput_asked(self.streams, self.batch)
 
 
 def _open(path: str, threads: int | None):
@@ -159,13 +161,13 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
         meter = environment.open_power_meter()
         energies = [_energy_pass(x["runner"], x["feeds"], meter) if meter else None for x in opened]
         if o.wants_throughput:  # after the latencies, one artifact at a time (not interleaved)
-            from edgeopt.runtime.throughput import measure_throughput
+            from edgeopt.runtime.throughput import measure_throughput, throughput_seconds
 
             for x, m in zip(opened, measured, strict=True):
                 m["throughput"] = measure_throughput(
                     x["runner"], lambda t, p=x["path"]: _open(p, t)[0], x["feeds"], x["manifest"]["inputs"],
                     streams=o.streams, batch=o.batch, threads=o.threads,
-                    seconds=o.throughput_seconds or max(o.min_seconds, 1.0), single_stream_qps=m["throughput_qps"])
+                    seconds=throughput_seconds(o.throughput_seconds, o.min_seconds), single_stream_qps=m["throughput_qps"])
     finally:
         for x in opened:
             close = getattr(x["runner"], "close", None)

@@ -24,7 +24,7 @@ from .measure import (
     run_record,
     synthetic_feeds,
 )
-from .throughput import measure_throughput, parse_streams
+from .throughput import measure_throughput, parse_streams, throughput_asked, throughput_seconds
 
 EXIT_OK, EXIT_USAGE, EXIT_BAD_ARTIFACT, EXIT_RUNTIME_MISSING = 0, 2, 3, 4
 
@@ -98,11 +98,12 @@ def bench(args: argparse.Namespace) -> dict:
         )
         energy = meter.stop() if meter is not None else None
         meter = None
-        if args.streams or (args.batch or 0) > 1:
+        streams = parse_streams(args.streams)
+        if throughput_asked(streams, args.batch):
             measured["throughput"] = measure_throughput(
                 runner, lambda t: open_artifact(args.artifact_dir, threads=t)[0], feeds, manifest["inputs"],
-                streams=parse_streams(args.streams), batch=args.batch, threads=args.threads,
-                seconds=args.throughput_seconds if args.throughput_seconds is not None else max(args.min_seconds, 1.0),
+                streams=streams, batch=args.batch, threads=args.threads,
+                seconds=throughput_seconds(args.throughput_seconds, args.min_seconds),
                 single_stream_qps=measured["throughput_qps"])
     finally:
         if meter is not None:

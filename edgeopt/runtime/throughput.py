@@ -125,6 +125,16 @@ def parse_streams(value: str | int | None) -> int | str | None:
     return n
 
 
+def throughput_asked(streams: int | str | None, batch: int | None) -> bool:
+    """Whether a measurement beyond single-stream was asked for (a batch of 1 is single-stream)."""
+    return bool(streams) or (batch or 0) > 1
+
+
+def throughput_seconds(asked: float | None, min_seconds: float) -> float:
+    """Seconds for each throughput measurement: as asked, else the latency's minimum, at least 1 s."""
+    return asked if asked is not None else max(min_seconds, 1.0)
+
+
 def measure_throughput(runner, open_one: Callable[[int], object], feeds: dict, inputs: list[dict], *,
                        streams: int | str | None, batch: int | None, threads: int | None, seconds: float,
                        single_stream_qps: float | None) -> dict:
