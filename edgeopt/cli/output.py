@@ -14,6 +14,10 @@ JsonOption = typer.Option(False, "--json", help="Print one JSON object on stdout
 
 stdout = Console(highlight=False, soft_wrap=True)
 stderr = Console(stderr=True, highlight=False)
+PIPE_WIDTH = 1000  # not a terminal (a pipe, a file, CI): tables at their full width, never cut at 80 columns
+for _c in (stdout, stderr):
+    if not _c.is_terminal:
+        _c.width = PIPE_WIDTH
 
 
 def _default(o: Any) -> Any:
