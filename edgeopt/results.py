@@ -4,7 +4,12 @@ Default file: ``$EDGEOPT_DATA_DIR/results.db`` or ``~/.local/share/edgeopt/resul
 WAL mode and a busy timeout let several processes write at once without losing rows.
 ``compare`` applies a Mann-Whitney U test to two runs' per-run latencies together with the
 relative change of the median: a regression needs both p < alpha and a slower median by
-more than the threshold.
+more than the threshold. Runs compare like for like (:mod:`edgeopt.identity`): the same machine,
+CPU and location kind, or ``allow_cross_device`` and a warning in the output.
+
+Schema: ``device`` is where the run was measured (host name or device name), ``cpu_model`` the CPU
+it detected, ``built_for`` the artifact's target profile, ``emulated_on`` the emulating host.
+Stores written before these columns existed are migrated on open (``PRAGMA user_version`` 1).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from edgeopt.bench.stats import compare_samples
 from edgeopt.errors import BadInputError, UsageError
 from edgeopt.files import write_text_atomic
+from edgeopt.identity import describe, differences, identity_of, setting_warnings
 from edgeopt.runtime.environment import interference_warning
 
 DATA_DIR_ENV = "EDGEOPT_DATA_DIR"
@@ -43,7 +49,10 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_model_device ON runs (model, device, created);
 """
 
-COLUMNS = ("id", "created", "model", "artifact_hash", "backend", "precision", "device", "location", "label", "stage", "p50_ms")
+COLUMNS = ("id", "created", "model", "artifact_hash", "backend", "precision", "device", "location", "label", "stage", "p50_ms",
+           "cpu_model", "built_for", "emulated_on")
+IDENTITY_COLUMNS = ("cpu_model", "built_for", "emulated_on")
+SCHEMA_VERSION = 1  # 1: identity columns (device = where it ran, not the artifact's profile)
 
 
 def default_db_path() -> Path:
@@ -67,7 +76,36 @@ def connect(db: str | os.PathLike | None = None) -> sqlite3.Connection:
             if attempt == 49:
                 raise
             time.sleep(0.05)
+    migrate(conn)
     return conn
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Add the identity columns to an older store and fill them from each run's stored JSON.
+
+    In older stores a local run's ``device`` was the artifact's profile ('pi5' for a run on this
+    x86 host): it becomes the host name the run recorded, and the profile moves to ``built_for``.
+    One writer does it (BEGIN IMMEDIATE); the others see user_version 1 and skip it.
+    """
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+            for col in IDENTITY_COLUMNS:
+                if col not in have:
+                    conn.execute(f"ALTER TABLE runs ADD COLUMN {col} TEXT")
+            for row in conn.execute("SELECT id, result_json FROM runs").fetchall():
+                ident = identity_of(json.loads(row[1]))
+                conn.execute("UPDATE runs SET device = ?, location = ?, cpu_model = ?, built_for = ?, emulated_on = ?"
+                             " WHERE id = ?", (ident["machine"], ident["location"], ident["cpu"], ident["built_for"],
+                                             ident["emulated_on"], row[0]))
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _iso_now() -> str:
@@ -81,34 +119,34 @@ def _model_name(result: dict) -> str | None:
     return os.path.basename(model) if model else None
 
 
-def _device(result: dict) -> str | None:
-    prof = result.get("device") or result.get("profile")
-    if isinstance(prof, dict):
-        prof = prof.get("name")
-    return prof
-
-
 def store_run(result: dict, db: str | os.PathLike | None = None, *, created: str | None = None) -> int:
-    """Insert one benchmark result (the JSON the runner prints); returns its id."""
+    """Insert one benchmark result (the JSON the runner prints); returns its id.
+
+    The row's device is where the run was measured (``result["identity"]``, or one rebuilt from
+    its environment), never the profile the artifact was built for."""
     labels = result.get("labels") or {}
+    ident = identity_of(result)
     row = (
         created or _iso_now(),
         _model_name(result),
         result.get("artifact_hash"),
         result.get("backend"),
         result.get("precision"),
-        _device(result),
-        (result.get("environment") or {}).get("location"),
+        ident["machine"],
+        ident["location"],
         labels.get("label"),
         labels.get("stage"),
         (result.get("latency_ms") or {}).get("p50"),
+        ident["cpu"],
+        ident["built_for"],
+        ident["emulated_on"],
         json.dumps(result, default=str),
     )
     conn = connect(db)
     try:
         cur = conn.execute(
             "INSERT INTO runs (created, model, artifact_hash, backend, precision, device, location, label, stage,"
-            " p50_ms, result_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " p50_ms, cpu_model, built_for, emulated_on, result_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             row,
         )
         return int(cur.lastrowid)
@@ -153,18 +191,43 @@ def get_runs(run_ids: list[int] | None = None, db=None, *, model: str | None = N
     return [get_run(r["id"], db) for r in list_runs(db, model=model, device=device)]
 
 
-def compare_runs(a_id: int, b_id: int, db=None, *, threshold: float = 0.05, alpha: float = 0.01) -> dict:
+class CrossDeviceError(BadInputError):
+    kind = "cross_device"
+
+
+def comparability(a: dict, b: dict, *, allow_cross_device: bool = False) -> list[str]:
+    """Warnings for comparing stored runs ``a`` and ``b``; raises when they were measured on
+    different devices or location kinds (unless ``allow_cross_device``, which makes it a warning)."""
+    ia, ib = identity_of(a["result"]), identity_of(b["result"])
+    diff = differences(ia, ib)
+    warnings = []
+    if diff:
+        line = (f"runs {a['id']} and {b['id']} were measured on different devices ({'; '.join(diff)}): "
+                f"{describe(ia)} vs {describe(ib)}")
+        if not allow_cross_device:
+            raise CrossDeviceError(line, "compare runs of one device, or pass --allow-cross-device to compare anyway "
+                                         "(the output then carries this warning)")
+        warnings.append(f"cross-device comparison: {line}")
+    warnings += setting_warnings(a["result"], b["result"])
+    return warnings
+
+
+def compare_runs(a_id: int, b_id: int, db=None, *, threshold: float = 0.05, alpha: float = 0.01,
+                 allow_cross_device: bool = False) -> dict:
     if threshold < 0:
         raise UsageError("--threshold must be >= 0", "e.g. --threshold 0.05 for 5 %")
     a, b = get_run(a_id, db), get_run(b_id, db)
+    warnings = comparability(a, b, allow_cross_device=allow_cross_device)
     out = compare_samples(a["result"].get("samples_ms") or [], b["result"].get("samples_ms") or [],
                           threshold=threshold, alpha=alpha)
     out["a"] = {k: a[k] for k in COLUMNS}
     out["b"] = {k: b[k] for k in COLUMNS}
     if a["artifact_hash"] != b["artifact_hash"]:
         out["note"] = "the two runs measured different artifacts"
-    out["warnings"] = [f"run {r['id']}: {w}" for r in (a, b)
-                       if (w := interference_warning(r["result"].get("environment") or {}))]
+    out["identity_a"], out["identity_b"] = identity_of(a["result"]), identity_of(b["result"])
+    out["cross_device"] = bool(differences(out["identity_a"], out["identity_b"]))
+    out["warnings"] = warnings + [f"run {r['id']}: {w}" for r in (a, b)
+                                  if (w := interference_warning(r["result"].get("environment") or {}))]
     return out
 
 

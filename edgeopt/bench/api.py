@@ -121,6 +121,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                     names: dict[str, str] | None = None, validations: dict[str, dict] | None = None, keep_going: bool = False) -> dict:
     """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``."""
     from edgeopt.bench.energy import energy_figures
+    from edgeopt.identity import local_identity
     from edgeopt.runtime import environment
     from edgeopt.runtime.measure import BadArtifact, check_runs, measure_interleaved, run_record
 
@@ -183,9 +184,11 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
         rec = run_record(x["path"], x["manifest"], m, env=env, energy=energy, synthetic=x["synthetic"],
                          inputs_source=o.inputs)
         prof = rec.get("profile")
-        prof_name = o.profile or (prof.get("name") if isinstance(prof, dict) else prof)
-        tdp, device = _tdp(prof_name)
-        rec["device"] = device
+        built_for = (prof.get("name") if isinstance(prof, dict) else prof) or o.profile
+        ident = local_identity(env, built_for)  # measured here: the host's identity, whatever it was built for
+        tdp, _ = _tdp(ident["profile"])  # energy from the profile of the machine that ran it
+        rec["identity"] = ident
+        rec["device"] = ident["machine"]
         rec["labels"] = dict(o.labels)
         rec["name"] = (names or {}).get(x["path"]) or Path(x["path"]).name
         if (validations or {}).get(x["path"]):
@@ -196,7 +199,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
             from edgeopt.bench.per_layer import per_layer_for_artifact
 
             rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
-                                                      profile=prof_name)
+                                                      profile=ident["profile"])
         if o.store:
             from edgeopt.results import store_run
 

@@ -1,0 +1,119 @@
+"""A number never loses where it was measured: the identity stored with every run, like-for-like
+comparisons, and the old stores migrated to it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+
+import numpy as np
+import pytest
+
+from edgeopt import results
+
+FAST = ["--min-runs", "3", "--min-seconds", "0", "--warmup", "1"]
+
+
+def stored(db, samples, *, location="local", hostname="build-7", device=None, threads=2, libraries=None,
+           cpu="Test CPU"):
+    """A stored run with synthetic latency samples (no model is run) and the identity its environment implies."""
+    s = np.asarray(samples, float)
+    res = {
+        "schema_version": 1, "artifact_hash": "a" * 64, "backend": "onnxruntime", "precision": "fp32",
+        "model": "/x/m.onnx", "profile": "pi5", "device": device, "threads": threads, "runs": int(s.size),
+        "samples_ms": s.tolist(),
+        "latency_ms": {"p50": float(np.median(s)), "p90": float(np.percentile(s, 90)),
+                       "p99": float(np.percentile(s, 99)), "ci95_low": float(np.percentile(s, 45)),
+                       "ci95_high": float(np.percentile(s, 55))},
+        "environment": {"location": location, "hostname": hostname, "cpu": {"model": cpu, "arch": "x86_64"},
+                        "libraries": libraries or {"onnxruntime": "1.32.0"}},
+    }
+    return results.store_run(res, db)
+
+
+def test_compare_refuses_runs_of_different_devices_unless_allowed(cli, tmp_path):
+    db = tmp_path / "r.db"
+    rng = np.random.default_rng(0)
+    local = stored(db, rng.lognormal(np.log(0.09), 0.1, 200))
+    emulated = stored(db, rng.lognormal(np.log(3.4), 0.1, 200), location="emulated", device="pi5-emu",
+                      cpu="Cortex-A76")
+    p = cli("results", "compare", str(local), str(emulated), "--db", str(db), "--fail-on-regression", "--json")
+    assert p.returncode == 3, p.stderr
+    err = json.loads(p.stdout)["error"]
+    assert err["kind"] == "cross_device" and "location 'local' vs 'emulated'" in err["message"]
+    assert "--allow-cross-device" in err["hint"]
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+    p = cli("results", "compare", str(local), str(emulated), "--db", str(db), "--allow-cross-device", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)["comparison"]
+    assert out["cross_device"] is True and out["warnings"][0].startswith("cross-device comparison")
+    assert out["identity_b"]["machine"] == "pi5-emu" and out["identity_a"]["machine"] == "build-7"
+    p = cli("results", "compare", str(local), str(emulated), "--db", str(db), "--allow-cross-device",
+            "--fail-on-regression", "--json")
+    assert p.returncode == 5
+    details = json.loads(p.stdout)["error"]["details"]
+    assert details["warnings"][0].startswith("cross-device comparison")
+    p = cli("results", "compare", str(local), str(emulated), "--db", str(db), "--allow-cross-device")
+    assert p.returncode == 0 and "warning: cross-device comparison" in p.stdout
+
+
+def test_compare_warns_on_other_threads_or_library_versions(tmp_path):
+    db = tmp_path / "r.db"
+    rng = np.random.default_rng(1)
+    a = stored(db, rng.lognormal(np.log(1.0), 0.1, 100), threads=2)
+    b = stored(db, rng.lognormal(np.log(1.0), 0.1, 100), threads=1, libraries={"onnxruntime": "1.31.0"})
+    out = results.compare_runs(a, b, db)
+    assert out["cross_device"] is False
+    assert "different thread counts: 2 vs 1" in out["warnings"]
+    assert "different onnxruntime versions: 1.32.0 vs 1.31.0" in out["warnings"]
+    c = stored(db, rng.lognormal(np.log(1.0), 0.1, 100), hostname="other-host")
+    with pytest.raises(results.CrossDeviceError, match="machine 'build-7' vs 'other-host'"):
+        results.compare_runs(a, c, db)
+
+
+def test_an_old_store_is_migrated_to_identity_columns(tmp_path):
+    """A store written before identities: a local run of a pi5 artifact was filed as device 'pi5'."""
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.executescript("""CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, model TEXT,
+        artifact_hash TEXT, backend TEXT, precision TEXT, device TEXT, location TEXT, label TEXT, stage TEXT,
+        p50_ms REAL, result_json TEXT NOT NULL);""")
+    old = {"profile": "pi5", "device": "pi5", "latency_ms": {"p50": 0.1},
+           "environment": {"location": "local", "hostname": "build-7", "cpu": {"model": "Xeon", "arch": "x86_64"}}}
+    conn.execute("INSERT INTO runs (created, model, device, location, p50_ms, result_json) VALUES (?,?,?,?,?,?)",
+                 ("2026-11-01T00:00:00", "m.onnx", "pi5", "local", 0.1, json.dumps(old)))
+    conn.commit()
+    conn.close()
+    (row,) = results.list_runs(db)
+    assert (row["device"], row["location"], row["cpu_model"], row["built_for"]) == ("build-7", "local", "Xeon", "pi5")
+    results.store_run(old, db)  # and new rows go in with the same columns
+    assert [r["device"] for r in results.list_runs(db)] == ["build-7", "build-7"]
+
+
+@pytest.mark.onnxruntime
+@pytest.mark.slow
+def test_a_local_run_of_a_pi5_artifact_is_stored_under_the_hosts_identity(cli, tmp_path, remote_tiny_model):
+    art = tmp_path / "art_pi5"
+    r = cli("convert", str(remote_tiny_model["model"]), "--profile", "pi5", "--backend", "onnxruntime",
+            "--precision", "fp32", "-o", str(art), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    db = tmp_path / "r.db"
+    r = cli("bench", str(art), "--runs", "5", "--min-seconds", "0", "--warmup", "1", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)["rows"]
+    ident = row["identity"]
+    assert ident["machine"] == socket.gethostname() and ident["location"] == "local"
+    assert ident["built_for"] == "pi5" and ident["profile"] == "host"
+    assert "pi5" not in row["energy_figures"].get("note", "")
+    from edgeopt.profiles import load_profile
+
+    host_tdp = load_profile("host").tdp_w
+    if row["energy_figures"]["source"] == "estimated":  # the host's TDP, never the Pi's
+        assert f"TDP {host_tdp:g} W" in row["energy_figures"]["note"]
+    (stored_row,) = results.list_runs(db)
+    assert stored_row["device"] == socket.gethostname() and stored_row["built_for"] == "pi5"
+    assert results.list_runs(db, device="pi5") == []
+    r = cli("results", "list", "--db", str(db))
+    assert socket.gethostname() in r.stdout and "pi5" in r.stdout and "…" not in r.stdout
