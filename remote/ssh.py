@@ -154,7 +154,12 @@ class SshTransport(Transport):
             ) from err
         except (TimeoutError, OSError, paramiko.SSHException) as err:
             client.close()
-            raise RemoteError(f"{where}: cannot connect: {err}", "is the device on and reachable?") from err
+            if isinstance(err, paramiko.ssh_exception.NoValidConnectionsError):  # its text is "[Errno None] ..."
+                reason = "; ".join(sorted({(e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+                                           for e in err.errors.values()})) or "connection refused"
+            else:
+                reason = (err.strerror if isinstance(err, OSError) and err.strerror else str(err)) or type(err).__name__
+            raise RemoteError(f"{where}: cannot connect: {reason}", "is the device on and reachable?") from err
         return client
 
     @property
