@@ -19,6 +19,9 @@ from pathlib import Path
 
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
+from edgeopt.identity import device_identity
+from edgeopt.runtime.environment import interference_warning
+from edgeopt.runtime.measure import read_artifact
 
 from . import deploy
 from .cores import core_plan, pin_argv
@@ -28,6 +31,8 @@ from .setup import ensure_runtime
 from .transport import Transport
 
 OUTPUTS_FILE = "outputs.npz"  # the runner's outputs for inputs.npz, in the run dir
+STEP_TEXT = {"convert": "converting the model", "connect": "connecting", "upload": "uploading the artifact",
+             "bench": "running the benchmark", "fetch": "fetching the outputs", "store": "storing the result"}
 
 
 def _location(device: Device) -> RunLocation:
@@ -70,6 +75,28 @@ def _fetch_atomic(tr: Transport, remote: str, local: Path) -> None:
         raise RemoteError(f"{tr.name}: cannot fetch the outputs: {err}") from err
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _plain_error(err: RemoteError, dev: Device, step: str) -> RemoteError:
+    """The transport's error, saying which step was running (not "while running 'sh'") and, for an
+    emulated device that is down, how to start it."""
+    message = re.sub(r"while running '[^']*'", f"while {STEP_TEXT.get(step, step)}", err.message)
+    message = re.sub(r"before '[^']*' started", f"before {STEP_TEXT.get(step, step)}", message)
+    hint = err.hint
+    if dev.emulated and step == "connect":
+        hint = (f"the emulated device may be stopped: start it with 'edgeopt emulate start {dev.profile} "
+                f"--name {dev.name}'")
+    out = RemoteError(message, hint, details={**err.details, "step": step})
+    out.exit_code, out.kind = err.exit_code, err.kind
+    return out
+
+
+def _still_in_inventory(dev: Device, devices_path) -> bool:
+    """The device is still in the inventory as it was (an emulator stopped mid-run drops its entry)."""
+    from .inventory import load_devices
+
+    now = load_devices(devices_path).get(dev.name)
+    return now is not None and (now.host, now.port) == (dev.host, dev.port)
 
 
 def _artifact_for(device: Device, artifact_or_model: str | Path, tmp: Path, convert_options: dict | None,
@@ -115,7 +142,29 @@ def remote_bench(
 ) -> dict:
     """Benchmark an artifact (or an .onnx model, converted for the device's profile) on ``device``."""
     dev = device if isinstance(device, Device) else get_device(device, devices_path)
-    step = progress or (lambda what, frac: None)
+    report = progress or (lambda what, frac: None)
+    current = ["convert"]
+    listed = _still_in_inventory(dev, devices_path)  # then it must still be there when the result is stored
+
+    def step(what: str, frac: float) -> None:
+        current[0] = what
+        report(what, frac)
+
+    try:
+        return _remote_bench(dev, artifact_or_model, step, keep=keep, accept_new_host_key=accept_new_host_key,
+                             inputs=inputs, threads=threads, warmup=warmup, min_runs=min_runs,
+                             min_seconds=min_seconds, streams=streams, batch=batch, setup=setup, wheels=wheels,
+                             outputs_to=outputs_to, convert_options=convert_options, store=store,
+                             devices_path=devices_path, transport=transport, runtime_dir=runtime_dir,
+                             max_age_hours=max_age_hours, timeout=timeout, cancel=cancel, notify=notify,
+                             listed=listed)
+    except RemoteError as err:
+        raise _plain_error(err, dev, current[0]) from err
+
+
+def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host_key, inputs, threads, warmup,
+                  min_runs, min_seconds, streams, batch, setup, wheels, outputs_to, convert_options, store,
+                  devices_path, transport, runtime_dir, max_age_hours, timeout, cancel, notify, listed) -> dict:
     location = _location(dev)
     if outputs_to and not inputs:
         raise BadInputError("--outputs needs --inputs (an .npz of the model's inputs)")
@@ -126,6 +175,7 @@ def remote_bench(
         converted = None if artifact == Path(artifact_or_model) else {
             "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile, **(convert_options or {})}
         files = deploy.bundle_files(artifact, runtime_dir, inputs)
+        model_inputs = read_artifact(str(artifact))["inputs"]
         step("connect", 0.0)
         own = transport is None
         tr = transport or open_transport(dev, accept_new_host_key=accept_new_host_key, notify=notify)
@@ -176,6 +226,7 @@ def remote_bench(
                 )
             result = _parse_result(dev, res.stdout)
             if outputs_to:
+                step("fetch", 1.0)
                 _fetch_atomic(tr, f"{run_dir}/{OUTPUTS_FILE}", Path(outputs_to))
         finally:
             try:
@@ -206,9 +257,23 @@ def remote_bench(
         "wall_seconds": round(time.monotonic() - t0, 3),
     })
     result.setdefault("environment", {})["location"] = location.value
+    result["identity"] = device_identity(dev.name, dev.profile, emulated=dev.emulated, env=result["environment"],
+                                         facts=facts, built_for=result.get("profile"))
+    warnings = result.setdefault("warnings", [])
+    if (busy := interference_warning(result["environment"])):
+        warnings.append(busy)
+    if inputs:
+        from edgeopt.bench.api import note_inputs_used
+
+        note_inputs_used(result, model_inputs, str(inputs))
+    if listed and not _still_in_inventory(dev, devices_path):
+        raise RemoteError(f"{dev.name}: the device left the inventory during the run (emulate stop or devices "
+                          "remove); its result is not stored", "start it again and rerun",
+                          details={"result": result})
     if store:
         from edgeopt.results import store_run
 
+        step("store", 1.0)
         result["result_id"] = store_run(result)
     return result
 

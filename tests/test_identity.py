@@ -117,3 +117,77 @@ def test_a_local_run_of_a_pi5_artifact_is_stored_under_the_hosts_identity(cli, t
     assert results.list_runs(db, device="pi5") == []
     r = cli("results", "list", "--db", str(db))
     assert socket.gethostname() in r.stdout and "pi5" in r.stdout and "…" not in r.stdout
+
+
+# ----------------------------------------------------------------------------- remote-bench (real sshd on loopback)
+
+
+@pytest.fixture
+def busy_process():
+    """A real process that keeps one core busy for the test (stopped by its PID afterwards)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.remote
+@pytest.mark.onnxruntime
+def test_remote_bench_warns_when_the_machine_is_busy(emulated_x86, tiny_artifact, busy_process, cli):
+    r = cli("remote-bench", "x86-emu", str(tiny_artifact), "--min-runs", "20", "--min-seconds", "2", "--warmup", "1",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    (res,) = payload["results"]
+    other = res["environment"]["interference"]["other_busy_pct"]
+    assert other >= 10, res["environment"]["interference"]  # one of this machine's cores spun meanwhile
+    assert any("machine not idle" in w for w in res["warnings"])
+    assert any(w.startswith("x86-emu: machine not idle") for w in payload["warnings"])
+    ident = res["identity"]
+    assert ident["machine"] == "x86-emu" and ident["location"] == "emulated"
+    assert ident["emulated_on"] == socket.gethostname() and ident["built_for"] == "host"
+    from edgeopt.results import list_runs
+
+    (row,) = list_runs()
+    assert (row["device"], row["location"], row["emulated_on"]) == ("x86-emu", "emulated", socket.gethostname())
+    r = cli("remote-bench", "x86-emu", str(tiny_artifact), *FAST)  # the human output says it too
+    assert r.returncode == 0 and "machine not idle" in r.stdout and "precision" in r.stdout
+
+
+@pytest.mark.remote
+@pytest.mark.onnxruntime
+def test_inputs_with_several_samples_say_the_first_is_timed(emulated_x86, tiny_artifact, tmp_path, cli):
+    inputs = tmp_path / "eight.npz"
+    np.savez(inputs, x=np.random.default_rng(3).standard_normal((8, 1, 3, 16, 16)).astype(np.float32))
+    r = cli("remote-bench", "x86-emu", str(tiny_artifact), "--inputs", str(inputs), *FAST, "--json")
+    assert r.returncode == 0, r.stderr
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["inputs"]["samples_in_file"] == 8 and res["inputs"]["samples_used"] == 1
+    assert any("holds 8 samples" in w and "first one only" in w for w in res["warnings"])
+    r = cli("bench", str(tiny_artifact), "--inputs", str(inputs), "--runs", "3", "--min-seconds", "0", "--no-store")
+    assert r.returncode == 0, r.stderr
+    assert "holds 8 samples" in r.stdout
+
+
+@pytest.mark.remote
+def test_a_failing_device_keeps_the_table_on_stdout_and_says_what_to_do(emulated_x86, tiny_artifact, cli):
+    import os
+    import signal
+
+    from fixtures_remote import process_gone
+
+    os.kill(emulated_x86["pid"], signal.SIGTERM)  # the emulator's sshd is down; the inventory still lists it
+    assert process_gone(emulated_x86["pid"])
+    r = cli("remote-bench", "x86-emu", str(tiny_artifact), *FAST)
+    assert r.returncode == 6
+    assert "x86-emu" in r.stdout and "FAILED" in r.stdout  # the table, on stdout
+    assert "[Errno" not in r.stderr and "Connection refused" in r.stderr
+    assert "edgeopt emulate start host --name x86-emu" in r.stderr
+    r = cli("remote-bench", "x86-emu", str(tiny_artifact), *FAST, "--json")
+    err = json.loads(r.stdout)["error"]
+    assert err["details"]["step"] == "connect" and "emulate start" in err["hint"]

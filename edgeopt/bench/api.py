@@ -32,6 +32,7 @@ class BenchOptions(BaseModel):
     max_seconds: float = Field(default=600.0, gt=0)
     block_seconds: float = Field(default=0.25, gt=0)
     inputs: str | None = None
+    outputs: str | None = None  # write the outputs for ``inputs`` here (.npz), to diff with a device's
     per_layer: bool = False
     streams: int | Literal["auto"] | None = None
     batch: int | None = Field(default=None, gt=0)
@@ -91,6 +92,50 @@ def _feeds(manifest: dict, inputs: str | None):
         raise BadInputError(str(err), "the .npz needs one array per model input, named like it") from None
 
 
+def samples_in_inputs(manifest_inputs: list[dict], npz_path: str) -> int | None:
+    """How many samples an ``--inputs`` .npz holds (the runner times the first one only)."""
+    import numpy as np
+
+    try:
+        data = np.load(npz_path)
+    except (OSError, ValueError):
+        return None
+    counts = []
+    for spec in manifest_inputs:
+        if spec["name"] not in data.files:
+            return None
+        arr, shape = data[spec["name"]], spec.get("shape") or []
+        if arr.ndim == len(shape) + 1:
+            counts.append(arr.shape[0])
+        elif arr.ndim == len(shape) and shape:
+            batch = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else 1
+            counts.append(arr.shape[0] // batch)
+    return min(counts) if counts else 1
+
+
+def note_inputs_used(record: dict, manifest_inputs: list[dict], npz_path: str | None) -> None:
+    """Record (and warn) when ``--inputs`` holds several samples: the timings use the first only."""
+    n = samples_in_inputs(manifest_inputs, npz_path) if npz_path else None
+    if not n or n <= 1:
+        return
+    record.setdefault("inputs", {}).update(samples_in_file=n, samples_used=1)
+    record.setdefault("warnings", []).append(
+        f"inputs: {Path(npz_path).name} holds {n} samples; the timings repeat the first one only "
+        "(the latency of one input; all of them count for accuracy with convert --eval)")
+
+
+def save_outputs(runner, feeds: dict, path: str) -> None:
+    """The artifact's outputs for ``feeds`` as an .npz (ONNX output names), written atomically: the same
+    file ``remote-bench --outputs`` fetches from a device, so the two can be diffed."""
+    import numpy as np
+
+    from edgeopt.files import atomic_path
+
+    outs = runner.run(feeds)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **{k: np.asarray(v) for k, v in outs.items()})
+
+
 def _tdp(profile_name: str | None) -> tuple[float | None, str | None]:
     from edgeopt.profiles import load_profile
 
@@ -128,6 +173,11 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
     o = options or BenchOptions()
     if not artifacts:
         raise BadInputError("no artifact to measure", "pass one or more artifact directories")
+    if o.outputs and (len(artifacts) != 1 or not o.inputs):
+        from edgeopt.errors import UsageError
+
+        raise UsageError("--outputs needs one artifact and --inputs (an .npz of the model's inputs)",
+                         "edgeopt bench ARTIFACT --inputs in.npz --outputs out.npz")
     env = environment.collect(o.location.value)
     opened: list[dict] = []
     failed: list[dict] = []
@@ -142,6 +192,8 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                     check_runs(runner, feeds, path)
                 except BadArtifact as err:
                     raise BadInputError(str(err), "check --inputs against the model's inputs") from None
+                if o.outputs:
+                    save_outputs(runner, feeds, o.outputs)
             except EdgeoptError as err:
                 if not keep_going:
                     raise
@@ -189,6 +241,9 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
         tdp, _ = _tdp(ident["profile"])  # energy from the profile of the machine that ran it
         rec["identity"] = ident
         rec["device"] = ident["machine"]
+        note_inputs_used(rec, x["manifest"]["inputs"], o.inputs)
+        if (busy := environment.interference_warning(env)):
+            rec.setdefault("warnings", []).append(busy)
         rec["labels"] = dict(o.labels)
         rec["name"] = (names or {}).get(x["path"]) or Path(x["path"]).name
         if (validations or {}).get(x["path"]):

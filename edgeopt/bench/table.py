@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edgeopt.identity import describe
 from edgeopt.runtime.environment import interference_warning
 
 
@@ -106,9 +107,16 @@ def render(console, result: dict) -> None:
     env = result.get("environment") or {}
     console.print(f"environment: {env.get('cpu', {}).get('model')} cores {env.get('cores_used')} load "
                   f"{env.get('load_before')} -> {env.get('load_after')}; {env.get('location')}")
+    ident = next((r["identity"] for r in result["rows"] if r.get("identity")), None)
+    if ident:
+        built = sorted({str(r["identity"].get("built_for")) for r in result["rows"] if r.get("identity")})
+        console.print(f"measured on {describe({**ident, 'built_for': None})}; artifacts built for "
+                      f"{', '.join(built)}", markup=False)
     busy = interference_warning(env)
     if busy:
         console.print(f"[yellow]{busy}[/]")
+    for w in dict.fromkeys(w for r in result["rows"] for w in r.get("warnings") or [] if w != busy):
+        console.print(f"warning: {w}", style="yellow", markup=False)
     console.print("+RSS MB: resident memory added by loading the artifact (0 when its runtime was already loaded)")
     if any(r.get("synthetic_inputs") for r in rows):
         console.print("inputs: synthetic (random at the manifest's shapes); pass --inputs NPZ for real data")

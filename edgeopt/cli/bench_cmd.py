@@ -34,7 +34,9 @@ def bench(
     runs: int = typer.Option(50, "--runs", min=1, help="Minimum timed runs per artifact."),
     min_seconds: float = typer.Option(2.0, "--min-seconds", min=0, help="Minimum timed seconds per artifact."),
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs (not timed)."),
-    inputs: Path = typer.Option(None, "--inputs", help=".npz with one array per input (sample 0 is used)."),
+    inputs: Path = typer.Option(None, "--inputs", help=".npz with one array per input (the timings use sample 0)."),
+    outputs: Path = typer.Option(None, "--outputs", help="Also write the outputs for --inputs to this .npz (one "
+                                 "artifact), to diff with a device's 'remote-bench --outputs'."),
     db: Path = typer.Option(None, "--db", help="Results store (default: $EDGEOPT_DATA_DIR/results.db)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the runs."),
     per_layer: bool = typer.Option(False, "--per-layer", help="Per-op times from the backend's profiler."),
@@ -55,7 +57,8 @@ def bench(
     from edgeopt.bench.table import render, summary_row
     opts = BenchOptions(threads=threads, min_runs=runs, min_seconds=min_seconds, warmup=warmup, streams=streams,
                         batch=batch, throughput_seconds=throughput_seconds,
-                        inputs=str(inputs) if inputs else None, per_layer=per_layer, price_per_kwh=price_per_kwh,
+                        inputs=str(inputs) if inputs else None, outputs=str(outputs) if outputs else None,
+                        per_layer=per_layer, price_per_kwh=price_per_kwh,
                         profile=profile, labels=_labels(label), store=not no_store, db=str(db) if db else None)
 
     def prog(frac: float) -> None:

@@ -11,7 +11,7 @@ from rich.table import Table
 from edgeopt.bench.table import describe_throughput
 from edgeopt.cli import app
 from edgeopt.cli.options import BatchOption, StreamsOption
-from edgeopt.cli.output import JsonOption, dumps, emit, progress, stderr
+from edgeopt.cli.output import JsonOption, dumps, emit, progress, stderr, stdout
 
 
 def _fmt(x) -> str:
@@ -20,12 +20,19 @@ def _fmt(x) -> str:
 
 def _row(entry: dict) -> list[str]:
     if not entry["ok"]:
-        return [entry["device"], "-", "-", "-", "-", "-", "[red]FAILED[/]"]
+        return [entry["device"], "-", "-", "-", "-", "-", "-", "[red]FAILED[/]"]
     r = entry["result"]
     lat = r.get("latency_ms") or {}
-    where = "[yellow]emulated[/]" if r.get("emulated") else r.get("location", "")
-    return [entry["device"], where, str(r.get("backend") or "-"), _fmt(lat.get("p50")), _fmt(lat.get("p90")),
-            str(lat.get("n") or r.get("runs") or "-"), "ok"]
+    ident = r.get("identity") or {}
+    where = f"[yellow]emulated on {ident.get('emulated_on') or 'this host'}[/]" if r.get("emulated") \
+        else r.get("location", "")
+    return [entry["device"], where, str(r.get("backend") or "-"), str(r.get("precision") or "-"),
+            _fmt(lat.get("p50")), _fmt(lat.get("p90")), str(lat.get("n") or r.get("runs") or "-"), "ok"]
+
+
+def _warnings(entries: list[dict]) -> list[str]:
+    """Every device's warnings (busy machine, inputs), prefixed with its name."""
+    return [f"{e['device']}: {w}" for e in entries if e["ok"] for w in e["result"].get("warnings") or []]
 
 
 @app.command("remote-bench")
@@ -35,7 +42,7 @@ def remote_bench_cmd(
     keep: bool = typer.Option(False, "--keep", help="Leave the run directory on the device."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
                                              help="Trust and record an unknown host key (prints its fingerprint)."),
-    inputs: Path = typer.Option(None, "--inputs", help=".npz of inputs named after the model's (default: random)."),
+    inputs: Path = typer.Option(None, "--inputs", help=".npz of inputs named after the model's (default: random); the timings use its first sample."),
     outputs: Path = typer.Option(None, "--outputs", "--outputs-out",
                                  help="Also save the device's outputs for --inputs here (.npz, one device)."),
     threads: int = typer.Option(None, "--threads", help="Runtime threads on the device."),
@@ -94,23 +101,26 @@ def remote_bench_cmd(
         entries = remote_bench_many(devs, artifact, progress_factory=factory, **kwargs)
 
     failed = [e for e in entries if not e["ok"]]
-    if len(devs) == 1 and failed:  # one device: its own error, exit code and hint
-        err = failed[0]["error"]
-        exc = EdgeoptError(err["message"], err.get("hint"), details=err.get("details"))
-        exc.exit_code, exc.kind = err["exit_code"], err["kind"]
-        raise exc
     payload = {
         "results": [e["result"] for e in entries if e["ok"]],
         "failed": [{"device": e["device"], **e["error"]} for e in failed],
+        "warnings": _warnings(entries),
     }
 
     def human(c):
-        t = Table("device", "where", "backend", "p50 ms", "p90 ms", "runs", "status")
+        from edgeopt.identity import describe
+
+        t = Table("device", "where", "backend", "precision", "p50 ms", "p90 ms", "runs", "status")
         for e in entries:
             t.add_row(*_row(e))
         c.print(t)
         if any(e["ok"] and e["result"].get("emulated") for e in entries):
             c.print("[yellow]emulated[/]: timings on an emulated device (qemu/loopback) are not the board's speed")
+        for e in entries:
+            if e["ok"] and e["result"].get("identity"):
+                c.print(f"{e['device']}: measured on {describe(e['result']['identity'])}", markup=False)
+        for w in payload["warnings"]:
+            c.print(f"warning: {w}", style="yellow", markup=False)
         for e in entries:
             cores = e["result"].get("cores") if e["ok"] else None
             if cores and cores.get("note"):
@@ -129,10 +139,15 @@ def remote_bench_cmd(
     if not failed:
         emit(json_out, payload, human)
         return
+    if not json_out:
+        human(stdout)  # the table on stdout whatever the exit code; the errors go to stderr
+    if len(devs) == 1:  # one device: its own error, exit code and hint
+        err = failed[0]["error"]
+        exc = EdgeoptError(err["message"], err.get("hint"), details=err.get("details"))
+        exc.exit_code, exc.kind = err["exit_code"], err["kind"]
+        raise exc
     if json_out:
         sys.stdout.write(dumps({"ok": False, **payload}) + "\n")
-    else:
-        human(stderr)
     for f in payload["failed"]:
         line = f"{f['device']}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else "")
         sys.stderr.write(f"edgeopt: error: {line}\n")
