@@ -70,3 +70,25 @@ def test_report_on_an_empty_store_exits_3(cli, tmp_path):
     p = cli("report", "--db", str(tmp_path / "empty.db"), "-o", str(tmp_path / "r.html"))
     assert p.returncode == 3 and "no runs" in p.stderr
     assert not (tmp_path / "r.html").exists()
+
+
+def test_report_of_local_and_emulated_runs_has_the_banner_and_a_roofline_each(tmp_path):
+    """An emulated pi5 run (device 'pi5-emu', no profile of that name) beside a local one: the banner says
+    which runs are emulated, each machine gets its roofline from its stored profile, and history is per machine."""
+    from edgeopt.report import build_report
+
+    db = tmp_path / "r.db"
+    local = stored_run(db, 0.09, seed=1, profile="pi5",
+                       environment={"location": "local", "hostname": "build-7", "cpu": {"model": "Xeon"}})
+    emulated = stored_run(db, 3.4, seed=2, profile="pi5", device="pi5-emu", device_profile="pi5",
+                          device_facts={"hostname": "build-7"},
+                          environment={"location": "emulated", "cpu": {"model": "Cortex-A76", "arch": "aarch64"}})
+    info = build_report(tmp_path / "r.html", [local, emulated], db=db)
+    page = (tmp_path / "r.html").read_text()
+    assert info["banner"] and info["emulated_runs"] == [emulated]
+    assert "1 of 2 runs are EMULATED (qemu/loopback on build-7)" in page
+    assert "measured on 2 different machines" in page
+    assert info["rooflines"] == 2 and not any("roofline" in n for n in info["notes"])
+    assert "History: digits_cnn.onnx measured on pi5-emu (emulated)" in page
+    assert "History: digits_cnn.onnx measured on build-7 (local)" in page
+    assert "emulated on build-7" in page  # the runs table's location cell

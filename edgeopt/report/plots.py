@@ -26,10 +26,16 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def is_emulated(run: dict) -> bool:
+    return run.get("location") == "emulated"
+
+
 def run_label(run: dict) -> str:
+    """``#3 name / backend precision / machine location``: every label says where it was measured."""
     r = run["result"]
     name = r.get("name") or run.get("backend")
-    return f"#{run['id']} {name}\n{run.get('backend')} {run.get('precision') or ''}".strip()
+    return (f"#{run['id']} {name}\n{run.get('backend')} {run.get('precision') or ''}\n"
+            f"{run.get('device')} {run.get('location')}").strip()
 
 
 def latency_distributions(runs: list[dict]) -> bytes:
@@ -53,7 +59,12 @@ def latency_distributions(runs: list[dict]) -> bytes:
         lo, hi = min(float(d.min()) for d in data), max(float(d.max()) for d in data)
         log = lo > 0 and hi / lo > 10
         shown = [np.log10(d) for d in data] if log else data  # densities drawn in the axis' own scale
-        ax.violinplot(shown, positions=pos, showextrema=False)
+        bodies = ax.violinplot(shown, positions=pos, showextrema=False)["bodies"]
+        for body, run in zip(bodies, [r for r in runs if (r["result"].get("samples_ms") or [])], strict=True):
+            if is_emulated(run):  # hollow and hatched: not the board's speed
+                body.set_facecolor("none")
+                body.set_edgecolor("tab:orange")
+                body.set_hatch("//")
         ax.boxplot(shown, positions=pos, widths=0.15, showfliers=False)
         ax.set_xticks(pos)
         ax.set_xticklabels(labels, fontsize=7)
@@ -62,7 +73,8 @@ def latency_distributions(runs: list[dict]) -> bytes:
             ax.set_yticks(ticks)
             ax.set_yticklabels([f"{10 ** t:g}" for t in ticks])
     ax.set_ylabel("latency per inference (ms" + (", log scale)" if log else ")"))
-    ax.set_title("Latency distribution per run (violin: all runs; box: quartiles, whiskers 1.5 IQR)", fontsize=9)
+    ax.set_title("Latency distribution per run (violin: all runs; box: quartiles, whiskers 1.5 IQR)\n"
+                 "labels name where each ran; hatched: emulated, not the board's speed", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
     return _png(fig)
 
@@ -114,12 +126,14 @@ def history(runs: list[dict], title: str) -> bytes:
     series: dict[str, list] = {}
     for run in sorted(runs, key=lambda r: r["created"]):
         lat = run["result"]["latency_ms"]
-        key = f"{run.get('backend')} {run.get('precision') or ''}"
+        key = f"{run.get('backend')} {run.get('precision') or ''} ({run.get('device')}, {run.get('location')})"
         series.setdefault(key, []).append((datetime.fromisoformat(run["created"]), lat["p50"],
                                            lat["p50"] - lat["ci95_low"], lat["ci95_high"] - lat["p50"]))
     for key, pts in series.items():
+        hollow = key.endswith(", emulated)")
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[2] for p in pts], [p[3] for p in pts]],
-                    marker="o", capsize=3, label=key)
+                    marker="o", capsize=3, label=key, mfc="none" if hollow else None,
+                    linestyle="--" if hollow else "-")
     ax.set_ylabel("median latency (ms), 95 % CI")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
@@ -128,10 +142,12 @@ def history(runs: list[dict], title: str) -> bytes:
     return _png(fig)
 
 
-def roofline(analysis, measured_points: list[dict]) -> bytes:
-    """The device's roofs, the ops at their roofline estimate (hollow) and measured points (filled).
+def roofline(analysis, measured_points: list[dict], where: str = "") -> bytes:
+    """The device's roofs, the ops at their roofline estimate (hollow) and measured points (filled;
+    emulated ones hollow, orange-edged: not the board's speed).
 
-    ``measured_points``: ``{"label", "intensity", "gops"}`` (whole model, or per op from --per-layer).
+    ``measured_points``: ``{"label", "intensity", "gops", "emulated"}`` (whole model, or per op from
+    --per-layer); ``where``: the machine and location the points were measured on.
     """
     fig = _figure(9, 6)
     ax = fig.add_subplot(1, 1, 1)
@@ -151,12 +167,15 @@ def roofline(analysis, measured_points: list[dict]) -> bytes:
     colours: dict = {}
     for m in measured_points:
         c = colours.setdefault(m.get("run"), f"C{(len(colours) % 8) + 2}")
+        style = {"facecolors": "none", "edgecolors": c, "linewidths": 1.5} if m.get("emulated") else {"color": c}
         ax.scatter([m["intensity"]], [m["gops"]], marker="*" if m.get("whole_model") else "o",
-                   s=140 if m.get("whole_model") else 30, color=c, label=m.get("label"))
+                   s=140 if m.get("whole_model") else 30, label=m.get("label"), **style)
     ax.set_xlabel("arithmetic intensity (FLOP / byte, FP32 bytes)")
     ax.set_ylabel("GOPS")
-    ax.set_title(f"Roofline of {analysis.model.rsplit('/', 1)[-1]} on {analysis.profile}: roofs and hollow points "
-                 "are estimates; filled points are measured", fontsize=9)
+    measured = f", measured on {where}" if where else ""
+    ax.set_title(f"Roofline of {analysis.model.rsplit('/', 1)[-1]} on profile {analysis.profile}{measured}:\n"
+                 "roofs and hollow grey points are estimates; filled points are measured (hollow stars: emulated)",
+                 fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     return _png(fig)
