@@ -191,3 +191,48 @@ def test_a_failing_device_keeps_the_table_on_stdout_and_says_what_to_do(emulated
     r = cli("remote-bench", "x86-emu", str(tiny_artifact), *FAST, "--json")
     err = json.loads(r.stdout)["error"]
     assert err["details"]["step"] == "connect" and "emulate start" in err["hint"]
+
+
+@pytest.mark.remote
+@pytest.mark.onnxruntime
+def test_emulate_stop_during_a_run_stops_its_sessions_and_nothing_is_stored(remote_env, tiny_artifact, cli):
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from fixtures_remote import need_tools, process_gone
+
+    need_tools("sshd", "ssh-keygen")
+    r = cli("emulate", "start", "host", "--name", "stop-emu", "--json")
+    assert r.returncode == 0, r.stderr
+    emu = json.loads(r.stdout)["emulator"]
+    work = Path(emu["work_dir"])
+    proc = subprocess.Popen([sys.executable, "-m", "edgeopt", "remote-bench", "stop-emu", str(tiny_artifact),
+                             "--min-seconds", "120", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    rpid = None
+    try:
+        end = time.monotonic() + 60
+        while rpid is None and time.monotonic() < end and proc.poll() is None:
+            for lock in work.glob("run-*/.lock"):
+                rpid = next((int(ln[5:]) for ln in lock.read_text().splitlines() if ln.startswith("rpid=")), None)
+            time.sleep(0.1)
+        assert rpid, "the remote runner never started"
+        r = cli("emulate", "stop", "stop-emu", "--json")
+        assert r.returncode == 0, r.stderr
+        (stopped,) = json.loads(r.stdout)["stopped"]
+        assert stopped["sessions_stopped"] >= 1
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cli("emulate", "stop")
+    assert process_gone(emu["pid"]) and process_gone(rpid)
+    assert proc.returncode == 6, err
+    error = json.loads(out)["error"]
+    assert error["message"] == "stop-emu: connection lost while running the benchmark" and error["details"]["step"] == "bench"
+    from edgeopt.results import list_runs
+
+    assert list_runs() == []
+    assert json.loads(cli("devices", "list", "--json").stdout)["devices"] == []

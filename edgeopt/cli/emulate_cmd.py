@@ -36,13 +36,17 @@ def start(
 
 @emulate_app.command("stop")
 def stop(name: str = typer.Argument(None, help="Emulated device to stop (default: all)."),
+         wait: float = typer.Option(0.0, "--wait", min=0,
+                                    help="First wait up to this many seconds for runs in progress to end."),
          json_out: bool = JsonOption, devices: Path = DevicesFileOption) -> None:
-    """Stop emulated devices (kills their sshd by PID) and drop them from the inventory."""
+    """Stop emulated devices: their sshd and its sessions (runs in progress fail and are not stored), by
+    PID; then drop them from the inventory."""
     from edgeopt.remote.emulate import stop_emulator
 
-    stopped = stop_emulator(name, devices_path=devices)
+    stopped = stop_emulator(name, devices_path=devices, wait_s=wait)
     emit(json_out, {"stopped": stopped},
-         lambda c: c.print("\n".join(f"stopped '{s['name']}' (pid {s['pid']})" for s in stopped) or "nothing running"))
+         lambda c: c.print("\n".join(f"stopped '{s['name']}' (pid {s['pid']}; {s['sessions_stopped']} session "
+                                     "process(es) stopped)" for s in stopped) or "nothing running"))
 
 
 @emulate_app.command("status")

@@ -174,8 +174,51 @@ def emulator_status() -> list[dict]:
     return out
 
 
-def stop_emulator(name: str | None = None, *, devices_path=None) -> list[dict]:
-    """Stop one emulated device (or all of them): kill its sshd by PID, drop its inventory entry."""
+def _children_of() -> dict[int, list[int]]:
+    """ppid -> pids of this machine's processes (from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(stat.parent.name))
+    return kids
+
+
+def session_pids(sshd_pid: int | None) -> list[int]:
+    """Everything the listening sshd started: its per-connection sessions and what they run (the
+    benchmark runner included), found by walking parent PIDs."""
+    if not sshd_pid:
+        return []
+    kids, out, todo = _children_of(), [], [sshd_pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return [p for p in out if pid_alive(p)]
+
+
+def _terminate(pids: list[int], grace_s: float = 2.5) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def stop_emulator(name: str | None = None, *, devices_path=None, wait_s: float = 0.0) -> list[dict]:
+    """Stop one emulated device (or all of them): its sessions (runs in progress) and its sshd, by PID;
+    then drop its inventory entry. With ``wait_s``, first wait that long for running sessions to end."""
     names = [validate_name(name)] if name else [s["name"] for s in emulator_status()]
     if name and _read_state(name) is None:
         raise UsageError(f"no emulated device named '{name}'", "see 'edgeopt emulate status'")
@@ -183,18 +226,17 @@ def stop_emulator(name: str | None = None, *, devices_path=None) -> list[dict]:
     for n in names:
         st = _read_state(n) or {}
         pid = st.get("pid")
+        end = time.monotonic() + wait_s
+        while wait_s and session_pids(pid) and time.monotonic() < end:
+            time.sleep(0.2)
+        sessions = session_pids(pid)
         if pid_alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(50):
-                if not pid_alive(pid):
-                    break
-                time.sleep(0.05)
-            else:
-                os.kill(pid, signal.SIGKILL)
+            _terminate([pid])  # no new connections first
+        _terminate(sessions)  # sshd -D leaves its sessions running: they are ours to stop
         path = devices_path or st.get("devices_file")
         dev = load_devices(path).get(n)
         if dev is not None and dev.emulated:
             remove_device(n, path)
         _state_file(n).unlink(missing_ok=True)
-        stopped.append({"name": n, "pid": pid, "stopped": True})
+        stopped.append({"name": n, "pid": pid, "stopped": True, "sessions_stopped": len(sessions)})
     return stopped
