@@ -121,6 +121,10 @@ def check_device(device: Device, *, accept_new_host_key: bool = False, notify=No
         out["connect_seconds"] = round(time.monotonic() - t0, 3)
         out["work_dir"] = transport.work_dir
         out.update(run_probe(transport, device))
+        if device.emulated:  # the probe ran the emulated python; the shell is the emulating host's
+            host = quick_facts(transport)
+            out["emulates"] = {"profile": device.profile, "arch": out.get("arch"), "python": device.python}
+            out["emulated_on"] = {k: host.get(k) for k in ("hostname", "arch", "kernel")}
     finally:
         transport.close()
     return out

@@ -236,3 +236,40 @@ def test_emulate_stop_during_a_run_stops_its_sessions_and_nothing_is_stored(remo
 
     assert list_runs() == []
     assert json.loads(cli("devices", "list", "--json").stdout)["devices"] == []
+
+
+@pytest.mark.remote
+@pytest.mark.onnxruntime
+@pytest.mark.slow
+def test_bench_outputs_match_the_emulated_pi5s_outputs(emulated_pi5, remote_tiny_model, cli, tmp_path):
+    """The same pi5 artifact and inputs: `bench --outputs` here and `remote-bench --outputs` on the emulated
+    Cortex-A76 write the same arrays (ONNX Runtime's x86 and aarch64 kernels, compared exactly and to 1e-6)."""
+    art = tmp_path / "art_pi5"
+    r = cli("convert", str(remote_tiny_model["model"]), "--profile", "pi5", "--backend", "onnxruntime",
+            "--precision", "fp32", "-o", str(art), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    here, there = tmp_path / "here.npz", tmp_path / "there.npz"
+    inputs = str(remote_tiny_model["inputs"])
+    r = cli("bench", str(art), "--inputs", inputs, "--outputs", str(here), "--runs", "3", "--min-seconds", "0",
+            "--no-store", "--json")
+    assert r.returncode == 0, r.stderr
+    r = cli("remote-bench", "pi5-emu", str(art), "--inputs", inputs, "--outputs", str(there), *FAST, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["identity"]["location"] == "emulated" and res["identity"]["built_for"] == "pi5"
+    a, b = np.load(here), np.load(there)
+    assert a.files == b.files == ["y"]
+    diff = float(np.max(np.abs(a["y"] - b["y"])))
+    print(f"max |bench - remote-bench| = {diff:.3g}")
+    np.testing.assert_allclose(a["y"], b["y"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.remote
+def test_devices_check_on_an_emulated_device_names_the_host_it_runs_on(emulated_x86, cli):
+    r = cli("devices", "check", "x86-emu", "--json")
+    assert r.returncode == 0, r.stderr
+    check = json.loads(r.stdout)["check"]
+    assert check["emulates"]["profile"] == "host"
+    assert check["emulated_on"]["hostname"] == socket.gethostname() and check["emulated_on"]["arch"]
+    r = cli("devices", "check", "x86-emu")
+    assert r.returncode == 0 and f"running on host {socket.gethostname()}" in r.stdout

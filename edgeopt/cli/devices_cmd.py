@@ -95,6 +95,10 @@ def check(
     def human(c):
         c.print(f"[bold]{name}[/]: {report.get('arch')} {report.get('distro') or report.get('os')}, "
                 f"python {report.get('python')}" + ("  [yellow](emulated)[/]" if dev.emulated else ""))
+        if report.get("emulated_on"):
+            host = report["emulated_on"]
+            c.print(f"emulates profile {dev.profile} ({report.get('arch')}), running on host {host.get('hostname')} "
+                    f"({host.get('arch')}, {host.get('kernel')}): its timings are not the board's speed", markup=False)
         t = Table("runtime", "imports", "version / error")
         for mod, r in (report.get("runtimes") or {}).items():
             t.add_row(mod, "yes" if r.get("imports") else "no", r.get("version") or r.get("error") or "")
