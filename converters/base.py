@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.enums import BackendName, Precision, StrEnum
 
@@ -59,6 +59,8 @@ class ChainOptions(StageConfig):
     per_channel: bool = True
     max_accuracy_drop: float | None = None  # points of the task metric (top-1 %)
     min_cosine: float | None = None
+    search_budget_s: float = Field(default=120.0, gt=0)  # the accuracy-aware INT8 search's time budget (converters/quantize/search.py)
+    min_speedup: float | None = Field(default=None, gt=0)  # gate: accuracy-aware INT8 at least this much faster than FP32 (quick estimate)
     threads: int | None = None
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
     stage_overrides: dict[str, dict[str, Any]] = {}

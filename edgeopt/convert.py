@@ -115,7 +115,8 @@ def _datasets(specs, calib, eval, preprocess, precision: Precision, warn):
 def convert(model, profile, output, *, backend=None, precision=None, prune=None, prune_mode=None, calib=None,
             eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
             dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
-            progress=None, calib_method=None, on_warning=None) -> ConvertResult:
+            progress=None, calib_method=None, on_warning=None, search_budget=None,
+            min_speedup=None) -> ConvertResult:
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc)."""
     from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
     from edgeopt.data import parse_preprocess
@@ -141,7 +142,8 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
     plan = make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
                      calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
-                     threads=threads, recipe=recipe, input_shapes=shapes)
+                     threads=threads, recipe=recipe, input_shapes=shapes, search_budget=search_budget,
+                     min_speedup=min_speedup)
     for w in plan.warnings:
         warn(w)
     if dry_run:

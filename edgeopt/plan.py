@@ -95,6 +95,8 @@ class Recipe(BaseModel):
     per_channel: bool | None = None
     max_accuracy_drop: float | None = Field(default=None, ge=0.0)
     min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)
+    search_budget: float | None = Field(default=None, gt=0)  # seconds for the accuracy-aware INT8 search
+    min_speedup: float | None = Field(default=None, gt=0)
     threads: int | None = Field(default=None, gt=0)
     stages: dict[str, dict[str, Any]] = {}
 
@@ -234,6 +236,8 @@ def make_plan(
     min_cosine: float | None = None,
     threads: int | None = None,
     recipe: Recipe | str | Path | None = None,
+    search_budget: float | None = None,
+    min_speedup: float | None = None,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> Plan:
     """The ordered stages for ``profile`` with the user's overrides (recipe, then flags)."""
@@ -270,6 +274,8 @@ def make_plan(
             per_channel=pick(None, r.per_channel, True),
             max_accuracy_drop=pick(max_accuracy_drop, r.max_accuracy_drop, None),
             min_cosine=pick(min_cosine, r.min_cosine, None),
+            search_budget_s=pick(search_budget, r.search_budget, 120.0),
+            min_speedup=pick(min_speedup, r.min_speedup, None),
             threads=pick(threads, r.threads, None),
             backend_settings=dict(target.settings) if target else {},
             stage_overrides=dict(r.stages),

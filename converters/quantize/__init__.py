@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pydantic import Field
+
 from edgeopt.converters.base import (
     CalibMethod,
     ChainContext,
@@ -24,6 +26,7 @@ from edgeopt.enums import Precision, StrEnum, UnitKind
 from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
 
 from .presets import PRESETS, get_preset, preset_for_profile
+from .search import DEFAULT_BUDGET_S
 
 
 class QuantMode(StrEnum):
@@ -43,6 +46,8 @@ class QuantizeConfig(StageConfig):
     nodes_to_exclude: tuple[str, ...] = ()
     max_accuracy_drop: float | None = None
     search_fraction: float = 0.5
+    search_budget_s: float = Field(default=DEFAULT_BUDGET_S, gt=0)  # the accuracy-aware search's time budget
+    min_speedup: float | None = Field(default=None, gt=0)  # gate: the searched INT8 vs FP32 (quick estimate)
     min_cosine: float | None = None
 
 
@@ -64,6 +69,8 @@ class QuantizeStage(Stage):
             calib_method=options.calib_method,
             per_channel=options.per_channel,
             max_accuracy_drop=options.max_accuracy_drop,
+            search_budget_s=options.search_budget_s,
+            min_speedup=options.min_speedup,
             min_cosine=options.min_cosine,
         )
 
@@ -164,7 +171,8 @@ class QuantizeStage(Stage):
             from .accuracy_aware import accuracy_aware
 
             path, aa = accuracy_aware(src, work, settings, ctx, config.max_accuracy_drop, input_names,
-                                      config.calib_samples, config.search_fraction)
+                                      config.calib_samples, config.search_fraction, config.search_budget_s,
+                                      config.min_speedup)
             report["accuracy_aware"] = aa
             shutil.copyfile(path, out)
         else:

@@ -1,24 +1,26 @@
-"""Accuracy-aware INT8: meet ``--max-accuracy-drop`` by the quantizer's options first, then by
-keeping the most sensitive nodes in float.
+"""Accuracy-aware INT8 for ONNX Runtime: meet ``--max-accuracy-drop`` by the quantizer's options
+first, then by keeping the most sensitive nodes in float (ranked once, grown then bisected, within
+``--search-budget``: :mod:`.search`), then say whether the result is faster than FP32.
 
 The search only ever sees one part of the eval data; the bound is then confirmed on the other
 part, and both figures are reported (tuning on the same samples that judge the result is how
-peer tools overfit). Without labels the metric is top-1 agreement with FP32 (in %), and for a
+peer tools overfit). The metric comes from ``edgeopt.metrics`` where it exists (fitted to the output);
+:class:`Metric` here is the top-1 fallback: without labels top-1 agreement with FP32 (in %), and for a
 one-value output (a probability) agreement of the decision at 0.5; the report says which.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
 from edgeopt.converters.base import CalibMethod
-from edgeopt.errors import GateFailedError, UsageError
+from edgeopt.errors import UsageError
 
 from . import sensitivity
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
+from .search import DEFAULT_BUDGET_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
 def ort_runner(model, threads: int | None = 2):
@@ -69,20 +71,6 @@ class Metric:
         return self.score_preds(self._preds(run, dataset))
 
 
-def _latency_ms(runs: dict, feed, repeats: int = 20) -> dict:
-    """Quick interleaved ORT latency (p50 of ``repeats``), for the cost of keeping nodes in float."""
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for r in runs.values():
-        r(feed)
-    for _ in range(repeats):
-        for k, r in runs.items():
-            t0 = time.perf_counter()
-            r(feed)
-            times[k].append((time.perf_counter() - t0) * 1e3)
-    return {k: round(float(np.median(v)), 3) for k, v in times.items()} | {"runs_each": repeats, "threads": 2,
-                                                                          "note": "quick interleaved ORT p50, not a benchmark"}
-
-
 def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
     flip = CalibMethod.PERCENTILE if base.calib_method == CalibMethod.MINMAX else CalibMethod.MINMAX
     return [
@@ -95,96 +83,78 @@ def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
     ]
 
 
-def _schedule(n: int) -> list[int]:
-    ks, k = [], 1
-    while k < n:
-        ks.append(k)
-        k = k + 1 if k < 4 else int(k * 1.5)
-    return ks + [n]
-
-
 def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: float, input_names: list[str],
-                   calib_samples: int | None, search_fraction: float = 0.5) -> tuple[Path, dict]:
-    """Quantize ``src`` (FP32 ONNX) so the metric drop stays ≤ ``bound`` points; returns (path, report)."""
+                   calib_samples: int | None, search_fraction: float = 0.5, budget_s: float = DEFAULT_BUDGET_S,
+                   min_speedup: float | None = None) -> tuple[Path, dict]:
+    """Quantize ``src`` (FP32 ONNX) so the metric drop stays within ``bound`` on data the search never
+    saw, within ``budget_s`` seconds (:mod:`.search`); returns (path, report)."""
     import onnx
 
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError("quantize: --max-accuracy-drop needs evaluation data (--eval FILE.npz, ≥ 4 samples)",
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
+    threads = ctx.threads or 2
     search, confirm = ctx.eval.split(search_fraction, seed=0)
-    fp32_run = ort_runner(src, ctx.threads or 2)
-    m_search, m_confirm = Metric(fp32_run, search), Metric(fp32_run, confirm)
-    report: dict = {
-        "metric": m_search.kind,
-        "labels": ctx.eval.labels is not None,
-        "bound_points": bound,
-        "search_samples": len(search),
-        "confirm_samples": len(confirm),
-        "fp32": {"search": m_search.fp32_value, "confirm": m_confirm.fp32_value},
-        "tried": [],
-    }
+    fp32_run = ort_runner(src, threads)
+    variants = _variants(base)
+    paths: dict[int, Path] = {}
 
-    def evaluate(path_or_proto, label: str) -> float:
-        drop = m_search.fp32_value - m_search.score(ort_runner(path_or_proto, ctx.threads or 2), search)
-        report["tried"].append({"what": label, "search_drop_points": round(drop, 3)})
-        return drop
+    def build(i: int, settings: StaticSettings, name: str):
+        def go():
+            paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples)
+            return paths[i], ort_runner(paths[i], threads)
+        return go
 
-    best = None  # (drop, label, settings, path)
-    for i, (label, settings) in enumerate(_variants(base)):
-        path = quantize_static(src, work / f"variant{i}.onnx", settings, ctx.calib, input_names, calib_samples)
-        drop = evaluate(path, label)
-        if best is None or drop < best[0] - 1e-9:
-            best = (drop, label, settings, path)
-        if drop <= bound:
-            break
-    naive_path = work / "variant0.onnx"
-    drop, label, settings, path = best
-    report["quantizer_options"] = {"chosen": label, "settings": settings.model_dump(mode="json")}
-    excluded: list[dict] = []
-    confirm_drop = None
-    if drop <= bound:
-        confirm_drop = m_confirm.fp32_value - m_confirm.score(ort_runner(path, ctx.threads or 2), confirm)
-    if drop > bound or confirm_drop > bound:
-        fp32_model = onnx.load(str(src))
-        qdq = onnx.load(str(path))
+    def rank(qdq_path: Path) -> list[tuple[str, float]]:
         feeds = search.feeds(min(32, len(search)))
-        ranked = sensitivity.rank_nodes(qdq, fp32_model, feeds, lambda m: ort_runner(m, ctx.threads or 2))
-        report["sensitivity"] = {"method": "output error (1 - cosine) with only that node quantized, on the search part",
-                                 "nodes": len(ranked),
-                                 "top": [{"node": n, "error": round(e, 6)} for n, e in ranked[:10]]}
-        met = False
-        for k in _schedule(len(ranked)):
-            keep = tuple(n for n, _ in ranked[:k])
-            step = settings.model_copy(update={"nodes_to_exclude": tuple(settings.nodes_to_exclude) + keep})
-            candidate = quantize_static(src, work / f"exclude{k}.onnx", step, ctx.calib, input_names, calib_samples)
-            drop = evaluate(candidate, f"{label} + {k} most sensitive node(s) in float")
-            if drop > bound:
-                continue
-            confirm_drop = m_confirm.fp32_value - m_confirm.score(ort_runner(candidate, ctx.threads or 2), confirm)
-            if confirm_drop <= bound:
-                met, path = True, candidate
-                excluded = [{"node": n, "op": _op(qdq, n), "error": round(e, 6)} for n, e in ranked[:k]]
-                break
-            report["tried"][-1]["confirm_drop_points"] = round(confirm_drop, 3)
-        if not met:
-            report.update(met=False, search_drop_points=round(drop, 3))
-            ctx.stage_report().update(accuracy_aware=report)
-            raise GateFailedError(
-                f"quantize: INT8 misses --max-accuracy-drop {bound} on {m_search.kind} even with every node in float",
-                "keep FP32 (--precision fp32) for this model", details=report)
-    report.update(
-        met=True,
-        search_drop_points=round(drop, 3),
-        confirm_drop_points=round(confirm_drop, 3),
-        kept_in_float=excluded,
-        kept_in_float_count=len(excluded),
-    )
-    feed = (ctx.check_samples or search).feed(0)
-    runs = {"fp32": fp32_run, "int8_naive": ort_runner(naive_path, ctx.threads or 2)}
+        return sensitivity.rank_nodes(onnx.load(str(qdq_path)), onnx.load(str(src)), feeds,
+                                      lambda m: ort_runner(m, threads))
+
+    def with_float(i: int, kept: tuple[str, ...]):
+        settings = variants[i][1]
+        step = settings.model_copy(update={"nodes_to_exclude": tuple(settings.nodes_to_exclude) + kept})
+        return build(100 + len(kept), step, f"exclude{len(kept)}.onnx")
+
+    result = run_search(
+        options=[(label, build(i, settings, f"variant{i}.onnx")) for i, (label, settings) in enumerate(variants)],
+        rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
+        budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
+        sensitivity_method="output error (1 - cosine) with only that node quantized, on the search part; ranked once")
+    report = result.report
+    chosen_i = next(i for i, (label, _) in enumerate(variants) if label == report["quantizer_options"]["chosen"])
+    report["quantizer_options"]["settings"] = variants[chosen_i][1].model_dump(mode="json")
+    if result.best is None:
+        ctx.stage_report().update(accuracy_aware=report)
+        raise gate_failure("quantize", result, bound)
+    path = Path(result.best.artifact)
+    qdq = onnx.load(str(paths[chosen_i]), load_external_data=False) if result.best.kept else None
+    errors = dict(result.ranked)
+    report["kept_in_float"] = [{"node": n, "op": _op(qdq, n), "error": round(errors.get(n, 0.0), 6)}
+                               for n in result.best.kept]
+    naive_path = paths[0]
+    runs = {"fp32": fp32_run, "int8_naive": ort_runner(naive_path, threads)}
     if path != naive_path:
-        runs["int8_final"] = ort_runner(path, ctx.threads or 2)
-    report["latency_ms"] = _latency_ms(runs, feed)
+        runs["int8_final"] = ort_runner(path, threads)
+    feed = (ctx.check_samples or search).feed(0)
+    latency = interleaved_latency_ms(runs, feed)
+    report["latency_ms"] = latency | {"runs_each": 20, "threads": threads,
+                                      "note": "quick interleaved ORT p50, not a benchmark"}
+    report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
+                                    runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,
+                                    prefix="quantize", alternatives=_fp16_hint(ctx), threads=threads)
     return path, report
+
+
+def _fp16_hint(ctx) -> dict | None:
+    """FP16 is the faster precision to name only where the profile has a GPU (ONNX Runtime's CPU
+    provider runs FP16 through casts); its accuracy is not measured here (no GPU to run it)."""
+    from edgeopt.enums import UnitKind
+
+    prof = ctx.profile
+    if prof is not None and hasattr(prof, "unit") and prof.unit(UnitKind.GPU) is not None:
+        return {"fp16": {"latency_ms": None, "drop": "not measured here: the profile's GPU runs it",
+                         "suggest": "--precision fp16"}}
+    return None
 
 
 def _op(model, name: str) -> str:

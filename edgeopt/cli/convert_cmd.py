@@ -7,7 +7,13 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
-from edgeopt.cli.options import InputShapeOption, ProfileDirOption, ProfileOption
+from edgeopt.cli.options import (
+    InputShapeOption,
+    MinSpeedupOption,
+    ProfileDirOption,
+    ProfileOption,
+    SearchBudgetOption,
+)
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
@@ -27,6 +33,8 @@ def convert_cmd(
     input_shape: list[str] = InputShapeOption,
     max_accuracy_drop: float = typer.Option(None, "--max-accuracy-drop", help="Gate: most top-1 points lost (needs labels)."),
     min_cosine: float = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32."),
+    search_budget: float = SearchBudgetOption,
+    min_speedup: float = MinSpeedupOption,
     recipe: Path = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...})."),
     threads: int = typer.Option(None, "--threads", help="Runtime threads."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
@@ -54,7 +62,7 @@ def convert_cmd(
         eval=eval_, input_shapes=input_shape, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
         recipe=recipe, force=force, dry_run=dry_run, threads=threads, from_torch=from_torch, weights=weights,
         preprocess=preprocess, profile_dirs=profile_dir, calib_method=calib_method,
-        progress=progress_factory(json_out), on_warning=warn,
+        progress=progress_factory(json_out), on_warning=warn, search_budget=search_budget, min_speedup=min_speedup,
     )
     if dry_run:
         def human_plan(c):

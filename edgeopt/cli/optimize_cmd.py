@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
-from edgeopt.cli.options import ProfileOption
+from edgeopt.cli.options import ProfileOption, SearchBudgetOption
 from edgeopt.cli.output import JsonOption, emit, stderr
 
 
@@ -17,6 +17,7 @@ def optimize_cmd(
     profile: str = ProfileOption,
     max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Bound: most top-1 points lost."),
     time_budget: float = typer.Option(10.0, "--time-budget", help="Minutes for the search (builds stop after it)."),
+    search_budget: float = SearchBudgetOption,
     calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz named after the inputs)."),
     eval_: Path = typer.Option(None, "--eval", help="Evaluation data with 'labels' (the accuracy bound needs it)."),
     output: Path = typer.Option(None, "--output", "-o", help="Copy the winning artifact here."),
@@ -33,7 +34,8 @@ def optimize_cmd(
         stderr.print(message, markup=False, highlight=False)
 
     res = optimize(model, profile, max_accuracy_drop=max_accuracy_drop, time_budget_min=time_budget, calib=calib,
-                   eval=eval_, output=output, recipe_out=recipe_out, force=force, on_event=event)
+                   eval=eval_, output=output, recipe_out=recipe_out, force=force, on_event=event,
+                   search_budget=search_budget)
     if res.winner is None:
         raise GateFailedError(f"no candidate met --max-accuracy-drop {max_accuracy_drop}",
                               "relax the bound or give better calibration data",

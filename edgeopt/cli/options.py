@@ -24,3 +24,7 @@ def _streams(value: str | None) -> int | str | None:
 StreamsOption = typer.Option(None, "--streams", callback=_streams,
                              help="Also measure N requests in flight at once; 'auto': the backend's choice.")
 BatchOption = typer.Option(None, "--batch", min=1, help="Also measure one stream at this batch (symbolic batch dims).")
+SearchBudgetOption = typer.Option(None, "--search-budget", min=1,
+                                  help="Seconds for the accuracy-aware INT8 search (--max-accuracy-drop; default 120).")
+MinSpeedupOption = typer.Option(None, "--min-speedup", min=0.01,
+                                help="Gate: accuracy-aware INT8 must be this many times faster than FP32 (quick estimate).")

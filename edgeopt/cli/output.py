@@ -78,6 +78,10 @@ def progress_factory(json_mode: bool = False):
                 def advance(n: int = 1) -> None:
                     p.advance(task, n)
 
+                @staticmethod
+                def describe(text: str) -> None:  # what the step is doing now (e.g. a search's candidate)
+                    p.update(task, description=text)
+
             yield _Tick()
 
     return bar

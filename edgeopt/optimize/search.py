@@ -82,6 +82,7 @@ class _Search:
         self.candidates: list[Candidate] = []
         self.skipped: list[str] = []
         self.runners: dict[str, object] = {}
+        self.search_budget: float | None = None  # seconds for each accuracy-aware INT8 search (None: default)
 
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
@@ -96,7 +97,10 @@ class _Search:
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(sys.stderr):  # library prints must not reach --json's stdout
-                b = cached_convert(self.model, self.profile, recipe=plan_recipe(t, self.gates), calib=self.calib,
+                recipe = plan_recipe(t, self.gates)
+                if self.search_budget is not None:
+                    recipe = recipe.model_copy(update={"search_budget": self.search_budget})
+                b = cached_convert(self.model, self.profile, recipe=recipe, calib=self.calib,
                                    eval=self.eval, input_shapes=self.shapes)
         except Exception as err:  # noqa: BLE001 - a candidate that can't be built is recorded, the search goes on
             c.error = err.one_line() if isinstance(err, EdgeoptError) else f"{type(err).__name__}: {err}"[:300]
@@ -240,7 +244,7 @@ def _installed_backends(profile) -> tuple[list[str], list[str]]:
 
 def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budget_min: float = 10.0,
              calib=None, eval=None, output=None, recipe_out=None, force: bool = False,
-             on_event: Callable[[str], None] | None = None) -> OptimizeResult:
+             on_event: Callable[[str], None] | None = None, search_budget: float | None = None) -> OptimizeResult:
     """Search the progressive path for ``model`` on ``profile``; see the module doc."""
     from edgeopt.model import graph_inputs, load_onnx
     from edgeopt.optimize.pareto import pareto_front
@@ -261,6 +265,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     shapes = {s.name: tuple(d if isinstance(d, int) and d > 0 else 1 for d in s.shape)
               for s in graph_inputs(load_onnx(path))}
     s = _Search(path, prof, max_accuracy_drop, calib, eval, shapes, t0 + time_budget_min * 60, say)
+    s.search_budget = search_budget
     backends, skipped = _installed_backends(prof)
     s.skipped.extend(skipped)
     env = environment.collect("local")

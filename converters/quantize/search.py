@@ -1,0 +1,323 @@
+"""The budgeted accuracy-aware INT8 search every quantizing backend shares.
+
+1. The quantizer's own options, in the order given (the preset first): the first one that keeps the
+   metric within the bound on the search part *and* on the held-back part wins.
+2. Otherwise per-op float fallback over the best option: its ops are ranked **once** by a cheap
+   sensitivity measure (``rank``), then the number ``k`` of most sensitive ops kept in float grows
+   1, 2, 4, 8, … until a candidate meets the bound, and is bisected between the last miss and that
+   hit. A candidate is built by the backend's own quantizer with those ops excluded
+   (``nodes_to_exclude`` / NNCF ``ignored_scope``), so its calibration and fusions stay right.
+3. Every candidate is scored on the search part only; one that meets the bound there is confirmed on
+   the held-back part (never seen by the search) before it counts.
+
+A time budget bounds the whole search: a candidate is not started when the time already spent plus
+what a candidate has cost so far would pass it (the first option always runs, so there is always a
+figure to report). Out of budget or out of candidates, :class:`GateFailedError` (exit 5) names the
+best metric reached and how much was kept in float; nothing is written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import GateFailedError
+
+DEFAULT_BUDGET_S = 120.0
+
+Build = Callable[[], tuple[Any, Callable]]  # () -> (artifact, run function feed -> {name: array})
+
+
+def make_task_metric(fp32_run, dataset):
+    """The task metric for ``dataset``: ``edgeopt.metrics.make_metric`` where it exists, else the
+    quantize package's own top-1 ``Metric``. Either way: ``.score(run, ds)``, ``.fp32_value``, a name."""
+    try:
+        from edgeopt.metrics import make_metric
+    except ImportError:
+        from .accuracy_aware import Metric
+
+        return Metric(fp32_run, dataset)
+    return make_metric(fp32_run, dataset, None)
+
+
+def metric_name(m) -> str:
+    return getattr(m, "name", None) or getattr(m, "kind", "metric")
+
+
+def metric_unit(m) -> str:
+    return getattr(m, "unit", "%")
+
+
+@dataclass
+class Candidate:
+    label: str
+    kept: tuple[str, ...] = ()
+    search_value: float | None = None
+    confirm_value: float | None = None
+    seconds: float = 0.0
+    artifact: Any = None
+    met: bool = False
+
+
+@dataclass
+class SearchResult:
+    best: Candidate | None  # the candidate that met the bound on both parts (None: none did)
+    closest: Candidate  # the best search-part figure reached (what the gate failure names)
+    ranked: list[tuple[str, float]] = field(default_factory=list)
+    report: dict = field(default_factory=dict)
+
+
+class BudgetedSearch:
+    """Scores candidates against the bound within a time budget, with a progress bar."""
+
+    def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
+                 what: str = "INT8 search", labels: bool | None = None):
+        self.search, self.confirm, self.bound = search, confirm, float(bound)
+        self.budget_s = float(budget_s)
+        self.m_search = make_task_metric(fp32_run, search)
+        self.m_confirm = make_task_metric(fp32_run, confirm)
+        self.t0 = time.perf_counter()
+        self.costs: list[float] = []
+        self.tried: list[dict] = []
+        self.stopped_by_budget = False
+        self.what = what
+        self._bar_cm = progress(what, max(1, int(round(self.budget_s)))) if progress is not None else None
+        self._bar = self._bar_cm.__enter__() if self._bar_cm is not None else None
+        self._ticked = 0
+        self.report: dict = {
+            "metric": metric_name(self.m_search),
+            "metric_description": getattr(self.m_search, "description", None),
+            "metric_unit": metric_unit(self.m_search),
+            "labels": labels if labels is not None else getattr(search, "labels", None) is not None,
+            "bound_points": self.bound,
+            "search_samples": len(search),
+            "confirm_samples": len(confirm),
+            "fp32": {"search": self.m_search.fp32_value, "confirm": self.m_confirm.fp32_value},
+            "budget_s": self.budget_s,
+            "tried": self.tried,
+        }
+
+    # ------------------------------------------------------------------ time
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def can_afford(self) -> bool:
+        """Whether one more candidate (at the mean cost so far) still fits in the budget."""
+        expected = float(np.mean(self.costs)) if self.costs else 0.0
+        ok = self.elapsed() + expected <= self.budget_s
+        if not ok:
+            self.stopped_by_budget = True
+        return ok
+
+    def _show(self, text: str) -> None:
+        if self._bar is None:
+            return
+        done = min(int(self.elapsed()), max(1, int(round(self.budget_s))))
+        if done > self._ticked:
+            self._bar.advance(done - self._ticked)
+            self._ticked = done
+        describe = getattr(self._bar, "describe", None)
+        if describe is not None:
+            describe(f"{self.what}: {text} ({max(0.0, self.left()):.0f} s left)")
+
+    def close(self) -> None:
+        if self._bar_cm is not None:
+            self._bar_cm.__exit__(None, None, None)
+            self._bar_cm = self._bar = None
+
+    # ------------------------------------------------------------------ scoring
+    def drop(self, value: float, confirm: bool = False) -> float:
+        ref = (self.m_confirm if confirm else self.m_search).fp32_value
+        return float(ref - value)
+
+    def fmt(self, value: float | None) -> str:
+        unit = metric_unit(self.m_search)
+        return "n/a" if value is None else f"{value:.2f}{' dB' if unit == 'dB' else ' %' if unit == '%' else ''}"
+
+    def evaluate(self, label: str, build: Build, kept: tuple[str, ...] = ()) -> Candidate:
+        """Build one candidate and score it on the search part (and on the held-back part when it
+        meets the bound there)."""
+        self._show(f"building {label}")
+        t = time.perf_counter()
+        artifact, run = build()
+        c = Candidate(label, tuple(kept), artifact=artifact)
+        c.search_value = float(self.m_search.score(run, self.search))
+        entry = {"what": label, "search_value": round(c.search_value, 4),
+                 "search_drop_points": round(self.drop(c.search_value), 3), "kept_in_float": len(kept)}
+        if self.drop(c.search_value) <= self.bound:
+            c.confirm_value = float(self.m_confirm.score(run, self.confirm))
+            entry["confirm_value"] = round(c.confirm_value, 4)
+            entry["confirm_drop_points"] = round(self.drop(c.confirm_value, True), 3)
+            c.met = self.drop(c.confirm_value, True) <= self.bound
+        c.seconds = time.perf_counter() - t
+        entry["seconds"] = round(c.seconds, 2)
+        self.costs.append(c.seconds)
+        self.tried.append(entry)
+        self._show(f"{label}: {metric_name(self.m_search)} {self.fmt(c.search_value)} "
+                   f"(FP32 {self.fmt(self.m_search.fp32_value)}, bound {self.bound:g})")
+        return c
+
+
+def run_search(*, options: list[tuple[str, Build]], rank: Callable[[Any], list[tuple[str, float]]] | None,
+               with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
+               bound: float, budget_s: float, progress=None, what: str = "INT8 search",
+               sensitivity_method: str = "") -> SearchResult:
+    """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
+    option ``option_index`` with the ``kept`` op names in float."""
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
+                       progress=progress, what=what)
+    try:
+        return _run(s, options, rank, with_float, sensitivity_method)
+    finally:
+        s.close()
+
+
+def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> SearchResult:
+    report = s.report
+    results: list[Candidate] = []
+    for i, (label, build) in enumerate(options):
+        if i > 0 and not s.can_afford():
+            break
+        c = s.evaluate(label, build)
+        results.append(c)
+        if c.met:
+            report["quantizer_options"] = {"chosen": label}
+            return _finish(s, c, c, [])
+    # the option closest to the bound is the base of the float fallback
+    base_i = int(np.argmax([c.search_value for c in results]))
+    base = results[base_i]
+    report["quantizer_options"] = {"chosen": base.label}
+    closest = base
+    ranked: list[tuple[str, float]] = []
+    if rank is None or with_float is None or not s.can_afford():
+        return _finish(s, None, closest, ranked)
+    s._show(f"ranking ops by sensitivity on {base.label}")
+    t = time.perf_counter()
+    ranked = rank(base.artifact)
+    report["sensitivity"] = {"method": sensitivity_method, "rank_calls": 1, "nodes": len(ranked),
+                             "seconds": round(time.perf_counter() - t, 2),
+                             "top": [{"node": n, "error": round(float(e), 6)} for n, e in ranked[:10]]}
+    n = len(ranked)
+    if n == 0:
+        return _finish(s, None, closest, ranked)
+
+    def attempt(k: int) -> Candidate:
+        nonlocal closest
+        kept = tuple(name for name, _ in ranked[:k])
+        c = s.evaluate(f"{base.label} + {k} most sensitive op(s) in float", with_float(base_i, kept), kept)
+        if c.search_value > closest.search_value or (c.met and not closest.met):
+            closest = c
+        return c
+
+    lo, hit = 0, None  # lo: largest k known to miss; hit: smallest k known to meet
+    k = 1
+    while k <= n:
+        if not s.can_afford():
+            break
+        c = attempt(k)
+        if c.met:
+            hit = c
+            break
+        lo = k
+        if k == n:
+            break
+        k = min(n, k * 2)
+    while hit is not None and len(hit.kept) - lo > 1 and s.can_afford():
+        mid = (lo + len(hit.kept)) // 2
+        c = attempt(mid)
+        if c.met:
+            hit = c
+        else:
+            lo = mid
+    return _finish(s, hit, closest, ranked)
+
+
+def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
+    chosen = best or closest
+    s.report.update(
+        met=best is not None,
+        chosen=chosen.label,
+        search_value=round(chosen.search_value, 4),
+        search_drop_points=round(s.drop(chosen.search_value), 3),
+        confirm_value=None if chosen.confirm_value is None else round(chosen.confirm_value, 4),
+        confirm_drop_points=None if chosen.confirm_value is None else round(s.drop(chosen.confirm_value, True), 3),
+        kept_in_float_count=len(chosen.kept),
+        quantized_ops_ranked=len(ranked) if ranked else None,
+        search_seconds=round(s.elapsed(), 2),
+        stopped_by_budget=s.stopped_by_budget,
+        candidates=len(s.tried),
+    )
+    return SearchResult(best, closest, ranked, s.report)
+
+
+def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedError:
+    """The exit-5 error for a search that found nothing within the bound: best metric and float share."""
+    r, c = result.report, result.closest
+    unit = " dB" if r.get("metric_unit") == "dB" else " %" if r.get("metric_unit") == "%" else ""
+    where = (f"within its {r['budget_s']:g} s search budget ({r['candidates']} candidates)" if r.get("stopped_by_budget")
+             else f"after {r['candidates']} candidates")
+    total = r.get("quantized_ops_ranked")
+    kept = f"{len(c.kept)} of {total} ops kept in float" if total else f"{len(c.kept)} ops kept in float"
+    held = ("" if c.confirm_value is None else
+            f", held-back {c.confirm_value:.2f}{unit} vs {r['fp32']['confirm']:.2f}{unit}")
+    return GateFailedError(
+        f"{prefix}: INT8 misses --max-accuracy-drop {bound:g} {where}: best {r['metric']} "
+        f"{c.search_value:.2f}{unit} vs FP32 {r['fp32']['search']:.2f}{unit} on the search part "
+        f"(drop {r['fp32']['search'] - c.search_value:.2f}){held}, with {kept}",
+        "raise --search-budget, relax --max-accuracy-drop, or keep FP32 (--precision fp32)", details=r)
+
+
+# ---------------------------------------------------------------------- faster, or say so
+def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20) -> dict:
+    """Quick interleaved latency (p50 of ``repeats`` each, after one warm-up): an estimate, not a benchmark."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for r in runs.values():
+        r(feed)
+    for _ in range(repeats):
+        for k, r in runs.items():
+            t0 = time.perf_counter()
+            r(feed)
+            times[k].append((time.perf_counter() - t0) * 1e3)
+    return {k: round(float(np.median(v)), 4) for k, v in times.items()}
+
+
+def speed_verdict(latency: dict, *, final_key: str, runtime: str, min_speedup: float | None, ctx,
+                  prefix: str, alternatives: dict | None = None, threads: int | None = None) -> dict:
+    """Compare the searched INT8 result with FP32 (``latency`` from :func:`interleaved_latency_ms`):
+    a warning when it is no faster, exit 5 under ``min_speedup``. Returns the report entry."""
+    from edgeopt.host import cpu_facts
+
+    fp32, final = latency["fp32"], latency[final_key]
+    speedup = round(fp32 / final, 3) if final > 0 else None
+    entry = {"latency_ms": latency, "speedup_vs_fp32": speedup, "runtime": runtime, "threads": threads,
+             "note": "quick interleaved p50 on this machine before the artifact was written: an estimate, "
+                     "not a benchmark (use edgeopt bench)",
+             "machine": {k: v for k, v in cpu_facts().items() if k in ("model", "cores", "logical_cpus")}}
+    faster = [f"{k} ({v['latency_ms']:.3g} ms, {v['drop']})" for k, v in (alternatives or {}).items()
+              if v.get("latency_ms") is not None and v["latency_ms"] < final]
+    if alternatives:
+        entry["alternatives"] = alternatives
+    if speedup is not None and speedup < 1.05:
+        msg = (f"{prefix}: the INT8 result is no faster than FP32 here ({final:.3g} ms vs {fp32:.3g} ms, "
+               f"x{speedup:g}; quick estimate)")
+        if faster:
+            msg += "; faster: " + ", ".join(faster)
+        else:
+            msg += "; keeping FP32 (--precision fp32) costs nothing"
+        entry["warning"] = msg
+        if min_speedup is None:
+            ctx.warn(msg)
+    if min_speedup is not None and (speedup is None or speedup < min_speedup):
+        raise GateFailedError(f"{prefix}: INT8 speed-up x{speedup:g} over FP32 is below --min-speedup {min_speedup:g} "
+                              f"({final:.3g} ms vs {fp32:.3g} ms, quick estimate)"
+                              + ("; faster: " + ", ".join(faster) if faster else ""),
+                              "use --precision fp32 (or the faster precision named), or drop --min-speedup",
+                              details=entry)
+    return entry
