@@ -26,8 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from edgeopt.errors import BadInputError
-from edgeopt.files import write_text_atomic
-from edgeopt.model import file_sha256
+from edgeopt.files import file_sha256, write_text_atomic
 
 MANIFEST = "manifest.json"
 BUILD = "build.json"
@@ -80,6 +79,7 @@ class Manifest(BaseModel):
     backend: str
     precision: str
     profile: str
+    profile_requested: str | None = None  # the alias or family typed, when it was not the profile's name
     source_model: SourceModel
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]

@@ -120,8 +120,8 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc)."""
     from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
     from edgeopt.data import parse_preprocess
+    from edgeopt.files import file_sha256
     from edgeopt.model import (
-        file_sha256,
         fix_input_shapes,
         graph_inputs,
         graph_outputs,
@@ -129,7 +129,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         parse_input_shapes,
     )
     from edgeopt.plan import make_plan
-    from edgeopt.profiles import DeviceProfile, load_profile
+    from edgeopt.profiles import DeviceProfile, resolve_profile
 
     warnings: list[str] = []
 
@@ -138,7 +138,14 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         if on_warning:
             on_warning(message)
 
-    prof = profile if isinstance(profile, DeviceProfile) else load_profile(str(profile), profile_dirs)
+    requested = None
+    if isinstance(profile, DeviceProfile):
+        prof = profile
+    else:  # a family name picks its default member: say so, and record what was asked for
+        prof, choice = resolve_profile(str(profile), profile_dirs)
+        requested = choice.requested if choice.via != "name" else None
+        if choice.note:
+            warn(choice.note)
     shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
     plan = make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
                      calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
@@ -199,6 +206,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
                 out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
             manifest = _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings,
                                  bool(from_torch))
+            manifest.profile_requested = requested
             from edgeopt.artifact import write_manifest
             from edgeopt.validate import check_gates, validate_artifact
 

@@ -107,8 +107,9 @@ def cpu_temperature_c() -> float | None:
 
 
 def _cache_file() -> Path:
-    root = os.environ.get("EDGEOPT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "edgeopt")
-    return Path(root) / "host-bandwidth.json"
+    from edgeopt.paths import CacheArea, cache_subdir
+
+    return cache_subdir(CacheArea.HOST) / "host-bandwidth.json"
 
 
 def _copy_bandwidth_gbps(size_mb: int, repeats: int) -> float:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +44,6 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
                 ) from None
             out[name.strip()] = shape
     return out
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_onnx(path: str | Path, *, check: bool = True):

@@ -28,7 +28,6 @@ from edgeopt.files import write_text_atomic
 from edgeopt.identity import describe, differences, identity_of, setting_warnings
 from edgeopt.runtime.environment import interference_warning
 
-DATA_DIR_ENV = "EDGEOPT_DATA_DIR"
 BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = """
@@ -56,9 +55,9 @@ SCHEMA_VERSION = 1  # 1: identity columns (device = where it ran, not the artifa
 
 
 def default_db_path() -> Path:
-    base = os.environ.get(DATA_DIR_ENV)
-    root = Path(base) if base else Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "edgeopt"
-    return root / "results.db"
+    from edgeopt.paths import default_results_db
+
+    return default_results_db()
 
 
 def connect(db: str | os.PathLike | None = None) -> sqlite3.Connection:

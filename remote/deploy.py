@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgeopt.errors import BadInputError, RemoteError
+from edgeopt.files import file_sha256
 from edgeopt.host import pid_alive
 
-from .transport import Transport, file_sha256
+from .transport import Transport
 
 RUNTIME_NAME = "edgeopt_runtime"
 CACHE = "cache"

@@ -8,7 +8,6 @@ interpreted by a shell. Writes go only inside the transport's work directory
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import shutil
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.errors import RemoteError
-from edgeopt.files import atomic_path
+from edgeopt.files import atomic_path, file_sha256
 
 # stream(kind, line): kind is "stdout" or "stderr"; line has no trailing newline.
 StreamCallback = Callable[[str, str], None]
@@ -35,14 +34,6 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.rc == 0
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_argv(argv: list[str]) -> list[str]:

@@ -297,7 +297,7 @@ def wrap_tflite(path: str | os.PathLike, out_dir: str | os.PathLike, *, threads:
     from edgeopt import __version__
     from edgeopt.artifact import Calibration, Manifest, SourceModel, TensorInfo, guess_layout, write_manifest
     from edgeopt.deps import version_of
-    from edgeopt.model import file_sha256
+    from edgeopt.files import file_sha256
 
     src, out = Path(path), Path(out_dir)
     if not src.is_file():
@@ -332,10 +332,10 @@ def wrap_tflite(path: str | os.PathLike, out_dir: str | os.PathLike, *, threads:
 
 def wrapped_tflite(path: str | os.PathLike) -> Path:
     """``wrap_tflite`` into the artifact cache (keyed by the file's sha256); reused when already there."""
-    from edgeopt.bench.api import cache_dir
-    from edgeopt.model import file_sha256
+    from edgeopt.files import file_sha256
+    from edgeopt.paths import CacheArea, cache_subdir
 
-    out = cache_dir() / f"tflite-file-{file_sha256(path)[:24]}"
+    out = cache_subdir(CacheArea.ARTIFACTS) / f"tflite-file-{file_sha256(path)[:24]}"
     return out if (out / "manifest.json").is_file() else wrap_tflite(path, out)
 
 

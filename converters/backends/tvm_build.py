@@ -26,9 +26,8 @@ from typing import Any
 from edgeopt.deps import require, version_of
 from edgeopt.errors import BadProfileError, MissingDependencyError, UnsupportedOpError
 from edgeopt.files import atomic_path
+from edgeopt.paths import CacheArea, cache_subdir
 
-TUNING_SUBDIR = "tvm-tuning"
-CACHE_DIR_ENV = "EDGEOPT_CACHE_DIR"
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 _ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -258,13 +257,8 @@ def tuning_key(proto, target: dict) -> str:
     return h.hexdigest()[:24]
 
 
-def cache_root() -> Path:
-    base = os.environ.get(CACHE_DIR_ENV)
-    return Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeopt"
-
-
 def tuning_dir(key: str) -> Path:
-    return cache_root() / TUNING_SUBDIR / key
+    return cache_subdir(CacheArea.TVM_TUNING) / key
 
 
 # --------------------------------------------------------------------------- a runtime-only TVM for a device
@@ -342,7 +336,7 @@ def device_bundle(out_dir, arch: str | None = None, *, wheel_dir=None, python_ve
             _copy_installed(site)
             source = "installed packages"
         else:
-            wd = Path(wheel_dir) if wheel_dir else cache_root() / "wheels" / arch
+            wd = Path(wheel_dir) if wheel_dir else cache_subdir(CacheArea.WHEELS) / arch
             wd.mkdir(parents=True, exist_ok=True)
             wheels = [w for w in wd.glob("*.whl") if arch in w.name or w.name.endswith("-none-any.whl")]
             names = {w.name.split("-")[0].lower().replace("_", "-") for w in wheels}

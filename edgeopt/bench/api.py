@@ -17,8 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, MissingDependencyError
-
-CACHE_DIR_ENV = "EDGEOPT_CACHE_DIR"
+from edgeopt.paths import CacheArea, cache_subdir
 
 
 class BenchOptions(BaseModel):
@@ -277,9 +276,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
 
 
 def cache_dir() -> Path:
-    base = os.environ.get(CACHE_DIR_ENV)
-    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeopt"
-    return root / "artifacts"
+    return cache_subdir(CacheArea.ARTIFACTS)
 
 
 def _tool_versions() -> dict:
@@ -330,7 +327,7 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
 
 def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib, eval_data, input_shapes,
                     precision=None) -> Path:
-    from edgeopt.model import file_sha256
+    from edgeopt.files import file_sha256
     from edgeopt.plan import make_plan
 
     plan = make_plan(profile, backend=backend, precision=precision, input_shapes=input_shapes)
@@ -351,7 +348,8 @@ def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all"
                 on_event: Callable[[str], None] | None = None) -> dict:
     """Convert ``model`` for each backend of ``profile`` (cached), then measure them all with the
     ONNX Runtime FP32 reference. A backend that fails to convert is a row with its error."""
-    from edgeopt.model import file_sha256, load_onnx
+    from edgeopt.files import file_sha256
+    from edgeopt.model import load_onnx
     from edgeopt.profiles import load_profile
 
     path = Path(model)

@@ -19,7 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-CACHE_DIR_ENV = "EDGEOPT_CACHE_DIR"
+from edgeopt.paths import CacheArea, cache_subdir
+
 _TOOL_DISTS = ("numpy", "onnx", "onnxruntime", "onnxslim", "openvino", "nncf", "ai-edge-litert", "onnx2tf",
                "tensorflow", "apache-tvm", "torch")
 # Source that decides an artifact's bytes: the chain, the plan, the manifest writer, the runners.
@@ -29,9 +30,7 @@ _CODE_GLOBS = (("converters", "**/*.py"), ("edgeopt", "convert.py"), ("edgeopt",
 
 
 def cache_root() -> Path:
-    base = os.environ.get(CACHE_DIR_ENV)
-    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeopt"
-    return root / "pipeline"
+    return cache_subdir(CacheArea.PIPELINE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,7 +60,7 @@ def code_fingerprint() -> str:
 
 def path_sha256(p: str | os.PathLike | None) -> str | None:
     """sha256 of a file, or of a folder's files (relative names and bytes, sorted)."""
-    from edgeopt.model import file_sha256
+    from edgeopt.files import file_sha256
 
     if p is None:
         return None

@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 
 from edgeopt.errors import MissingDependencyError, RemoteError
-
-from ..paths import cache_dir
+from edgeopt.paths import CacheArea, cache_subdir
 
 SUITE = "bookworm"
 PACKAGES = "python3,python3-venv,libpython3.11,ca-certificates,libstdc++6,libgomp1,zlib1g"
@@ -42,7 +41,7 @@ CPUINFO_A76 = "".join(
 
 
 def emulate_cache() -> Path:
-    return cache_dir() / "emulate"
+    return cache_subdir(CacheArea.EMULATE)
 
 
 @contextlib.contextmanager
