@@ -92,6 +92,22 @@ def test_an_old_store_is_migrated_to_identity_columns(tmp_path):
     assert [r["device"] for r in results.list_runs(db)] == ["build-7", "build-7"]
 
 
+def test_pipeline_latency_gate_does_not_judge_a_pi5_target_by_this_hosts_timing():
+    from edgeopt.pipeline.gates import check
+    from edgeopt.pipeline.recipe import Gates, LatencySource
+
+    bench = {"p99_ms": 0.1, "runs": 50}
+    measured = Gates(max_p99_latency_ms=5.0, latency_source=LatencySource.MEASURED)
+    (res,) = check(measured, validation=None, bench=bench, est=None, artifact_bytes=1, target_profile="pi5")
+    assert not res.passed and res.value is None and "not on 'pi5'" in res.source
+    (res,) = check(measured, validation=None, bench=bench, est=None, artifact_bytes=1, target_profile="host")
+    assert res.passed and res.value == 0.1 and res.source.startswith("measured")
+    auto = Gates(max_p99_latency_ms=5.0)  # auto: the target's estimate, not this host's measurement
+    (res,) = check(auto, validation=None, bench=bench, est={"latency_ms": 7.5}, artifact_bytes=1,
+                   target_profile="pi5")
+    assert not res.passed and res.value == 7.5 and res.source.startswith("estimated")
+
+
 @pytest.mark.onnxruntime
 @pytest.mark.slow
 def test_a_local_run_of_a_pi5_artifact_is_stored_under_the_hosts_identity(cli, tmp_path, remote_tiny_model):

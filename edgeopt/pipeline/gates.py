@@ -43,8 +43,13 @@ def estimate(reference_model, profile, precision: str, input_shapes, artifact_by
                     "largest op's activations (a lower bound)"}
 
 
+def measured_here_for(target_profile: str | None) -> bool:
+    """A local benchmark measures the target only when the target is this host (like for like)."""
+    return target_profile in (None, "host")
+
+
 def check(gates: Gates, *, validation: dict | None, bench: dict | None, est: dict | None,
-          artifact_bytes: int) -> list[GateResult]:
+          artifact_bytes: int, target_profile: str | None = None) -> list[GateResult]:
     out: list[GateResult] = []
     v = validation or {}
     if gates.max_accuracy_drop is not None:
@@ -54,9 +59,14 @@ def check(gates: Gates, *, validation: dict | None, bench: dict | None, est: dic
         out.append(GateResult(gate="max_accuracy_drop", threshold=gates.max_accuracy_drop, value=value, unit="pts",
                               source=src, passed=value is not None and value <= gates.max_accuracy_drop))
     if gates.max_p99_latency_ms is not None:
+        like = measured_here_for(target_profile)
         use_measured = gates.latency_source == LatencySource.MEASURED or (
-            gates.latency_source == LatencySource.AUTO and bench is not None)
-        if use_measured:
+            gates.latency_source == LatencySource.AUTO and bench is not None and like)
+        if use_measured and bench and not like:  # this host's p99 says nothing about the target's
+            value = None
+            src = (f"measured on this host, not on '{target_profile}': a figure from another device is not "
+                   "compared (latency_source: estimated, or remote-bench on the device)")
+        elif use_measured:
             value = bench["p99_ms"] if bench else None
             src = f"measured p99, {bench['runs']} runs" if bench else "not benchmarked: run with --bench local"
         else:

@@ -248,7 +248,8 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
                               "run_id": br.get("run_id"), "location": "local"}
             g = x["_gates"]
             est = None
-            needs_est = (g.max_p99_latency_ms is not None and br is None) \
+            local_is_target = gate_mod.measured_here_for(x["_profile"].name)
+            needs_est = (g.max_p99_latency_ms is not None and (br is None or not local_is_target)) \
                 or (g.max_ram_mb is not None and (br or {}).get("load_rss_mb") is None) \
                 or (g.max_p99_latency_ms is not None and g.latency_source == LatencySource.ESTIMATED)
             if needs_est:
@@ -259,7 +260,7 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
                 except Exception as err:  # noqa: BLE001 - an estimate that can't be made fails its gate
                     notes.append(f"{x['name']}: no estimate ({_error_line(err)})")
             results = gate_mod.check(g, validation=x["validation"], bench=x.get("bench"), est=est,
-                                     artifact_bytes=x["artifact_bytes"])
+                                     artifact_bytes=x["artifact_bytes"], target_profile=x["_profile"].name)
             x["gates"] = [gr.model_dump() for gr in results]
             missed = [gr.line() for gr in results if not gr.passed]
             if missed:
