@@ -109,7 +109,7 @@ def render(console, result: dict) -> None:
                   f"{env.get('load_before')} -> {env.get('load_after')}; {env.get('location')}")
     ident = next((r["identity"] for r in result["rows"] if r.get("identity")), None)
     if ident:
-        built = sorted({str(r["identity"].get("built_for")) for r in result["rows"] if r.get("identity")})
+        built = sorted({r["identity"].get("built_for") or "no target profile" for r in result["rows"] if r.get("identity")})
         console.print(f"measured on {describe({**ident, 'built_for': None})}; artifacts built for "
                       f"{', '.join(built)}", markup=False)
     busy = interference_warning(env)
