@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import typing
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ ISA_ALIASES: dict[str, tuple[str, ...]] = {
     "amx": ("amx_int8", "amx_bf16", "amx_tile"),
     "avx512": ("avx512f",),
 }
+
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
 
 class _Frozen(BaseModel):
@@ -111,8 +116,13 @@ class Source(_Frozen):
 
 
 class DeviceProfile(_Frozen):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str
+    # the names users type: a family (``jetson-orin``) resolves to its member with ``family_default: true``
+    # and says so on stderr; aliases (``rpi5``, ``orin-nano``) resolve silently (see resolve_profile)
+    family: str | None = Field(default=None, pattern=NAME_PATTERN)
+    family_default: bool = False
+    aliases: tuple[str, ...] = ()
     arch: str  # aarch64 | x86_64
     compute_units: tuple[ComputeUnit, ...] = Field(min_length=1)
     memory: Memory
@@ -132,6 +142,13 @@ class DeviceProfile(_Frozen):
         for b in self.backends:
             if b.unit not in kinds:
                 raise ValueError(f"backend {b.name.value} targets unit {b.unit.value}, which the profile lacks")
+        for a in self.aliases:
+            if not re.match(NAME_PATTERN, a):
+                raise ValueError(f"aliases: '{a}' is not a profile name (lower-case letters, digits, '.', '_', '-')")
+        if self.name in self.aliases or (self.family and self.family in (self.name, *self.aliases)):
+            raise ValueError("aliases and family must differ from the profile's own name")
+        if self.family_default and not self.family:
+            raise ValueError("family_default needs a family")
         return self
 
     def unit(self, kind: UnitKind) -> ComputeUnit | None:
@@ -376,7 +393,39 @@ def available_profiles(profile_dirs: list[str | os.PathLike] | None = None) -> d
 
 
 def load_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None = None) -> DeviceProfile:
-    """A profile by name (user dirs, then built-ins, ``host`` detected) or by YAML path."""
+    """A profile by name (user dirs, then built-ins, ``host`` detected), alias, family or YAML path.
+
+    A family name picks its default member and says so once on stderr (:func:`resolve_profile`
+    returns the choice instead, for callers that record it)."""
+    profile, choice = resolve_profile(name_or_path, profile_dirs)
+    if choice.via == "family" and name_or_path not in _ANNOUNCED:
+        _ANNOUNCED.add(name_or_path)
+        sys.stderr.write(f"edgeopt: note: {choice.note}\n")
+    return profile
+
+
+def resolve_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None = None
+                    ) -> tuple[DeviceProfile, ProfileChoice]:
+    """(the profile, how ``name_or_path`` reached it). Exact names win over aliases and families."""
+    exact = _load_exact(name_or_path, profile_dirs)
+    if exact is not None:
+        return exact, ProfileChoice(name_or_path, exact.name, "name")
+    index = profile_index(profile_dirs)
+    choice = index.get(name_or_path)
+    if choice is None:
+        hint = did_you_mean(name_or_path, index) or f"known profiles: {', '.join(available_profiles(profile_dirs))}"
+        raise BadProfileError(f"unknown device profile '{name_or_path}'", hint)
+    if choice.via == "family" and not choice.name:
+        raise BadProfileError(
+            f"profile family '{name_or_path}' has no default member",
+            f"pick one: {', '.join(choice.members)} (or set family_default: true in one of them)",
+        )
+    profile = _load_exact(choice.name, profile_dirs)
+    assert profile is not None  # the index was built from loadable profiles
+    return profile, choice
+
+
+def _load_exact(name_or_path: str, profile_dirs) -> DeviceProfile | None:
     if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
         return load_profile_file(name_or_path)
     for d in _search_dirs(profile_dirs):
@@ -397,9 +446,83 @@ def load_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None
     if name_or_path in builtin:
         origin = f"device_profiles/{name_or_path}.yaml"
         return parse_profile(read_yaml(builtin[name_or_path].read_text(encoding="utf-8"), origin), origin)
-    names = available_profiles(profile_dirs)
-    hint = did_you_mean(name_or_path, names) or f"known profiles: {', '.join(names)}"
-    raise BadProfileError(f"unknown device profile '{name_or_path}'", hint)
+    return None
+
+
+# --------------------------------------------------------------------------- families and aliases
+
+_ANNOUNCED: set[str] = set()  # family names already explained on stderr in this process
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    """How a typed name reached a profile: ``via`` is "name", "alias" or "family"."""
+
+    requested: str
+    name: str  # the profile chosen ("" for a family without a default member)
+    via: str
+    family: str | None = None
+    members: tuple[str, ...] = ()
+
+    @property
+    def note(self) -> str | None:
+        if self.via != "family":
+            return None
+        others = [m for m in self.members if m != self.name]
+        pick = f"; for another member give --profile {' or '.join(others)}" if others else ""
+        return f"'{self.requested}' is a profile family: using its default member '{self.name}'{pick}"
+
+
+def profile_index(profile_dirs: list[str | os.PathLike] | None = None) -> dict[str, ProfileChoice]:
+    """Every name a user may type (profile names, aliases, families) -> its :class:`ProfileChoice`.
+
+    Profiles that fail to load are left out (naming them gives their own error). An alias claimed
+    by two profiles, or a family or alias that is also another profile's alias or family, is an error."""
+    profiles: dict[str, DeviceProfile] = {}
+    origins = available_profiles(profile_dirs)
+    for name in origins:
+        if name == "host":
+            continue
+        try:
+            p = _load_exact(name, profile_dirs)
+        except BadProfileError:
+            continue
+        if p is not None:
+            profiles[name] = p
+    index: dict[str, ProfileChoice] = {n: ProfileChoice(n, n, "name") for n in origins}
+    claimed: dict[str, str] = {}  # alias or family -> who claims it (for the conflict message)
+
+    def claim(word: str, owner: str) -> None:
+        if word in claimed and claimed[word] != owner:
+            raise BadProfileError(
+                f"the profile name '{word}' is claimed twice: {claimed[word]} and {owner}",
+                "remove it from one of them (aliases and families must name one profile or family)",
+                details={"name": word, "claims": [claimed[word], owner]},
+            )
+        claimed[word] = owner
+
+    families: dict[str, list[DeviceProfile]] = {}
+    for p in profiles.values():
+        where = origins.get(p.name, "")
+        for a in p.aliases:
+            claim(a, f"alias of {p.name} ({where})")
+        if p.family:
+            families.setdefault(p.family, []).append(p)
+    for fam, members in families.items():
+        claim(fam, f"family of {', '.join(m.name for m in members)}")
+        defaults = [m.name for m in members if m.family_default]
+        if len(defaults) > 1:
+            raise BadProfileError(f"profile family '{fam}' has {len(defaults)} default members: {', '.join(defaults)}",
+                                  "set family_default: true in only one of them")
+        names = tuple(sorted(m.name for m in members))
+        default = defaults[0] if defaults else (names[0] if len(names) == 1 else "")
+        if fam not in index:  # an exact profile name wins
+            index[fam] = ProfileChoice(fam, default, "family", fam, names)
+    for p in profiles.values():
+        for a in p.aliases:
+            if a not in index:
+                index[a] = ProfileChoice(a, p.name, "alias", p.family)
+    return dict(sorted(index.items()))
 
 
 def profile_to_dict(profile: DeviceProfile) -> dict:

@@ -121,11 +121,38 @@ def get_device(name: str, path: str | os.PathLike | None = None) -> Device:
     validate_name(name)
     devices = load_devices(path)
     if name not in devices:
-        hint = did_you_mean(name, devices) or (
+        hint = _same_profile_hint(name, devices) or did_you_mean(name, devices) or (
             f"known devices: {', '.join(devices)}" if devices else "add one with 'edgeopt devices add NAME --host H --profile P'"
         )
         raise UsageError(f"unknown device '{name}' (in {devices_file(path)})", hint)
     return devices[name]
+
+
+def _same_profile_hint(name: str, devices: dict[str, Device]) -> str | None:
+    """When ``name`` is a profile (``pi5``, or an alias/family of one) rather than a device: the devices
+    of that profile, e.g. the running emulator ``pi5-emu``."""
+    from edgeopt.errors import EdgeoptError
+    from edgeopt.profiles import profile_index
+
+    try:
+        choice = profile_index().get(name)
+    except EdgeoptError:
+        return None
+    if choice is None:
+        return None
+    wanted = set(choice.members) if choice.via == "family" else {choice.name}
+    same = [d for d in devices.values() if d.profile in wanted]
+    if not same:
+        return None
+    emulated = [d.name for d in same if d.emulated]
+    real = [d.name for d in same if not d.emulated]
+    parts = []
+    if real:
+        parts.append(f"the {name} board{'s are' if len(real) > 1 else ' is'} named {', '.join(real)}")
+    if emulated:
+        parts.append(f"the emulated {name} runs as {', '.join(emulated)} (timings emulated, not the board's speed)")
+    first = (real or emulated)[0]
+    return f"'{name}' is a profile, not a device: {'; '.join(parts)}: e.g. 'edgeopt remote-bench {first} ARTIFACT'"
 
 
 # --------------------------------------------------------------------------- writing

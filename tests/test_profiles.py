@@ -11,7 +11,7 @@ import yaml
 
 from edgeopt.enums import BackendName, SourceKind, UnitKind
 from edgeopt.errors import BadProfileError
-from edgeopt.profiles import available_profiles, load_profile, parse_profile
+from edgeopt.profiles import available_profiles, load_profile, parse_profile, profile_index, resolve_profile
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p.stem for p in (REPO / "device_profiles").glob("*.yaml"))
@@ -247,6 +247,8 @@ def test_profiles_show_json_is_one_object(cli):
 def _user_profile(tmp_path: Path, name: str, description: str) -> Path:
     data = _pi5_data()
     data["name"], data["description"] = name, description
+    for key in ("family", "family_default", "aliases"):  # pi5's own names stay pi5's
+        data.pop(key, None)
     d = tmp_path / "profiles"
     d.mkdir(parents=True, exist_ok=True)
     _write(d, data, f"{name}.yaml")
@@ -312,3 +314,128 @@ def test_host_profile_matches_this_machine():
     assert p.source_for("memory.bandwidth_gbps").kind == SourceKind.MEASURED
     assert p.source_for("compute_units.cpu.peak_gops.fp32").kind == SourceKind.ESTIMATE
     assert p.missing_sources() == []
+
+
+# --------------------------------------------------------------------------- families and aliases (the names users type)
+
+
+def test_aliases_resolve_silently_to_their_profile(capsys):
+    for alias, name in [("rpi5", "pi5"), ("raspberrypi5", "pi5"), ("orin-nano", "jetson-orin-nano"),
+                        ("core-ultra", "intel-npu"), ("meteor-lake", "intel-npu"), ("agx-orin", "jetson-agx-orin")]:
+        assert load_profile(alias).name == name
+    assert capsys.readouterr().err == ""
+
+
+def test_a_family_picks_its_documented_default_and_says_how_to_pick_another(capsys):
+    profile, choice = resolve_profile("jetson-orin")
+    assert profile.name == "jetson-orin-nano" and choice.via == "family"
+    assert choice.members == ("jetson-agx-orin", "jetson-orin-nano")
+    assert "default member 'jetson-orin-nano'" in choice.note and "--profile jetson-agx-orin" in choice.note
+    assert load_profile("raspberry-pi").name == "pi5"
+    assert "'raspberry-pi' is a profile family" in capsys.readouterr().err
+
+
+def test_every_shipped_family_has_exactly_one_default():
+    families = {c.requested: c for c in profile_index().values() if c.via == "family"}
+    assert set(families) == {"jetson-orin", "raspberry-pi"}
+    for fam, c in families.items():
+        assert c.name in c.members and load_profile(c.name).family_default, fam
+
+
+def test_convert_with_a_family_name_works_as_the_readme_shows(cli, tmp_path):
+    """`edgeopt convert model.onnx --profile jetson-orin`, exactly: the default member, said on stderr
+    and recorded in the manifest beside what was typed."""
+    from fixtures_remote import make_tiny_onnx
+
+    make_tiny_onnx(tmp_path / "model.onnx")
+    r = cli("convert", "model.onnx", "--profile", "jetson-orin", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "'jetson-orin' is a profile family: using its default member 'jetson-orin-nano'" in r.stderr
+    assert "--profile jetson-agx-orin" in r.stderr
+    manifest = json.loads((tmp_path / "model-jetson-orin" / "manifest.json").read_text())
+    assert manifest["profile"] == "jetson-orin-nano" and manifest["profile_requested"] == "jetson-orin"
+    assert any("profile family" in w for w in manifest["warnings"])
+
+
+def test_profiles_list_shows_families_and_aliases(cli):
+    r = cli("profiles", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["families"]["jetson-orin"] == {"default": "jetson-orin-nano",
+                                              "members": ["jetson-agx-orin", "jetson-orin-nano"]}
+    assert out["aliases"]["rpi5"] == "pi5" and out["aliases"]["meteor-lake"] == "intel-npu"
+    rows = {row["name"]: row for row in out["profiles"]}
+    assert rows["pi5"]["family"] == "raspberry-pi" and rows["pi5"]["family_default"]
+    assert "raspberrypi5" in rows["pi5"]["aliases"]
+    text = cli("profiles", "list")
+    assert text.returncode == 0
+    assert "family jetson-orin: jetson-agx-orin, jetson-orin-nano; '--profile jetson-orin' means jetson-orin-nano" \
+        in text.stdout
+    assert "raspberrypi5" in text.stdout
+
+
+def _declaring(tmp_path: Path, name: str, **names) -> Path:
+    d = _user_profile(tmp_path, name, f"{name} board")
+    data = yaml.safe_load((d / f"{name}.yaml").read_text())
+    data.update(names)
+    _write(d, data, f"{name}.yaml")
+    return d
+
+
+def test_a_users_profile_declares_its_own_family_and_aliases(cli, tmp_path):
+    d = _declaring(tmp_path, "lab-pi5-oc", family="lab-boards", family_default=True, aliases=["oc-pi"])
+    _declaring(tmp_path, "lab-rk3588", family="lab-boards", aliases=["rock5"])
+    assert load_profile("oc-pi", [d]).name == "lab-pi5-oc"
+    assert load_profile("rock5", [d]).name == "lab-rk3588"
+    profile, choice = resolve_profile("lab-boards", [d])
+    assert profile.name == "lab-pi5-oc" and choice.members == ("lab-pi5-oc", "lab-rk3588")
+    r = cli("profiles", "list", "--profile-dir", str(d), "--json")
+    assert json.loads(r.stdout)["families"]["lab-boards"]["default"] == "lab-pi5-oc"
+
+
+def test_an_alias_naming_two_profiles_is_a_clear_error(cli, tmp_path):
+    d = _declaring(tmp_path, "my-pi", aliases=["rpi5"])  # the built-in pi5 has it already
+    r = cli("profiles", "show", "rpi5", "--profile-dir", str(d))
+    assert r.returncode == 3
+    assert "the profile name 'rpi5' is claimed twice: alias of my-pi (" in r.stderr
+    assert "and alias of pi5 (builtin)" in r.stderr and "remove it from one of them" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = cli("profiles", "list", "--profile-dir", str(d), "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["error"]["kind"] == "bad_profile"
+    assert load_profile("my-pi", [d]).name == "my-pi"  # an exact name still works
+
+
+def test_a_family_without_a_default_asks_for_a_member(tmp_path):
+    d = _declaring(tmp_path, "board-a", family="boards")
+    _declaring(tmp_path, "board-b", family="boards")
+    with pytest.raises(BadProfileError, match="family 'boards' has no default member") as err:
+        load_profile("boards", [d])
+    assert "board-a, board-b" in err.value.hint
+    d2 = _declaring(tmp_path / "two", "c1", family="twins", family_default=True)
+    _declaring(tmp_path / "two", "c2", family="twins", family_default=True)
+    with pytest.raises(BadProfileError, match="2 default members"):
+        load_profile("twins", [d2])
+
+
+def test_alias_and_family_must_be_names_and_differ_from_the_profile():
+    data = _pi5_data()
+    with pytest.raises(BadProfileError, match="aliases"):
+        parse_profile({**data, "aliases": ["Bad Name"]}, "t")
+    with pytest.raises(BadProfileError, match="differ"):
+        parse_profile({**data, "aliases": ["pi5"]}, "t")
+    with pytest.raises(BadProfileError, match="unknown key 'alias'"):
+        parse_profile({**data, "alias": ["x"]}, "t")
+
+
+def test_remote_bench_of_a_profile_name_points_at_the_running_emulator(cli, remote_env):
+    """`edgeopt remote-bench pi5 ...` with no device pi5, while `emulate start pi5` has added pi5-emu
+    to the inventory (the entry is what a running emulator leaves; nothing is started here)."""
+    from edgeopt.remote.inventory import add_device, make_device
+
+    add_device(make_device(name="pi5-emu", host="127.0.0.1", port=2222, profile="pi5", emulated=True))
+    for typed in ("pi5", "rpi5"):
+        r = cli("remote-bench", typed, "model.onnx")
+        assert r.returncode == 2
+        assert f"unknown device '{typed}'" in r.stderr
+        assert "the emulated" in r.stderr and "runs as pi5-emu" in r.stderr
+        assert "edgeopt remote-bench pi5-emu ARTIFACT" in r.stderr

@@ -56,7 +56,9 @@ def add(
     from edgeopt.profiles import load_profile
     from edgeopt.remote.inventory import add_device, make_device
 
-    load_profile(profile)  # an unknown profile is an error now, not at the first benchmark
+    resolved = load_profile(profile)  # an unknown profile is an error now, not at the first benchmark
+    if not profile.endswith((".yaml", ".yml")) and "/" not in profile:
+        profile = resolved.name  # an alias or family is stored as the profile it names
     dev = make_device(name=name, host=host, port=port, user=user, key=key, profile=profile, python=python,
                       work_dir=work_dir)
     path = add_device(dev, devices, replace=replace)

@@ -23,26 +23,40 @@ ProfileDirOption = typer.Option(
 
 @profiles_app.command("list")
 def list_(json_out: bool = JsonOption, profile_dir: list[Path] = ProfileDirOption) -> None:
-    """List the device profiles edgeopt knows (``host`` is detected from this machine when used)."""
+    """List the device profiles edgeopt knows, with their families and aliases (names you may type
+    for --profile). ``host`` is detected from this machine when used."""
+    from edgeopt.profiles import profile_index
+
     names = api.list_profiles(profile_dir)
+    index = profile_index(profile_dir)  # an alias claimed twice is an error here too
     rows = []
     for name, origin in names.items():
         if name == "host" and origin == "detected":
-            rows.append({"name": name, "origin": origin, "description": "this machine (detected when used)"})
+            rows.append({"name": name, "origin": origin, "description": "this machine (detected when used)",
+                         "family": None, "aliases": []})
             continue
         try:
             p = api.load_profile(name, profile_dir)
-            rows.append({"name": name, "origin": origin, "description": p.description})
+            rows.append({"name": name, "origin": origin, "description": p.description, "family": p.family,
+                         "family_default": p.family_default, "aliases": list(p.aliases)})
         except EdgeoptError as err:  # a broken user file is listed with its problem, not fatal
             rows.append({"name": name, "origin": origin, "error": err.one_line()})
+    families = {c.requested: {"default": c.name or None, "members": list(c.members)}
+                for c in index.values() if c.via == "family"}
+    aliases = {c.requested: c.name for c in index.values() if c.via == "alias"}
 
     def human(c):
-        t = Table("profile", "description", "from")
+        t = Table("profile", "family", "aliases", "description", "from")
         for r in rows:
-            t.add_row(r["name"], r.get("description") or f"[red]{r.get('error')}[/]", r["origin"])
+            fam = (r.get("family") or "") + (" (default)" if r.get("family_default") else "")
+            t.add_row(r["name"], fam, ", ".join(r.get("aliases") or []),
+                      r.get("description") or f"[red]{r.get('error')}[/]", r["origin"])
         c.print(t)
+        for fam, f in families.items():
+            c.print(f"family {fam}: {', '.join(f['members'])}; '--profile {fam}' means "
+                    + (f"{f['default']}" if f["default"] else "nothing (no default member: name one)"), markup=False)
 
-    emit(json_out, {"profiles": rows}, human)
+    emit(json_out, {"profiles": rows, "families": families, "aliases": aliases}, human)
 
 
 def _human_profile(c, p: DeviceProfile) -> None:
