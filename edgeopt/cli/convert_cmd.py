@@ -21,7 +21,8 @@ from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 def convert_cmd(
     model: Path = typer.Argument(None, help="The ONNX model (omit with --from-torch)."),
     profile: str = ProfileOption,
-    output: Path = typer.Option(None, "--output", "-o", help="Artifact directory to write."),
+    output: Path = typer.Option(None, "--output", "-o",
+                                help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
     backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
     prune: float = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1)."),
@@ -49,10 +50,10 @@ def convert_cmd(
     from edgeopt.convert import convert
     from edgeopt.errors import UsageError
 
-    if output is None and not dry_run:
-        raise UsageError("no output directory", "give -o OUT")
     if model is None and from_torch is None:
         raise UsageError("no model given", "pass an ONNX file, or --from-torch package.module:factory --weights FILE")
+    if output is None and not dry_run:  # `convert model.onnx --profile jetson-orin` writes model-jetson-orin/
+        output = Path(f"{Path(model or from_torch.split(':')[0]).stem}-{Path(profile).stem}")
     if export_c:  # the tflite backend's export_c, passed as a recipe override
         from edgeopt.converters.c_export import recipe_with_export_c
 
