@@ -2,8 +2,9 @@
 
 FP32 keeps exact weights (``compress_to_fp16=False``); FP16 stores FP16 weights; INT8 is
 ``nncf.quantize`` on the converted model (calibration over the chain's calibration feeds). With
-``max_accuracy_drop`` INT8 uses ``nncf.quantize_with_accuracy_control`` on one part of the eval data
-and confirms the bound on the other part, which the search never saw. NNCF's ONNX path would keep
+``max_accuracy_drop`` INT8 is a budgeted search over ``nncf.quantize`` (NNCF's options, then
+``ignored_scope`` over quantizers ranked once: :mod:`edgeopt.converters.quantize.nncf_search`) on one
+part of the eval data, each hit confirmed on the other part, which the search never saw. NNCF's ONNX path would keep
 BatchNormalization nodes; this backend quantizes the converted OpenVINO model, after normalize folded BN.
 
 The runtime settings name ``INFERENCE_PRECISION_HINT`` explicitly: ``f32`` unless the user asks for
@@ -20,8 +21,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
 from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.quantize.search import DEFAULT_BUDGET_S
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import require
 from edgeopt.enums import BackendName, Precision, StrEnum
@@ -52,6 +55,8 @@ class OpenVINOConfig(StageConfig):
     ignored_scope: tuple[str, ...] = ()  # OpenVINO op names kept in float
     max_accuracy_drop: float | None = None
     search_fraction: float = 0.5
+    search_budget_s: float = Field(default=DEFAULT_BUDGET_S, gt=0)  # the accuracy-aware search's time budget
+    min_speedup: float | None = Field(default=None, gt=0)  # gate: the searched INT8 vs FP32 (quick estimate)
 
 
 @register_stage
@@ -70,7 +75,8 @@ class OpenVINOBackend(Backend):
     def configure(cls, options: ChainOptions) -> OpenVINOConfig:
         s = options.backend_settings
         kw = {"precision": options.precision, "max_accuracy_drop": options.max_accuracy_drop,
-              "threads": options.threads or s.get("threads")}
+              "threads": options.threads or s.get("threads"), "search_budget_s": options.search_budget_s,
+              "min_speedup": options.min_speedup}
         for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
             if key in s:
                 kw[key] = s[key]
@@ -227,64 +233,67 @@ def _nncf_logs_to_stderr():
 
 
 def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOConfig, ctx, onnx_path):
-    """``nncf.quantize_with_accuracy_control`` searching on one part of the eval data; the bound is then
-    confirmed on the other part (never seen by the search). Returns (quantized model, report)."""
+    """The budgeted accuracy-aware search over ``nncf.quantize`` (:mod:`edgeopt.converters.quantize.nncf_search`)
+    on one part of the eval data, each hit confirmed on the other part (never seen by the search); then the
+    result is timed against FP32. Returns (quantized model, report)."""
     import openvino as ov
 
-    from edgeopt.converters.quantize.accuracy_aware import Metric, ort_runner
+    from edgeopt.converters.quantize.accuracy_aware import ort_runner
+    from edgeopt.converters.quantize.nncf_search import _compiled_run, search_nncf
+    from edgeopt.converters.quantize.search import gate_failure, interleaved_latency_ms, speed_verdict
 
     bound = float(config.max_accuracy_drop)
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError("openvino: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
+    threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    fp32_run = ort_runner(onnx_path, ctx.threads or 2)
-    m_search, m_confirm = Metric(fp32_run, search), Metric(fp32_run, confirm)
-    names = [p.get_any_name() for p in ov_model.inputs]
-    items = list(range(len(search)))
-
-    def feed_of(i):
-        return {k: v for k, v in search.feed(i).items() if k in names}
-
-    def validation_fn(compiled, data) -> float:
-        idx = list(data)
-        preds = m_search._preds(lambda f: {"y": compiled(f)[0]}, search.subset(idx)) if idx else np.array([])
-        target = m_search.labels if m_search.labels is not None else m_search.fp32_preds
-        return float(np.mean(preds.astype(np.int64) == np.asarray(target)[idx].astype(np.int64))) if idx else 0.0
-
-    val = nncf.Dataset(items, feed_of)
-    q = nncf.quantize_with_accuracy_control(
-        ov_model, calib, val, validation_fn, max_drop=bound / 100.0, drop_type=nncf.DropType.ABSOLUTE, **common)
-    core = ov.Core()
-    compiled = core.compile_model(q.clone(), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"})
-
-    def run(feed):
-        return {"y": compiled({k: v for k, v in feed.items() if k in names})[0]}
-
-    search_drop = m_search.fp32_value - m_search.score(run, search)
-    confirm_drop = m_confirm.fp32_value - m_confirm.score(run, confirm)
-    fq = {op.get_friendly_name() for op in q.get_ordered_ops() if op.get_type_name() == "FakeQuantize"}
-    naive = nncf.quantize(ov_model, calib, **common)
-    fq0 = {op.get_friendly_name() for op in naive.get_ordered_ops() if op.get_type_name() == "FakeQuantize"}
-    report = {
-        "method": "nncf.quantize_with_accuracy_control (search part) + confirmation on the held-out part",
-        "why_this_method": "ov.convert_model renames fused ops (Conv+BN become Multiply_NNNN), so a ranking by ONNX "
-                           "node names cannot name OpenVINO ops for ignored_scope; NNCF ranks the OV graph itself",
-        "metric": m_search.kind, "labels": ctx.eval.labels is not None, "bound_points": bound,
-        "search_samples": len(search), "confirm_samples": len(confirm),
-        "fp32": {"search": m_search.fp32_value, "confirm": m_confirm.fp32_value},
-        "search_drop_points": round(search_drop, 3), "confirm_drop_points": round(confirm_drop, 3),
-        "fake_quantize_nodes": {"naive": len(fq0), "final": len(fq)},
-        "kept_in_float": sorted(fq0 - fq),  # the FakeQuantize ops NNCF removed (named after the tensor they quantized)
-        "kept_in_float_count": len(fq0 - fq),
-        "met": search_drop <= bound and confirm_drop <= bound,
-    }
-    if not report["met"]:
+    fp32_run = ort_runner(onnx_path, threads)
+    out_names = [o.name for o in fp32_run.session.get_outputs()]
+    result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
+                         confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,
+                         threads=threads)
+    report = result.report
+    report["method"] = ("nncf.quantize: NNCF's options, then ignored_scope over quantizers ranked once, within "
+                        "--search-budget; each hit confirmed on the held-out part")
+    if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
-        raise GateFailedError(
-            f"openvino: INT8 drop {search_drop:.2f} (search) / {confirm_drop:.2f} (held-out) points misses "
-            f"--max-accuracy-drop {bound}", "use --precision fp32 or another backend", details=report)
+        raise gate_failure("openvino", result, bound)
+    q = result.best.artifact
+    core = ov.Core()
+    in_names = [p.get_any_name() for p in ov_model.inputs]
+    runs = {"fp32": _compiled_run(core, ov_model, in_names, out_names, threads),
+            "int8_final": _compiled_run(core, q, in_names, out_names, threads)}
+    feed = (ctx.check_samples or search).feed(0)
+    latency = interleaved_latency_ms(runs, feed)
+    alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)
+    report["speed"] = speed_verdict(latency, final_key="int8_final", runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
+                                    min_speedup=config.min_speedup, ctx=ctx, prefix="openvino",
+                                    alternatives=alternatives, threads=threads)
     return q, report
+
+
+def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency) -> dict | None:
+    """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
+    with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points."""
+    from edgeopt.converters.quantize.search import interleaved_latency_ms
+
+    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        return None
+    config = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    compiled = core.compile_model(ov_model, "CPU", config)
+
+    def run(f):
+        res = compiled({k: v for k, v in f.items() if k in in_names})
+        return {name: np.asarray(res[i]) for i, name in enumerate(out_names)}
+
+    ms = interleaved_latency_ms({"bf16": run}, feed)["bf16"]
+    value = result.m_confirm.score(run, confirm)  # the search's own metric, on data it never saw
+    return {"bf16": {"latency_ms": ms, "value": round(value, 4),
+                     "drop": f"drop {result.m_confirm.fp32_value - value:.2f} points on the held-out part",
+                     "suggest": "--precision fp32 with inference_precision bf16 in the profile's openvino settings"}}
 
 
 def ov_run_fn(artifact_dir, runtime: dict, threads: int | None = None):

@@ -69,6 +69,7 @@ class SearchResult:
     closest: Candidate  # the best search-part figure reached (what the gate failure names)
     ranked: list[tuple[str, float]] = field(default_factory=list)
     report: dict = field(default_factory=dict)
+    m_confirm: Any = None  # the metric on the held-back part (for checking other precisions the same way)
 
 
 class BudgetedSearch:
@@ -254,7 +255,7 @@ def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranke
         stopped_by_budget=s.stopped_by_budget,
         candidates=len(s.tried),
     )
-    return SearchResult(best, closest, ranked, s.report)
+    return SearchResult(best, closest, ranked, s.report, s.m_confirm)
 
 
 def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedError:

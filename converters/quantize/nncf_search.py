@@ -1,0 +1,170 @@
+"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`.search` over ``nncf.quantize``.
+
+Options first (NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
+attention/MatMul-heavy graphs ``model_type=transformer`` with SmoothQuant on and off), then float
+fallback: the activation quantizers (FakeQuantize nodes) of the best option are ranked **once** by how
+much the output error vs FP32 shrinks when only that one is bypassed in the quantized model (one
+compile and a few inferences each, no recalibration), and candidates are ``nncf.quantize`` with the
+ops reading the top-k quantizers in ``ignored_scope``. ``nncf.quantize_with_accuracy_control`` is not
+used: it reverts one group at a time and re-ranks the rest after each step (~40 s a step on a ~50-group
+recogniser here), so it does not finish within a budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .search import SearchResult, run_search
+
+# ops a quantizer's value passes through unchanged in NNCF's propagation: follow them to the op that
+# really consumes the quantized tensor (its name is what ignored_scope needs)
+PASS_THROUGH = {"MaxPool", "AvgPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Split",
+                "VariadicSplit", "StridedSlice", "Gather", "Concat", "Pad", "Interpolate", "ReduceMax", "Relu",
+                "DepthToSpace", "SpaceToDepth", "ShuffleChannels"}
+ATTENTION_HINTS = {"Softmax", "MVN"}
+
+
+def looks_like_transformer(ov_model) -> bool:
+    """MatMul-heavy with attention (Softmax and a MatMul of two activations): NNCF's TRANSFORMER type."""
+    types = [op.get_type_name() for op in ov_model.get_ordered_ops()]
+    if not (set(types) & ATTENTION_HINTS):
+        return False
+    act_matmul = any(op.get_type_name() == "MatMul" and all(
+        i.get_source_output().get_node().get_type_name() != "Constant" for i in op.inputs())
+        for op in ov_model.get_ordered_ops())
+    return act_matmul or types.count("MatMul") >= 4
+
+
+def option_variants(nncf, common: dict, transformer: bool) -> list[tuple[str, dict]]:
+    """NNCF's own options, most likely to help first; each a full kwargs dict for ``nncf.quantize``."""
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    mixed = nncf.QuantizationPreset.MIXED
+    out = [("nncf defaults", dict(common))]
+    if transformer and common.get("model_type") is None:
+        tr = dict(common, model_type=nncf.ModelType.TRANSFORMER)
+        out.append(("model_type=transformer (SmoothQuant on)", tr))
+        off = AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(convolution=-1, matmul=-1))
+        out.append(("model_type=transformer, SmoothQuant off", dict(tr, advanced_parameters=off)))
+        common = tr
+    out.append(("fast_bias_correction=False", dict(common, fast_bias_correction=False)))
+    if common.get("preset") != mixed:
+        out.append(("preset mixed (asymmetric activations)", dict(common, preset=mixed)))
+        out.append(("preset mixed + fast_bias_correction=False", dict(common, preset=mixed, fast_bias_correction=False)))
+    return out
+
+
+def activation_quantizers(q) -> list[str]:
+    return [op.get_friendly_name() for op in q.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
+
+
+def consumers_to_ignore(q, fq_name: str) -> list[str]:
+    """The ops that read quantizer ``fq_name``'s value (through pass-through ops): ignored_scope names."""
+    ops = {op.get_friendly_name(): op for op in q.get_ordered_ops()}
+    out, todo, seen = [], [(ops[fq_name], 0)], set()
+    while todo:
+        node, depth = todo.pop()
+        for o in node.outputs():
+            for ti in o.get_target_inputs():
+                c = ti.get_node()
+                name = c.get_friendly_name()
+                if name in seen or c.get_type_name() == "Result":
+                    continue
+                seen.add(name)
+                out.append(name)
+                if c.get_type_name() in PASS_THROUGH and depth < 4:
+                    todo.append((c, depth + 1))
+    return out
+
+
+def _compiled_run(core, model, in_names: list[str], out_names: list[str], threads: int | None):
+    config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    compiled = core.compile_model(model, "CPU", config)
+
+    def run(feed):
+        res = compiled({k: v for k, v in feed.items() if k in in_names})
+        return {name: np.asarray(res[i]) for i, name in enumerate(out_names)}
+
+    run.compiled = compiled
+    return run
+
+
+def _error(reference: list[dict], got: list[dict]) -> float:
+    from .sensitivity import output_error
+
+    return output_error(reference, got)
+
+
+def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: list[str], search, confirm,
+                bound: float, budget_s: float, progress=None, threads: int | None = None,
+                rank_samples: int = 16, on_rank: Callable | None = None) -> SearchResult:
+    """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models."""
+    import openvino as ov
+
+    core = ov.Core()
+    in_names = [p.get_any_name() for p in ov_model.inputs]
+    transformer = looks_like_transformer(ov_model)
+    variants = option_variants(nncf, common, transformer)
+
+    def build(kw: dict) -> Callable:
+        def go():
+            q = nncf.quantize(ov_model, calib, **kw)
+            return q, _compiled_run(core, q, in_names, out_names, threads)
+        return go
+
+    def rank(q) -> list[tuple[str, float]]:
+        if on_rank is not None:
+            on_rank()
+        feeds = search.feeds(min(rank_samples, len(search)))
+        reference = [fp32_run(f) for f in feeds]
+        run_q = _compiled_run(core, q, in_names, out_names, threads)
+        base_err = _error(reference, [run_q(f) for f in feeds])
+        scores = []
+        for name in activation_quantizers(q):
+            qc = q.clone()
+            fq = next(op for op in qc.get_ordered_ops() if op.get_friendly_name() == name)
+            fq.output(0).replace(fq.input_value(0))
+            run = _compiled_run(core, qc, in_names, out_names, threads)
+            scores.append((name, base_err - _error(reference, [run(f) for f in feeds])))
+        scores.sort(key=lambda t: -t[1])
+        return scores
+
+    fq_owner: dict[int, object] = {}
+
+    def with_float(i: int, kept: tuple[str, ...]) -> Callable:
+        kw = dict(variants[i][1])
+        q0 = fq_owner.get(i)
+        names = sorted({c for fq in kept for c in consumers_to_ignore(q0, fq)}) if q0 is not None else []
+        names += list(common["ignored_scope"].names) if common.get("ignored_scope") is not None else []
+        kw["ignored_scope"] = nncf.IgnoredScope(names=sorted(set(names)), validate=False)
+        return build(kw)
+
+    options = []
+    for i, (label, kw) in enumerate(variants):
+        def remember(i=i, kw=kw):
+            q, run = build(kw)()
+            fq_owner[i] = q
+            return q, run
+        options.append((label, remember))
+    result = run_search(options=options, rank=rank, with_float=with_float, fp32_run=fp32_run, search=search,
+                        confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
+                        what="INT8 search (openvino/nncf)",
+                        sensitivity_method="output error (1 - cosine) vs FP32 saved by bypassing only that activation "
+                                           f"quantizer in the INT8 model, on {min(rank_samples, len(search))} search "
+                                           "samples; ranked once")
+    result.report["transformer_options"] = transformer
+    chosen = next((i for i, (label, _) in enumerate(variants) if label == result.report["quantizer_options"]["chosen"]), 0)
+    if result.best is not None and result.best.kept and chosen in fq_owner:
+        result.report["kept_in_float"] = [{"quantizer": fq, "ops": consumers_to_ignore(fq_owner[chosen], fq),
+                                           "error_saved": round(dict(result.ranked).get(fq, 0.0), 6)}
+                                          for fq in result.best.kept]
+    else:
+        result.report["kept_in_float"] = []
+    return result
