@@ -85,7 +85,7 @@ def test_report_of_local_and_emulated_runs_has_the_banner_and_a_roofline_each(tm
                           environment={"location": "emulated", "cpu": {"model": "Cortex-A76", "arch": "aarch64"}})
     info = build_report(tmp_path / "r.html", [local, emulated], db=db)
     page = (tmp_path / "r.html").read_text()
-    assert info["banner"] and info["emulated_runs"] == [emulated]
+    assert len(info["banner"]) == 2 and info["emulated_runs"] == [emulated]
     assert "1 of 2 runs are EMULATED (qemu/loopback on build-7)" in page
     assert "measured on 2 different machines" in page
     assert info["rooflines"] == 2 and not any("roofline" in n for n in info["notes"])

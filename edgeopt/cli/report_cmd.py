@@ -24,6 +24,8 @@ def report(
 
     def human(c):
         c.print(f"wrote {out['output']} ({out['bytes'] / 1024:.0f} KiB, {len(out['runs'])} runs)")
+        for line in out["banner"]:
+            c.print(f"warning: {line}", style="yellow", markup=False)
         for n in out["notes"]:
             c.print(f"note: {n}")
 

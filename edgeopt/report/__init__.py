@@ -117,7 +117,7 @@ def _roofline(runs: list[dict], profile: str, where: str) -> tuple[str, str | No
     return _img(png, f"roofline on {profile}, measured on {where}"), None
 
 
-def _banner(runs: list[dict]) -> str:
+def _banner(runs: list[dict]) -> list[str]:
     """What a reader must know before reading any number: emulated runs, busy machines, several devices."""
     lines = []
     emulated = [r for r in runs if r["location"] == "emulated"]
@@ -134,7 +134,7 @@ def _banner(runs: list[dict]) -> str:
     if len(where) > 1:
         lines.append(f"These runs were measured on {len(where)} different machines: {', '.join(where)}. Compare "
                      "figures only within one machine.")
-    return "".join(f'<div class="banner">{html.escape(line)}</div>' for line in lines)
+    return lines
 
 
 def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db=None) -> dict:
@@ -179,7 +179,8 @@ def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db
         histories += 1
 
     env = runs[-1]["result"].get("environment") or {}
-    banner = _banner(runs)
+    banner_lines = _banner(runs)
+    banner = "".join(f'<div class="banner">{html.escape(line)}</div>' for line in banner_lines)
     page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>edgeopt report</title><style>{_CSS}</style>"
             f"</head><body><h1>edgeopt report</h1>{banner}<p class=\"note\">{len(runs)} runs. Latencies are medians with a "
             "distribution-free 95 % CI; energy marked 'estimated' comes from the profile's TDP; roofline figures are "
@@ -191,5 +192,5 @@ def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db
     write_text_atomic(out, page)
     return {"output": str(out), "runs": [r["id"] for r in runs], "waterfall_stages": [s["stage"] for s in stage_rows],
             "histories": histories, "roofline": "<img" in roof, "rooflines": roof.count("<img"),
-            "banner": bool(banner), "emulated_runs": [r["id"] for r in runs if r["location"] == "emulated"],
+            "banner": banner_lines, "emulated_runs": [r["id"] for r in runs if r["location"] == "emulated"],
             "notes": notes, "bytes": out.stat().st_size}
