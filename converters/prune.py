@@ -66,10 +66,10 @@ class Prune(Stage):
         try:
             ratio = options.prune if options.prune_mode == PruneMode.CHANNELS else 0.0
             return PruneConfig(mode=options.prune_mode, ratio=ratio)
-        except ValidationError:
+        except ValidationError as err:
             raise UsageError(
                 f"prune ratio {options.prune} is out of range", "give the fraction of channels to remove, in [0, 1), e.g. 0.3"
-            ) from None
+            ) from err
 
     def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate:
         import onnx

@@ -50,9 +50,9 @@ def get_stage(name: str):
 def parse_backend(name: str) -> BackendName:
     try:
         return BackendName(name)
-    except ValueError:
+    except ValueError as err:
         names = [b.value for b in BackendName]
-        raise UsageError(f"unknown backend '{name}'", did_you_mean(name, names) or f"backends: {', '.join(names)}") from None
+        raise UsageError(f"unknown backend '{name}'", did_you_mean(name, names) or f"backends: {', '.join(names)}") from err
 
 
 def get_backend(name: BackendName | str):

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from edgeopt.enums import Precision
-from edgeopt.errors import EdgeoptError, OutputExistsError, StageError
+from edgeopt.errors import EdgeoptError, OutputExistsError, StageError, is_edgeopt_bug
 
 HOLDOUT_FRACTION = 0.2  # of --calib, kept from calibration for validation when there is no --eval
 HOLDOUT_MAX = 256
@@ -61,7 +61,9 @@ def _run_stage(stage, spec, inter, ctx):
         return stage.run(inter, spec.config, ctx)
     except EdgeoptError:
         raise
-    except Exception as err:  # noqa: BLE001 - any library failure inside a stage becomes one line naming it
+    except Exception as err:  # noqa: BLE001 - a library failing on the model becomes one line naming it
+        if is_edgeopt_bug(err):
+            raise  # a bug of ours is exit 1 with its traceback under --debug, not "bad input"
         text = str(err).strip().splitlines()
         first = text[0][:240] if text else ""
         raise StageError(f"stage '{spec.name}' failed: {type(err).__name__}: {first}",

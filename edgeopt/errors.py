@@ -101,3 +101,38 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A ``did you mean 'x'?`` phrase for the closest choice, or None."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else None
+
+
+# Exceptions that, raised by edgeopt's own code, mean a bug in edgeopt rather than a model or a library
+# refusing it; they must stay exit 1 (with the traceback under --debug), never become a "bad input" line.
+_BUG_TYPES = (AttributeError, NameError, TypeError, AssertionError, KeyError, IndexError, LookupError)
+
+
+def _package_dirs() -> tuple[str, ...]:
+    import os
+
+    import edgeopt
+
+    dirs = [os.path.dirname(os.path.abspath(edgeopt.__file__))]
+    for sub in ("converters", "remote"):  # imported as edgeopt.converters / edgeopt.remote (package-dir)
+        try:
+            mod = __import__(f"edgeopt.{sub}", fromlist=["_"])
+            dirs += [os.path.abspath(p) for p in mod.__path__]
+        except ImportError:
+            continue
+    return tuple(d + os.sep for d in dirs)
+
+
+def is_edgeopt_bug(err: BaseException) -> bool:
+    """True when ``err`` is a programming error raised inside edgeopt's own code (the innermost Python
+    frame of its traceback is an edgeopt module), as opposed to a library failing on the user's model."""
+    if not isinstance(err, _BUG_TYPES) or isinstance(err, EdgeoptError):
+        return False
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    import os
+
+    return os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_package_dirs())

@@ -38,10 +38,10 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
                 shape = tuple(int(d) for d in dims.replace(",", "x").split("x"))
                 if any(d <= 0 for d in shape):
                     raise ValueError
-            except ValueError:
+            except ValueError as err:
                 raise UsageError(
                     f"--input-shape '{part}' is not NAME=DIMS", "write it like --input-shape input=1x3x224x224"
-                ) from None
+                ) from err
             out[name.strip()] = shape
     return out
 

@@ -218,10 +218,10 @@ def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
 def _enum(cls, value, flag: str):
     try:
         return cls(value)
-    except ValueError:
+    except ValueError as err:
         names = [m.value for m in cls]
         raise UsageError(f"{flag} '{value}' is not one of {', '.join(names)}",
-                         did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from None
+                         did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
 
 
 def make_plan(

@@ -44,28 +44,43 @@ def ort_runner(model, threads: int | None = 2):
 
 
 class Metric:
-    """Top-1 accuracy with labels, else agreement with FP32; in percent."""
+    """Top-1 accuracy with labels, else agreement with FP32; in percent. Outputs with positions
+    (``[N,T,C]`` sequences: class axis last; ``[N,C,H,W]`` maps: class axis 1) are judged per position
+    (argmax along the class axis, averaged over positions), never by one argmax of the flattened output.
+    (The fallback where ``edgeopt.metrics`` is absent; see :func:`.search.make_task_metric`.)"""
 
     def __init__(self, fp32_run, dataset):
-        self.labels = None if dataset.labels is None else np.asarray(dataset.labels).ravel()
+        self.labels = None if dataset.labels is None else np.asarray(dataset.labels)
+        self.fp32_binary, self.per_position = False, False
         self.fp32_preds = self._preds(fp32_run, dataset)
+        if self.labels is not None and self.labels.ndim == 1 and not self.per_position:
+            self.labels = self.labels.ravel()
         self.kind = "top1_accuracy" if self.labels is not None else "top1_agreement_with_fp32"
+        if self.per_position:
+            self.kind = "per_position_" + self.kind
         if self.fp32_binary:
             self.kind += " (one-value output: decision at 0.5)"
         self.fp32_value = self.score_preds(self.fp32_preds)
 
-    def _preds(self, run, dataset) -> np.ndarray:
+    def _preds(self, run, dataset) -> list[np.ndarray]:
         out = []
         for feed in dataset.feeds():
             y = np.asarray(next(iter(run(feed).values())))
+            if y.ndim >= 3:
+                self.per_position = True
+                out.append(np.argmax(y[0], axis=0 if y.ndim == 4 else -1).ravel())
+                continue
             flat = y.reshape(y.shape[0] if y.ndim > 1 else 1, -1)
             self.fp32_binary = flat.shape[-1] == 1
-            out.append((flat[0, 0] > 0.5) if self.fp32_binary else int(np.argmax(flat[0])))
-        return np.asarray(out)
+            out.append(np.asarray([(flat[0, 0] > 0.5) if self.fp32_binary else int(np.argmax(flat[0]))]))
+        return out
 
-    def score_preds(self, preds: np.ndarray) -> float:
-        target = self.labels if self.labels is not None else self.fp32_preds
-        return float(100.0 * np.mean(preds.astype(np.int64) == target.astype(np.int64))) if len(preds) else 0.0
+    def score_preds(self, preds: list[np.ndarray]) -> float:
+        if not len(preds):
+            return 0.0
+        target = self.fp32_preds if self.labels is None else [np.asarray(t).ravel() for t in self.labels]
+        return float(100.0 * np.mean([np.mean(p.astype(np.int64) == np.asarray(t).astype(np.int64))
+                                      for p, t in zip(preds, target, strict=True)]))
 
     def score(self, run, dataset) -> float:
         return self.score_preds(self._preds(run, dataset))

@@ -50,8 +50,8 @@ class BenchOptions(BaseModel):
 
         try:
             return parse_streams(v)
-        except ValueError:
-            raise ValueError(f"streams must be a count >= 1 or 'auto', not {v!r}") from None
+        except ValueError as err:
+            raise ValueError(f"streams must be a count >= 1 or 'auto', not {v!r}") from err
 
     @property
     def wants_throughput(self) -> bool:
@@ -66,10 +66,10 @@ def _open(path: str, threads: int | None):
     try:
         return open_artifact(path, threads=threads)
     except BadArtifact as err:
-        raise BadInputError(str(err), "pass a directory written by edgeopt convert") from None
+        raise BadInputError(str(err), "pass a directory written by edgeopt convert") from err
     except ImportError as err:
         raise MissingDependencyError(f"the runtime of artifact '{path}' is not installed: {err}",
-                                     "run edgeopt doctor to see which backends are installed") from None
+                                     "run edgeopt doctor to see which backends are installed") from err
 
 
 def _rss_mb() -> float | None:
@@ -88,7 +88,7 @@ def _feeds(manifest: dict, inputs: str | None):
     try:
         return feeds_from_npz(manifest["inputs"], inputs), False
     except BadArtifact as err:
-        raise BadInputError(str(err), "the .npz needs one array per model input, named like it") from None
+        raise BadInputError(str(err), "the .npz needs one array per model input, named like it") from err
 
 
 def samples_in_inputs(manifest_inputs: list[dict], npz_path: str) -> int | None:
@@ -190,7 +190,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                 try:
                     check_runs(runner, feeds, path)
                 except BadArtifact as err:
-                    raise BadInputError(str(err), "check --inputs against the model's inputs") from None
+                    raise BadInputError(str(err), "check --inputs against the model's inputs") from err
                 if o.outputs:
                     save_outputs(runner, feeds, o.outputs)
             except EdgeoptError as err:

@@ -17,8 +17,8 @@ def _streams(value: str | None) -> int | str | None:
 
     try:
         return parse_streams(value)
-    except ValueError:
-        raise UsageError(f"--streams '{value}' is not a count or 'auto'", "e.g. --streams 4 or --streams auto") from None
+    except ValueError as err:
+        raise UsageError(f"--streams '{value}' is not a count or 'auto'", "e.g. --streams 4 or --streams auto") from err
 
 
 StreamsOption = typer.Option(None, "--streams", callback=_streams,

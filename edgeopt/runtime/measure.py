@@ -262,10 +262,10 @@ def read_artifact(artifact_dir: str) -> dict:
     try:
         with open(path) as f:
             manifest = json.load(f)
-    except OSError:
-        raise BadArtifact(f"'{artifact_dir}' has no manifest.json: not an edgeopt artifact") from None
+    except OSError as err:
+        raise BadArtifact(f"'{artifact_dir}' has no manifest.json: not an edgeopt artifact") from err
     except ValueError as err:
-        raise BadArtifact(f"'{path}' is not valid JSON ({err})") from None
+        raise BadArtifact(f"'{path}' is not valid JSON ({err})") from err
     runtime = manifest.get("runtime") if isinstance(manifest, dict) else None
     if not isinstance(runtime, dict) or "backend" not in runtime or "inputs" not in manifest:
         raise BadArtifact(f"'{path}' lacks the runtime/inputs entries an artifact needs")
@@ -303,7 +303,7 @@ def feeds_from_npz(inputs: list[dict], npz_path: str) -> dict[str, np.ndarray]:
     try:
         data = np.load(npz_path)
     except (OSError, ValueError) as err:
-        raise BadArtifact(f"inputs file '{npz_path}' is not a readable .npz ({err})") from None
+        raise BadArtifact(f"inputs file '{npz_path}' is not a readable .npz ({err})") from err
     feeds = {}
     for spec in inputs:
         name = spec["name"]
@@ -331,9 +331,9 @@ def open_artifact(artifact_dir: str, threads: int | None = None) -> tuple[object
     except ImportError:
         raise
     except KeyError as err:
-        raise BadArtifact(f"artifact '{artifact_dir}' names an unknown backend or key {err}") from None
+        raise BadArtifact(f"artifact '{artifact_dir}' names an unknown backend or key {err}") from err
     except Exception as err:  # noqa: BLE001 - the runtime refused the files: a bad artifact
-        raise BadArtifact(f"artifact '{artifact_dir}' failed to load: {type(err).__name__}: {err}") from None
+        raise BadArtifact(f"artifact '{artifact_dir}' failed to load: {type(err).__name__}: {err}") from err
     return runner, manifest, (time.perf_counter() - t0) * 1e3
 
 
@@ -344,7 +344,7 @@ def check_runs(runner, feeds: dict, artifact_dir: str) -> None:
     except Exception as err:  # noqa: BLE001 - reported as one line
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         raise BadArtifact(f"artifact '{artifact_dir}' failed to run on inputs {shapes}: {type(err).__name__}: "
-                          f"{str(err).splitlines()[0][:200] if str(err) else ''}") from None
+                          f"{str(err).splitlines()[0][:200] if str(err) else ''}") from err
 
 
 def run_record(artifact_dir: str, manifest: dict, measured: dict, *, env: dict, energy: dict | None,

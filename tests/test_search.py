@@ -1,0 +1,221 @@
+"""The accuracy-aware INT8 search (converters/quantize/search.py): it finishes within its budget, ranks
+the ops once, recovers a per-position (sequence) model whose naive INT8 breaks, and says whether the
+result is faster than FP32.
+
+Models are built here (ONNX graphs with fixed weights): a per-position sequence tagger ``[1,T,16] ->
+[1,T,10]`` whose hidden layer has two channels ~3000x larger than the rest, so per-tensor INT8 of that
+layer wipes out the channels the tagger depends on (the flaw real recognisers show). Labels are by
+construction (cluster ids per position).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+from edgeopt.data import Dataset
+from edgeopt.enums import Precision
+from edgeopt.errors import GateFailedError
+
+pytestmark = pytest.mark.onnxruntime
+
+T = 8  # positions per sequence
+
+
+def sequence_tagger(path: Path, seed: int = 0) -> np.ndarray:
+    """x[1,T,16] -> MatMul/Relu x3 -> MatMul -> logits[1,T,10] (the same MLP at every position, as a
+    recogniser's head is), fitted by least squares to tag each position with its cluster. Returns the
+    cluster prototypes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    dims = [16, 32, 64, 32]
+    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(dims, dims[1:], strict=False)]
+    ws[1][:, :2] *= 3000.0
+    ws[2][:2, :] *= 1e-4
+    protos = (rng.standard_normal((10, 16)) * 2).astype(np.float32)
+    c = rng.integers(0, 10, 2000)
+    h = protos[c] + 0.3 * rng.standard_normal((2000, 16)).astype(np.float32)
+    for w in ws:
+        h = np.maximum(h @ w, 0)
+    ws.append(np.linalg.lstsq(h, 10.0 * np.eye(10)[c], rcond=None)[0].astype(np.float32))
+    nodes, t = [], "x"
+    for name in "ABCD":
+        nodes.append(helper.make_node("MatMul", [t, f"w{name}"], [f"mm{name}"], name=f"fc{name}"))
+        t = f"mm{name}"
+        if name != "D":
+            nodes.append(helper.make_node("Relu", [t], [f"h{name}"], name=f"relu{name}"))
+            t = f"h{name}"
+    nodes[-1].output[0] = "logits"
+    g = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, 16])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, T, 10])],
+                          [numpy_helper.from_array(w, f"w{n}") for w, n in zip(ws, "ABCD", strict=True)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return protos
+
+
+def sequences(protos, n: int, seed: int) -> tuple[Dataset, np.ndarray]:
+    """``n`` sequences of T positions; the per-position cluster ids are returned beside the dataset
+    (the dataset itself carries no labels: the search then measures agreement with FP32)."""
+    rng = np.random.default_rng(seed)
+    c = rng.integers(0, 10, (n, T))
+    x = (protos[c] + 0.3 * rng.standard_normal((n, T, 16))).astype(np.float32)
+    return Dataset({"x": x}, None, source="clustered sequences (labels by construction)", synthetic=True,
+                   ranks={"x": 3}), c
+
+
+def per_position_agreement(path_or_run, reference_run, ds: Dataset) -> float:
+    """% of positions whose argmax along the class axis matches FP32's (the test's own check)."""
+    from edgeopt.converters.checks import ort_run_fn
+
+    run = ort_run_fn(path_or_run, threads=2) if isinstance(path_or_run, (str, Path)) else path_or_run
+    same = []
+    for f in ds.feeds():
+        a = np.argmax(next(iter(run(f).values())), axis=-1)
+        b = np.argmax(next(iter(reference_run(f).values())), axis=-1)
+        same.append(np.mean(a == b))
+    return 100.0 * float(np.mean(same))
+
+
+def _ctx(tmp_path, calib, ev, stage="quantize"):
+    (tmp_path / "art").mkdir(exist_ok=True)
+    return ChainContext(profile=None, work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=tmp_path,
+                        calib=calib, eval=ev, check_samples=ev.subset(np.arange(8)), threads=2,
+                        record=StageRecord(stage, {}))
+
+
+@pytest.fixture
+def tagger(tmp_path):
+    model = tmp_path / "tagger.onnx"
+    protos = sequence_tagger(model)
+    calib, _ = sequences(protos, 48, seed=1)
+    ev, _ = sequences(protos, 120, seed=2)
+    return model, calib, ev
+
+
+def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(tagger, tmp_path, monkeypatch):
+    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, sensitivity
+
+    model, calib, ev = tagger
+    fp32 = ort_run_fn(model, threads=2)
+    (tmp_path / "naive").mkdir()
+    naive = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static"), _ctx(tmp_path / "naive", calib, ev))
+    assert per_position_agreement(naive.path, fp32, ev) < 90.0  # naive INT8 really breaks the tagger
+
+    calls = {"rank": 0, "isolate": 0}
+    rank, isolate = sensitivity.rank_nodes, sensitivity.isolate
+
+    def counting_rank(*a, **k):
+        calls["rank"] += 1
+        return rank(*a, **k)
+
+    def counting_isolate(*a, **k):
+        calls["isolate"] += 1
+        return isolate(*a, **k)
+
+    monkeypatch.setattr(sensitivity, "rank_nodes", counting_rank)
+    monkeypatch.setattr(sensitivity, "isolate", counting_isolate)
+    ctx = _ctx(tmp_path, calib, ev)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0, search_budget_s=60), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and aa["search_drop_points"] <= 1.0
+    # ranked once: one ranking, one isolated model per quantized node, whatever the number of candidates
+    assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
+    assert calls["isolate"] == aa["sensitivity"]["nodes"] == aa["quantized_ops_ranked"]
+    fallback = [t for t in aa["tried"] if "in float" in t["what"]]
+    assert fallback and len(fallback) <= 1 + int(np.ceil(np.log2(aa["quantized_ops_ranked"]))) * 2
+    assert 1 <= aa["kept_in_float_count"] < aa["quantized_ops_ranked"]  # not the whole net in float
+    assert aa["search_seconds"] <= aa["budget_s"]
+    assert per_position_agreement(out.path, fp32, ev) >= 98.0  # the test's own per-position check, all data
+    assert set(aa["speed"]["latency_ms"]) >= {"fp32", "int8_final"} and "estimate" in aa["speed"]["note"]
+    json.dumps(ctx.record.report)
+
+
+def test_tiny_budget_is_a_gate_failure_naming_the_best_metric(tagger, tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model, calib, ev = tagger
+    ctx = _ctx(tmp_path, calib, ev)
+    with pytest.raises(GateFailedError) as err:
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0, search_budget_s=0.01), ctx)
+    line = err.value.one_line()
+    assert "search budget" in line and "best " in line and "ops kept in float" in line
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["stopped_by_budget"] and aa["candidates"] == 1 and not aa["met"]
+
+
+def test_convert_cli_tiny_budget_exits_5_and_writes_nothing(tagger, tmp_path, cli):
+    model, calib, ev = tagger
+    np.savez(tmp_path / "calib.npz", x=calib.arrays["x"])
+    np.savez(tmp_path / "eval.npz", x=ev.arrays["x"])
+    (tmp_path / "recipe.yaml").write_text("search_budget: 0.01\n")
+    out = tmp_path / "out"
+    proc = cli("convert", str(model), "--backend", "onnxruntime", "--precision", "int8", "--calib",
+               str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--max-accuracy-drop", "1",
+               "--recipe", str(tmp_path / "recipe.yaml"), "-o", str(out), "--json")
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    err = json.loads(proc.stdout)
+    assert err["ok"] is False and "search budget" in err["error"]["message"]
+    assert not out.exists() and not list(tmp_path.glob("out.tmp-*"))
+
+
+def test_search_budget_flag_reaches_the_plan(tmp_path, cli):
+    model = tmp_path / "tagger.onnx"
+    sequence_tagger(model)
+    proc = cli("convert", str(model), "--backend", "onnxruntime", "--precision", "int8", "--max-accuracy-drop", "1",
+               "--search-budget", "30", "--min-speedup", "1.2", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads(proc.stdout)["plan"]
+    quant = next(s for s in plan["stages"] if s["name"] == "quantize")["config"]
+    assert quant["search_budget_s"] == 30 and quant["min_speedup"] == 1.2
+    bad = cli("convert", str(model), "--search-budget", "0", "--dry-run", "--json")
+    assert bad.returncode == 2
+
+
+def test_min_speedup_gate_fails_when_int8_is_no_faster(tagger, tmp_path):
+    """A tiny MLP is overhead-bound: its INT8 is not 100x faster than FP32, so --min-speedup 100 fails (exit 5)
+    with the quick timing in the details; without the gate the run only warns when it is no faster."""
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model, calib, ev = tagger
+    ctx = _ctx(tmp_path, calib, ev)
+    with pytest.raises(GateFailedError, match=r"below --min-speedup 100") as err:
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0, min_speedup=100.0), ctx)
+    assert {"fp32", "int8_final"} <= set(err.value.details["latency_ms"])
+
+
+@pytest.mark.openvino
+def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, monkeypatch):
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.converters.quantize import nncf_search
+
+    model, calib, ev = tagger
+    calls = {"rank": 0}
+    listing = nncf_search.activation_quantizers
+
+    def counting(q):
+        calls["rank"] += 1
+        return listing(q)
+
+    monkeypatch.setattr(nncf_search, "activation_quantizers", counting)
+    ctx = _ctx(tmp_path, calib, ev, stage="openvino")
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, max_accuracy_drop=1.0,
+                                                                    search_budget_s=60), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["met"] and aa["confirm_drop_points"] <= 1.0
+    assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
+    assert aa["tried"][0]["what"] == "nncf defaults" and aa["kept_in_float_count"] >= 1
+    assert aa["kept_in_float"] and all(k["ops"] for k in aa["kept_in_float"])
+    from edgeopt.runtime.runners.openvino import Runner
+
+    runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)
+    assert per_position_agreement(lambda f: runner.run(f), ort_run_fn(model, threads=2), ev) >= 98.0
