@@ -23,7 +23,7 @@ from edgeopt.identity import device_identity
 from edgeopt.runtime.environment import interference_warning
 from edgeopt.runtime.measure import read_artifact
 
-from . import deploy
+from . import board_lock, deploy
 from .cores import core_plan, pin_argv
 from .inventory import Device, get_device
 from .probe import open_transport, python_argv, quick_facts
@@ -139,6 +139,7 @@ def remote_bench(
     timeout: float = 3600.0,
     cancel: threading.Event | None = None,
     notify=None,
+    wait: float = board_lock.DEFAULT_WAIT_S,
 ) -> dict:
     """Benchmark an artifact (or an .onnx model, converted for the device's profile) on ``device``."""
     dev = device if isinstance(device, Device) else get_device(device, devices_path)
@@ -157,14 +158,15 @@ def remote_bench(
                              outputs_to=outputs_to, convert_options=convert_options, store=store,
                              devices_path=devices_path, transport=transport, runtime_dir=runtime_dir,
                              max_age_hours=max_age_hours, timeout=timeout, cancel=cancel, notify=notify,
-                             listed=listed)
+                             listed=listed, wait=wait)
     except RemoteError as err:
         raise _plain_error(err, dev, current[0]) from err
 
 
 def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host_key, inputs, threads, warmup,
                   min_runs, min_seconds, streams, batch, setup, wheels, outputs_to, convert_options, store,
-                  devices_path, transport, runtime_dir, max_age_hours, timeout, cancel, notify, listed) -> dict:
+                  devices_path, transport, runtime_dir, max_age_hours, timeout, cancel, notify, listed,
+                  wait) -> dict:
     location = _location(dev)
     if outputs_to and not inputs:
         raise BadInputError("--outputs needs --inputs (an .npz of the model's inputs)")
@@ -178,7 +180,8 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
         model_inputs = read_artifact(str(artifact))["inputs"]
         step("connect", 0.0)
         own = transport is None
-        tr = transport or open_transport(dev, accept_new_host_key=accept_new_host_key, notify=notify)
+        tr = transport or open_transport(dev, accept_new_host_key=accept_new_host_key, notify=notify, wait=wait,
+                                         cancel=cancel)
         if cancel is not None:
             tr.cancel = cancel
         run_dir = deploy.new_run_dir()
@@ -198,9 +201,12 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
             argv = pin_argv(_bench_argv(python, location, inputs=bool(inputs), threads=cores["threads"],
                                         warmup=warmup, min_runs=min_runs, min_seconds=min_seconds,
                                         streams=streams, batch=batch,
-                                        outputs=bool(outputs_to)), cores)
+                                        outputs=bool(outputs_to)) + board_lock.runner_args(tr, dev, wait), cores)
 
             def stream(kind: str, line: str) -> None:
+                if kind == "stderr" and line.startswith('{"board_lock"') and notify:
+                    if (msg := board_lock.waiting_message(dev, line, wait)):
+                        notify(msg)
                 if kind == "stderr" and line.startswith('{"progress"'):
                     try:
                         step("bench", float(json.loads(line)["progress"]))
@@ -210,6 +216,8 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
             step("bench", 0.0)
             res = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir), *argv],
                          timeout=timeout, stream=stream)
+            if res.rc == board_lock.EXIT_BOARD_BUSY:
+                raise board_lock.busy_error(dev, res.stdout, wait)
             missing = re.search(r"No module named '([\w.]+)'", res.stderr) if res.rc != 0 else None
             if res.rc == 4 or missing:  # 4: the runtime; a bare ImportError: numpy itself
                 what = f"'{missing.group(1)}'" if missing else "the artifact's runtime"

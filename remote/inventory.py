@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from edgeopt.errors import BadInputError, UsageError, did_you_mean
 from edgeopt.files import write_text_atomic
@@ -38,11 +39,20 @@ def validate_name(name: str) -> str:
     return name
 
 
+class TransportKind(str, Enum):
+    """How a device is reached: ``ssh`` to a fixed host, or a ``labgrid`` place (a board farm: the
+    place's NetworkService names the SSH address when the place is acquired)."""
+
+    SSH = "ssh"
+    LABGRID = "labgrid"
+
+
 class Device(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    host: str = Field(min_length=1)
+    transport: TransportKind = TransportKind.SSH
+    host: str | None = Field(default=None, min_length=1)  # ssh: required; labgrid: from the place
     port: int | None = Field(default=None, ge=1, le=65535)  # None: ~/.ssh/config or 22
     user: str | None = None  # None: ~/.ssh/config or the local user
     key: str | None = None  # private key file; None: agent and default keys
@@ -52,6 +62,25 @@ class Device(BaseModel):
     emulated: bool = False
     env: dict[str, str] = Field(default_factory=dict)
     known_hosts: str | None = None  # an extra known_hosts file (emulated devices have their own)
+    # labgrid: a coordinator (HOST:PORT) and either one place or tags that any free place may match
+    coordinator: str | None = None
+    labgrid_place: str | None = None
+    labgrid_tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kind(self) -> Device:
+        labgrid = (self.coordinator, self.labgrid_place, self.labgrid_tags)
+        if self.transport == TransportKind.SSH:
+            if not self.host:
+                raise ValueError("an ssh device needs a host")
+            if any(labgrid):
+                raise ValueError("coordinator/labgrid_place/labgrid_tags need transport = \"labgrid\"")
+        else:
+            if not self.coordinator:
+                raise ValueError("a labgrid device needs a coordinator (HOST:PORT)")
+            if bool(self.labgrid_place) == bool(self.labgrid_tags):
+                raise ValueError("a labgrid device needs either labgrid_place or labgrid_tags (not both)")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -62,8 +91,8 @@ class Device(BaseModel):
 
     @field_validator("host")
     @classmethod
-    def _host(cls, v: str) -> str:
-        if v.startswith("-") or any(c.isspace() for c in v):
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith("-") or any(c.isspace() for c in v)):
             raise ValueError("a host name cannot start with '-' or contain spaces")
         return v
 
@@ -87,7 +116,10 @@ def _describe(err: ValidationError, origin: str, name: str) -> BadInputError:
     if first["type"] == "extra_forbidden":
         hint = did_you_mean(str(first["loc"][-1]), [f for f in Device.model_fields if f != "name"])
         return BadInputError(f"{origin}: device '{name}': unknown key '{where}'", hint or "remove it")
-    return BadInputError(f"{origin}: device '{name}': '{where}': {first['msg']}", "fix the value")
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    if not where:  # a rule over several keys (ssh needs a host; labgrid a coordinator and a place or tags)
+        return BadInputError(f"{origin}: device '{name}': {msg}", "fix the entry")
+    return BadInputError(f"{origin}: device '{name}': '{where}': {msg}", "fix the value")
 
 
 def load_devices(path: str | os.PathLike | None = None) -> dict[str, Device]:
@@ -179,6 +211,8 @@ def _toml_str(s: str) -> str:
 
 
 def _toml_value(v) -> str:
+    if isinstance(v, Enum):
+        return _toml_str(v.value)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -192,12 +226,15 @@ def dumps(devices: dict[str, Device]) -> str:
     lines = ["# edgeopt device inventory (edgeopt devices add|remove edits this file)", ""]
     for name in sorted(devices):
         d = devices[name].model_dump(exclude={"name"}, exclude_none=True)
-        env = d.pop("env", {})
+        if d.get("transport") == TransportKind.SSH:
+            del d["transport"]  # the default: older inventories stay as they were
+        tables = {key: d.pop(key, {}) for key in ("env", "labgrid_tags")}
         lines.append(f"[devices.{_toml_str(name)}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in d.items()]
-        if env:
-            lines.append(f"[devices.{_toml_str(name)}.env]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in env.items()]
+        for key, table in tables.items():
+            if table:
+                lines.append(f"[devices.{_toml_str(name)}.{key}]")
+                lines += [f"{_toml_str(k)} = {_toml_value(v)}" for k, v in table.items()]
         lines.append("")
     return "\n".join(lines)
 

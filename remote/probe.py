@@ -13,7 +13,7 @@ import time
 
 from edgeopt.errors import RemoteError
 
-from .inventory import Device
+from .inventory import Device, TransportKind
 from .transport import Transport
 
 PROBE_SCRIPT = r'''
@@ -70,7 +70,14 @@ if [ -x "$1/venv/bin/python" ]; then printf 'venv\t%s\n' "$1/venv/bin/python"; f
 
 
 def open_transport(device: Device, *, accept_new_host_key: bool = False, notify=None,
-                   connect_timeout: float = 10.0) -> Transport:
+                   connect_timeout: float = 10.0, wait: float | None = None, cancel=None) -> Transport:
+    """The device's transport, by its kind: SSH to a fixed host, or a labgrid place (acquired here,
+    waiting at most ``wait`` seconds, and released when the transport closes)."""
+    if device.transport == TransportKind.LABGRID:
+        from .labgrid import open_labgrid_transport
+
+        return open_labgrid_transport(device, accept_new_host_key=accept_new_host_key, notify=notify,
+                                      connect_timeout=connect_timeout, wait=wait, cancel=cancel)
     from edgeopt.remote.ssh import SshTransport
 
     return SshTransport(

@@ -57,6 +57,8 @@ def remote_bench_cmd(
     setup: bool = typer.Option(False, "--setup", help="Create a venv under the work dir and pip-install a missing runtime."),
     wheels: Path = typer.Option(None, "--wheels", help="With --setup: a folder of the device's wheels (offline boards)."),
     devices: Path = typer.Option(None, "--devices", help="Inventory file (default: $EDGEOPT_CONFIG_DIR/devices.toml)."),
+    wait: float = typer.Option(300.0, "--wait", min=0, help="Seconds to wait for a board (or labgrid place) another "
+                               "run holds; then exit 6 naming the holder. One measurement per board at a time."),
     json_out: bool = JsonOption,
 ) -> None:
     """Benchmark an artifact (or a model, converted for each device's profile) on devices over SSH.
@@ -87,7 +89,7 @@ def remote_bench_cmd(
     kwargs = dict(keep=keep, accept_new_host_key=accept_new_host_key, inputs=inputs, outputs_to=outputs,
                   threads=threads, warmup=warmup, min_runs=min_runs, min_seconds=min_seconds, setup=setup,
                   streams=streams, batch=batch,
-                  wheels=wheels, convert_options=convert_options, devices_path=devices,
+                  wheels=wheels, convert_options=convert_options, devices_path=devices, wait=wait,
                   notify=lambda m: stderr.print(m, markup=False))
 
     with progress(json_out) as prog:

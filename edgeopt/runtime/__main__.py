@@ -4,7 +4,7 @@ On a device this package is copied as ``edgeopt_runtime`` and run as
 ``python3 -m edgeopt_runtime bench ...``: standard library + numpy + the artifact's runtime,
 relative imports only. Prints one JSON result on stdout; progress goes to stderr as JSON
 lines (``{"progress": 0.5}``) so a remote caller can stream it.
-Exit codes: 0 ok, 2 usage, 3 bad artifact or inputs, 4 runtime missing.
+Exit codes: 0 ok, 2 usage, 3 bad artifact or inputs, 4 runtime missing, 75 board busy (--board-lock).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import argparse
 import json
 import os
 import sys
+import time
 
-from . import environment
+from . import board_lock, environment
 from .measure import (
     BadArtifact,
     check_runs,
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--samples-out", help="also write the per-run latencies (ms) to this file, one a line")
     b.add_argument("--outputs-out", help="also write the outputs for the (first) input to this .npz (ONNX names)")
     b.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always JSON")
+    b.add_argument("--board-lock", help="hold this lock file exclusively for the whole measurement (one per board)")
+    b.add_argument("--lock-wait", type=float, default=300.0, help="seconds to wait for the board lock (then exit 75)")
+    b.add_argument("--lock-owner", default="{}", help="JSON naming the caller (host, pid, device), for waiters")
+    b.add_argument("--no-board-lock", action="store_true",
+                   help="measure without the board lock, recorded as exclusive: false (for measuring contention only)")
     return p
 
 
@@ -77,8 +83,36 @@ def save_outputs(outputs: dict, path: str) -> None:
             os.unlink(tmp)
 
 
+def _lock_waiting(holder: dict | None, waited: float) -> None:
+    sys.stderr.write(json.dumps({"board_lock": {"waiting": True, "holder": holder, "waited_s": round(waited, 1)}})
+                     + "\n")
+    sys.stderr.flush()
+
+
 def bench(args: argparse.Namespace) -> dict:
+    """The measurement, inside the board lock when one is asked (held from the load read before to the
+    load read after, so 'what else ran meanwhile' covers exactly the locked time)."""
+    if not args.board_lock:
+        result = _bench(args)
+        if args.no_board_lock:
+            result["exclusive"] = False
+            result["board_lock"] = board_lock.no_lock_info("--no-board-lock: measured without reserving the board")
+        return result
+    try:
+        owner = json.loads(args.lock_owner)
+    except ValueError:
+        owner = {}
+    with board_lock.BoardLock(args.board_lock, owner if isinstance(owner, dict) else {}).acquire(
+            args.lock_wait, _lock_waiting) as lock:
+        result = _bench(args)
+    result["exclusive"] = True
+    result["board_lock"] = lock.info
+    return result
+
+
+def _bench(args: argparse.Namespace) -> dict:
     env = environment.collect(args.location)
+    t_start = time.time()
     runner, manifest, load_ms = open_artifact(args.artifact_dir, threads=args.threads)
     if args.inputs:
         feeds, synthetic = feeds_from_npz(manifest["inputs"], args.inputs), False
@@ -114,7 +148,9 @@ def bench(args: argparse.Namespace) -> dict:
     if energy is not None:
         calls = measured["runs"] + measured["warmup"]
         energy["joules_per_inference"] = energy["joules"] / calls if calls else None
+    t_end = time.time()
     environment.after(env)
+    env["measured_unix"] = [t_start, t_end]  # wall-clock window of load, warm-up and timed runs
     return run_record(args.artifact_dir, manifest, measured, env=env, energy=energy, synthetic=synthetic,
                       inputs_source=args.inputs)
 
@@ -132,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_BAD_ARTIFACT, "bad_artifact", str(err))
     except ImportError as err:
         return _fail(EXIT_RUNTIME_MISSING, "runtime_missing", f"the artifact's runtime is not installed here: {err}")
+    except board_lock.BoardBusy as err:
+        sys.stdout.write(json.dumps({"ok": False, "error": {
+            "kind": "board_busy", "exit_code": board_lock.EXIT_BOARD_BUSY, "holder": err.holder,
+            "waited_s": round(err.waited_s, 1), "message": f"{err} (waited {err.waited_s:.0f} s)"}}) + "\n")
+        return board_lock.EXIT_BOARD_BUSY
     if args.samples_out:
         with open(args.samples_out + ".tmp", "w") as f:
             f.write("\n".join(f"{x:.6f}" for x in result["samples_ms"]) + "\n")
