@@ -68,8 +68,13 @@ def test_existing_output_refused_then_forced(tmp_path, tiny_model, test_profile)
         convert(tiny_model, str(test_profile), out)
     assert "--force" in e.value.hint and e.value.exit_code == ExitCode.BAD_INPUT
     assert (out / "keep.txt").exists()
+    with pytest.raises(OutputExistsError, match="not an edgeopt output"):  # --force never loses a user's file
+        convert(tiny_model, str(test_profile), out, force=True)
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()  # an empty directory, or edgeopt's own artifact, may be replaced
     convert(tiny_model, str(test_profile), out, force=True)
-    assert not (out / "keep.txt").exists() and (out / "manifest.json").exists()
+    convert(tiny_model, str(test_profile), out, force=True)
+    assert (out / "manifest.json").exists()
     assert _leftovers(out) == []
 
 

@@ -120,8 +120,10 @@ def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=No
         try:
             load_artifact(out)  # every file still has its sha256
             return {"artifact": out, "cached": True, "key": key, "plan_hash": plan.hash}
-        except BadInputError:
-            pass  # a damaged entry: rebuild it (convert replaces it atomically)
+        except BadInputError:  # a damaged entry of edgeopt's own cache: rebuild it from scratch
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     convert(str(model) if model is not None else None, profile, str(out), recipe=recipe, calib=calib, eval=eval,
             input_shapes=input_shapes, preprocess=preprocess, from_torch=from_torch, weights=weights, force=True,

@@ -1,0 +1,112 @@
+"""What an output directory may be, decided once, before any work: the one rule every writer calls.
+
+``--force`` may replace only an edgeopt output (a directory holding edgeopt's ``manifest.json``, or a
+pipeline ``dist/`` with its ``summary.json``) or an empty directory. It never replaces a directory
+that holds one of the run's inputs (model, calibration or evaluation data, recipe: compared by
+resolved path, so ``-o proj`` for ``proj/model.onnx`` is refused), a file, the current directory or
+one of its parents, or a directory with anything else in it. Refusals are exit 3 and touch nothing.
+The output's parent must be writable: checked by creating (and removing) a probe file there, so a
+read-only directory or file system is one line naming the path before the expensive work.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from edgeopt.errors import BadInputError, OutputExistsError
+
+MARKERS = ("manifest.json", "summary.json")  # an artifact's manifest, a pipeline dist/'s summary
+_FORCE_HINT = "--force replaces only an edgeopt output or an empty directory: choose another -o"
+
+
+def os_error_line(err: OSError, path: str | os.PathLike | None = None) -> str:
+    """``'PATH': No space left on device (ENOSPC)``: the path and the OS's words for what went wrong."""
+    where = path if path is not None else (err.filename or "")
+    name = errno.errorcode.get(err.errno or 0)
+    reason = err.strerror or str(err)
+    return f"'{where}': {reason}" + (f" ({name})" if name else "")
+
+
+def is_edgeopt_output(directory: Path) -> bool:
+    """True when ``directory`` holds an edgeopt manifest (or pipeline summary) that parses as one."""
+    for marker in MARKERS:
+        p = directory / marker
+        if p.is_file():
+            try:
+                data = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and ("edgeopt_version" in data or "targets" in data):
+                return True
+    return False
+
+
+def _inputs_inside(out: Path, inputs: Iterable) -> list[str]:
+    hits = []
+    for given in inputs:
+        if given is None or str(given) == "":
+            continue
+        try:
+            p = Path(given).expanduser().resolve()
+        except (OSError, RuntimeError):
+            continue
+        if p == out or out in p.parents:
+            hits.append(str(given))
+    return hits
+
+
+def check_writable_dir(directory: Path, *, what: str = "output directory") -> None:
+    """Create and remove a probe file in ``directory`` (or its nearest existing parent): a read-only or
+    full file system, or a missing permission, is exit 3 naming the path and the OS error."""
+    d = directory
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    if not d.is_dir():
+        raise BadInputError(f"{what} '{d}' is not a directory", "choose another -o")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".edgeopt-probe-", dir=d)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise BadInputError(f"cannot write to {what} {os_error_line(err, d)}",
+                            "choose a writable -o, or free space there") from err
+
+
+def check_output(output: str | os.PathLike, *, force: bool, inputs: Iterable = (), kind: str = "output") -> Path:
+    """The absolute path to write ``output`` to, once it is known that writing it loses nothing.
+
+    Raises :class:`OutputExistsError` (exit 3) when it exists and ``force`` is off, or when ``force``
+    could destroy something that is not edgeopt's (see the module doc); :class:`BadInputError` when
+    its parent is not writable. Call it before any expensive work; it changes nothing on disk.
+    """
+    given = str(output)
+    out = Path(output).expanduser().absolute()
+    out = Path(os.path.normpath(out))
+    cwd = Path.cwd().resolve()
+    real = out.resolve()
+    if real == cwd or real in cwd.parents:
+        raise OutputExistsError(f"{kind} '{given}' is the current directory or one of its parents",
+                                "write into a new directory, e.g. -o out/")
+    hits = _inputs_inside(real, inputs)
+    if hits:
+        raise OutputExistsError(f"{kind} '{given}' holds this run's input '{hits[0]}': writing there would destroy it",
+                                "choose an -o outside the inputs' directories")
+    if os.path.lexists(out):
+        if not force:
+            raise OutputExistsError(f"{kind} '{given}' exists", "use --force to replace an earlier edgeopt output")
+        if out.is_symlink() or not out.is_dir():
+            raise OutputExistsError(f"{kind} '{given}' exists and is not a directory edgeopt wrote", _FORCE_HINT)
+        try:
+            entries = sorted(e.name for e in os.scandir(out))
+        except OSError as err:
+            raise BadInputError(f"cannot read {kind} {os_error_line(err, given)}") from err
+        if entries and not is_edgeopt_output(out):
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise OutputExistsError(f"{kind} '{given}' is not an edgeopt output and not empty ({shown})", _FORCE_HINT)
+    check_writable_dir(out.parent)
+    return out
