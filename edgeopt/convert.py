@@ -157,9 +157,10 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         warn(w)
     if dry_run:
         return ConvertResult(plan=plan.to_json(), warnings=warnings, dry_run=True)
-    out = Path(output)
-    if os.path.lexists(out) and not force:
-        raise OutputExistsError(f"output '{out}' exists", "use --force to replace it")
+    from edgeopt.outputs import check_output
+
+    recipe_path = recipe if isinstance(recipe, (str, os.PathLike)) else None
+    out = check_output(output, force=force, inputs=(model, calib, eval, recipe_path, weights))
     if from_torch is None and model is None:
         from edgeopt.errors import UsageError
 
@@ -225,7 +226,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return ConvertResult(artifact_dir=str(out), manifest=manifest.model_dump(mode="json"), plan=plan.to_json(),
+    return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest.model_dump(mode="json"), plan=plan.to_json(),
                          validation=manifest.validation, warnings=warnings)
 
 

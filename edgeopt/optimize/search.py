@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from edgeopt.errors import EdgeoptError, OutputExistsError, UsageError
+from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
 from edgeopt.pipeline.recipe import Gates, Target
 
@@ -257,9 +257,9 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
         raise UsageError(f"--max-accuracy-drop {max_accuracy_drop} is negative", "give points of top-1, e.g. 1")
     if time_budget_min <= 0:
         raise UsageError(f"--time-budget {time_budget_min} must be positive (minutes)")
-    out = Path(output) if output else None
-    if out is not None and os.path.lexists(out) and not force:
-        raise OutputExistsError(f"output '{out}' exists", "use --force to replace it")
+    from edgeopt.outputs import check_output
+
+    out = check_output(output, force=force, inputs=(model, calib, eval, recipe_out)) if output else None
     prof = profile if isinstance(profile, DeviceProfile) else load_profile(str(profile))
     path = Path(model)
     shapes = {s.name: tuple(d if isinstance(d, int) and d > 0 else 1 for d in s.shape)
@@ -313,8 +313,9 @@ def _copy_artifact(src: Path, out: Path, force: bool) -> None:
         shutil.copytree(src, tmp / "a")
         (tmp / "a").chmod(0o755)
         if os.path.lexists(out):
-            if not force:
-                raise OutputExistsError(f"output '{out}' exists", "use --force to replace it")
+            from edgeopt.outputs import check_output
+
+            check_output(out, force=force)  # still only an edgeopt output or an empty directory
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         os.replace(tmp / "a", out)
     finally:

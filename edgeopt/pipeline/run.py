@@ -192,6 +192,12 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
             raise UsageError(f"target '{t.name}': the p99 latency gate is 'measured' but --bench none was given",
                              "use --bench local, or latency_source: estimated")
     out = Path(output) if output is not None else lr.resolve(r.output)
+    from edgeopt.outputs import check_output
+
+    d = r.data
+    check_output(out, force=True, inputs=(lr.path, lr.resolve(r.model.path) if r.model.path else None,
+                                          lr.resolve(d.calib) if d.calib else None,
+                                          lr.resolve(d.eval) if d.eval else None))
     model_sha = _model_sha(lr)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
