@@ -91,6 +91,22 @@ def _plain_error(err: RemoteError, dev: Device, step: str) -> RemoteError:
     return out
 
 
+def _energy(dev: Device, result: dict) -> dict:
+    """Energy and cost from the profile of the machine that ran it: the board's; none for an emulated one."""
+    from edgeopt.bench.energy import energy_figures
+
+    if dev.emulated:
+        return {"source": "unavailable", "joules_per_inference": None, "cost_per_1k_queries": None,
+                "note": "emulated device: qemu on this host, no energy figure for the board"}
+    try:
+        from edgeopt.profiles import load_profile
+
+        tdp = load_profile(dev.profile).tdp_w
+    except EdgeoptError:
+        tdp = None
+    return energy_figures(result, tdp_w=tdp)
+
+
 def _still_in_inventory(dev: Device, devices_path) -> bool:
     """The device is still in the inventory as it was (an emulator stopped mid-run drops its entry)."""
     from .inventory import load_devices
@@ -267,6 +283,7 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
     result.setdefault("environment", {})["location"] = location.value
     result["identity"] = device_identity(dev.name, dev.profile, emulated=dev.emulated, env=result["environment"],
                                          facts=facts, built_for=result.get("profile"))
+    result["energy_figures"] = _energy(dev, result)
     warnings = result.setdefault("warnings", [])
     if (busy := interference_warning(result["environment"])):
         warnings.append(busy)

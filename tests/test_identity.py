@@ -167,6 +167,7 @@ def test_remote_bench_warns_when_the_machine_is_busy(emulated_x86, tiny_artifact
     ident = res["identity"]
     assert ident["machine"] == "x86-emu" and ident["location"] == "emulated"
     assert ident["emulated_on"] == socket.gethostname() and ident["built_for"] == "host"
+    assert res["energy_figures"]["source"] == "unavailable"  # qemu/loopback says nothing about the board's power
     from edgeopt.results import list_runs
 
     (row,) = list_runs()
@@ -289,3 +290,25 @@ def test_devices_check_on_an_emulated_device_names_the_host_it_runs_on(emulated_
     assert check["emulated_on"]["hostname"] == socket.gethostname() and check["emulated_on"]["arch"]
     r = cli("devices", "check", "x86-emu")
     assert r.returncode == 0 and f"running on host {socket.gethostname()}" in r.stdout
+
+
+@pytest.mark.onnxruntime
+def test_a_remote_run_is_the_devices_with_the_devices_energy_profile(tmp_path, tiny_artifact, remote_env):
+    """A device reached through a local transport (no sshd: the transport is the part under test elsewhere)."""
+    import sys
+
+    from edgeopt.profiles import load_profile
+    from edgeopt.remote.bench import remote_bench
+    from edgeopt.remote.inventory import make_device
+    from edgeopt.remote.transport import LocalTransport
+
+    dev = make_device(name="board-1", host="localhost", profile="host", python=sys.executable,
+                      work_dir=str(tmp_path / "work"))
+    res = remote_bench(dev, tiny_artifact, transport=LocalTransport(dev.work_dir), store=False, min_runs=3,
+                       min_seconds=0, warmup=1)
+    ident = res["identity"]
+    assert (ident["machine"], ident["location"], ident["profile"], ident["emulated_on"]) == \
+        ("board-1", "remote", "host", None)
+    tdp = load_profile("host").tdp_w
+    if tdp and res["energy_figures"]["source"] == "estimated":
+        assert f"TDP {tdp:g} W" in res["energy_figures"]["note"]
