@@ -68,8 +68,9 @@ def identity_of(result: dict) -> dict:
 
 def describe(ident: dict) -> str:
     """One line: ``build-7 (Intel Xeon, x86_64), local; artifact built for pi5``."""
-    where = f"{ident.get('machine')} ({ident.get('cpu') or 'CPU unknown'}" + (
-        f", {ident['arch']})" if ident.get("arch") else ")")
+    cpu = ident.get("cpu") or "CPU unknown"
+    arch = f", {ident['arch']}" if ident.get("arch") and ident["arch"] != cpu else ""
+    where = f"{ident.get('machine')} ({cpu}{arch})"
     how = ident.get("location") or "?"
     if how == RunLocation.EMULATED.value:
         how = f"emulated on {ident.get('emulated_on') or 'this host'}"

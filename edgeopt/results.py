@@ -201,12 +201,11 @@ def comparability(a: dict, b: dict, *, allow_cross_device: bool = False) -> list
     diff = differences(ia, ib)
     warnings = []
     if diff:
-        line = (f"runs {a['id']} and {b['id']} were measured on different devices ({'; '.join(diff)}): "
-                f"{describe(ia)} vs {describe(ib)}")
+        line = f"runs {a['id']} and {b['id']} were measured on different devices ({'; '.join(diff)})"
         if not allow_cross_device:
-            raise CrossDeviceError(line, "compare runs of one device, or pass --allow-cross-device to compare anyway "
-                                         "(the output then carries this warning)")
-        warnings.append(f"cross-device comparison: {line}")
+            raise CrossDeviceError(line, "compare runs of one device, or pass --allow-cross-device (the output "
+                                         "then carries this warning)")
+        warnings.append(f"cross-device comparison: {line}: {describe(ia)} vs {describe(ib)}")
     warnings += setting_warnings(a["result"], b["result"])
     return warnings
 
