@@ -255,11 +255,40 @@ def load_artifact(directory: str | Path, *, verify: bool = True) -> Manifest:
     except Exception as err:  # noqa: BLE001 - JSON or schema errors read the same to a user
         raise BadInputError(f"{mf}: unreadable manifest ({type(err).__name__})", "re-run edgeopt convert") from err
     if verify:
-        for name, digest in manifest.files.items():
-            p = d / name
-            if not p.is_file():
-                raise BadInputError(f"artifact '{d}': file '{name}' is missing", "re-run edgeopt convert")
-            if file_sha256(p) != digest:
-                raise BadInputError(f"artifact '{d}': file '{name}' was changed after conversion (sha256 mismatch)",
-                                    "re-run edgeopt convert")
+        verify_files(d, manifest.files)
     return manifest
+
+
+def verify_files(directory: str | Path, files: dict[str, str], *, hashes: dict[str, str | None] | None = None,
+                 where: str | None = None) -> None:
+    """Every file the manifest lists exists with its sha256 (``hashes``: digests computed elsewhere, e.g.
+    on a device, by the same names); else exit 3 naming the first file that differs."""
+    d = Path(directory)
+    at = where or f"artifact '{d}'"
+    for name, digest in sorted(files.items()):
+        if hashes is not None:
+            got = hashes.get(name)
+        else:
+            p = d / name
+            got = file_sha256(p) if p.is_file() else None
+        if got is None:
+            raise BadInputError(f"{at}: file '{name}' is missing", "re-run edgeopt convert")
+        if got != digest:
+            raise BadInputError(f"{at}: file '{name}' was changed after conversion (sha256 mismatch)",
+                                "re-run edgeopt convert")
+
+
+def verify_artifact(directory: str | Path) -> dict:
+    """The manifest's ``files`` after checking each against its sha256 (before a measurement): the raw
+    manifest is read, not validated as a schema, so a runner-only artifact is checked the same way."""
+    d = Path(directory)
+    try:
+        data = json.loads((d / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}  # not an artifact at all: the caller's loader says so in its own words
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    files = {str(k): str(v) for k, v in files.items()}
+    verify_files(d, files)
+    return files

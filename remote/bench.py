@@ -188,18 +188,26 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
         raise BadInputError("--outputs needs --inputs (an .npz of the model's inputs)")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edgeopt-remote-") as tmp_str:
-        step("convert", 0.0)
-        artifact = _artifact_for(dev, artifact_or_model, Path(tmp_str), convert_options, step)
-        converted = None if artifact == Path(artifact_or_model) else {
-            "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile, **(convert_options or {})}
-        files = deploy.bundle_files(artifact, runtime_dir, inputs)
-        model_inputs = read_artifact(str(artifact))["inputs"]
-        step("connect", 0.0)
+        step("connect", 0.0)  # first: a device that does not answer fails in seconds, not after a conversion
         own = transport is None
         tr = transport or open_transport(dev, accept_new_host_key=accept_new_host_key, notify=notify, wait=wait,
                                          cancel=cancel)
         if cancel is not None:
             tr.cancel = cancel
+        try:
+            step("convert", 0.0)
+            artifact = _artifact_for(dev, artifact_or_model, Path(tmp_str), convert_options, step)
+            from edgeopt.artifact import verify_artifact
+
+            listed_files = verify_artifact(artifact)  # sha256 before upload, and on the device after it
+            converted = None if artifact == Path(artifact_or_model) else {
+                "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile, **(convert_options or {})}
+            files = deploy.bundle_files(artifact, runtime_dir, inputs)
+            model_inputs = read_artifact(str(artifact))["inputs"]
+        except BaseException:
+            if own:
+                tr.close()
+            raise
         run_dir = deploy.new_run_dir()
         try:
             cleaned = deploy.clean_stale(tr, max_age_hours)
@@ -210,6 +218,7 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
             tr.run(["mkdir", "-p", "--", tr.confine(run_dir)], timeout=60)
             deploy.write_lock(tr, run_dir)
             stats = deploy.upload(tr, files, run_dir, progress=lambda f: step("upload", f))
+            deploy.verify_uploaded(tr, run_dir, listed_files)
             python = [facts["venv"]] if facts.get("venv") else python_argv(dev)
             if setup:
                 python = ensure_runtime(tr, dev, python, artifact, wheels)

@@ -95,6 +95,17 @@ def bundle_files(artifact_dir: str | os.PathLike, runtime_dir: str | os.PathLike
     return files
 
 
+def verify_uploaded(transport: Transport, run_dir: str, files: dict[str, str]) -> None:
+    """The artifact's files as the device sees them in ``run_dir`` match the manifest's sha256 (one
+    ``sha256sum`` there), or exit 3 naming the first that differs."""
+    from edgeopt.artifact import verify_files
+
+    remote = {name: f"{run_dir}/artifact/{name}" for name in files}
+    got = transport.sha256_many(sorted(remote.values()))
+    verify_files(run_dir, files, hashes={n: got.get(r) for n, r in remote.items()},
+                 where=f"{transport.name}: uploaded artifact '{run_dir}/artifact'")
+
+
 def new_run_dir() -> str:
     return f"{RUN_PREFIX}{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
 

@@ -124,3 +124,69 @@ def test_cli_pipeline_output_over_the_project_is_refused(cli, proj):
     assert r.returncode == 3, r.stderr + r.stdout
     assert "holds this run's input" in json.loads(r.stdout)["error"]["message"]
     assert _snapshot(proj) == before
+
+
+# --- 13.3: what is measured is what was converted ---------------------------------------------------
+
+@pytest.fixture
+def host_artifact(tmp_path_factory, mnist_model):
+    from edgeopt.convert import convert
+
+    base = tmp_path_factory.mktemp("art")
+    convert(str(mnist_model), "host", str(base / "clean"), backend="onnxruntime", precision="fp32")
+
+    def copy(name: str) -> Path:
+        dst = base / name
+        shutil.copytree(base / "clean", dst)
+        return dst
+
+    return copy
+
+
+def test_bench_refuses_a_changed_or_missing_file(cli, host_artifact, tmp_path):
+    db = tmp_path / "r.db"
+    changed = host_artifact("changed")
+    with open(changed / "model.onnx", "ab") as f:
+        f.write(b"\0")
+    missing = host_artifact("missing")
+    (missing / "model.onnx").unlink()
+    for art, words in ((changed, "file 'model.onnx' was changed after conversion"),
+                       (missing, "file 'model.onnx' is missing")):
+        r = cli("bench", str(art), "--runs", "3", "--min-seconds", "0", "--db", str(db), "--json")
+        assert r.returncode == 3, r.stderr
+        assert words in json.loads(r.stdout)["error"]["message"]
+    assert not db.exists() or "changed" not in cli("results", "list", "--db", str(db), "--json").stdout
+
+
+def test_remote_bench_checks_hashes_before_upload_and_on_the_device(remote_env, tmp_path, host_artifact):
+    import sys
+
+    from edgeopt.errors import BadInputError
+    from edgeopt.remote import deploy
+    from edgeopt.remote.bench import remote_bench
+    from edgeopt.remote.inventory import make_device
+    from edgeopt.remote.transport import LocalTransport
+
+    dev = make_device(name="here", host="localhost", profile="host", python=sys.executable,
+                      work_dir=str(tmp_path / "work"))
+    changed = host_artifact("changed-remote")
+    (changed / "model.onnx").write_bytes(b"not the model")
+    tr = LocalTransport(dev.work_dir)
+    with pytest.raises(BadInputError, match="'model.onnx' was changed after conversion"):
+        remote_bench(dev, changed, transport=tr, store=False, min_runs=3, min_seconds=0, warmup=1)
+    assert sorted(p.name for p in Path(tr.work_dir).glob("run-*")) == []  # nothing was uploaded
+
+    clean = host_artifact("clean-remote")  # now a file changed on the device after upload
+    files = deploy.bundle_files(clean)
+    run_dir = deploy.new_run_dir()
+    deploy.upload(tr, files, run_dir)
+    listed = json.loads((clean / "manifest.json").read_text())["files"]
+    deploy.verify_uploaded(tr, run_dir, listed)  # as uploaded: passes
+    on_device = Path(tr.work_dir) / run_dir / "artifact" / "model.onnx"
+    on_device.unlink()
+    on_device.write_bytes(b"tampered")
+    with pytest.raises(BadInputError, match=r"local: uploaded artifact .*'model.onnx' was changed"):
+        deploy.verify_uploaded(tr, run_dir, listed)
+    on_device.unlink()
+    with pytest.raises(BadInputError, match="'model.onnx' is missing"):
+        deploy.verify_uploaded(tr, run_dir, listed)

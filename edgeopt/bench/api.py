@@ -177,6 +177,8 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
 
         raise UsageError("--outputs needs one artifact and --inputs (an .npz of the model's inputs)",
                          "edgeopt bench ARTIFACT --inputs in.npz --outputs out.npz")
+    from edgeopt.artifact import verify_artifact
+
     env = environment.collect(o.location.value)
     opened: list[dict] = []
     failed: list[dict] = []
@@ -185,6 +187,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
             path = str(a)
             rss0 = _rss_mb()
             try:
+                verify_artifact(path)  # the files measured are the files converted (sha256), or exit 3
                 runner, manifest, load_ms = _open(path, o.threads)
                 feeds, synthetic = _feeds(manifest, o.inputs)
                 try:
