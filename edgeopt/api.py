@@ -28,8 +28,8 @@ def validate_profile(path: str | os.PathLike) -> DeviceProfile:
 def doctor(full: bool = False) -> dict:
     """Installed runtimes and versions, tools (with apt packages), this host's CPU and memory.
 
-    Imports only the fast runtimes unless ``full`` (see :func:`edgeopt.host.doctor_report`)."""
-    from edgeopt.host import doctor_report
+    Imports only the fast runtimes unless ``full`` (see :func:`edgeopt.doctor.doctor_report`)."""
+    from edgeopt.doctor import doctor_report
 
     return doctor_report(full)
 

@@ -439,9 +439,9 @@ def _load_exact(name_or_path: str, profile_dirs) -> DeviceProfile | None:
                 )
             return profile
     if name_or_path == "host":
-        from edgeopt.host import host_profile
+        from edgeopt.host import host_profile_data
 
-        return host_profile()
+        return parse_profile(host_profile_data(), "host (detected)")
     builtin = _builtin_files()
     if name_or_path in builtin:
         origin = f"device_profiles/{name_or_path}.yaml"

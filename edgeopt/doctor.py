@@ -1,0 +1,131 @@
+"""``edgeopt doctor``: which runtimes and tools are installed (versions, whether they import), this CPU's
+ISA and memory (from :mod:`edgeopt.host`)."""
+
+from __future__ import annotations
+
+import os
+
+from edgeopt.host import cpu_facts
+
+# Runtimes edgeopt can use: (import name, distribution, extra). Imports of the FAST ones are tried by
+# default (well under a second together); the others only with ``full`` (tensorflow alone takes ~6 s).
+RUNTIMES = (
+    ("onnxruntime", "onnxruntime", None),
+    ("onnxslim", "onnxslim", None),
+    ("openvino", "openvino", "openvino"),
+    ("nncf", "nncf", "openvino"),
+    ("ai_edge_litert", "ai-edge-litert", "tflite"),
+    ("onnx2tf", "onnx2tf", "tflite"),
+    ("tensorflow", "tensorflow", "tflite"),
+    ("tvm", "apache-tvm", "tvm"),
+    ("tvm_ffi", "apache-tvm-ffi", "tvm"),
+    ("paramiko", "paramiko", "remote"),
+    ("torch", "torch", None),
+)
+FAST_IMPORTS = frozenset({"onnxruntime", "openvino", "ai_edge_litert", "paramiko"})
+
+# Command-line tools: name -> (apt package, what edgeopt uses it for, other places to look)
+TOOLS = {
+    "aarch64-linux-gnu-g++": ("g++-aarch64-linux-gnu", "cross-compiling TVM libraries for aarch64 devices", ()),
+    "qemu-aarch64-static": ("qemu-user-static", "running aarch64 artifacts here under emulation", ()),
+    "mmdebstrap": ("mmdebstrap", "building the aarch64 sysroot used for emulation", ()),
+    "sshd": ("openssh-server", "the loopback SSH device used by remote tests", ("/usr/sbin/sshd",)),
+    "g++": ("g++", "compiling TVM libraries for this machine", ()),
+}
+
+
+def _runtime_entry(mod: str, dist: str, extra: str | None, try_import: bool) -> dict:
+    import importlib
+    import importlib.util
+
+    from edgeopt.deps import version_of
+
+    ver = version_of(dist)
+    entry: dict = {"name": dist, "module": mod, "version": ver, "installed": ver is not None, "extra": extra}
+    if ver is None:
+        entry["install"] = f"pip install 'edgeopt[{extra}]'" if extra else f"pip install {dist}"
+        return entry
+    if not try_import:
+        entry["imports"] = None  # not tried (slow); `edgeopt doctor --full` tries it
+        entry["found"] = importlib.util.find_spec(mod) is not None
+        return entry
+    try:
+        module = importlib.import_module(mod)
+        entry["imports"] = True
+    except Exception as err:  # noqa: BLE001 - report, don't fail
+        entry["imports"] = False
+        entry["import_error"] = f"{type(err).__name__}: {str(err)[:160]}"
+        return entry
+    if mod == "onnxruntime":
+        entry["providers"] = list(module.get_available_providers())
+    elif mod == "openvino":
+        try:
+            entry["devices"] = list(module.Core().available_devices)
+        except Exception as err:  # noqa: BLE001
+            entry["devices_error"] = f"{type(err).__name__}: {str(err)[:160]}"
+    return entry
+
+
+def toolchain_facts() -> dict[str, dict]:
+    """Which command-line tools are present, and the apt package that provides each."""
+    import shutil
+
+    out = {}
+    for tool, (apt, purpose, extra_paths) in TOOLS.items():
+        path = shutil.which(tool) or next((p for p in extra_paths if os.access(p, os.X_OK)), None)
+        out[tool] = {
+            "found": path is not None,
+            "path": path,
+            "apt": apt,
+            "install": f"sudo apt-get install -y {apt}",
+            "purpose": purpose,
+        }
+    return out
+
+
+def memory_facts() -> dict:
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return {"total_gb": round(vm.total / 1e9, 2), "available_gb": round(vm.available / 1e9, 2)}
+    except Exception:  # noqa: BLE001 - best effort
+        return {"total_gb": None, "available_gb": None}
+
+
+def doctor_report(full: bool = False) -> dict:
+    """Installed runtimes (versions; imports tried for the fast ones, all with ``full``), tools, CPU, memory."""
+    import platform as _platform
+
+    from edgeopt import __version__
+
+    if full:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    runtimes = [_runtime_entry(m, d, e, full or m in FAST_IMPORTS) for m, d, e in RUNTIMES]
+    warnings = []
+    ffi = next(r for r in runtimes if r["module"] == "tvm_ffi")
+    if ffi["version"] and _version_tuple(ffi["version"]) >= (0, 1, 15):
+        warnings.append(f"apache-tvm-ffi {ffi['version']} segfaults when MetaSchedule tunes: pin 'apache-tvm-ffi<0.1.15'")
+    tools = toolchain_facts()
+    warnings += [f"{t} not found ({v['purpose']}): {v['install']}" for t, v in tools.items() if not v["found"]]
+    return {
+        "edgeopt": __version__,
+        "python": _platform.python_version(),
+        "platform": _platform.platform(),
+        "cpu": cpu_facts(),
+        "memory": memory_facts(),
+        "runtimes": runtimes,
+        "tools": tools,
+        "imports_checked": "all" if full else sorted(FAST_IMPORTS),
+        "warnings": warnings,
+    }
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
