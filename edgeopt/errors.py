@@ -109,17 +109,13 @@ _BUG_TYPES = (AttributeError, NameError, TypeError, AssertionError, KeyError, In
 
 
 def _package_dirs() -> tuple[str, ...]:
+    import importlib.util
     import os
 
-    import edgeopt
-
-    dirs = [os.path.dirname(os.path.abspath(edgeopt.__file__))]
+    dirs = [os.path.dirname(os.path.abspath(__file__))]
     for sub in ("converters", "remote"):  # imported as edgeopt.converters / edgeopt.remote (package-dir)
-        try:
-            mod = __import__(f"edgeopt.{sub}", fromlist=["_"])
-            dirs += [os.path.abspath(p) for p in mod.__path__]
-        except ImportError:
-            continue
+        spec = importlib.util.find_spec(f"edgeopt.{sub}")
+        dirs += [os.path.abspath(p) for p in (spec.submodule_search_locations or [])] if spec else []
     return tuple(d + os.sep for d in dirs)
 
 
