@@ -2,7 +2,7 @@
 
 A stage module registers itself with :func:`register_stage`; backends are
 listed here by name and module so that importing the registry imports nothing
-heavy. Adding a backend is adding one module and one line in ``_BACKEND_MODULES``.
+heavy. Adding a backend is adding one module and one line in ``BACKEND_MODULES``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _STAGE_MODULES = {
     "prune": "edgeopt.converters.prune",
     "quantize": "edgeopt.converters.quantize",
 }
-_BACKEND_MODULES = {
+BACKEND_MODULES = {
     BackendName.ONNXRUNTIME: "edgeopt.converters.backends.onnxruntime",
     BackendName.OPENVINO: "edgeopt.converters.backends.openvino",
     BackendName.TFLITE: "edgeopt.converters.backends.tflite",
@@ -37,7 +37,7 @@ def stage_names() -> list[str]:
 
 
 def backend_names() -> list[BackendName]:
-    return list(_BACKEND_MODULES)
+    return list(BACKEND_MODULES)
 
 
 def get_stage(name: str):
@@ -57,5 +57,5 @@ def parse_backend(name: str) -> BackendName:
 
 def get_backend(name: BackendName | str):
     b = parse_backend(name) if isinstance(name, str) else name
-    module = importlib.import_module(_BACKEND_MODULES[b])
+    module = importlib.import_module(BACKEND_MODULES[b])
     return module.BACKEND

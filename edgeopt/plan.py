@@ -153,7 +153,7 @@ def _missing(name: BackendName) -> MissingDependencyError | None:
 
 def backend_class(name: BackendName):
     """The Backend class for ``name``; exit 4 (naming the extra) when its libraries are missing."""
-    from edgeopt.converters.registry import _BACKEND_MODULES, get_backend
+    from edgeopt.converters.registry import BACKEND_MODULES, get_backend
 
     err = _missing(name)
     if err:
@@ -161,7 +161,7 @@ def backend_class(name: BackendName):
     try:
         cls = get_backend(name)
     except ModuleNotFoundError as e:
-        if e.name and _BACKEND_MODULES[name].startswith(e.name):
+        if e.name and BACKEND_MODULES[name].startswith(e.name):
             raise UsageError(f"backend '{name.value}' is not available in this edgeopt build", "use --backend onnxruntime") from e
         raise MissingDependencyError(f"backend '{name.value}' needs {e.name}, which is not installed",
                                      f"install it with: pip install 'edgeopt[{_BACKEND_EXTRA[name][0] or name.value}]'") from e

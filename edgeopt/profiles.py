@@ -206,7 +206,7 @@ def _annotation_models(ann: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, is_dict
 
 
-def _model_at(loc: tuple, root: type[BaseModel] | None = None) -> type[BaseModel]:
+def model_at(loc: tuple, root: type[BaseModel] | None = None) -> type[BaseModel]:
     """The pydantic model class under ``root`` (default: DeviceProfile) that owns the key at ``loc``."""
     model: type[BaseModel] = root or DeviceProfile
     skip_next = False
@@ -269,7 +269,7 @@ def describe_validation_error(err: ValidationError, origin: str) -> BadProfileEr
     details = {"path": where, "problems": [{"path": format_loc(tuple(e["loc"])), "message": e["msg"]} for e in errors]}
     if first["type"] == "extra_forbidden":
         key = str(loc[-1])
-        hint = did_you_mean(key, _field_names(_model_at(loc)))
+        hint = did_you_mean(key, _field_names(model_at(loc)))
         return BadProfileError(
             f"{origin}: unknown key '{where}'{more}",
             hint or "remove it; 'edgeopt profiles show pi5' shows a complete profile",

@@ -141,7 +141,7 @@ class LoadedRecipe(BaseModel):
 
 
 def _model_at(loc: tuple) -> type[BaseModel]:
-    from edgeopt.profiles import _model_at as model_at
+    from edgeopt.profiles import model_at
 
     return model_at(loc, PipelineRecipe)
 
