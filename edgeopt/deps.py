@@ -18,6 +18,7 @@ OPTIONAL = {
     "tensorflow": ("tensorflow", "tflite"),
     "tvm": ("apache-tvm", "tvm"),
     "paramiko": ("paramiko", "remote"),
+    "labgrid": ("labgrid", "labgrid"),
     "torch": ("torch", None),
     "onnxslim": ("onnxslim", None),
     "matplotlib": ("matplotlib", None),

@@ -16,7 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("EDGEOPT_DATA_DIR", str(REPO / ".pytest_cache" / "edgeopt-data"))
 
-_BACKEND_MODULE = {"openvino": "nncf", "tflite": "ai_edge_litert", "tvm": "tvm", "remote": "paramiko"}
+_BACKEND_MODULE = {"openvino": "nncf", "tflite": "ai_edge_litert", "tvm": "tvm", "remote": "paramiko",
+                   "labgrid": "labgrid"}
 
 pytest_plugins = [
     m.stem for m in sorted((REPO / "tests").glob("fixtures_*.py"))

@@ -23,7 +23,7 @@ def list_(json_out: bool = JsonOption, devices: Path = DevicesFileOption) -> Non
     from edgeopt.remote.inventory import devices_file, load_devices
 
     devs = load_devices(devices)
-    rows = [d.model_dump() for d in devs.values()]
+    rows = [d.model_dump(mode="json") for d in devs.values()]
 
     def human(c):
         if not rows:
@@ -31,39 +31,71 @@ def list_(json_out: bool = JsonOption, devices: Path = DevicesFileOption) -> Non
             return
         t = Table("device", "host", "user", "profile", "python", "emulated")
         for r in rows:
-            host = f"{r['host']}:{r['port']}" if r["port"] else r["host"]
-            t.add_row(r["name"], host, r["user"] or "", r["profile"], r["python"], "emulated" if r["emulated"] else "")
+            t.add_row(r["name"], _where(r), r["user"] or "", r["profile"], r["python"], "emulated" if r["emulated"] else "")
         c.print(t)
 
     emit(json_out, {"devices_file": str(devices_file(devices)), "devices": rows}, human)
 
 
+def _where(r: dict) -> str:
+    """``host:port``, or the labgrid place (or tags) and coordinator."""
+    if r.get("transport") == "labgrid":
+        what = r.get("labgrid_place") or " ".join(f"{k}={v}" for k, v in (r.get("labgrid_tags") or {}).items())
+        return f"labgrid {what} @ {r.get('coordinator')}"
+    return f"{r['host']}:{r['port']}" if r["port"] else r["host"]
+
+
 @devices_app.command("add")
 def add(
     name: str = typer.Argument(..., help="Device name (letters, digits, '.', '_', '-')."),
-    host: str = typer.Option(..., "--host", help="Host name, address or ~/.ssh/config alias."),
+    host: str = typer.Option(None, "--host", help="Host name, address or ~/.ssh/config alias (an SSH device)."),
     profile: str = typer.Option(..., "--profile", help="Device profile (e.g. pi5)."),
     port: int = typer.Option(None, "--port", help="SSH port (default: ~/.ssh/config or 22)."),
     user: str = typer.Option(None, "--user", help="SSH user (default: ~/.ssh/config or yours)."),
     key: str = typer.Option(None, "--key", help="Private key file (default: agent and ~/.ssh keys)."),
     python: str = typer.Option("python3", "--python", help="Python on the device."),
     work_dir: str = typer.Option("~/.cache/edgeopt-remote", "--work-dir", help="Where edgeopt may write on the device."),
+    known_hosts: str = typer.Option(None, "--known-hosts", help="An extra known_hosts file for this device."),
+    labgrid_place: str = typer.Option(None, "--labgrid-place",
+                                      help="A labgrid place (board farm): acquired for each run, its NetworkService "
+                                      "gives the SSH address."),
+    labgrid_tags: list[str] = typer.Option(None, "--labgrid-tags",
+                                           help="KEY=VALUE (repeatable): any free labgrid place with these tags."),
+    coordinator: str = typer.Option(None, "--coordinator", help="The labgrid coordinator, HOST:PORT."),
     replace: bool = typer.Option(False, "--replace", help="Replace an existing entry of that name."),
     json_out: bool = JsonOption,
     devices: Path = DevicesFileOption,
 ) -> None:
-    """Add a device to the inventory."""
+    """Add a device to the inventory: a host over SSH (--host), or a board-farm place (--labgrid-place or
+    --labgrid-tags, with --coordinator)."""
+    from edgeopt.errors import UsageError
     from edgeopt.profiles import load_profile
-    from edgeopt.remote.inventory import add_device, make_device
+    from edgeopt.remote.inventory import TransportKind, add_device, make_device
 
     resolved = load_profile(profile)  # an unknown profile is an error now, not at the first benchmark
     if not profile.endswith((".yaml", ".yml")) and "/" not in profile:
         profile = resolved.name  # an alias or family is stored as the profile it names
+    farm = {}
+    if labgrid_place or labgrid_tags or coordinator:
+        if host:
+            raise UsageError("give --host (an SSH device) or a labgrid place/tags, not both")
+        tags = {}
+        for pair in [t for arg in labgrid_tags or [] for t in arg.split(",") if t]:
+            k, sep, v = pair.partition("=")
+            if not sep or not k or not v:
+                raise UsageError(f"--labgrid-tags '{pair}' is not KEY=VALUE", "e.g. --labgrid-tags board=pi5")
+            tags[k] = v
+        farm = {"transport": TransportKind.LABGRID, "coordinator": coordinator, "labgrid_place": labgrid_place,
+                "labgrid_tags": tags}
+    elif not host:
+        raise UsageError("give --host for an SSH device, or --labgrid-place/--labgrid-tags with --coordinator",
+                         "edgeopt devices add pi5-lab --host 192.168.1.50 --profile pi5")
     dev = make_device(name=name, host=host, port=port, user=user, key=key, profile=profile, python=python,
-                      work_dir=work_dir)
+                      work_dir=work_dir, known_hosts=known_hosts, **farm)
     path = add_device(dev, devices, replace=replace)
-    emit(json_out, {"device": dev.model_dump(), "devices_file": str(path)},
-         lambda c: c.print(f"added '{dev.name}' ({dev.host}, profile {dev.profile}) to {path}"))
+    emit(json_out, {"device": dev.model_dump(mode="json"), "devices_file": str(path)},
+         lambda c: c.print(f"added '{dev.name}' ({_where(dev.model_dump())}, profile {dev.profile}) to {path}",
+                           markup=False))
 
 
 @devices_app.command("remove")
