@@ -24,12 +24,20 @@ MARKERS = ("manifest.json", "summary.json")  # an artifact's manifest, a pipelin
 _FORCE_HINT = "--force replaces only an edgeopt output or an empty directory: choose another -o"
 
 
+class EnvironmentFaultError(BadInputError):
+    """The user's machine refused: a full disk, a read-only or unreadable path (exit 3, not a bug)."""
+
+    kind = "environment"
+
+
 def os_error_line(err: OSError, path: str | os.PathLike | None = None) -> str:
     """``'PATH': No space left on device (ENOSPC)``: the path and the OS's words for what went wrong."""
-    where = path if path is not None else (err.filename or "")
     name = errno.errorcode.get(err.errno or 0)
-    reason = err.strerror or str(err)
-    return f"'{where}': {reason}" + (f" ({name})" if name else "")
+    where = path if path is not None else err.filename
+    if path is None and getattr(err, "filename2", None):  # a copy or rename: the destination is what filled up
+        where = err.filename2 if name in ("ENOSPC", "EROFS", "EDQUOT", "EFBIG") else f"{err.filename}' -> '{err.filename2}"
+    reason = (err.strerror or str(err)) + (f" ({name})" if name else "")
+    return f"'{where}': {reason}" if where not in (None, "") else reason
 
 
 def is_edgeopt_output(directory: Path) -> bool:
@@ -73,7 +81,7 @@ def check_writable_dir(directory: Path, *, what: str = "output directory") -> No
         os.close(fd)
         os.unlink(name)
     except OSError as err:
-        raise BadInputError(f"cannot write to {what} {os_error_line(err, d)}",
+        raise EnvironmentFaultError(f"cannot write to {what} {os_error_line(err, d)}",
                             "choose a writable -o, or free space there") from err
 
 

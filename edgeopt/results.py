@@ -60,22 +60,127 @@ def default_db_path() -> Path:
     return default_results_db()
 
 
-def connect(db: str | os.PathLike | None = None) -> sqlite3.Connection:
-    path = Path(db) if db else default_db_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+APPLICATION_ID = 0x45444F50  # 'EDOP' in the header: this SQLite file is edgeopt's results store
+_SQLITE_MAGIC = b"SQLite format 3\0"
+_BASE_COLUMNS = {"id", "created", "model", "backend", "p50_ms", "result_json"}
+
+
+class StoreError(BadInputError):
+    """The results store path is not usable: not SQLite, another program's database, unwritable, absent."""
+
+    kind = "results_store"
+
+
+def _store_path(db) -> Path:
+    return Path(db).expanduser() if db else default_db_path()
+
+
+def _identify(path: Path) -> str:
+    """'new' (absent or empty), 'ours' (marked), 'adopt' (an unmarked edgeopt store of earlier versions);
+    a file that is not SQLite, or another program's database, is a :class:`StoreError`. Reads only."""
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return "new"
+    if not path.is_file():
+        raise StoreError(f"results store '{path}' is not a file", "pass --db FILE")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as err:
+        from edgeopt.outputs import os_error_line
+
+        raise StoreError(f"cannot read the results store {os_error_line(err, path)}") from err
+    if head != _SQLITE_MAGIC:
+        raise StoreError(f"'{path}' is not an SQLite file, so not an edgeopt results store; it was left untouched",
+                         "pass another --db")
+    try:
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            conn.execute("PRAGMA application_id").fetchone()
+        except sqlite3.OperationalError:  # a read-only WAL store: no -shm can be made beside it
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)")} if "runs" in tables else set()
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        raise StoreError(f"'{path}' is not a readable SQLite database ({err}); it was left untouched",
+                         "pass another --db") from err
+    if app_id == APPLICATION_ID:
+        return "ours"
+    if app_id == 0 and not tables:
+        return "new"
+    if app_id == 0 and _BASE_COLUMNS <= cols and tables <= {"runs", "sqlite_sequence"}:
+        return "adopt"
+    shown = ", ".join(sorted(tables - {"sqlite_sequence"})[:4]) or "none"
+    raise StoreError(f"'{path}' is another program's SQLite database (tables: {shown}), not an edgeopt results "
+                     "store; it was left untouched", "pass another --db")
+
+
+def check_store_writable(db=None) -> Path:
+    """Before a benchmark: the store is edgeopt's (or new) and can be written, else exit 3 naming it."""
+    from edgeopt.outputs import check_writable_dir, os_error_line
+
+    path = _store_path(db)
+    _identify(path)
+    if path.exists() and not os.access(path, os.W_OK):
+        err = OSError(30 if _read_only_fs(path) else 13, os.strerror(30 if _read_only_fs(path) else 13))
+        raise StoreError(f"cannot write to the results store {os_error_line(err, path)}",
+                         "pass a writable --db, or --no-store")
+    check_writable_dir(path.parent, what="results store directory")  # WAL needs files beside it
+    return path
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def connect(db: str | os.PathLike | None = None, *, write: bool = True) -> sqlite3.Connection:
+    """The results store, opened after checking it is edgeopt's (marked with :data:`APPLICATION_ID`, or
+    an unmarked store of earlier versions with edgeopt's ``runs`` table, marked now). ``write=False``
+    (read commands): a store that does not exist is an error, not a new empty file, and a read-only
+    store is read as it is."""
+    path = _store_path(db)
+    kind = _identify(path)
+    if not write:
+        if not path.exists():
+            raise StoreError(f"results store '{path}' does not exist",
+                             "run edgeopt bench first, or pass the --db it wrote to")
+        if kind == "new":
+            raise StoreError(f"results store '{path}' is empty (no runs table)", "run edgeopt bench first")
+        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+            # read-only: read it as it is (immutable: no -wal/-shm files are made)
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+            conn.row_factory = sqlite3.Row
+            return conn
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except (OSError, sqlite3.Error) as err:
+        raise StoreError(f"cannot open the results store '{path}': {err}", "pass a writable --db") from err
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    for attempt in range(50):  # switching to WAL needs a moment without other writers
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-            break
-        except sqlite3.OperationalError:
-            if attempt == 49:
-                raise
-            time.sleep(0.05)
-    migrate(conn)
+    try:
+        for attempt in range(50):  # switching to WAL needs a moment without other writers
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(_SCHEMA)
+                if kind != "ours":
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                break
+            except sqlite3.OperationalError as err:
+                if attempt == 49 or "locked" not in str(err) and "busy" not in str(err):
+                    raise
+                time.sleep(0.05)
+        migrate(conn)
+    except sqlite3.Error as err:
+        conn.close()
+        raise StoreError(f"cannot write to the results store '{path}': {err}",
+                         "pass a writable --db, or free space there") from err
     return conn
 
 
@@ -164,7 +269,7 @@ def list_runs(db=None, *, model: str | None = None, device: str | None = None, l
     q += " ORDER BY id"
     if limit:
         q += f" LIMIT {int(limit)}"
-    conn = connect(db)
+    conn = connect(db, write=False)
     try:
         return [dict(r) for r in conn.execute(q, args)]
     finally:
@@ -172,7 +277,7 @@ def list_runs(db=None, *, model: str | None = None, device: str | None = None, l
 
 
 def get_run(run_id: int, db=None) -> dict:
-    conn = connect(db)
+    conn = connect(db, write=False)
     try:
         row = conn.execute(f"SELECT {', '.join(COLUMNS)}, result_json FROM runs WHERE id = ?", (int(run_id),)).fetchone()
     finally:

@@ -162,6 +162,10 @@ def remote_bench(
     report = progress or (lambda what, frac: None)
     current = ["convert"]
     listed = _still_in_inventory(dev, devices_path)  # then it must still be there when the result is stored
+    if store:  # a store that can't take the result fails before the device is touched
+        from edgeopt.results import check_store_writable
+
+        check_store_writable()
 
     def step(what: str, frac: float) -> None:
         current[0] = what
@@ -288,6 +292,7 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
         "run_dir": f"{tr.work_dir}/{run_dir}" if keep else None,
         "cleaned_stale_runs": cleaned,
         "wall_seconds": round(time.monotonic() - t0, 3),
+        "labgrid": tr.lease.describe() if hasattr(tr, "lease") else None,  # the board-farm place it ran on
     })
     result.setdefault("environment", {})["location"] = location.value
     result["identity"] = device_identity(dev.name, dev.profile, emulated=dev.emulated, env=result["environment"],

@@ -156,7 +156,7 @@ def get_device(name: str, path: str | os.PathLike | None = None) -> Device:
         hint = _same_profile_hint(name, devices) or did_you_mean(name, devices) or (
             f"known devices: {', '.join(devices)}" if devices else "add one with 'edgeopt devices add NAME --host H --profile P'"
         )
-        raise UsageError(f"unknown device '{name}' (in {devices_file(path)})", hint)
+        raise BadInputError(f"unknown device '{name}' (in {devices_file(path)})", hint)  # like an unknown profile
     return devices[name]
 
 

@@ -435,7 +435,7 @@ def test_remote_bench_of_a_profile_name_points_at_the_running_emulator(cli, remo
     add_device(make_device(name="pi5-emu", host="127.0.0.1", port=2222, profile="pi5", emulated=True))
     for typed in ("pi5", "rpi5"):
         r = cli("remote-bench", typed, "model.onnx")
-        assert r.returncode == 2
+        assert r.returncode == 3  # bad input, like an unknown profile
         assert f"unknown device '{typed}'" in r.stderr
         assert "the emulated" in r.stderr and "runs as pi5-emu" in r.stderr
         assert "edgeopt remote-bench pi5-emu ARTIFACT" in r.stderr

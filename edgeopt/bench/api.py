@@ -179,6 +179,10 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                          "edgeopt bench ARTIFACT --inputs in.npz --outputs out.npz")
     from edgeopt.artifact import verify_artifact
 
+    if o.store:  # a store that can't take the result fails now, not after the measurement
+        from edgeopt.results import check_store_writable
+
+        check_store_writable(o.db)
     env = environment.collect(o.location.value)
     opened: list[dict] = []
     failed: list[dict] = []

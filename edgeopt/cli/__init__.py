@@ -55,6 +55,25 @@ def _print_error(err_json: dict, line: str, json_mode: bool) -> None:
     sys.stderr.write(f"edgeopt: error: {line}\n")
 
 
+_ENV_ERRNOS = {"ENOSPC", "EROFS", "EACCES", "EPERM", "EDQUOT", "EFBIG", "EMFILE", "ENFILE", "ENOMEM", "EIO",
+               "ENOTDIR", "EISDIR", "ENAMETOOLONG", "ELOOP", "EXDEV"}
+
+
+def environment_fault(err: BaseException) -> EdgeoptError | None:
+    """A full disk, a read-only or unreadable path, a database the results store can't write: exit 3
+    naming the path and the OS error (never "internal error … please report it")."""
+    import errno
+    import sqlite3
+
+    from edgeopt.outputs import EnvironmentFaultError, os_error_line
+
+    if isinstance(err, OSError) and errno.errorcode.get(err.errno or 0) in _ENV_ERRNOS:
+        return EnvironmentFaultError(os_error_line(err), "free space there or choose a writable path")
+    if isinstance(err, sqlite3.OperationalError | sqlite3.DatabaseError):
+        return EnvironmentFaultError(f"results store: {err}", "pass a writable --db, or free space there")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
@@ -72,14 +91,22 @@ def main(argv: list[str] | None = None) -> int:
                                                                  "message": "usage error (see stderr)"}}) + "\n")
         return code
     except EdgeoptError as e:
+        e = environment_fault(e.__cause__) or e if e.__cause__ is not None else e  # a stage hit a full disk
         if debug:
             traceback.print_exc()
         _print_error(e.to_json(), e.one_line(), json_mode)
         return int(e.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("edgeopt: interrupted\n")
+    except KeyboardInterrupt:  # Ctrl-C: --json still prints its one object (outputs are atomic: nothing half-written)
+        _print_error({"kind": "interrupted", "exit_code": int(ExitCode.INTERRUPTED), "message": "interrupted"},
+                     "interrupted", json_mode)
         return ExitCode.INTERRUPTED
     except Exception as e:  # noqa: BLE001 - the one place unexpected errors are caught
+        env = environment_fault(e)
+        if env is not None:  # the user's disk or files, not a bug in edgeopt
+            if debug:
+                traceback.print_exc()
+            _print_error(env.to_json(), env.one_line(), json_mode)
+            return int(env.exit_code)
         if debug:
             traceback.print_exc()
         msg = f"internal error: {type(e).__name__}: {e}"
