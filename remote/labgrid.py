@@ -107,6 +107,10 @@ class Lease:
         self.address, self.place, self.token, self.ssh = address, place, token, ssh
         self.released = False
 
+    def describe(self) -> dict:
+        return {"place": self.place, "coordinator": self.address, "ssh": f"{self.ssh.get('host')}:{self.ssh.get('port')}",
+                "reserved_by_tags": self.token is not None}
+
     def release(self) -> None:
         if self.released:
             return

@@ -139,6 +139,8 @@ def test_remote_bench_through_a_labgrid_place_stores_a_result_and_frees_the_plac
     res = _last_json(r)["results"][0]
     assert res["device"] == "pi5-farm" and res["result_id"] and res["latency_ms"]["n"] >= 3
     assert res["exclusive"] is True
+    assert res["labgrid"] == {"place": "pi5-01", "coordinator": farm["coordinator"],
+                              "ssh": f"127.0.0.1:{farm['emu'].port}", "reserved_by_tags": False}
     assert f"pi5-farm: acquired labgrid place 'pi5-01' (127.0.0.1:{farm['emu'].port})" in r.stderr
     assert _holder(farm, "pi5-01") is None
 
@@ -190,7 +192,10 @@ def test_a_fleet_over_tags_spreads_over_the_free_places(farm, tiny_artifact):
     _add(farm, "farm-b", "--labgrid-tags", "board=pi5")
     r = run_cli("remote-bench", "farm-a", "farm-b", str(tiny_artifact), *FAST, "--json")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert {res["device"] for res in _last_json(r)["results"]} == {"farm-a", "farm-b"}
+    results = _last_json(r)["results"]
+    assert {res["device"] for res in results} == {"farm-a", "farm-b"}
+    assert {res["labgrid"]["place"] for res in results} == set(PLACES)
+    assert all(res["labgrid"]["reserved_by_tags"] for res in results)
     taken = {}
     for line in r.stderr.splitlines():
         if ": acquired labgrid place '" in line:
