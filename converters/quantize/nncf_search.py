@@ -12,11 +12,13 @@ recogniser here), so it does not finish within a budget.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
 
 from .search import SearchResult, run_search
+from .sensitivity import UNRANKED
 
 # ops a quantizer's value passes through unchanged in NNCF's propagation: follow them to the op that
 # really consumes the quantized tensor (its name is what ignored_scope needs)
@@ -52,9 +54,11 @@ def option_variants(nncf, common: dict, transformer: bool) -> list[tuple[str, di
         off = AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(convolution=-1, matmul=-1))
         out.append(("model_type=transformer, SmoothQuant off", dict(tr, advanced_parameters=off)))
         common = tr
-    out.append(("fast_bias_correction=False", dict(common, fast_bias_correction=False)))
     if common.get("preset") != mixed:
         out.append(("preset mixed (asymmetric activations)", dict(common, preset=mixed)))
+    # full bias correction runs the model layer by layer: the slowest option, so the last ones
+    out.append(("fast_bias_correction=False", dict(common, fast_bias_correction=False)))
+    if common.get("preset") != mixed:
         out.append(("preset mixed + fast_bias_correction=False", dict(common, preset=mixed, fast_bias_correction=False)))
     return out
 
@@ -119,7 +123,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             return q, _compiled_run(core, q, in_names, out_names, threads)
         return go
 
-    def rank(q) -> list[tuple[str, float]]:
+    def rank(q, deadline: float) -> list[tuple[str, float]]:
         if on_rank is not None:
             on_rank()
         feeds = search.feeds(min(rank_samples, len(search)))
@@ -128,6 +132,9 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
         base_err = _error(reference, [run_q(f) for f in feeds])
         scores = []
         for name in activation_quantizers(q):
+            if time.perf_counter() > deadline:  # out of time: the rest keep graph order, after the ranked ones
+                scores.append((name, UNRANKED))
+                continue
             qc = q.clone()
             fq = next(op for op in qc.get_ordered_ops() if op.get_friendly_name() == name)
             fq.output(0).replace(fq.input_value(0))

@@ -27,8 +27,11 @@ import numpy as np
 
 from edgeopt.errors import GateFailedError
 
+from .sensitivity import UNRANKED
+
 DEFAULT_BUDGET_S = 120.0
 
+Rank = Callable[[Any, float], list]  # (option's artifact, deadline on time.perf_counter()) -> [(op, score)], best first
 Build = Callable[[], tuple[Any, Callable]]  # () -> (artifact, run function feed -> {name: array})
 
 
@@ -166,7 +169,7 @@ class BudgetedSearch:
         return c
 
 
-def run_search(*, options: list[tuple[str, Build]], rank: Callable[[Any], list[tuple[str, float]]] | None,
+def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "") -> SearchResult:
@@ -201,8 +204,12 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
         return _finish(s, None, closest, ranked)
     s._show(f"ranking ops by sensitivity on {base.label}")
     t = time.perf_counter()
-    ranked = rank(base.artifact)
+    # the ranking may use the budget but must leave room for two candidates (ops past it stay unranked)
+    deadline = s.t0 + s.budget_s - 2 * (float(np.mean(s.costs)) if s.costs else 0.0)
+    ranked = rank(base.artifact, deadline)
+    unranked = sum(1 for _, e in ranked if e == UNRANKED)
     report["sensitivity"] = {"method": sensitivity_method, "rank_calls": 1, "nodes": len(ranked),
+                             "unranked_for_time": unranked,
                              "seconds": round(time.perf_counter() - t, 2),
                              "top": [{"node": n, "error": round(float(e), 6)} for n, e in ranked[:10]]}
     n = len(ranked)

@@ -118,12 +118,22 @@ def output_error(reference: list[dict], got: list[dict]) -> float:
     return float(np.mean(errs)) if errs else 0.0
 
 
-def rank_nodes(qdq, fp32, feeds: list[dict], session_fn: Callable, progress=None) -> list[tuple[str, float]]:
-    """(node, error when only it is quantized), most sensitive first."""
+UNRANKED = -1.0  # the score of a node the ranking had no time for (kept after every ranked node)
+
+
+def rank_nodes(qdq, fp32, feeds: list[dict], session_fn: Callable, progress=None,
+               deadline: float | None = None) -> list[tuple[str, float]]:
+    """(node, error when only it is quantized), most sensitive first. Past ``deadline``
+    (``time.perf_counter()``) the remaining nodes get :data:`UNRANKED`, in graph order."""
+    import time
+
     ref_run = session_fn(fp32)
     reference = [ref_run(f) for f in feeds]
     scores = []
     for name in quantized_nodes(qdq):
+        if deadline is not None and time.perf_counter() > deadline:
+            scores.append((name, UNRANKED))
+            continue
         run = session_fn(isolate(qdq, fp32, name))
         scores.append((name, output_error(reference, [run(f) for f in feeds])))
         if progress is not None:
