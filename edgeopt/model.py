@@ -58,18 +58,49 @@ def load_onnx(path: str | Path, *, check: bool = True):
     if p.suffix.lower() == ".tflite":
         raise BadModelError(f"'{p}' is a TFLite model; this command needs ONNX", "convert from the ONNX original")
     try:
-        model = onnx.load(str(p), load_external_data=True)
+        model = onnx.load(str(p), load_external_data=False)
     except Exception as err:  # DecodeError, truncated protobuf, wrong file
         size = p.stat().st_size
         raise BadModelError(
             f"'{p}' is not a readable ONNX model ({size} bytes; {type(err).__name__})",
             "the file is truncated or not ONNX: re-export it",
         ) from err
+    _load_external_data(model, p)
     if not model.graph.node and not model.graph.output:
         raise BadModelError(f"'{p}' is not an ONNX model (empty graph)", "re-export the model to ONNX")
     if check:
         check_model(model, str(p))
     return model
+
+
+def _load_external_data(model, p: Path) -> None:
+    """Read the weights a model keeps in other files (ONNX external data), naming a missing one."""
+    from onnx.external_data_helper import (
+        ExternalDataInfo,
+        _get_all_tensors,
+        load_external_data_for_model,
+        uses_external_data,
+    )
+
+    files: list[str] = []
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            loc = ExternalDataInfo(t).location
+            if loc not in files:
+                files.append(loc)
+    if not files:
+        return
+    for loc in files:
+        f = p.parent / loc
+        if not f.is_file():
+            raise BadModelError(f"'{p}' keeps its weights in '{loc}' (ONNX external data), and '{f}' is missing",
+                                f"put '{loc}' back beside {p.name}")
+    try:
+        load_external_data_for_model(model, str(p.parent))
+    except Exception as err:  # noqa: BLE001 - a short or unreadable weights file
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise BadModelError(f"'{p}': its external weights ({', '.join(files)}) could not be read: {first}",
+                            "the weights file is truncated or belongs to another model: re-export it") from err
 
 
 def check_model(model, origin: str) -> None:
@@ -146,6 +177,7 @@ def fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], *, origin: str =
                 f"--input-shape names '{name}', which is not an input of {origin}",
                 did_you_mean(name, names) or f"inputs are: {', '.join(names)}",
             )
+    changed: list[str] = []  # static dims the override changed: every shape derived from them is stale
     for spec in graph_inputs(model):
         vi = inputs[spec.name]
         if spec.name in shapes:
@@ -156,6 +188,8 @@ def fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], *, origin: str =
                     f"--input-shape {spec.name} has {len(shape)} dims; the model's input has {len(dims)}",
                     f"give {len(dims)} dims, e.g. {spec.name}=" + "x".join(str(d if isinstance(d, int) else 1) for d in spec.shape),
                 )
+            if any(isinstance(a, int) and a != b for a, b in zip(spec.shape, shape, strict=True)):
+                changed.append(f"{spec.name} {'x'.join(str(d) for d in spec.shape)} -> {'x'.join(map(str, shape))}")
             for d, v in zip(dims, shape, strict=True):
                 d.Clear()
                 d.dim_value = v
@@ -165,4 +199,31 @@ def fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], *, origin: str =
                 f"{origin}: input '{spec.name}' has dynamic dims {list(spec.shape)}",
                 f"fix them with --input-shape {spec.name}={example}",
             )
+    if shapes:
+        _reinfer(model, changed, origin)
     return model
+
+
+def _reinfer(model, changed: list[str], origin: str) -> None:
+    """Drop the shapes recorded for the old input shape (``value_info``, static output dims) so every
+    later shape inference starts from the new one; when a static dim changed, the graph must still
+    infer at the new shape (strict), or the override is refused instead of reporting stale figures."""
+    import onnx
+
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        t = out.type.tensor_type
+        if t.HasField("shape"):
+            for d in t.shape.dim:
+                d.Clear()
+    if not changed:
+        return
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as err:  # noqa: BLE001 - InferenceError / ValidationError: the graph is tied to its old shape
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise BadModelError(
+            f"{origin}: --input-shape changes the static dims ({'; '.join(changed)}) and the graph does not work at "
+            f"the new shape: {first}",
+            "this model is fixed to its exported shape: keep it, or re-export the model for the new one",
+        ) from err

@@ -190,3 +190,75 @@ def test_remote_bench_checks_hashes_before_upload_and_on_the_device(remote_env, 
     on_device.unlink()
     with pytest.raises(BadInputError, match="'model.onnx' is missing"):
         deploy.verify_uploaded(tr, run_dir, listed)
+
+
+# --- 13.5: --input-shape re-infers every shape, or refuses --------------------------------------------
+
+def _analyze_flops(cli, model, *shape_args):
+    r = cli("analyze", str(model), *shape_args, "--json")
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)["analysis"]
+    return a["inputs"][0]["shape"], a["totals"]["flops"]
+
+
+def test_input_shape_override_changes_the_flops(cli, mnist_model):
+    shape0, f28 = _analyze_flops(cli, mnist_model)
+    assert shape0 == [1, 1, 28, 28]
+    assert _analyze_flops(cli, mnist_model, "--input-shape", "input=1x1x28x28")[1] == f28
+    shape, f64 = _analyze_flops(cli, mnist_model, "--input-shape", "input=1x1x64x64")
+    assert shape == [1, 1, 64, 64]
+    assert 4.5 < f64 / f28 < 5.6  # convs scale with the pixels ((64/28)^2 = 5.2); the classifier head does not
+    _, f2 = _analyze_flops(cli, mnist_model, "--input-shape", "input=2x1x28x28")
+    assert f2 == 2 * f28
+
+
+def _flatten_gemm_model(path: Path) -> Path:
+    """A model tied to its 8x8 input: Conv -> Flatten -> Gemm with a 128-wide weight."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")
+    g = numpy_helper.from_array(np.ones((128, 4), np.float32), "g")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["c"], ["f"]), helper.make_node("Gemm", ["f", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w, g])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = onnx.shape_inference.infer_shapes(model)  # with value_info for the 8x8 shape, like an exporter's
+    onnx.save(model, path)
+    return path
+
+
+def test_input_shape_a_graph_cannot_take_is_refused_naming_the_dims(cli, tmp_path):
+    model = _flatten_gemm_model(tmp_path / "tied.onnx")
+    _, f8 = _analyze_flops(cli, model, "--input-shape", "x=1x1x8x8")
+    _, f8b = _analyze_flops(cli, model, "--input-shape", "x=3x1x8x8")  # the batch dim works
+    assert f8b == 3 * f8
+    for cmd in (["analyze", str(model)], ["convert", str(model), "--profile", "host", "-o", str(tmp_path / "o")]):
+        r = cli(*cmd, "--input-shape", "x=1x1x16x16", "--json")
+        assert r.returncode == 3, r.stderr
+        msg = json.loads(r.stdout)["error"]["message"]
+        assert "changes the static dims (x 1x1x8x8 -> 1x1x16x16)" in msg and "does not work at the new shape" in msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tied.onnx"]
+
+
+def test_missing_or_short_external_weights_are_named(cli, tmp_path, mnist_model):
+    import onnx
+
+    m = onnx.load(str(mnist_model))
+    onnx.save(m, tmp_path / "model.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=0)
+    r = cli("analyze", str(tmp_path / "model.onnx"), "--json")
+    assert r.returncode == 0, r.stderr  # with its weights beside it, it loads
+    data = tmp_path / "model.onnx.data"
+    data.write_bytes(data.read_bytes()[:100])
+    r = cli("analyze", str(tmp_path / "model.onnx"), "--json")
+    assert r.returncode == 3 and "external weights (model.onnx.data) could not be read" in r.stdout, r.stdout
+    data.unlink()
+    for args in (["analyze"], ["convert", "--profile", "host", "-o", str(tmp_path / "out")]):
+        r = cli(args[0], str(tmp_path / "model.onnx"), *args[1:], "--json")
+        assert r.returncode == 3
+        msg = json.loads(r.stdout)["error"]["message"]
+        assert "keeps its weights in 'model.onnx.data' (ONNX external data)" in msg and "is missing" in msg
+        assert "truncated or not ONNX" not in r.stdout
