@@ -262,3 +262,30 @@ def test_missing_or_short_external_weights_are_named(cli, tmp_path, mnist_model)
         msg = json.loads(r.stdout)["error"]["message"]
         assert "keeps its weights in 'model.onnx.data' (ONNX external data)" in msg and "is missing" in msg
         assert "truncated or not ONNX" not in r.stdout
+
+
+# --- 13.6: Ctrl-C keeps the JSON promise ---------------------------------------------------------------
+
+def test_sigint_during_convert_json_prints_one_object_and_leaves_nothing(tmp_path, mnist_model):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "edgeopt", "convert", str(mnist_model), "--profile", "host",
+                          "--backend", "onnxruntime", "--precision", "int8", "-o", "art", "--json"],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("art.tmp-*")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the conversion has started writing its temporary artifact
+    assert p.poll() is None, "the conversion finished before it could be interrupted"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert out.count("\n") == 1
+    payload = json.loads(out)
+    assert payload["ok"] is False and payload["error"]["kind"] == "interrupted"
+    assert err.strip().endswith("edgeopt: error: interrupted") and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # neither art/ nor its temporary directory

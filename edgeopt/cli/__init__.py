@@ -74,6 +74,25 @@ def environment_fault(err: BaseException) -> EdgeoptError | None:
     return None
 
 
+def _from_ctrl_c(err: BaseException) -> bool:
+    seen = 0
+    e: BaseException | None = err
+    while e is not None and seen < 10:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _print_interrupted(json_mode: bool) -> None:
+    """Ctrl-C: --json still prints its one object; outputs are atomic, so nothing is half-written."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the line being printed
+    _print_error({"kind": "interrupted", "exit_code": int(ExitCode.INTERRUPTED),
+                  "message": "interrupted (Ctrl-C): no output was left half-written"}, "interrupted", json_mode)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
@@ -86,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         code = e.code
         code = code if isinstance(code, int) else (0 if code is None else 1)
+        if code == ExitCode.INTERRUPTED and _from_ctrl_c(e):  # the CLI library turned Ctrl-C into exit 130
+            _print_interrupted(json_mode)
+            return code
         if code == ExitCode.USAGE and json_mode:  # the usage message itself is already on stderr
             sys.stdout.write(json.dumps({"ok": False, "error": {"kind": "usage", "exit_code": 2,
                                                                  "message": "usage error (see stderr)"}}) + "\n")
@@ -96,9 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _print_error(e.to_json(), e.one_line(), json_mode)
         return int(e.exit_code)
-    except KeyboardInterrupt:  # Ctrl-C: --json still prints its one object (outputs are atomic: nothing half-written)
-        _print_error({"kind": "interrupted", "exit_code": int(ExitCode.INTERRUPTED), "message": "interrupted"},
-                     "interrupted", json_mode)
+    except KeyboardInterrupt:
+        _print_interrupted(json_mode)
         return ExitCode.INTERRUPTED
     except Exception as e:  # noqa: BLE001 - the one place unexpected errors are caught
         env = environment_fault(e)
