@@ -219,3 +219,26 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
 
     runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)
     assert per_position_agreement(lambda f: runner.run(f), ort_run_fn(model, threads=2), ev) >= 98.0
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_tflite_int8_with_bound_is_searched_confirmed_and_timed(tmp_path):
+    """onnx2tf's INT8 is full-integer: the search is its options only (no float fallback, and it says so),
+    confirmed on the held-back half, and timed against onnx2tf's FP32 file of the same conversion."""
+    from fixtures_models import digits_datasets
+
+    from edgeopt.converters.backends.tflite import TFLiteBackend, TFLiteConfig
+
+    digits = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "digits_cnn.onnx"
+    calib, test = digits_datasets()
+    ctx = _ctx(tmp_path, calib, test, stage="tflite")
+    TFLiteBackend().run(Intermediate(digits), TFLiteConfig(precision=Precision.INT8, max_accuracy_drop=2.0,
+                                                           calib_samples=64), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["met"] and aa["confirm_drop_points"] <= 2.0 and aa["labels"]
+    assert aa["tried"][0]["what"].startswith("onnx2tf -oiqt, per-channel")
+    assert "full-integer" in aa["float_fallback"]
+    assert (tmp_path / "art" / "model.tflite").is_file()
+    speed = aa["speed"]
+    assert "latency_ms" in speed and {"fp32", "int8_final"} <= set(speed["latency_ms"]) or "not timed" in speed["note"]

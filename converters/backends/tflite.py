@@ -58,6 +58,10 @@ class TFLiteConfig(StageConfig):
     export_c: bool = False
     c_name: str = "model"  # C symbols g_<c_name>_model_data[_len] (--export-c uses the model's file name)
     timeout_s: float = 3600.0
+    max_accuracy_drop: float | None = None  # INT8: the search of converters/quantize/tflite_search.py
+    search_fraction: float = 0.5
+    search_budget_s: float = 120.0
+    min_speedup: float | None = None
 
 
 @register_stage
@@ -76,7 +80,8 @@ class TFLiteBackend(Backend):
     def configure(cls, options: ChainOptions) -> TFLiteConfig:
         s = options.backend_settings
         kw = {"precision": options.precision, "per_channel": options.per_channel,
-              "threads": options.threads or s.get("threads")}
+              "threads": options.threads or s.get("threads"), "max_accuracy_drop": options.max_accuracy_drop,
+              "search_budget_s": options.search_budget_s, "min_speedup": options.min_speedup}
         for key in ("io_dtype", "delegate", "calib_samples", "export_c"):
             if key in s:
                 kw[key] = s[key]
@@ -118,6 +123,12 @@ class TFLiteBackend(Backend):
                                 "io_dtype": config.io_dtype.value if int8 else "float32"}}
         runtime["io"], checks = self._io_map(model.path, target, onnx_in, onnx_out, keep, ctx, runtime)
         report = ctx.stage_report()
+        if int8 and config.max_accuracy_drop is not None:
+            from edgeopt.converters.quantize.tflite_search import search_tflite
+
+            runtime, checks, report["accuracy_aware"] = search_tflite(
+                self, model, config, ctx, onnx_in=onnx_in, onnx_out=onnx_out, keep=keep, calib=calib, folder=folder,
+                target=target, runtime=runtime, checks=checks)
         ctx.record_checks(checks)
         report.update(converter=f"onnx2tf {version_of('onnx2tf')} (subprocess)", log=LOG_FILE,
                       tflite_bytes=target.stat().st_size, kept_layout=list(keep),
