@@ -1,0 +1,138 @@
+"""Task metrics that fit the model's output, always named (issue 12.2).
+
+:func:`make_metric` looks at FP32's output on the data (its shape, its values) and at the labels the user
+gave, and picks (unless :class:`MetricSpec` names one):
+
+* ``top1``: an ``[N,C]`` classifier: top-1 accuracy with labels, else top-1 agreement with FP32 (a one-value
+  output: the decision at ``threshold``);
+* ``position_agreement``: ``[N,T,C]`` sequences (class axis last), ``[N,C,H,W]`` segmentation (class axis 1),
+  frame-wise audio: argmax along the class axis, averaged over positions (``axis`` when it can't be told);
+* ``ctc``: exact match of greedy CTC decoding (``ctc_blank``) vs label sequences, or vs FP32's decoding;
+  chosen automatically when the labels are padded sequences (``-1`` padding) of an ``[N,T,C]`` output;
+* ``map_iou``: one-channel maps with values in [0, 1]: IoU of the maps thresholded at ``threshold``;
+* ``cosine`` (%, vs FP32) and ``sqnr`` (dB, vs FP32) for regression/embeddings (outputs named like
+  embeddings/hidden states are judged by cosine automatically);
+* ``custom``: ``pkg.module:function`` (:mod:`.custom`).
+
+Every metric is higher-is-better. Its ``drop`` is ``fp32_value - value``: points for % metrics; for ``sqnr``
+``fp32_value`` is the target (``min_sqnr_db``, default 30 dB), so the drop is the dB below the target.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import numpy as np
+
+from edgeopt.errors import BadDataError
+
+from . import labels as lab
+from .base import Metric, MetricName, MetricSpec, sample_of
+from .custom import is_custom
+from .kinds import BUILDERS, ctc_decode
+
+_EMBEDDING_WORDS = ("embed", "hidden", "pool", "feature", "vector", "encod")
+
+
+def parse_metric_spec(name=None, *, axis=None, ctc_blank=None, threshold=None, min_sqnr_db=None,
+                      output=None) -> MetricSpec | None:
+    """A :class:`MetricSpec` from CLI/API values (None when nothing was given); bad values are exit 2."""
+    from pydantic import ValidationError
+
+    from edgeopt.errors import UsageError, did_you_mean
+
+    if isinstance(name, MetricSpec):
+        return name
+    given = {"name": name, "axis": axis, "ctc_blank": ctc_blank, "threshold": threshold,
+             "min_sqnr_db": min_sqnr_db, "output": output}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    if isinstance(name, str) and not is_custom(name) and name not in {m.value for m in MetricName}:
+        raise UsageError(f"--metric '{name}' is not a metric",
+                         did_you_mean(name, [m.value for m in MetricName])
+                         or f"one of: {', '.join(m.value for m in MetricName)}, or MODULE:FUNCTION")
+    try:
+        return MetricSpec(**given)
+    except ValidationError as err:
+        raise UsageError(f"--metric: {err.errors()[0]['msg']}", "see edgeopt convert --help") from err
+
+
+_ACTIVE: ContextVar[tuple[MetricSpec | None, tuple]] = ContextVar("edgeopt_metric_spec", default=(None, ()))
+
+
+@contextmanager
+def metric_context(spec: MetricSpec | None, search_path=()):
+    """While a conversion runs, what the user asked for (``--metric``…) is the default of every
+    :func:`make_metric` call made with ``spec=None`` (the backends' searches make their own metrics)."""
+    token = _ACTIVE.set((spec, tuple(search_path or ())))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None) -> Metric:
+    """The metric for ``dataset`` (FP32 run once on it); labels are validated here (exit 3 when they can't
+    be what the output means, or when FP32 scores at or below chance with them). ``spec`` None: the one of
+    the running :func:`metric_context`, else chosen automatically."""
+    if spec is None:
+        spec, active_path = _ACTIVE.get()
+        search_path = search_path if search_path is not None else active_path
+    return metric_for_outputs([fp32_run(feed) for feed in dataset.feeds()], dataset.labels, spec,
+                              search_path=search_path)
+
+
+def _auto(shape: tuple, first: np.ndarray, labels, out_name: str | None) -> MetricName:
+    lower = (out_name or "").lower()
+    if len(shape) <= 1:
+        if labels is None and shape and shape[0] > 1 and any(w in lower for w in _EMBEDDING_WORDS):
+            return MetricName.COSINE
+        return MetricName.TOP1
+    if any(w in lower for w in _EMBEDDING_WORDS) and labels is None:
+        return MetricName.COSINE
+    if len(shape) == 3 and (shape[0] == 1 or shape[-1] == 1):  # [N,1,H,W] / [N,H,W,1]
+        if np.all((first >= 0) & (first <= 1)):
+            return MetricName.MAP_IOU
+        return MetricName.COSINE
+    if len(shape) == 2 and labels is not None:
+        arr = labels if isinstance(labels, np.ndarray) else None
+        if arr is None or arr.dtype.kind == "O" or (arr.ndim == 2 and arr.shape[1] != shape[0]):
+            return MetricName.CTC  # sequences of their own length (-1 padded): CTC, not one label per position
+    return MetricName.POSITION_AGREEMENT
+
+
+def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None = None, *,
+                       search_path=None, role: str = "eval") -> Metric:
+    """The metric from FP32's outputs already computed on the data (see :func:`make_metric`)."""
+    spec = spec or MetricSpec()
+    n = len(fp32_outputs)
+    if n == 0:
+        raise BadDataError(f"--{role}: no samples to judge accuracy on", "give at least one sample")
+    if labels is not None:
+        lab.count_check(labels, n, role)
+    out_name = spec.output or next(iter(fp32_outputs[0]))
+    ref = [sample_of(o, out_name) for o in fp32_outputs]
+    shape = tuple(ref[0].shape)
+    kind = spec.name or _auto(shape, ref[0], labels, out_name)
+    build = BUILDERS[kind]
+    m = build(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
+    if kind != MetricName.SQNR:
+        m.fp32_value = m.score_outputs(fp32_outputs)
+    _check_chance(m, shape, role)
+    return m
+
+
+def _check_chance(m: Metric, shape: tuple, role: str) -> None:
+    if not m.labels_used or m.kind == MetricName.CUSTOM:
+        return
+    chance = 100.0 / max(m.classes, 2) if m.classes else 0.0
+    if m.fp32_value <= chance:
+        raise BadDataError(f"your labels don't match the model's outputs: FP32 scores {m.fp32_value:.3g} % "
+                           f"{m.name} on --{role} (chance is {chance:.3g} %)",
+                           "check the label order/mapping and that the labels belong to these samples")
+
+
+__all__ = ["Metric", "MetricName", "MetricSpec", "ctc_decode", "make_metric", "metric_context", "metric_for_outputs",
+           "parse_metric_spec"]

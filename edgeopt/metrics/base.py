@@ -1,0 +1,116 @@
+"""The metric types: what the user asks for (:class:`MetricSpec`) and a metric bound to one data set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from edgeopt.enums import StrEnum
+from edgeopt.errors import BadInputError
+
+from .custom import is_custom
+
+
+class MetricName(StrEnum):
+    TOP1 = "top1"
+    POSITION_AGREEMENT = "position_agreement"
+    CTC = "ctc"
+    MAP_IOU = "map_iou"
+    COSINE = "cosine"
+    SQNR = "sqnr"
+    CUSTOM = "custom"
+
+
+class MetricSpec(BaseModel):
+    """What the user asked for (``--metric``, ``--metric-axis``, ``--ctc-blank``, ``--metric-threshold``,
+    ``--min-sqnr-db``; the recipe's ``metric:``). ``name`` None: chosen from the output and the labels."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: MetricName | None = None
+    axis: int | None = None  # the class axis of the (batched) output, e.g. 2 or -1 for [N,T,C]
+    ctc_blank: int = 0
+    threshold: float = 0.5
+    min_sqnr_db: float | None = None  # the sqnr target (and gate); default 30 dB
+    custom: str | None = None  # "pkg.module:function"
+    output: str | None = None  # which output is judged (default: the first)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _custom_path(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("name"), str) and is_custom(data["name"]):
+            data = {**data, "name": MetricName.CUSTOM, "custom": data["name"]}
+        return data
+
+    @model_validator(mode="after")
+    def _custom_needs_path(self):
+        if self.name == MetricName.CUSTOM and not self.custom:
+            raise ValueError("metric 'custom' needs a path: --metric my_pkg.metrics:score")
+        return self
+
+
+@dataclass
+class Metric:
+    """A metric bound to one data set: its FP32 figure, and ``score``/``score_outputs`` for a candidate."""
+
+    kind: MetricName
+    name: str
+    description: str
+    unit: str  # "%" or "dB" ("" for a custom metric that doesn't say)
+    output: str | None
+    labels_used: bool
+    samples: int
+    _score: Callable[[list[dict]], float] = field(repr=False)
+    fp32_value: float = float("nan")
+    higher_is_better: bool = True
+    classes: int | None = None  # top-1 / per-position: chance is 1/classes with labels
+
+    def outputs(self, run, dataset) -> list[dict]:
+        """The outputs ``run`` gives on ``dataset``'s samples (keep them to score again cheaply)."""
+        return [run(feed) for feed in dataset.feeds()]
+
+    def score_outputs(self, outputs: list[dict]) -> float:
+        if len(outputs) != self.samples:
+            raise ValueError(f"metric {self.name} was made for {self.samples} samples, got {len(outputs)}")
+        return float(self._score(outputs))
+
+    def score(self, run, dataset) -> float:
+        return self.score_outputs(self.outputs(run, dataset))
+
+    def drop(self, value: float) -> float:
+        return float(self.fp32_value - value)
+
+    def to_json(self) -> dict:
+        return {"metric": self.name, "metric_kind": self.kind.value, "metric_description": self.description,
+                "metric_unit": self.unit, "metric_basis": "labels" if self.labels_used else "fp32"}
+
+
+def sample_of(out: dict, name: str | None) -> np.ndarray:
+    if name is not None and name not in out:
+        raise BadInputError(f"--metric: the model has no output '{name}'", f"its outputs: {', '.join(out)}")
+    y = np.asarray(out[name] if name is not None else next(iter(out.values())))
+    return y[0] if y.ndim >= 2 and y.shape[0] == 1 else y
+
+
+def class_axis(shape: tuple, spec: MetricSpec, out_name: str) -> int:
+    """The class axis of one sample's output (without the batch axis)."""
+    if spec.axis is not None:
+        a = spec.axis - 1 if spec.axis > 0 else spec.axis
+        if spec.axis == 0 or not -len(shape) <= a < len(shape):
+            raise BadInputError(f"--metric-axis {spec.axis} is not a class axis of output '{out_name}' "
+                                f"[N,{','.join(map(str, shape))}]", "count axes from 0 = the batch axis, or use -1")
+        return a % len(shape)
+    if len(shape) == 2:
+        return 1  # [N,T,C]: sequences and frame-wise outputs put the classes last
+    if len(shape) == 3:
+        if shape[0] < shape[1] and shape[0] < shape[2]:
+            return 0  # [N,C,H,W]
+        if shape[2] < shape[0] and shape[2] < shape[1]:
+            return 2  # [N,H,W,C]
+    raise BadInputError(f"--metric: can't tell the class axis of output '{out_name}' [N,{','.join(map(str, shape))}]",
+                        "give --metric-axis (e.g. 1 for [N,C,H,W], -1 for [N,H,W,C])")
+
+

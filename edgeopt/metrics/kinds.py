@@ -1,0 +1,150 @@
+"""How each metric kind scores a candidate's outputs against FP32's outputs or the labels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from edgeopt.errors import BadInputError
+
+from . import labels as lab
+from .base import Metric, MetricName, class_axis, sample_of
+from .custom import load_callable, scorer
+
+DEFAULT_SQNR_TARGET_DB = 30.0
+SQNR_CEILING_DB = 200.0  # identical outputs (FP32 against itself) score this instead of infinity
+
+
+def _pct(values) -> float:
+    return float(100.0 * np.mean(values)) if len(values) else 0.0
+
+
+def _top1(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    binary = len(shape) == 0 or int(np.prod(shape)) == 1
+    classes = 2 if binary else int(np.prod(shape))
+
+    def preds(samples):
+        return np.asarray([(np.ravel(y)[0] > spec.threshold) if binary else int(np.argmax(np.ravel(y)))
+                           for y in samples], np.int64)
+
+    target = preds(ref) if labels is None else lab.class_indices(labels, n, classes, role=role)
+    base = f"decision_at_{spec.threshold:g}" if binary else "top1"
+    name = f"{base}_accuracy" if labels is not None else f"{base}_agreement_with_fp32"
+    what = f"decision (output > {spec.threshold:g})" if binary else "top-1 class"
+    desc = (f"% of samples whose {what} matches the label" if labels is not None
+            else f"% of samples whose {what} matches FP32's (no labels)")
+    return Metric(MetricName.TOP1, name, desc, "%", out_name, labels is not None, n,
+                  lambda outs: _pct(preds([sample_of(o, out_name) for o in outs]) == target), classes=classes)
+
+
+def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    if len(shape) < 2:
+        raise BadInputError(f"--metric position_agreement needs an output with positions ([N,T,C], [N,C,H,W]); "
+                            f"output '{out_name}' is [N,{','.join(map(str, shape))}]", "use --metric top1")
+    axis = class_axis(shape, spec, out_name)
+    pos_shape = tuple(d for i, d in enumerate(shape) if i != axis)
+
+    def preds(samples):
+        return np.stack([np.argmax(y, axis=axis) for y in samples])
+
+    target = preds(ref) if labels is None else lab.class_indices(labels, n, shape[axis], role=role, positions=pos_shape)
+    valid = target != -1
+
+    def score(outs):
+        got = preds([sample_of(o, out_name) for o in outs])
+        return _pct((got == target)[valid])
+
+    where = f"along axis {axis + 1} of [N,{','.join(map(str, shape))}]"
+    name = "per_position_accuracy" if labels is not None else "per_position_agreement_with_fp32"
+    desc = (f"% of positions whose argmax {where} matches the " + ("label" if labels is not None else "FP32 argmax"))
+    return Metric(MetricName.POSITION_AGREEMENT, name, desc, "%", out_name, labels is not None, n, score,
+                  classes=shape[axis])
+
+
+def ctc_decode(y: np.ndarray, axis: int, blank: int) -> tuple[int, ...]:
+    """Greedy CTC: argmax per position, repeats collapsed, blanks removed."""
+    best = np.argmax(y, axis=axis).ravel()
+    keep = np.concatenate([[True], best[1:] != best[:-1]]) & (best != blank)
+    return tuple(int(v) for v in best[keep])
+
+
+def _ctc(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    axis = class_axis(shape, spec, out_name) if len(shape) != 2 or spec.axis is not None else 1
+    classes = shape[axis]
+    if not 0 <= spec.ctc_blank < classes:
+        raise BadInputError(f"--ctc-blank {spec.ctc_blank} is not a class of output '{out_name}' ({classes} classes)",
+                            "the blank is usually 0 (PaddleOCR) or the last class")
+
+    def decode(outs):
+        return [ctc_decode(sample_of(o, out_name), axis, spec.ctc_blank) for o in outs]
+
+    target = decode(fp32_outputs) if labels is None else lab.sequences(labels, n, classes, spec.ctc_blank, role=role)
+    name = "ctc_exact_match" if labels is not None else "ctc_exact_match_vs_fp32"
+    desc = (f"% of samples whose greedy CTC decoding (blank {spec.ctc_blank}) equals the "
+            + ("label sequence" if labels is not None else "FP32 decoding"))
+    return Metric(MetricName.CTC, name, desc, "%", out_name, labels is not None, n,
+                  lambda outs: _pct([a == b for a, b in zip(decode(outs), target, strict=True)]))
+
+
+def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    t = spec.threshold
+    target = [y > t for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
+
+    def score(outs):
+        vals = []
+        for o, m in zip(outs, target, strict=True):
+            p = sample_of(o, out_name) > t
+            union = np.sum(p | m)
+            vals.append(np.sum(p & m) / union if union else 1.0)
+        return _pct(vals)
+
+    name = f"map_iou_at_{t:g}" + ("" if labels is not None else "_vs_fp32")
+    desc = f"mean IoU of the maps thresholded at {t:g} vs " + ("the label masks" if labels is not None else "FP32's")
+    return Metric(MetricName.MAP_IOU, name, desc, "%", out_name, labels is not None, n, score)
+
+
+def _cosine(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    def score(outs):
+        vals = []
+        for o, r in zip(outs, ref, strict=True):
+            a, b = np.ravel(sample_of(o, out_name)).astype(np.float64), np.ravel(r).astype(np.float64)
+            na, nb = np.linalg.norm(a), np.linalg.norm(b)
+            vals.append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
+        return _pct(vals)
+
+    return Metric(MetricName.COSINE, "cosine_vs_fp32", "mean cosine similarity to FP32's output, in % "
+                  "(labels not used)", "%", out_name, False, n, score)
+
+
+def _sqnr(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    target = DEFAULT_SQNR_TARGET_DB if spec.min_sqnr_db is None else float(spec.min_sqnr_db)
+
+    def score(outs):
+        sig = noise = 0.0
+        for o, r in zip(outs, ref, strict=True):
+            r64 = np.asarray(r, np.float64)
+            sig += float(np.sum(r64 ** 2))
+            noise += float(np.sum((np.asarray(sample_of(o, out_name), np.float64) - r64) ** 2))
+        if noise == 0:
+            return SQNR_CEILING_DB
+        return min(SQNR_CEILING_DB, 10.0 * math.log10(sig / noise)) if sig > 0 else -SQNR_CEILING_DB
+
+    m = Metric(MetricName.SQNR, "sqnr_db_vs_fp32", f"signal-to-quantization-noise ratio vs FP32's output in dB; "
+               f"the reference is the {target:g} dB target, so the drop is the dB below it (labels not used)",
+               "dB", out_name, False, n, score)
+    m.fp32_value = target
+    return m
+
+
+def _custom(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    fn = load_callable(spec.custom, search_path)
+    unit = str(getattr(fn, "unit", ""))
+    return Metric(MetricName.CUSTOM, f"custom:{spec.custom}", f"the user's metric {spec.custom} (higher is better)",
+                  unit, out_name, labels is not None, n, scorer(fn, spec.custom, labels, fp32_outputs))
+
+
+BUILDERS = {MetricName.TOP1: _top1, MetricName.POSITION_AGREEMENT: _positions, MetricName.CTC: _ctc,
+             MetricName.MAP_IOU: _iou, MetricName.COSINE: _cosine, MetricName.SQNR: _sqnr,
+             MetricName.CUSTOM: _custom}
+
