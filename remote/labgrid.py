@@ -166,12 +166,12 @@ def acquire(device: Device, *, wait: float | None = None, notify: Callable[[str]
                         loop.run_until_complete(session.sync_with_coordinator())
                         break
                     except Exception as err:  # noqa: BLE001 - grpc: taken just before us; wait below
-                        if "already acquired" not in str(err):
+                        if "already acquired" not in str(err) and "was not reserved for" not in str(err):
                             why = err.details() if hasattr(err, "details") else str(err)
                             raise RemoteError(f"{device.name}: labgrid refused to acquire place '{name}': {why}") from err
                         _pump(loop, session, 0.05)
                         place = session.places[name]
-                holder = _holder(place) if place.acquired else "someone"
+                holder = _holder(place) if place.acquired else "a reservation of someone else"
                 if holder != last:
                     say(f"{device.name}: labgrid place '{name}' is busy: held by {holder}; "
                         f"waiting up to {wait:g} s for it (--wait SECONDS)")
