@@ -1,7 +1,8 @@
 """Stage ``normalize``: a checked, static-shape, folded FP32 ONNX model (the chain's oracle).
 
 ONNX checker; input shapes fixed (``--input-shape``; dynamic dims without it are an error
-naming the fix); NaN/Inf in the weights refused (naming the initializer); shape inference;
+naming the fix); NaN/Inf in the weights refused (naming the initializer; ±inf only inside a Conv/Gemm/MatMul/embedding
+weight, since a -inf scalar feeding Max or a mask is legitimate); shape inference;
 constant folding and Conv+BatchNorm(+ReLU) folding with onnxslim. Output names are kept
 (restored if the simplifier renamed one). The result is checked against the input model on
 ``ctx.check_samples`` (cosine >= ``min_cosine``).
@@ -32,17 +33,52 @@ def count_ops(model, op_type: str) -> int:
     return sum(1 for n in model.graph.node if n.op_type == op_type)
 
 
-def check_finite_weights(model, origin: str) -> None:
+# Inputs of these ops that hold learned weights (op -> input indices): ±inf there means broken weights.
+# Anywhere else a ±inf constant is legitimate: the identity of a Max/Min reduction, a mask value fed to
+# Add/Where (JAX and TF exports have them).
+WEIGHT_INPUTS: dict[str, tuple[int, ...]] = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (0, 1, 2), "MatMul": (0, 1), "Gather": (0,),
+    "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3), "BatchNormalization": (1, 2, 3, 4),
+    "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2), "Einsum": (), "EmbedLayerNormalization": (2, 3, 4),
+}
+
+
+def _constants(model):
+    """(name, array) of every initializer and Constant node's tensor in the main graph."""
     from onnx import numpy_helper
 
     for init in model.graph.initializer:
-        arr = numpy_helper.to_array(init)
-        if arr.dtype.kind == "f" and arr.size and not np.all(np.isfinite(arr)):
-            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-            raise BadModelError(
-                f"{origin}: weight '{init.name}' holds {bad} NaN/Inf values",
-                "the model's weights are broken: re-export or retrain it",
-            )
+        yield init.name, numpy_helper.to_array(init)
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value" and attr.HasField("t"):
+                    yield node.output[0], numpy_helper.to_array(attr.t)
+
+
+def check_finite_weights(model, origin: str) -> list[str]:
+    """NaN anywhere in the constants is an error; ±inf only inside a weight (:data:`WEIGHT_INPUTS`).
+    Returns the names of the ±inf constants that were accepted (masks, reduction identities)."""
+    weights: dict[str, str] = {}
+    for node in model.graph.node:
+        for i in WEIGHT_INPUTS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i]:
+                weights.setdefault(node.input[i], node.op_type)
+    accepted = []
+    for name, arr in _constants(model):
+        if arr.dtype.kind not in "fc" or not arr.size:
+            continue
+        nan = int(np.count_nonzero(np.isnan(arr)))
+        inf = int(np.count_nonzero(np.isinf(arr)))
+        if nan:
+            raise BadModelError(f"{origin}: weight '{name}' holds {nan} NaN values",
+                                "the model's weights are broken: re-export or retrain it")
+        if inf and name in weights:
+            raise BadModelError(f"{origin}: weight '{name}' of a {weights[name]} holds {inf} infinite values",
+                                "the model's weights are broken: re-export or retrain it")
+        if inf:
+            accepted.append(name)
+    return accepted
 
 
 def restore_output_names(model, names: list[str]) -> None:
@@ -131,7 +167,7 @@ class Normalize(Stage):
         proto = load_onnx(model.path)
         out_names = [o.name for o in proto.graph.output]
         proto = fix_input_shapes(proto, dict(config.input_shapes), origin=origin, require_static=True)
-        check_finite_weights(proto, origin)
+        infinite = check_finite_weights(proto, origin)
         report_upgrade = upgrade_opset(proto, config.min_opset, origin)
         if report_upgrade:
             proto = report_upgrade.pop("model")
@@ -140,6 +176,8 @@ class Normalize(Stage):
         report = {"nodes_before": len(proto.graph.node), "batchnorm_before": count_ops(proto, "BatchNormalization")}
         if report_upgrade:
             report["upgraded"] = report_upgrade
+        if infinite:  # masks / reduction identities: legitimate, noted
+            report["infinite_constants"] = infinite[:20]
         try:
             proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False)
         except Exception as err:  # noqa: BLE001 - shape inference is best effort; the checker already passed

@@ -96,3 +96,68 @@ def test_old_opset_ir3_model_is_upgraded_and_folds(tmp_path):
     assert ctx.record.report["upgraded"]["opset_from"] == 9
     assert count_ops(new, "BatchNormalization") == 0
     assert ctx.record.checks["cosine_min"] >= 0.9999
+
+
+def max_identity_model(path, *, inf_in_conv: bool = False):
+    """x[1,3,8,8] -> Conv -> Max(h, -inf scalar) -> Where(mask, h, -inf) -> ReduceMax over H,W -> Gemm ->
+    logits[1,5]: the JAX pattern (a scalar -inf is the identity of Max; -inf masks before a max-pool).
+    ``inf_in_conv`` puts one +inf into the Conv's weight instead (broken weights)."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(4, 3, 3, 3)).astype(np.float32)
+    if inf_in_conv:
+        w[1, 0, 1, 1] = np.inf
+    mask = np.ones((1, 1, 8, 8), bool)
+    mask[..., 0, :] = False  # the first row is masked out
+    inits = [nh.from_array(w, "conv_w"), nh.from_array(np.array(-np.inf, np.float32), "Const_26:0"),
+             nh.from_array(mask, "mask"), nh.from_array(np.full((1, 4, 1, 1), -np.inf, np.float32), "neg_inf_map"),
+             nh.from_array(rng.normal(size=(5, 4)).astype(np.float32), "fc_w"),
+             nh.from_array(np.zeros(5, np.float32), "fc_b"), nh.from_array(np.array([1, 4], np.int64), "shape")]
+    nodes = [h.make_node("Conv", ["x", "conv_w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             h.make_node("Max", ["c", "Const_26:0"], ["m"], name="max_identity"),
+             h.make_node("Where", ["mask", "m", "neg_inf_map"], ["masked"], name="mask_where"),
+             h.make_node("ReduceMax", ["masked"], ["pooled"], axes=[2, 3], keepdims=1, name="pool"),
+             h.make_node("Reshape", ["pooled", "shape"], ["flat"], name="flat"),
+             h.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1, name="fc")]
+    g = h.make_graph(nodes, "jax_like", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+                     [h.make_tensor_value_info("logits", T.FLOAT, [1, 5])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_inf_scalar_and_mask_constants_are_accepted_and_noted(tmp_path):
+    src = max_identity_model(tmp_path / "jax.onnx")
+    out, ctx = _run(src, tmp_path)
+    assert ctx.record.report["infinite_constants"] == ["Const_26:0", "neg_inf_map"]
+    assert ctx.record.checks["cosine_min"] >= 0.9999
+
+
+def test_inf_inside_a_conv_weight_is_refused_naming_it(tmp_path):
+    src = max_identity_model(tmp_path / "bad.onnx", inf_in_conv=True)
+    with pytest.raises(BadModelError) as e:
+        _run(src, tmp_path)
+    assert e.value.exit_code == ExitCode.BAD_INPUT
+    assert "'conv_w' of a Conv holds 1 infinite values" in e.value.message
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_cli_int8_convert_of_a_minus_inf_constant_model(tmp_path, cli, test_profile):
+    import numpy as np
+
+    src = max_identity_model(tmp_path / "jax.onnx")
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(2).random((24, 3, 8, 8)).astype(np.float32))
+    r = cli("convert", str(src), "--profile", str(test_profile), "-o", str(tmp_path / "art"),
+            "--precision", "int8", "--calib", str(tmp_path / "calib.npz"), "--json")
+    assert r.returncode == 0, r.stderr
+    bad = max_identity_model(tmp_path / "bad.onnx", inf_in_conv=True)
+    r = cli("convert", str(bad), "--profile", str(test_profile), "-o", str(tmp_path / "art2"),
+            "--precision", "int8", "--calib", str(tmp_path / "calib.npz"))
+    assert r.returncode == 3 and "conv_w" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "art2").exists()
