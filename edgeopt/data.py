@@ -19,6 +19,7 @@ class Dataset:
     source: str = ""
     synthetic: bool = False
     ranks: dict[str, int] = field(default_factory=dict)  # the model input's rank, per name
+    notes: list[str] = field(default_factory=list)  # what loading changed (dtype casts): for warnings
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
@@ -47,6 +48,7 @@ class Dataset:
             self.source,
             self.synthetic,
             dict(self.ranks),
+            list(self.notes),
         )
 
 
@@ -105,17 +107,54 @@ def _layout_hint(got: tuple, want: tuple) -> str | None:
     return None
 
 
-def _cast(name: str, arr: np.ndarray, want: str, role: str) -> np.ndarray:
+def _cast(name: str, arr: np.ndarray, want: str, role: str, notes: list[str]) -> np.ndarray:
+    """Cast to the input's dtype, noting what was cast; refused where the cast would change values
+    (fractions into an int input, values out of the target type's range, ints too big for a float)."""
     want_dt = np.dtype(want)
     if arr.dtype == want_dt:
         return arr
     ok = _SAFE_KINDS.get(want_dt.kind, "")
     if want_dt.kind == "f":
-        ok = "fiu"
+        ok = "fiub"
+    elif want_dt.kind in "iu":
+        ok = "fiub"
     if arr.dtype.kind not in ok:
         raise _err(f"--{role}: array '{name}' is {arr.dtype}; the model input takes {want_dt}",
                    f"save it as {want_dt} (e.g. arr.astype(np.{want_dt.name}))")
+    fix = f"save it as {want_dt} yourself if that is what you mean"
+    if want_dt.kind in "iu" and arr.dtype.kind == "f":
+        finite = np.isfinite(arr)
+        if not np.all(finite) or np.any(arr != np.round(arr)):
+            raise _err(f"--{role}: array '{name}' is {arr.dtype} with fractional or non-finite values; the model "
+                       f"input takes {want_dt}: casting would change them", fix)
+    if want_dt.kind in "iu" and arr.size:
+        info = np.iinfo(want_dt)
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            raise _err(f"--{role}: array '{name}' holds values {lo}..{hi}, outside {want_dt}'s range "
+                       f"({info.min}..{info.max})", fix)
+    if want_dt.kind == "f" and arr.dtype.kind in "iu" and arr.size:
+        exact = 2 ** (np.finfo(want_dt).nmant + 1)
+        if max(abs(int(arr.min())), abs(int(arr.max()))) > exact:
+            raise _err(f"--{role}: array '{name}' holds integers beyond ±{exact}, which {want_dt} cannot hold exactly",
+                       fix)
+    if want_dt.kind == "f" and arr.dtype.kind == "f" and arr.size and np.any(np.abs(arr[np.isfinite(arr)])
+                                                                           > np.finfo(want_dt).max):
+        raise _err(f"--{role}: array '{name}' holds values beyond {want_dt}'s range", fix)
+    notes.append(f"--{role}: array '{name}' was cast from {arr.dtype} to {want_dt} (the model input's dtype)")
     return arr.astype(want_dt)
+
+
+def check_labels(labels, n: int, role: str) -> None:
+    """What can be told about labels without the model: numbers (not strings), one per sample. (Range,
+    one-hot and chance are checked against the model's output by :mod:`edgeopt.metrics`.)"""
+    from edgeopt.metrics.labels import count_check, refuse_non_numeric
+
+    refuse_non_numeric(labels, role)
+    count_check(labels, n, role)
+    arr = np.asarray(labels)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise _err(f"--{role}: labels hold NaN/Inf", "labels are class indices (ints)")
 
 
 def check_dataset(ds: Dataset, inputs, *, role: str = "calib") -> Dataset:
@@ -136,9 +175,9 @@ def check_dataset(ds: Dataset, inputs, *, role: str = "calib") -> Dataset:
         raise _err(f"--{role}: the data set is empty", "give at least one sample")
     if len(set(counts.values())) > 1:
         raise _err(f"--{role}: arrays have different sample counts {counts}", "samples go on the first axis of every array")
-    if ds.labels is not None and len(ds.labels) != len(ds):
-        raise _err(f"--{role}: {len(ds.labels)} labels for {len(ds)} samples", "one label per sample")
-    arrays, ranks = {}, {}
+    if ds.labels is not None:
+        check_labels(ds.labels, len(ds), role)
+    arrays, ranks, notes = {}, {}, list(ds.notes)
     for name, spec in want.items():
         arr = np.asarray(ds.arrays[name])
         rank = len(spec.shape)
@@ -146,12 +185,12 @@ def check_dataset(ds: Dataset, inputs, *, role: str = "calib") -> Dataset:
         if arr.ndim not in (rank, rank + 1) or shape != tuple(spec.shape):
             raise _err(f"--{role}: array '{name}' has samples of shape {list(shape)}; the model input is {list(spec.shape)}",
                        _layout_hint(shape, tuple(spec.shape)) or "samples go on the first axis, each shaped like the input")
-        arr = _cast(name, arr, spec.dtype, role)
+        arr = _cast(name, arr, spec.dtype, role, notes)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             raise _err(f"--{role}: array '{name}' holds {bad} NaN/Inf values", "clean the data before converting")
         arrays[name], ranks[name] = arr, rank
-    return Dataset(arrays, ds.labels, ds.source, ds.synthetic, ranks)
+    return Dataset(arrays, ds.labels, ds.source, ds.synthetic, ranks, notes)
 
 
 def synthetic_dataset(inputs, n: int = 32, *, seed: int = 0, distribution: str = "uniform") -> Dataset:

@@ -120,3 +120,30 @@ def test_image_folder_with_class_subfolders(tmp_path):
     assert ds.feed(0)["x"].shape == (1, 3, 8, 8) and 0.0 <= float(ds.arrays["x"].min()) and float(ds.arrays["x"].max()) <= 1.0
     with pytest.raises(BadDataError, match="no --preprocess"):
         load_data(tmp_path / "imgs", X)
+
+
+def test_string_labels_refused_in_one_line(tmp_path):
+    e = _bad(tmp_path, x=np.ones((3, 3, 8, 8), np.float32), labels=np.array(["cat", "dog", "cat"]))
+    assert "labels are strings ('cat', 'dog', 'cat'" in e.message and "\n" not in e.one_line()
+
+
+def test_casts_are_noted_for_a_warning(tmp_path):
+    ds = load_data(_npz(tmp_path, x=np.ones((2, 3, 8, 8), np.uint8)), X)
+    assert ds.notes == ["--calib: array 'x' was cast from uint8 to float32 (the model input's dtype)"]
+    ds = load_data(_npz(tmp_path, x=np.ones((2, 3, 8, 8), np.float32)), X)
+    assert ds.notes == [] and ds.subset([0]).notes == []
+
+
+def test_lossy_casts_refused(tmp_path):
+    ints = [TensorSpec("x", (1, 4), "int32")]
+    cases = {"fractions": np.full((2, 4), 0.5), "out of range": np.full((2, 4), 2.0 ** 40),
+             "uint8 range": np.full((2, 4), 300, np.int64)}
+    for what, arr in cases.items():
+        spec = [TensorSpec("x", (1, 4), "uint8")] if what == "uint8 range" else ints
+        with pytest.raises(BadDataError) as e:
+            load_data(_npz(tmp_path, x=arr), spec)
+        assert "'x'" in e.value.message, what
+    e = _bad(tmp_path, x=np.full((2, 3, 8, 8), 2 ** 30, np.int64))
+    assert "cannot hold exactly" in e.message
+    ok = load_data(_npz(tmp_path, x=np.full((2, 4), 3.0)), ints)  # whole numbers cast fine, noted
+    assert ok.arrays["x"].dtype == np.int32 and "from float64 to int32" in ok.notes[0]
