@@ -35,16 +35,17 @@ Rank = Callable[[Any, float], list]  # (option's artifact, deadline on time.perf
 Build = Callable[[], tuple[Any, Callable]]  # () -> (artifact, run function feed -> {name: array})
 
 
-def make_task_metric(fp32_run, dataset):
-    """The task metric for ``dataset``: ``edgeopt.metrics.make_metric`` where it exists, else the
-    quantize package's own top-1 ``Metric``. Either way: ``.score(run, ds)``, ``.fp32_value``, a name."""
+def make_task_metric(fp32_run, dataset, spec=None):
+    """The task metric for ``dataset``: ``edgeopt.metrics.make_metric`` (``spec`` None: chosen from the
+    output and the data) where it exists, else the quantize package's own ``Metric``. Either way:
+    ``.score(run, ds)``, ``.fp32_value``, a name. (TODO, metrics: pass the chain's ``--metric`` spec here.)"""
     try:
         from edgeopt.metrics import make_metric
     except ImportError:
         from .accuracy_aware import Metric
 
         return Metric(fp32_run, dataset)
-    return make_metric(fp32_run, dataset, None)
+    return make_metric(fp32_run, dataset, spec)
 
 
 def metric_name(m) -> str:
@@ -79,11 +80,11 @@ class BudgetedSearch:
     """Scores candidates against the bound within a time budget, with a progress bar."""
 
     def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
-                 what: str = "INT8 search", labels: bool | None = None):
+                 what: str = "INT8 search", labels: bool | None = None, metric_spec=None):
         self.search, self.confirm, self.bound = search, confirm, float(bound)
         self.budget_s = float(budget_s)
-        self.m_search = make_task_metric(fp32_run, search)
-        self.m_confirm = make_task_metric(fp32_run, confirm)
+        self.m_search = make_task_metric(fp32_run, search, metric_spec)
+        self.m_confirm = make_task_metric(fp32_run, confirm, metric_spec)
         self.t0 = time.perf_counter()
         self.costs: list[float] = []
         self.tried: list[dict] = []
@@ -172,11 +173,11 @@ class BudgetedSearch:
 def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
-               sensitivity_method: str = "") -> SearchResult:
+               sensitivity_method: str = "", metric_spec=None) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
-                       progress=progress, what=what)
+                       progress=progress, what=what, metric_spec=metric_spec)
     try:
         return _run(s, options, rank, with_float, sensitivity_method)
     finally:
