@@ -289,3 +289,24 @@ def test_sigint_during_convert_json_prints_one_object_and_leaves_nothing(tmp_pat
     assert payload["ok"] is False and payload["error"]["kind"] == "interrupted"
     assert err.strip().endswith("edgeopt: error: interrupted") and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []  # neither art/ nor its temporary directory
+
+
+# --- 13.7: library chatter only with --verbose -------------------------------------------------------
+
+@pytest.mark.openvino
+def test_library_log_lines_only_with_verbose(cli, tmp_path, mnist_model):
+    args = ["convert", str(mnist_model), "--profile", "host", "--backend", "openvino", "--precision", "int8"]
+    quiet = cli(*args, "-o", str(tmp_path / "a"), "--json")
+    assert quiet.returncode == 0, quiet.stderr
+    lines = [ln for ln in quiet.stderr.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith(("warning:", "edgeopt:")) for ln in lines), lines  # edgeopt's own only
+    loud = cli("--verbose", *args, "-o", str(tmp_path / "b"), "--json")
+    assert loud.returncode == 0 and "Statistics collection" in loud.stderr  # NNCF's own progress lines
+    assert json.loads(quiet.stdout)["ok"] and json.loads(loud.stdout)["ok"]
+
+
+def test_error_line_stands_alone_without_verbose(cli, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07" + b"\xff" * 40)
+    r = cli("analyze", str(bad))
+    assert r.returncode == 3 and r.stderr.count("\n") == 1 and r.stderr.startswith("edgeopt: error: ")

@@ -7,7 +7,6 @@ results into text or JSON. Errors become one line on stderr and an exit code
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -36,7 +35,9 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors (and library messages)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' own log lines (ONNX Runtime, "
+                                 "OpenVINO/NNCF, TensorFlow) on stderr; hidden otherwise."),
 ) -> None:
     if debug:
         os.environ["EDGEOPT_DEBUG"] = "1"
@@ -48,10 +49,10 @@ def _register() -> None:
 
 
 def _print_error(err_json: dict, line: str, json_mode: bool) -> None:
-    import json
-
     if json_mode:
-        sys.stdout.write(json.dumps({"ok": False, "error": err_json}) + "\n")
+        from edgeopt.cli.output import write_json_line
+
+        write_json_line({"ok": False, "error": err_json})
     sys.stderr.write(f"edgeopt: error: {line}\n")
 
 
@@ -93,14 +94,60 @@ def _print_interrupted(json_mode: bool) -> None:
                   "message": "interrupted (Ctrl-C): no output was left half-written"}, "interrupted", json_mode)
 
 
+QUIET_LOGGERS = ("nncf", "tensorflow", "absl", "onnx2tf", "openvino", "tvm", "onnxruntime", "h5py", "jax")
+
+
+def quiet_libraries() -> None:
+    """Keep the libraries' own chatter off stderr, where edgeopt's one error line goes: native log lines
+    (ONNX Runtime's coloured warnings, TensorFlow's and OpenVINO's C++ logs) write to file descriptor 2,
+    which now leads to /dev/null while ``sys.stderr`` (edgeopt's messages) keeps the real stderr; their
+    Python loggers and warnings are raised to ERROR. ``--verbose`` (or ``--debug``) skips all this."""
+    import logging
+    import warnings
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        sys.stderr.flush()
+        real = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
+                               errors="backslashreplace")
+    except (OSError, ValueError, AttributeError):
+        pass  # no real descriptor 2 (embedded): leave stderr as it is
+    logging.getLogger().setLevel(logging.ERROR)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    try:  # NNCF's progress bars draw on rich's global console; edgeopt's own consoles are separate
+        import rich
+
+        rich.reconfigure(file=open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+    except ImportError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
     debug = "--debug" in argv or os.environ.get("EDGEOPT_DEBUG") == "1"
+    if from_command_line and not debug and "--verbose" not in argv and os.environ.get("EDGEOPT_VERBOSE") != "1":
+        quiet_libraries()
     _register()
     try:
         # standalone mode: the CLI library reports usage errors itself (exit 2) and handles --help.
-        app(args=argv, prog_name="edgeopt", standalone_mode=True)
+        if json_mode:  # stdout is the one JSON object: whatever a library prints goes to stderr meanwhile
+            import contextlib
+
+            from edgeopt.cli import output
+
+            output._json_stream[0] = sys.stdout
+            with contextlib.redirect_stdout(sys.stderr):
+                app(args=argv, prog_name="edgeopt", standalone_mode=True)
+        else:
+            app(args=argv, prog_name="edgeopt", standalone_mode=True)
         return 0
     except SystemExit as e:
         code = e.code
@@ -109,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             _print_interrupted(json_mode)
             return code
         if code == ExitCode.USAGE and json_mode:  # the usage message itself is already on stderr
-            sys.stdout.write(json.dumps({"ok": False, "error": {"kind": "usage", "exit_code": 2,
-                                                                 "message": "usage error (see stderr)"}}) + "\n")
+            from edgeopt.cli.output import write_json_line
+
+            write_json_line({"ok": False, "error": {"kind": "usage", "exit_code": 2,
+                                                    "message": "usage error (see stderr)"}})
         return code
     except EdgeoptError as e:
         e = environment_fault(e.__cause__) or e if e.__cause__ is not None else e  # a stage hit a full disk

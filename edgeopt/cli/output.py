@@ -34,11 +34,24 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, default=_default, indent=None, sort_keys=False)
 
 
+_json_stream: list = [None]  # the real stdout while a --json command runs with library prints sent to stderr
+
+
+def json_stream():
+    """Where the one JSON object goes: the process's stdout, even while ``sys.stdout`` is redirected."""
+    return _json_stream[0] or sys.stdout
+
+
+def write_json_line(obj: Any) -> None:
+    out = json_stream()
+    out.write(dumps(obj) + "\n")
+    out.flush()
+
+
 def emit(json_mode: bool, payload: dict, human: Callable[[Console], None]) -> None:
     """Print ``payload`` as JSON (``--json``) or call ``human`` to draw it for a person."""
     if json_mode:
-        sys.stdout.write(dumps({"ok": True, **payload}) + "\n")
-        sys.stdout.flush()
+        write_json_line({"ok": True, **payload})
     else:
         human(stdout)
 

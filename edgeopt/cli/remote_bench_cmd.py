@@ -11,7 +11,7 @@ from rich.table import Table
 from edgeopt.bench.table import describe_throughput
 from edgeopt.cli import app
 from edgeopt.cli.options import BatchOption, StreamsOption
-from edgeopt.cli.output import JsonOption, dumps, emit, progress, stderr, stdout
+from edgeopt.cli.output import JsonOption, emit, progress, stderr, stdout, write_json_line
 
 
 def _fmt(x) -> str:
@@ -149,7 +149,7 @@ def remote_bench_cmd(
         exc.exit_code, exc.kind = err["exit_code"], err["kind"]
         raise exc
     if json_out:
-        sys.stdout.write(dumps({"ok": False, **payload}) + "\n")
+        write_json_line({"ok": False, **payload})
     for f in payload["failed"]:
         line = f"{f['device']}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else "")
         sys.stderr.write(f"edgeopt: error: {line}\n")
