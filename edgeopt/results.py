@@ -258,33 +258,57 @@ def store_run(result: dict, db: str | os.PathLike | None = None, *, created: str
         conn.close()
 
 
+def _migrated(conn: sqlite3.Connection) -> bool:
+    return conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION
+
+
+def _summary(row: sqlite3.Row, migrated: bool) -> dict:
+    """One row's summary columns; a store that could not be migrated (read-only) gets the identity
+    columns from the run's JSON, as the migration would have."""
+    out = dict(row)
+    if not migrated:
+        ident = identity_of(json.loads(out.pop("_json")))
+        out.update(device=ident["machine"], location=ident["location"], cpu_model=ident["cpu"],
+                   built_for=ident["built_for"], emulated_on=ident["emulated_on"])
+    return out
+
+
+def _select(migrated: bool) -> str:
+    if migrated:
+        return ", ".join(COLUMNS)
+    return ", ".join(c for c in COLUMNS if c not in IDENTITY_COLUMNS) + ", result_json AS _json"
+
+
 def list_runs(db=None, *, model: str | None = None, device: str | None = None, limit: int | None = None) -> list[dict]:
-    q, args = f"SELECT {', '.join(COLUMNS)} FROM runs WHERE 1=1", []
-    if model:
-        q += " AND model = ?"
-        args.append(model)
-    if device:
-        q += " AND device = ?"
-        args.append(device)
-    q += " ORDER BY id"
-    if limit:
-        q += f" LIMIT {int(limit)}"
     conn = connect(db, write=False)
     try:
-        return [dict(r) for r in conn.execute(q, args)]
+        migrated = _migrated(conn)
+        q, args = f"SELECT {_select(migrated)} FROM runs WHERE 1=1", []
+        if model:
+            q += " AND model = ?"
+            args.append(model)
+        if device and migrated:
+            q += " AND device = ?"
+            args.append(device)
+        q += " ORDER BY id"
+        rows = [_summary(r, migrated) for r in conn.execute(q, args)]
     finally:
         conn.close()
+    if device and not migrated:
+        rows = [r for r in rows if r["device"] == device]
+    return rows[:int(limit)] if limit else rows
 
 
 def get_run(run_id: int, db=None) -> dict:
     conn = connect(db, write=False)
     try:
-        row = conn.execute(f"SELECT {', '.join(COLUMNS)}, result_json FROM runs WHERE id = ?", (int(run_id),)).fetchone()
+        migrated = _migrated(conn)
+        row = conn.execute(f"SELECT {_select(migrated)}, result_json FROM runs WHERE id = ?", (int(run_id),)).fetchone()
     finally:
         conn.close()
     if row is None:
         raise BadInputError(f"no run with id {run_id} in the results store", "list them with: edgeopt results list")
-    out = dict(row)
+    out = _summary(row, migrated)
     out["result"] = json.loads(out.pop("result_json"))
     return out
 

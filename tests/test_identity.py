@@ -73,9 +73,8 @@ def test_compare_warns_on_other_threads_or_library_versions(tmp_path):
         results.compare_runs(a, c, db)
 
 
-def test_an_old_store_is_migrated_to_identity_columns(tmp_path):
+def _old_store(db):
     """A store written before identities: a local run of a pi5 artifact was filed as device 'pi5'."""
-    db = tmp_path / "old.db"
     conn = sqlite3.connect(db)
     conn.executescript("""CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, created TEXT NOT NULL, model TEXT,
         artifact_hash TEXT, backend TEXT, precision TEXT, device TEXT, location TEXT, label TEXT, stage TEXT,
@@ -86,10 +85,34 @@ def test_an_old_store_is_migrated_to_identity_columns(tmp_path):
                  ("2026-11-01T00:00:00", "m.onnx", "pi5", "local", 0.1, json.dumps(old)))
     conn.commit()
     conn.close()
+    return old
+
+
+def test_an_old_store_is_migrated_to_identity_columns(tmp_path):
+    db = tmp_path / "old.db"
+    old = _old_store(db)
     (row,) = results.list_runs(db)
     assert (row["device"], row["location"], row["cpu_model"], row["built_for"]) == ("build-7", "local", "Xeon", "pi5")
     results.store_run(old, db)  # and new rows go in with the same columns
     assert [r["device"] for r in results.list_runs(db)] == ["build-7", "build-7"]
+
+
+def test_a_read_only_old_store_is_read_with_identities_fake_access(tmp_path, monkeypatch):
+    """A read-only store can't be migrated: its rows get the identity from their JSON. os.access is faked
+    (as root every file is writable), the store and sqlite's read-only open are real."""
+    import os
+
+    db = tmp_path / "old.db"
+    _old_store(db)
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK)
+    (row,) = results.list_runs(db, device="build-7")
+    assert (row["device"], row["cpu_model"], row["built_for"]) == ("build-7", "Xeon", "pi5")
+    assert results.get_run(row["id"], db)["device"] == "build-7"
+    assert results.list_runs(db, device="pi5") == []
+    monkeypatch.undo()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 0  # nothing was written
+    conn.close()
 
 
 def test_pipeline_latency_gate_does_not_judge_a_pi5_target_by_this_hosts_timing():
@@ -249,9 +272,9 @@ def test_emulate_stop_during_a_run_stops_its_sessions_and_nothing_is_stored(remo
     assert proc.returncode == 6, err
     error = json.loads(out)["error"]
     assert error["message"] == "stop-emu: connection lost while running the benchmark" and error["details"]["step"] == "bench"
-    from edgeopt.results import list_runs
+    from edgeopt.results import default_db_path, list_runs
 
-    assert list_runs() == []
+    assert not default_db_path().exists() or list_runs() == []
     assert json.loads(cli("devices", "list", "--json").stdout)["devices"] == []
 
 

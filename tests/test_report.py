@@ -66,7 +66,10 @@ def test_report_without_stage_labels_says_how_to_get_the_waterfall(tmp_path):
     assert "--label stage=" in (tmp_path / "r.html").read_text()
 
 
-def test_report_on_an_empty_store_exits_3(cli, tmp_path):
+def test_report_on_an_empty_or_missing_store_exits_3(cli, tmp_path):
+    p = cli("report", "--db", str(tmp_path / "missing.db"), "-o", str(tmp_path / "r.html"))
+    assert p.returncode == 3 and "does not exist" in p.stderr
+    results.connect(tmp_path / "empty.db").close()  # a store with no runs yet
     p = cli("report", "--db", str(tmp_path / "empty.db"), "-o", str(tmp_path / "r.html"))
     assert p.returncode == 3 and "no runs" in p.stderr
     assert not (tmp_path / "r.html").exists()
