@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.metrics.base import MetricSpec
 
 
 class Format(StrEnum):
@@ -65,6 +66,7 @@ class ChainOptions(StageConfig):
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
     stage_overrides: dict[str, dict[str, Any]] = {}
     input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
+    metric: MetricSpec | None = None  # --metric…: the task metric the searches and the validation use (None: auto)
 
 
 @dataclass

@@ -118,8 +118,10 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
             eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
             dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
             progress=None, calib_method=None, on_warning=None, search_budget=None,
-            min_speedup=None) -> ConvertResult:
-    """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc)."""
+            min_speedup=None, metric=None, metric_search_path=None) -> ConvertResult:
+    """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc).
+    ``metric``: the task metric (an :class:`edgeopt.metrics.MetricSpec`, a name such as ``"ctc"`` or
+    ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output and labels."""
     from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
     from edgeopt.data import parse_preprocess
     from edgeopt.files import file_sha256
@@ -152,7 +154,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     plan = make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
                      calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
                      threads=threads, recipe=recipe, input_shapes=shapes, search_budget=search_budget,
-                     min_speedup=min_speedup)
+                     min_speedup=min_speedup, metric=_metric_spec(metric))
     for w in plan.warnings:
         warn(w)
     if dry_run:
@@ -184,9 +186,18 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         in_specs, out_specs = graph_inputs(proto), graph_outputs(proto)
         del proto
         calib_ds, val, val_source = _datasets(in_specs, calib, eval, pre, plan.precision, warn)
+        from edgeopt.metrics import metric_context
+        from edgeopt.validate import check_task_metric
+
+        search_path = _metric_search_path(metric_search_path, recipe_path)
+        for note in dict.fromkeys([*(calib_ds.notes if calib_ds is not None else []), *val.notes]):
+            warn(note)
+        check_task_metric(src, shapes, val, val_source, plan.options.metric, search_path, plan.options.threads)
 
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
+        active_metric = metric_context(plan.options.metric, search_path)  # the searches' default metric
+        active_metric.__enter__()
         try:
             ctx = ChainContext(profile=prof, work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
                                eval=val if val_source == "eval" else None,
@@ -217,7 +228,8 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
             validation = validate_artifact(tmp, ctx.reference_model, val, data_source=val_source,
                                            manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
                                            max_accuracy_drop=plan.options.max_accuracy_drop,
-                                           min_cosine=plan.options.min_cosine, progress=progress)
+                                           min_cosine=plan.options.min_cosine, progress=progress,
+                                           metric=plan.options.metric, search_path=search_path)
             manifest.validation = validation.model_dump(mode="json")
             manifest.warnings = list(warnings)
             manifest = write_manifest(tmp, manifest)
@@ -226,8 +238,27 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            active_metric.__exit__(None, None, None)
     return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest.model_dump(mode="json"), plan=plan.to_json(),
                          validation=manifest.validation, warnings=warnings)
+
+
+def _metric_spec(metric):
+    from edgeopt.metrics import MetricSpec, parse_metric_spec
+
+    if metric is None or isinstance(metric, MetricSpec):
+        return metric
+    return MetricSpec.model_validate(metric) if isinstance(metric, dict) else parse_metric_spec(str(metric))
+
+
+def _metric_search_path(given, recipe_path) -> list[str]:
+    """Where a user's ``--metric MODULE:FUNCTION`` is imported from: the given dirs, the recipe's
+    directory, then the current directory."""
+    dirs = [str(d) for d in (given or ())]
+    if recipe_path is not None:
+        dirs.append(str(Path(recipe_path).resolve().parent))
+    return dirs
 
 
 def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings, with_torch):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
+from edgeopt.metrics.base import MetricSpec
 
 # What each optional backend imports, checked (with find_spec, nothing imported) before its module is.
 _BACKEND_EXTRA = {
@@ -98,6 +99,7 @@ class Recipe(BaseModel):
     search_budget: float | None = Field(default=None, gt=0)  # seconds for the accuracy-aware INT8 search
     min_speedup: float | None = Field(default=None, gt=0)
     threads: int | None = Field(default=None, gt=0)
+    metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): {name: ctc, ctc_blank: 0, ...}
     stages: dict[str, dict[str, Any]] = {}
 
 
@@ -239,6 +241,7 @@ def make_plan(
     search_budget: float | None = None,
     min_speedup: float | None = None,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
+    metric=None,
 ) -> Plan:
     """The ordered stages for ``profile`` with the user's overrides (recipe, then flags)."""
     if recipe is not None and not isinstance(recipe, Recipe):
@@ -280,6 +283,7 @@ def make_plan(
             backend_settings=dict(target.settings) if target else {},
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
+            metric=pick(metric, r.metric, None),
         )
     except ValidationError as err:
         raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err

@@ -1,7 +1,11 @@
 """Validation of an artifact: run it through its own runner against the FP32 reference in ORT.
 
-Figures: cosine (min/mean over samples and outputs), max abs error, top-1 agreement of output 0,
-and with labels the top-1 accuracy of both and the drop in points. Gates (``max_accuracy_drop``,
+Figures: cosine (min/mean over samples and outputs), max abs error, top-1 agreement of output 0, and
+the task metric (:mod:`edgeopt.metrics`, fitted to the output or named by ``--metric``) of both with its
+drop: ``accuracy*`` when it is judged against labels, ``metric_*`` always, named in ``metric``. The
+``max_accuracy_drop`` gate takes the labelled drop, else the drop vs FP32 on real (not synthetic) data
+(points for % metrics; for
+``sqnr`` the dB below its target, see ``edgeopt.metrics``); ``min_sqnr_db`` gates the SQNR itself. Gates (``max_accuracy_drop``,
 ``min_cosine``) that miss raise :class:`GateFailedError` (exit 5) with the figures in ``details``.
 """
 
@@ -37,6 +41,13 @@ class Validation(BaseModel):
     accuracy_reference: float | None = None  # top-1 %, FP32 reference in ONNX Runtime
     accuracy: float | None = None  # top-1 %, the artifact
     accuracy_drop: float | None = None  # points
+    metric: str | None = None  # the task metric's name, e.g. "ctc_exact_match_vs_fp32"
+    metric_description: str | None = None
+    metric_unit: str | None = None  # "%" or "dB"
+    metric_basis: str | None = None  # "labels" or "fp32"
+    metric_reference: float | None = None  # FP32 in ONNX Runtime (for sqnr: the target in dB)
+    metric_value: float | None = None  # the artifact
+    metric_drop: float | None = None  # reference - value
     gates: dict[str, Gate] = {}
 
     @property
@@ -44,16 +55,19 @@ class Validation(BaseModel):
         return all(g.passed for g in self.gates.values())
 
 
-def _top1(outputs: dict[str, np.ndarray]) -> np.ndarray:
-    first = np.asarray(next(iter(outputs.values())))
-    return np.argmax(first.reshape(-1, first.shape[-1]), axis=-1)
+def _judged(outputs: dict[str, np.ndarray], name: str | None) -> dict[str, np.ndarray]:
+    """Only the output the metric judges (the first unless named): what is kept per sample."""
+    key = name if name in outputs else next(iter(outputs))
+    return {key: np.asarray(outputs[key])}
 
 
 def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, manifest: dict | None = None,
                       threads: int | None = None, max_accuracy_drop: float | None = None,
-                      min_cosine: float | None = None, progress=None) -> Validation:
-    """Compare the artifact with ``reference_model`` on ``data`` (an :class:`edgeopt.data.Dataset`)."""
+                      min_cosine: float | None = None, progress=None, metric=None, search_path=None) -> Validation:
+    """Compare the artifact with ``reference_model`` on ``data`` (an :class:`edgeopt.data.Dataset`);
+    ``metric``: an :class:`edgeopt.metrics.MetricSpec` (None: chosen from the output and the labels)."""
     from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.metrics import metric_for_outputs
     from edgeopt.runtime.runners import open_runner
 
     reference = ort_run_fn(Path(reference_model), threads)
@@ -70,7 +84,8 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
 
         n = len(data)
         cos_min, cos_means, max_abs, agree = [], [], 0.0, []
-        correct_ref = correct_got = labelled = 0
+        ref_outs, got_outs = [], []
+        judged = getattr(metric, "output", None)
         bar = progress("validating", n) if progress else nullcontext()
         with bar as tick:
             for i in range(n):
@@ -81,13 +96,8 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
                 max_abs = max(max_abs, r["max_abs_err"])
                 if r["top1_agreement"] is not None:
                     agree.append(r["top1_agreement"])
-                if data.labels is not None:
-                    label = np.asarray(data.labels[i]).reshape(-1)
-                    p_ref, p_got = _top1(seen["ref"]), _top1(seen["got"])
-                    if len(p_ref) == len(label):
-                        correct_ref += int(np.sum(p_ref == label))
-                        correct_got += int(np.sum(p_got == label))
-                        labelled += len(label)
+                ref_outs.append(_judged(seen["ref"], judged))
+                got_outs.append(_judged(seen["got"], judged))
                 if tick is not None:
                     tick.advance()
     v = Validation(
@@ -99,17 +109,27 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         max_abs_err=max_abs,
         top1_agreement=float(np.mean(agree)) if agree else None,
     )
-    if labelled:
-        acc_ref = 100.0 * correct_ref / labelled
-        acc = 100.0 * correct_got / labelled
-        v.accuracy_reference, v.accuracy, v.accuracy_drop = round(acc_ref, 4), round(acc, 4), round(acc_ref - acc, 4)
+    m = metric_for_outputs(ref_outs, data.labels, metric, search_path=search_path,
+                           role="eval" if data_source == "eval" else "calib")
+    value = m.score_outputs(got_outs)
+    v.metric, v.metric_description, v.metric_unit = m.name, m.description, m.unit
+    v.metric_basis = "labels" if m.labels_used else "fp32"
+    v.metric_reference, v.metric_value = round(m.fp32_value, 4), round(value, 4)
+    v.metric_drop = round(m.fp32_value - value, 4)
+    if m.labels_used:
+        v.accuracy_reference, v.accuracy, v.accuracy_drop = v.metric_reference, v.metric_value, v.metric_drop
     gates = {}
+    if metric is not None and getattr(metric, "min_sqnr_db", None) is not None and m.unit == "dB":
+        gates["min_sqnr_db"] = Gate(threshold=metric.min_sqnr_db, value=v.metric_value,
+                                    passed=v.metric_value >= metric.min_sqnr_db)
     if min_cosine is not None:
         gates["min_cosine"] = Gate(threshold=min_cosine, value=v.cosine_min,
                                    passed=v.cosine_min is not None and v.cosine_min >= min_cosine)
     if max_accuracy_drop is not None:
-        gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=v.accuracy_drop,
-                                          passed=v.accuracy_drop is not None and v.accuracy_drop <= max_accuracy_drop)
+        # without labels, the drop vs FP32 on real data (as the INT8 search judges it); never on random inputs
+        drop = v.accuracy_drop if v.accuracy_drop is not None else None if v.synthetic else v.metric_drop
+        gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=drop,
+                                          passed=drop is not None and drop <= max_accuracy_drop)
     v.gates = gates
     return v
 
@@ -120,10 +140,14 @@ def check_gates(v: Validation) -> None:
     for name, g in v.gates.items():
         if g.passed:
             continue
+        unit = " dB" if v.metric_unit == "dB" else " pts" if v.metric_unit == "%" else ""
         if name == "max_accuracy_drop" and g.value is None:
             missed.append("accuracy drop could not be measured (no labels: give --eval with 'labels')")
         elif name == "max_accuracy_drop":
-            missed.append(f"accuracy drop {g.value:.2f} pts > {g.threshold} ({v.accuracy_reference:.2f}% -> {v.accuracy:.2f}%)")
+            missed.append(f"{v.metric} drop {g.value:.2f}{unit} > {g.threshold} "
+                          f"({v.metric_reference:.2f} -> {v.metric_value:.2f})")
+        elif name == "min_sqnr_db":
+            missed.append(f"SQNR {g.value:.2f} dB < --min-sqnr-db {g.threshold}")
         else:
             missed.append(f"cosine {g.value if g.value is None else round(g.value, 6)} < {g.threshold}")
     if missed:
@@ -132,3 +156,27 @@ def check_gates(v: Validation) -> None:
             "nothing was written; relax the gate, give better calibration data, or use a higher precision",
             details={"validation": v.model_dump(mode="json")},
         )
+
+
+def check_task_metric(model_path, input_shapes, data, data_source: str, spec=None, search_path=None,
+                      threads: int | None = None):
+    """Before any work: the labels checked against what the model outputs (range, shape, one-hot
+    converted, FP32 not at or below chance) and a user's ``--metric MODULE:FUNCTION`` imported and run, by
+    running the FP32 model once on ``data`` in ONNX Runtime. Without labels or a metric spec nothing runs.
+    Returns the metric (None when skipped); bad labels or a bad metric path raise exit 3."""
+    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.errors import EdgeoptError
+    from edgeopt.metrics import metric_for_outputs
+
+    if data is None or (data.labels is None and spec is None):
+        return None
+    try:
+        run = ort_run_fn(Path(model_path), threads)
+        outputs = [run(feed) for feed in data.feeds()]
+    except EdgeoptError:
+        raise
+    except Exception:  # noqa: BLE001 - a model ORT can't run as given is reported by the chain, with context
+        return None
+    del input_shapes  # the data already has the shapes the model is run at
+    return metric_for_outputs(outputs, data.labels, spec, search_path=search_path,
+                              role="eval" if data_source == "eval" else "calib")

@@ -41,6 +41,8 @@ class MetricSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _custom_path(cls, data):
+        if isinstance(data, str):  # the recipe's short form: `metric: ctc` / `metric: my_metrics:score`
+            data = {"name": data}
         if isinstance(data, dict) and isinstance(data.get("name"), str) and is_custom(data["name"]):
             data = {**data, "name": MetricName.CUSTOM, "custom": data["name"]}
         return data
