@@ -193,11 +193,16 @@ def test_min_speedup_gate_fails_when_int8_is_no_faster(tagger, tmp_path):
 
 
 @pytest.mark.openvino
-def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, monkeypatch):
+@pytest.mark.parametrize("ranking", ["bypass", "local"])
+def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, monkeypatch, ranking):
+    """Both rankings (bypass each quantizer: one compile each; local error: one compile for all, used past
+    BYPASS_LIMIT quantizers) find the outlier layer's quantizer and the search keeps only it in float."""
     from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import ort_run_fn
     from edgeopt.converters.quantize import nncf_search
 
+    if ranking == "local":
+        monkeypatch.setattr(nncf_search, "BYPASS_LIMIT", 0)
     model, calib, ev = tagger
     calls = {"rank": 0}
     listing = nncf_search.activation_quantizers
@@ -215,6 +220,8 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
     assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
     assert aa["tried"][0]["what"] == "nncf defaults" and aa["kept_in_float_count"] >= 1
     assert aa["kept_in_float"] and all(k["ops"] for k in aa["kept_in_float"])
+    assert aa["kept_in_float"][0]["quantizer"].startswith("reluB")  # fcB's outlier channels, read by fcC
+    assert ("bypassing" if ranking == "bypass" else "own error") in aa["sensitivity"]["method"]
     from edgeopt.runtime.runners.openvino import Runner
 
     runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)

@@ -12,7 +12,8 @@
 
 A time budget bounds the whole search: a candidate is not started when the time already spent plus
 what a candidate has cost so far would pass it (the first option always runs, so there is always a
-figure to report). Out of budget or out of candidates, :class:`GateFailedError` (exit 5) names the
+figure to report). The options may use half of it, so the float fallback always gets its turn; the
+ranking stops early enough to leave room for two candidates (ops it had no time for rank last). Out of budget or out of candidates, :class:`GateFailedError` (exit 5) names the
 best metric reached and how much was kept in float; nothing is written.
 """
 
@@ -30,6 +31,7 @@ from edgeopt.errors import GateFailedError
 from .sensitivity import UNRANKED
 
 DEFAULT_BUDGET_S = 120.0
+OPTIONS_SHARE = 0.5  # the quantizer's options may use half the budget; the float fallback gets the rest
 
 Rank = Callable[[Any, float], list]  # (option's artifact, deadline on time.perf_counter()) -> [(op, score)], best first
 Build = Callable[[], tuple[Any, Callable]]  # () -> (artifact, run function feed -> {name: array})
@@ -113,11 +115,11 @@ class BudgetedSearch:
     def left(self) -> float:
         return self.budget_s - self.elapsed()
 
-    def can_afford(self) -> bool:
-        """Whether one more candidate (at the mean cost so far) still fits in the budget."""
+    def can_afford(self, share: float = 1.0) -> bool:
+        """Whether one more candidate (at the mean cost so far) still fits in ``share`` of the budget."""
         expected = float(np.mean(self.costs)) if self.costs else 0.0
-        ok = self.elapsed() + expected <= self.budget_s
-        if not ok:
+        ok = self.elapsed() + expected <= self.budget_s * share
+        if not ok and share >= 1.0:
             self.stopped_by_budget = True
         return ok
 
@@ -188,7 +190,7 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
     report = s.report
     results: list[Candidate] = []
     for i, (label, build) in enumerate(options):
-        if i > 0 and not s.can_afford():
+        if i > 0 and not s.can_afford(share=OPTIONS_SHARE):
             break
         c = s.evaluate(label, build)
         results.append(c)
