@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgeopt.files import read_text_file
+
 
 @dataclass
 class Dataset:
@@ -232,7 +234,7 @@ def parse_preprocess(spec):
     elif str(spec).endswith((".yaml", ".yml")):
         if not Path(spec).is_file():
             raise BadInputError(f"--preprocess file '{spec}' not found", "check the path")
-        data = yaml.safe_load(Path(spec).read_text()) or {}
+        data = yaml.safe_load(read_text_file(spec, "--preprocess file")) or {}
     else:
         data = {}
         for part in str(spec).split(","):

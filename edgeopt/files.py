@@ -56,3 +56,19 @@ def file_sha256(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
+    """A user's text file (recipe, inventory, YAML) as UTF-8; a binary or unreadable file is one line,
+    exit 3, naming it (not a UnicodeDecodeError from deep inside a loader)."""
+    from edgeopt.errors import BadInputError
+
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise BadInputError(f"{what} '{p}' is not UTF-8 text (byte {err.start}: {err.reason})",
+                            "pass the text file itself, not a binary one") from err
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise BadInputError(f"cannot read {what} '{p}': {reason}", "check the path and its permissions") from err

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
+from edgeopt.files import read_text_file
 from edgeopt.metrics.base import MetricSpec
 
 # What each optional backend imports, checked (with find_spec, nothing imported) before its module is.
@@ -119,7 +120,7 @@ def load_recipe(path: str | Path) -> Recipe:
     if not p.is_file():
         raise BadInputError(f"recipe file '{p}' not found", "check the path")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(read_text_file(p, "recipe file")) or {}
     except yaml.YAMLError as err:
         raise BadInputError(f"{p}: not valid YAML", "fix the YAML syntax") from err
     if not isinstance(data, dict):

@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from edgeopt.errors import BadInputError, UsageError, did_you_mean
-from edgeopt.files import write_text_atomic
+from edgeopt.files import read_text_file, write_text_atomic
 
 from .paths import default_devices_file
 
@@ -131,7 +131,7 @@ def load_devices(path: str | os.PathLike | None = None) -> dict[str, Device]:
     else:  # pragma: no cover
         import tomli as tomllib
     try:
-        data = tomllib.loads(f.read_text())
+        data = tomllib.loads(read_text_file(f, "device inventory"))
     except tomllib.TOMLDecodeError as err:
         raise BadInputError(f"{f}: not valid TOML: {err}", "fix the file or remove it") from err
     unknown = set(data) - {"devices"}

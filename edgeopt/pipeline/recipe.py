@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from edgeopt.converters.base import CalibMethod, PruneMode
 from edgeopt.enums import Precision, StrEnum
 from edgeopt.errors import BadInputError, did_you_mean
+from edgeopt.files import read_text_file
 
 RECIPE_VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -187,7 +188,7 @@ def load_pipeline_recipe(path: str | Path) -> LoadedRecipe:
     if not p.is_file():
         raise BadInputError(f"recipe file '{p}' not found", "write one with: edgeopt pipeline init MODEL")
     try:
-        data = read_yaml(p.read_text(), str(p))
+        data = read_yaml(read_text_file(p, "recipe file"), str(p))
     except EdgeoptError as err:  # a BadProfileError from the shared YAML reader: same exit code, neutral kind
         raise BadInputError(err.message, "fix the YAML") from err
     recipe = parse_recipe(data, str(p))
