@@ -47,7 +47,7 @@ def test_unknown_key_is_an_error_with_did_you_mean(remote_env):
 
 def test_unknown_device_suggests_close_name(remote_env):
     inv.add_device(inv.make_device(name="pi5-lab", host="h", profile="pi5"))
-    with pytest.raises(UsageError) as e:
+    with pytest.raises(BadInputError) as e:  # an unknown device is bad input (exit 3), like an unknown profile
         inv.get_device("pi5-lba")
     assert "pi5-lab" in e.value.hint
 
