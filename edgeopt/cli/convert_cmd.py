@@ -8,8 +8,13 @@ import typer
 
 from edgeopt.cli import app
 from edgeopt.cli.options import (
+    CtcBlankOption,
     InputShapeOption,
+    MetricAxisOption,
+    MetricOption,
+    MetricThresholdOption,
     MinSpeedupOption,
+    MinSqnrOption,
     ProfileDirOption,
     ProfileOption,
     SearchBudgetOption,
@@ -32,10 +37,16 @@ def convert_cmd(
     preprocess: str = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,layout=NCHW,channels=RGB,scale=255 or a YAML file."),
     calib_method: str = typer.Option(None, "--calib-method", help="minmax | percentile"),
     input_shape: list[str] = InputShapeOption,
-    max_accuracy_drop: float = typer.Option(None, "--max-accuracy-drop", help="Gate: most top-1 points lost (needs labels)."),
+    max_accuracy_drop: float = typer.Option(None, "--max-accuracy-drop",
+                                            help="Gate: most points of the task metric lost (dB below --min-sqnr-db for sqnr)."),
     min_cosine: float = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32."),
     search_budget: float = SearchBudgetOption,
     min_speedup: float = MinSpeedupOption,
+    metric: str = MetricOption,
+    metric_axis: int = MetricAxisOption,
+    ctc_blank: int = CtcBlankOption,
+    metric_threshold: float = MetricThresholdOption,
+    min_sqnr_db: float = MinSqnrOption,
     recipe: Path = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...})."),
     threads: int = typer.Option(None, "--threads", help="Runtime threads."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
@@ -47,6 +58,7 @@ def convert_cmd(
     json_out: bool = JsonOption,
 ) -> None:
     """Convert a model for a device profile into a validated artifact directory."""
+    from edgeopt.cli.options import metric_spec
     from edgeopt.convert import convert
     from edgeopt.errors import UsageError
 
@@ -64,6 +76,7 @@ def convert_cmd(
         recipe=recipe, force=force, dry_run=dry_run, threads=threads, from_torch=from_torch, weights=weights,
         preprocess=preprocess, profile_dirs=profile_dir, calib_method=calib_method,
         progress=progress_factory(json_out), on_warning=warn, search_budget=search_budget, min_speedup=min_speedup,
+        metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
     )
     if dry_run:
         def human_plan(c):
@@ -100,4 +113,8 @@ def _validation_text(v: dict) -> str:
     for key in ("cosine_min", "cosine_mean", "max_abs_err", "top1_agreement", "accuracy_reference", "accuracy", "accuracy_drop"):
         if v.get(key) is not None:
             parts.append(f"{key}={v[key]:.6g}")
+    if v.get("metric"):
+        unit = v.get("metric_unit") or ""
+        parts.append(f"\nmetric {v['metric']} ({v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
+                     f"{v['metric_value']:.4g}{unit} (drop {v['metric_drop']:.4g})")
     return " ".join(parts)

@@ -28,3 +28,19 @@ SearchBudgetOption = typer.Option(None, "--search-budget", min=1,
                                   help="Seconds for the accuracy-aware INT8 search (--max-accuracy-drop; default 120).")
 MinSpeedupOption = typer.Option(None, "--min-speedup", min=0.01,
                                 help="Gate: accuracy-aware INT8 must be this many times faster than FP32 (quick estimate).")
+MetricOption = typer.Option(None, "--metric",
+                            help="Task metric: top1 | position_agreement | ctc | map_iou | cosine | sqnr, or "
+                                 "MODULE:FUNCTION (your own; default: chosen from the output and the labels).")
+MetricAxisOption = typer.Option(None, "--metric-axis", help="The output's class axis (e.g. 1 for [N,C,H,W]).")
+CtcBlankOption = typer.Option(None, "--ctc-blank", min=0, help="--metric ctc: the blank class index (default 0).")
+MetricThresholdOption = typer.Option(None, "--metric-threshold",
+                                     help="Threshold of map_iou maps and one-value decisions (default 0.5).")
+MinSqnrOption = typer.Option(None, "--min-sqnr-db", help="--metric sqnr: the SQNR target and gate, in dB (default 30).")
+
+
+def metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db):
+    """The :class:`edgeopt.metrics.MetricSpec` of the --metric options (None when none was given)."""
+    from edgeopt.metrics import parse_metric_spec
+
+    return parse_metric_spec(metric, axis=metric_axis, ctc_blank=ctc_blank, threshold=metric_threshold,
+                             min_sqnr_db=min_sqnr_db)

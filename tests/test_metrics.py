@@ -1,0 +1,234 @@
+"""edgeopt.metrics: each metric on real outputs (the bundled digits CNN, a per-position tagger and a
+probability-map model built here), labels validated against the output, the user's metric import path,
+and --metric through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_search import sequence_tagger, sequences
+
+from edgeopt.converters.checks import ort_run_fn
+from edgeopt.data import Dataset, check_dataset, load_npz
+from edgeopt.errors import BadDataError, BadInputError, ExitCode
+from edgeopt.metrics import MetricSpec, ctc_decode, make_metric, metric_context, parse_metric_spec
+from edgeopt.model import graph_inputs, load_onnx
+
+pytestmark = pytest.mark.onnxruntime
+REPO = Path(__file__).resolve().parent.parent
+DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
+DIGITS_TEST = REPO / "fixtures" / "data" / "digits_test.npz"
+
+
+@pytest.fixture(scope="module")
+def digits():
+    ds = check_dataset(load_npz(DIGITS_TEST), graph_inputs(load_onnx(DIGITS)), role="eval").subset(range(120))
+    return ort_run_fn(DIGITS, 2), ds
+
+
+def noisy(run, scale: float, seed: int = 0):
+    """``run`` with Gaussian noise on every output (a stand-in for a worse quantized model)."""
+    rng = np.random.default_rng(seed)
+
+    def go(feed):
+        return {k: v + scale * rng.standard_normal(v.shape).astype(v.dtype) for k, v in run(feed).items()}
+
+    return go
+
+
+def with_labels(ds: Dataset, labels) -> Dataset:
+    return Dataset(ds.arrays, labels, ds.source, ds.synthetic, ds.ranks)
+
+
+def test_top1_with_and_without_labels_on_the_digits_cnn(digits):
+    run, ds = digits
+    m = make_metric(run, ds)
+    assert m.name == "top1_accuracy" and m.unit == "%" and m.labels_used and 95 < m.fp32_value <= 100
+    worse = m.score(noisy(run, 20.0), ds)
+    assert worse < m.fp32_value
+    outs = m.outputs(noisy(run, 20.0, seed=1), ds)  # cached outputs score the same as a fresh run
+    assert m.score_outputs(outs) == m.score(noisy(run, 20.0, seed=1), ds)
+    a = make_metric(run, with_labels(ds, None))
+    assert a.name == "top1_agreement_with_fp32" and a.fp32_value == 100.0 and not a.labels_used
+
+
+def test_one_hot_and_probability_labels_are_converted(digits):
+    run, ds = digits
+    ref = make_metric(run, ds).fp32_value
+    one_hot = np.eye(10, dtype=np.float32)[ds.labels]
+    assert make_metric(run, with_labels(ds, one_hot)).fp32_value == ref
+    assert make_metric(run, with_labels(ds, one_hot * 0.8 + 0.02)).fp32_value == ref
+    assert make_metric(run, with_labels(ds, ds.labels.astype(np.float64)[:, None])).fp32_value == ref
+
+
+@pytest.mark.parametrize("labels, words", [
+    (lambda y: np.array([str(v) for v in y]), "labels are strings"),
+    (lambda y: y + 100, "out of range: [100, 101, 102, 103, 104] for a model with 10 classes"),
+    (lambda y: y[:-3], "117 labels for 120 samples"),
+    (lambda y: y + 0.5, "fractions"),
+    (lambda y: (y + 1) % 10, "your labels don't match the model's outputs: FP32 scores"),
+])
+def test_bad_labels_are_one_line_exit_3(digits, labels, words):
+    run, ds = digits
+    with pytest.raises(BadDataError) as e:
+        make_metric(run, with_labels(ds, labels(ds.labels)))
+    assert e.value.exit_code == ExitCode.BAD_INPUT and words in e.value.message
+    assert "\n" not in e.value.one_line()
+
+
+def test_cosine_and_sqnr_in_db(digits):
+    run, ds = digits
+    c = make_metric(run, ds, MetricSpec(name="cosine"))
+    assert c.name == "cosine_vs_fp32" and c.fp32_value == pytest.approx(100.0) and c.score(noisy(run, 1.0), ds) < 100
+    s = make_metric(run, ds, MetricSpec(name="sqnr", min_sqnr_db=25))
+    assert s.unit == "dB" and s.fp32_value == 25.0  # the reference is the target: drop = dB below it
+    small, big = s.score(noisy(run, 0.01), ds), s.score(noisy(run, 1.0), ds)
+    assert small > big and small - big == pytest.approx(40.0, abs=1.0)  # 100x the noise amplitude = 40 dB
+
+
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tagger")
+    protos = sequence_tagger(d / "tagger.onnx")
+    ds, clusters = sequences(protos, 30, seed=3)
+    return ort_run_fn(d / "tagger.onnx", 2), ds, clusters
+
+
+def test_per_position_agreement_along_the_class_axis(tagger):
+    run, ds, clusters = tagger
+    m = make_metric(run, ds)
+    assert m.name == "per_position_agreement_with_fp32" and "axis 2 of [N,8,10]" in m.description
+    assert 0 < m.score(noisy(run, 8.0), ds) < 100
+    lab = make_metric(run, with_labels(ds, clusters))
+    assert lab.name == "per_position_accuracy" and lab.fp32_value > 90
+    ignored = np.where(np.arange(8) < 4, clusters, -1)  # -1: positions not judged
+    assert make_metric(run, with_labels(ds, ignored)).fp32_value > 90
+    with pytest.raises(BadDataError, match="out of range"):
+        make_metric(run, with_labels(ds, clusters + 10))
+
+
+def test_ctc_greedy_decoding_and_exact_match(tagger):
+    y = np.zeros((6, 4))
+    y[[0, 1, 2, 3, 4, 5], [1, 1, 0, 2, 2, 3]] = 1  # 1 1 _ 2 2 3 -> (1, 2, 3)
+    assert ctc_decode(y, 1, 0) == (1, 2, 3) and ctc_decode(y, 1, 2) == (1, 0, 3)
+    run, ds, _ = tagger
+    m = make_metric(run, ds, MetricSpec(name="ctc"))
+    assert m.name == "ctc_exact_match_vs_fp32" and m.fp32_value == 100.0 and m.score(noisy(run, 8.0), ds) < 100
+    decoded = [ctc_decode(next(iter(run(f).values()))[0], 1, 0) for f in ds.feeds()]
+    padded = np.full((len(ds), 9), -1, np.int64)  # labels: sequences padded with -1 (chosen automatically)
+    for i, seq in enumerate(decoded):
+        padded[i, :len(seq)] = seq
+    auto = make_metric(run, with_labels(ds, padded))
+    assert auto.name == "ctc_exact_match" and auto.fp32_value == 100.0
+    with pytest.raises(BadInputError, match="--ctc-blank 10"):
+        make_metric(run, ds, MetricSpec(name="ctc", ctc_blank=10))
+
+
+def prob_map_model(path: Path) -> Path:
+    """x[1,1,8,8] -> Conv 3x3 -> Sigmoid -> p[1,1,8,8]: a one-channel probability map (as DBNet's)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = np.random.default_rng(0).normal(size=(1, 1, 3, 3)).astype(np.float32)
+    g = h.make_graph([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Sigmoid", ["c"], ["p"])],
+                     "map", [h.make_tensor_value_info("x", T.FLOAT, [1, 1, 8, 8])],
+                     [h.make_tensor_value_info("p", T.FLOAT, [1, 1, 8, 8])], [nh.from_array(w, "w")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(path))
+    return path
+
+
+def test_map_iou_thresholded(tmp_path):
+    run = ort_run_fn(prob_map_model(tmp_path / "map.onnx"))
+    x = np.random.default_rng(1).standard_normal((10, 1, 1, 8, 8)).astype(np.float32)
+    ds = Dataset({"x": x}, None, ranks={"x": 4})
+    m = make_metric(run, ds)
+    assert m.name == "map_iou_at_0.5_vs_fp32" and m.fp32_value == 100.0
+    assert m.score(noisy(run, 0.3), ds) < 100
+    m3 = make_metric(run, ds, MetricSpec(threshold=0.3))
+    assert m3.name == "map_iou_at_0.3_vs_fp32"
+    masks = np.stack([next(iter(run(f).values()))[0] > 0.5 for f in ds.feeds()])
+    assert make_metric(run, with_labels(ds, masks.astype(np.uint8))).name == "map_iou_at_0.5"
+
+
+def test_ambiguous_class_axis_asks_for_metric_axis(tmp_path):
+    def cube(feed):
+        return {"y": np.ones((1, 6, 6, 6), np.float32)}
+
+    ds = Dataset({"x": np.zeros((3, 1, 2), np.float32)}, None, ranks={"x": 2})
+    with pytest.raises(BadInputError) as e:
+        make_metric(cube, ds)
+    assert "can't tell the class axis of output 'y' [N,6,6,6]" in e.value.message and "--metric-axis" in e.value.hint
+    assert make_metric(cube, ds, MetricSpec(axis=1)).name == "per_position_agreement_with_fp32"
+
+
+USER_METRIC = '''
+import numpy as np
+
+def score(outputs, labels):
+    """% of samples whose top class is even (a metric a user might write)."""
+    return 100.0 * float(np.mean([int(np.argmax(o["logits"])) % 2 == 0 for o in outputs]))
+
+not_callable = 3
+'''
+
+
+def test_user_metric_imported_from_the_search_path(digits, tmp_path):
+    run, ds = digits
+    (tmp_path / "my_metrics.py").write_text(USER_METRIC)
+    m = make_metric(run, ds, parse_metric_spec("my_metrics:score"), search_path=[tmp_path])
+    assert m.name == "custom:my_metrics:score" and 0 < m.fp32_value < 100
+    with metric_context(parse_metric_spec("my_metrics:score"), [tmp_path]):  # what the backends' searches see
+        assert make_metric(run, ds).name == "custom:my_metrics:score"
+    for bad, words in [("nope_mod:score", "cannot import 'nope_mod'"), ("my_metrics:scor", "did you mean 'score'"),
+                       ("my_metrics:not_callable", "not callable")]:
+        with pytest.raises(BadInputError) as e:
+            make_metric(run, ds, parse_metric_spec(bad), search_path=[tmp_path])
+        assert e.value.exit_code == ExitCode.BAD_INPUT and words in e.value.one_line()
+
+
+def test_unknown_metric_name_is_a_usage_error():
+    from edgeopt.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        parse_metric_spec("ctcc")
+    assert "'ctcc' is not a metric" in e.value.message and "did you mean 'ctc'" in e.value.hint
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if not line.startswith("warning:")]
+
+
+@pytest.mark.slow
+def test_cli_metric_named_in_the_report_and_manifest_and_bad_labels(tmp_path, cli):
+    z = np.load(DIGITS_TEST)
+    x, y = z["input"][:60], z["labels"][:60]
+    np.savez(tmp_path / "eval.npz", input=x, labels=np.eye(10, dtype=np.float32)[y])  # one-hot: converted
+    out = tmp_path / "art"
+    r = cli("convert", str(DIGITS), "-o", str(out), "--eval", str(tmp_path / "eval.npz"), "--metric", "top1",
+            "--max-accuracy-drop", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["validation"]
+    assert v["metric"] == "top1_accuracy" and v["metric_basis"] == "labels" and v["accuracy_drop"] <= 1
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["validation"]["metric"] == "top1_accuracy"
+    np.savez(tmp_path / "bad.npz", input=(x * 255).astype(np.uint8), labels=y + 100)
+    r = cli("convert", str(DIGITS), "-o", str(tmp_path / "b"), "--eval", str(tmp_path / "bad.npz"))
+    assert r.returncode == 3 and "out of range" in r.stderr and len(_errors(r.stderr)) == 1
+    assert not (tmp_path / "b").exists()
+    (tmp_path / "m.py").write_text(USER_METRIC)
+    np.savez(tmp_path / "cast.npz", input=np.round(x).astype(np.int64), labels=y)
+    r = cli("convert", str(DIGITS), "-o", str(tmp_path / "c"), "--eval", str(tmp_path / "cast.npz"),
+            "--metric", "m:score", "--json", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["validation"]["metric"] == "custom:m:score"
+    assert any("cast from int64 to float32" in w for w in s["warnings"])
+    r = cli("convert", str(DIGITS), "-o", str(tmp_path / "d"), "--metric", "nowhere:score", cwd=str(tmp_path))
+    assert r.returncode == 3 and "cannot import 'nowhere'" in r.stderr and len(_errors(r.stderr)) == 1
