@@ -69,7 +69,14 @@ def load_onnx(path: str | Path, *, check: bool = True):
     if not model.graph.node and not model.graph.output:
         raise BadModelError(f"'{p}' is not an ONNX model (empty graph)", "re-export the model to ONNX")
     if check:
-        check_model(model, str(p))
+        try:
+            check_model(model, str(p))
+        except BadModelError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the checker choking on bytes a damaged file decoded to
+            first = (str(err).strip().splitlines() or [""])[0][:160]
+            raise BadModelError(f"'{p}' is not a valid ONNX model ({type(err).__name__}: {first})",
+                                "the file is damaged: re-export it") from err
     return model
 
 
@@ -124,8 +131,8 @@ def check_model(model, origin: str) -> None:
                 )
     try:
         onnx.checker.check_model(model, full_check=False)
-    except onnx.checker.ValidationError as err:
-        first = str(err).strip().splitlines()[0][:200]
+    except (onnx.checker.ValidationError, UnicodeDecodeError, ValueError) as err:  # bad bytes in a name, too
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise BadModelError(f"{origin}: invalid ONNX: {first}", "re-export the model") from err
 
 
