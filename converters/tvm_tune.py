@@ -162,8 +162,8 @@ def _pool_builder(timeout_s: float, f_export, should_stop):
 def backend_input(model, profile, *, precision=None, calib=None, input_shapes=None, work_dir: Path,
                   warn=None):
     """(ONNX proto the TVM backend would see, the plan) — the chain's stages before the backend."""
-    from edgeopt.convert import CHECK_SAMPLES, _datasets, _run_stage, _stage_class
-    from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+    from edgeopt.chain import check_samples, execute, load_datasets
+    from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.model import fix_input_shapes, graph_inputs, load_onnx, parse_input_shapes
     from edgeopt.plan import make_plan
 
@@ -176,19 +176,11 @@ def backend_input(model, profile, *, precision=None, calib=None, input_shapes=No
         if warn and not message.startswith("validation"):
             warn(message)
 
-    calib_ds, val, _ = _datasets(specs, calib, None, None, plan.precision, data_warn)
+    calib_ds, val, _ = load_datasets(specs, calib, None, None, plan.precision, data_warn)
     ctx = ChainContext(profile=profile, work_dir=work_dir, artifact_dir=work_dir / "unused", reference_model=src,
-                       calib=calib_ds, check_samples=val.subset(list(range(min(CHECK_SAMPLES, len(val))))),
+                       calib=calib_ds, check_samples=check_samples(val),
                        threads=plan.options.threads)
-    inter = Intermediate(src)
-    for spec in plan.stages[:-1]:
-        ctx.record = StageRecord(spec.name, spec.config.model_dump(mode="json"))
-        inter = _run_stage(_stage_class(spec.name, plan)(), spec, inter, ctx)
-        if spec.name == "normalize":
-            ctx.reference_model = inter.path
-    for w in ctx.warnings:
-        if warn:
-            warn(w)
+    inter, _ = execute(plan, Intermediate(src), ctx, stop_before=plan.backend.value, on_warning=warn)
     return load_onnx(inter.path, check=False), plan
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from edgeopt.enums import Precision
-from edgeopt.errors import EdgeoptError, OutputExistsError, StageError, is_edgeopt_bug
+from edgeopt.errors import OutputExistsError, StageError
 
-HOLDOUT_FRACTION = 0.2  # of --calib, kept from calibration for validation when there is no --eval
-HOLDOUT_MAX = 256
-SYNTHETIC_CALIB = 32
-SYNTHETIC_VALIDATION = 16
-CHECK_SAMPLES = 8
 _VERSIONED = ("numpy", "onnx", "onnxruntime", "onnxslim")
 _BACKEND_DISTS = {"openvino": ("openvino", "nncf"), "tflite": ("ai-edge-litert", "onnx2tf", "tensorflow"),
                   "tvm": ("apache-tvm",), "onnxruntime": ()}
@@ -49,27 +43,6 @@ def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
     return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
 
 
-def _stage_class(name: str, plan):
-    from edgeopt.converters.registry import get_stage
-    from edgeopt.plan import backend_class
-
-    return backend_class(plan.backend) if name == plan.backend.value else get_stage(name)
-
-
-def _run_stage(stage, spec, inter, ctx):
-    try:
-        return stage.run(inter, spec.config, ctx)
-    except EdgeoptError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a library failing on the model becomes one line naming it
-        if is_edgeopt_bug(err):
-            raise  # a bug of ours is exit 1 with its traceback under --debug, not "bad input"
-        text = str(err).strip().splitlines()
-        first = text[0][:240] if text else ""
-        raise StageError(f"stage '{spec.name}' failed: {type(err).__name__}: {first}",
-                         "rerun with --debug for the traceback; try another --precision or --backend") from err
-
-
 def _publish(tmp: Path, out: Path, force: bool) -> None:
     if not os.path.lexists(out):
         os.replace(tmp, out)
@@ -89,31 +62,6 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         old.unlink()
 
 
-def _datasets(specs, calib, eval, preprocess, precision: Precision, warn):
-    """(calibration set, validation set, validation source label) from the user's data."""
-    from edgeopt.data import load_data, synthetic_dataset
-
-    calib_ds = load_data(calib, specs, preprocess=preprocess, role="calib") if calib else None
-    eval_ds = load_data(eval, specs, preprocess=preprocess, role="eval") if eval else None
-    quantizing = precision == Precision.INT8
-    if eval_ds is not None:
-        val, source = eval_ds, "eval"
-    elif calib_ds is not None and not quantizing:
-        val, source = calib_ds, "calib"  # nothing is calibrated: the whole set is unseen
-    elif calib_ds is not None and len(calib_ds) >= 2:
-        k = min(HOLDOUT_MAX, max(1, round(len(calib_ds) * HOLDOUT_FRACTION)))
-        val, calib_ds = calib_ds.split(k / len(calib_ds), seed=0)
-        source = "calib-holdout"
-    else:
-        val, source = synthetic_dataset(specs, SYNTHETIC_VALIDATION, seed=1), "synthetic"
-        warn("validation uses synthetic random inputs (no --eval/--calib): its figures show fidelity to FP32, not accuracy")
-    if quantizing and calib_ds is None:
-        calib_ds = synthetic_dataset(specs, SYNTHETIC_CALIB, seed=0)
-        warn("NO CALIBRATION DATA: INT8 scales come from SYNTHETIC random inputs; accuracy on real data may be poor. "
-             "Give --calib with real samples")
-    return calib_ds, val, source
-
-
 def convert(model, profile, output, *, backend=None, precision=None, prune=None, prune_mode=None, calib=None,
             eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
             dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
@@ -122,7 +70,8 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc).
     ``metric``: the task metric (an :class:`edgeopt.metrics.MetricSpec`, a name such as ``"ctc"`` or
     ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output and labels."""
-    from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+    from edgeopt.chain import check_samples, execute, load_datasets
+    from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
     from edgeopt.files import file_sha256
     from edgeopt.model import (
@@ -185,7 +134,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         source.setdefault("sha256", file_sha256(src))
         in_specs, out_specs = graph_inputs(proto), graph_outputs(proto)
         del proto
-        calib_ds, val, val_source = _datasets(in_specs, calib, eval, pre, plan.precision, warn)
+        calib_ds, val, val_source = load_datasets(in_specs, calib, eval, pre, plan.precision, warn)
         from edgeopt.metrics import metric_context
         from edgeopt.validate import check_task_metric
 
@@ -201,21 +150,9 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         try:
             ctx = ChainContext(profile=prof, work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
                                eval=val if val_source == "eval" else None,
-                               check_samples=val.subset(list(range(min(CHECK_SAMPLES, len(val))))),
+                               check_samples=check_samples(val),
                                threads=plan.options.threads, warnings=[], progress=progress)
-            inter, records = Intermediate(src), []
-            for spec in plan.stages:
-                stage = _stage_class(spec.name, plan)()
-                ctx.record = StageRecord(spec.name, spec.config.model_dump(mode="json"))
-                n_warn = len(ctx.warnings)
-                t0 = time.perf_counter()
-                inter = _run_stage(stage, spec, inter, ctx)
-                ctx.record.seconds = round(time.perf_counter() - t0, 3)
-                for w in ctx.warnings[n_warn:]:
-                    warn(w)
-                records.append(ctx.record)
-                if spec.name == "normalize":
-                    ctx.reference_model = inter.path
+            inter, records = execute(plan, Intermediate(src), ctx, on_warning=warn)
             if ctx.reference_model != src:  # the normalized model: static output shapes
                 out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
             manifest = _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings,
