@@ -310,3 +310,19 @@ def test_error_line_stands_alone_without_verbose(cli, tmp_path):
     bad.write_bytes(b"\x08\x07" + b"\xff" * 40)
     r = cli("analyze", str(bad))
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and r.stderr.startswith("edgeopt: error: ")
+
+
+def test_hints_fit_the_failure(cli, tmp_path, mnist_model):
+    """An unreadable calibration file names the data, not the model; a binary recipe is not UTF-8 text."""
+    bad = tmp_path / "calib.npz"
+    bad.write_bytes(b"PK\x03\x04 not a zip at all")
+    for cmd in (["optimize", str(mnist_model), "--time-budget", "1"], ["convert", str(mnist_model), "--profile", "host",
+                                                                      "-o", str(tmp_path / "o")]):
+        r = cli(*cmd, "--calib", str(bad), "--json")
+        assert r.returncode == 3, r.stderr
+        err = json.loads(r.stdout)["error"]
+        assert "calib" in err["message"] and "analyze" not in err.get("hint", ""), err
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(b"\xff\xfe\x00binary")
+    r = cli("convert", str(mnist_model), "--profile", "host", "--recipe", str(recipe), "-o", str(tmp_path / "o"))
+    assert r.returncode == 3 and "is not UTF-8 text" in r.stderr

@@ -104,6 +104,7 @@ class _Search:
                                    eval=self.eval, input_shapes=self.shapes)
         except Exception as err:  # noqa: BLE001 - a candidate that can't be built is recorded, the search goes on
             c.error = err.one_line() if isinstance(err, EdgeoptError) else f"{type(err).__name__}: {err}"[:300]
+            self.last_error = err
             self.say(f"[{step}] {label}: {c.error}")
             self.candidates.append(c)
             return c
@@ -199,8 +200,14 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     trail = []
     base_f = {"backend": "onnxruntime", "precision": "fp32", "stages": {"normalize": {"fold": False}}}
     inc = s.build("baseline", _label(base_f), **base_f)
-    if inc.error:
-        raise EdgeoptError(f"the baseline (ONNX Runtime FP32) failed: {inc.error}", "check the model with edgeopt analyze")
+    if inc.error:  # the baseline's own error, with its exit code and hint (bad data is not a model problem)
+        err = getattr(s, "last_error", None)
+        if isinstance(err, EdgeoptError):
+            raise err
+        from edgeopt.errors import StageError
+
+        raise StageError(f"the baseline (ONNX Runtime FP32) failed: {inc.error}",
+                         "--debug shows the traceback") from err
     s.measure([inc], STEP_MEASURE)
     trail.append(("baseline", inc))
     f = {"backend": "onnxruntime", "precision": "fp32"}
@@ -262,8 +269,15 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     out = check_output(output, force=force, inputs=(model, calib, eval, recipe_out)) if output else None
     prof = profile if isinstance(profile, DeviceProfile) else load_profile(str(profile))
     path = Path(model)
-    shapes = {s.name: tuple(d if isinstance(d, int) and d > 0 else 1 for d in s.shape)
-              for s in graph_inputs(load_onnx(path))}
+    specs = graph_inputs(load_onnx(path))
+    shapes = {s.name: tuple(d if isinstance(d, int) and d > 0 else 1 for d in s.shape) for s in specs}
+    from edgeopt.data import load_data
+    from edgeopt.model import TensorSpec
+
+    fixed = [TensorSpec(sp.name, shapes[sp.name], sp.dtype) for sp in specs]  # as each build will see them
+    for data_path, role in ((calib, "calib"), (eval, "eval")):  # unreadable data fails now, naming the file
+        if data_path:
+            load_data(data_path, fixed, role=role)
     s = _Search(path, prof, max_accuracy_drop, calib, eval, shapes, t0 + time_budget_min * 60, say)
     s.search_budget = search_budget
     backends, skipped = _installed_backends(prof)
