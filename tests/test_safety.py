@@ -326,3 +326,21 @@ def test_hints_fit_the_failure(cli, tmp_path, mnist_model):
     recipe.write_bytes(b"\xff\xfe\x00binary")
     r = cli("convert", str(mnist_model), "--profile", "host", "--recipe", str(recipe), "-o", str(tmp_path / "o"))
     assert r.returncode == 3 and "is not UTF-8 text" in r.stderr
+
+
+@pytest.mark.remote
+def test_remote_bench_of_a_model_connects_before_converting(cli, remote_env, mnist_model):
+    import socket
+
+    from edgeopt.remote.inventory import add_device, make_device
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    add_device(make_device(name="silent", host="127.0.0.1", port=port, profile="host"))
+    r = cli("remote-bench", "silent", str(mnist_model), "--json", timeout=120)
+    assert r.returncode == 6, r.stderr
+    payload = json.loads(r.stdout)
+    text = json.dumps(payload)
+    assert "refused" in text.lower() and "connect" in text.lower()
+    assert "synthetic" not in r.stderr  # no conversion ran (it warns about its synthetic validation data)
