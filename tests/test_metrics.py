@@ -232,3 +232,34 @@ def test_cli_metric_named_in_the_report_and_manifest_and_bad_labels(tmp_path, cl
     assert any("cast from int64 to float32" in w for w in s["warnings"])
     r = cli("convert", str(DIGITS), "-o", str(tmp_path / "d"), "--metric", "nowhere:score", cwd=str(tmp_path))
     assert r.returncode == 3 and "cannot import 'nowhere'" in r.stderr and len(_errors(r.stderr)) == 1
+
+
+@pytest.mark.slow
+def test_readme_metrics_section_runs_as_written(tmp_path):
+    """The README's "Metrics" section: its my_metrics.py and every edgeopt command it shows (bash and text
+    blocks), run as written in a folder like the tour's (the bundled MNIST CNN and its data)."""
+    import re
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Metrics\n"):]
+    section = section[:section.index("\n## ", 5)]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "my_metrics.py").write_text(code)
+    shutil.copy(REPO / "fixtures/models/mnist_cnn.onnx", tmp_path / "model.onnx")
+    shutil.copy(REPO / "fixtures/data/mnist_calib.npz", tmp_path / "calib.npz")
+    shutil.copy(REPO / "fixtures/data/mnist_test.npz", tmp_path / "test.npz")
+    cmds = [line for block in re.findall(r"```(?:bash|text)\n(.*?)```", section, re.S)
+            for line in block.splitlines() if line.startswith("edgeopt ")]
+    assert len(cmds) == 2
+    for cmd in cmds:
+        argv = shlex.split(cmd)
+        r = subprocess.run([sys.executable, "-m", "edgeopt", *argv[1:], "--json"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, (cmd, r.stderr)
+        v = json.loads(r.stdout)["validation"]
+        want = "custom:my_metrics:score" if "my_metrics" in cmd else "top1_accuracy"
+        assert v["metric"] == want and v["metric_basis"] == "labels" and v["metric_value"] > 90
