@@ -145,6 +145,23 @@ def test_remote_bench_through_a_labgrid_place_stores_a_result_and_frees_the_plac
     assert _holder(farm, "pi5-01") is None
 
 
+def test_two_concurrent_remote_bench_on_one_place_serialize(farm, tiny_artifact):
+    _add(farm, "pi5-farm", "--labgrid-place", "pi5-01")
+    args = [sys.executable, "-m", "edgeopt", "remote-bench", "pi5-farm", str(tiny_artifact), "--min-runs", "20",
+            "--min-seconds", "1.5", "--warmup", "1", "--json"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    results = [json.loads(out.strip().splitlines()[-1])["results"][0] for out, _ in outs]
+    assert all(r["result_id"] and r["labgrid"]["place"] == "pi5-01" for r in results)
+    windows = sorted(tuple(r["environment"]["measured_unix"]) for r in results)
+    assert windows[0][1] <= windows[1][0], f"measurements overlapped: {windows}"
+    waited = [err for _, err in outs if "pi5-farm: labgrid place 'pi5-01' is busy: held by " in err]
+    assert len(waited) == 1
+    assert _holder(farm, "pi5-01") is None
+
+
 def test_a_place_held_by_someone_else_waits_then_exit_6_naming_the_holder(farm, tiny_artifact):
     _add(farm, "pi5-farm", "--labgrid-place", "pi5-01")
     farm["client"]("-p", "pi5-01", "acquire", user="ci-job-41")
