@@ -18,8 +18,6 @@ from conftest import run_cli
 
 from edgeopt.runtime.board_lock import BoardBusy, BoardLock, describe_holder
 
-pytestmark = pytest.mark.remote
-
 FAST = ["--min-runs", "3", "--min-seconds", "0", "--warmup", "1"]
 
 
@@ -67,6 +65,8 @@ def test_board_lock_waits_then_names_the_holder(tmp_path):
 # ----------------------------------------------------------------------------- remote-bench over the loopback sshd
 
 
+@pytest.mark.remote
+@pytest.mark.slow
 def test_two_concurrent_remote_bench_on_one_device_serialize(emulated_x86, tiny_artifact):
     args = ["remote-bench", "x86-emu", str(tiny_artifact), "--min-runs", "20", "--min-seconds", "1.5",
             "--warmup", "1", "--json"]
@@ -95,11 +95,15 @@ def test_two_concurrent_remote_bench_on_one_device_serialize(emulated_x86, tiny_
     assert second["board_lock"]["wait_seconds"] > 0.5 and second["board_lock"]["waited_for"]["device"] == "x86-emu"
     waited = [r for r in results if "the board is busy: held by host " in r.stderr]
     assert len(waited) == 1 and "waiting up to 300 s" in waited[0].stderr
-    listed = run_cli("results", "list", "--json")
-    assert {o["result_id"] for o in outs} <= {row.get("id") or row.get("result_id") for row in
-                                            _json(listed).get("runs", _json(listed).get("results", []))}
+    from edgeopt.results import get_run
+
+    for o in outs:  # the store keeps it: exclusive, the lock wait, and what else ran meanwhile
+        stored = get_run(o["result_id"])["result"]
+        assert stored["exclusive"] is True and stored["board_lock"]["wait_seconds"] == o["board_lock"]["wait_seconds"]
+        assert stored["environment"]["interference"] is not None and stored["environment"]["load_after"] is not None
 
 
+@pytest.mark.remote
 def test_a_held_board_makes_remote_bench_wait_then_exit_6_naming_the_holder(emulated_x86, tiny_artifact):
     path = _lock_path(emulated_x86["device"])
     with BoardLock(str(path), {"host": "ci-runner-7", "pid": 31337, "device": "x86-emu"}).acquire(0):
@@ -116,6 +120,7 @@ def test_a_held_board_makes_remote_bench_wait_then_exit_6_naming_the_holder(emul
     assert _lock_is_free(path)
 
 
+@pytest.mark.remote
 def test_a_dead_holders_stale_lock_is_broken(emulated_x86, tiny_artifact):
     path = _lock_path(emulated_x86["device"])
     holder = subprocess.Popen(
@@ -138,6 +143,7 @@ def test_a_dead_holders_stale_lock_is_broken(emulated_x86, tiny_artifact):
     assert "busy" not in r.stderr
 
 
+@pytest.mark.remote
 @pytest.mark.slow
 def test_ctrl_c_releases_the_board(emulated_x86, tiny_artifact):
     path = _lock_path(emulated_x86["device"])
@@ -165,6 +171,7 @@ def test_ctrl_c_releases_the_board(emulated_x86, tiny_artifact):
     assert _lock_is_free(path)
 
 
+@pytest.mark.remote
 def test_without_the_lock_the_result_says_not_exclusive(emulated_x86, tiny_artifact):
     """EDGEOPT_NO_BOARD_LOCK=1 exists for bench/board_contention.py; such a run records exclusive: false."""
     r = run_cli("remote-bench", "x86-emu", str(tiny_artifact), *FAST, "--json", env={"EDGEOPT_NO_BOARD_LOCK": "1"})
