@@ -32,10 +32,24 @@ def run_stage(stage, spec, inter, ctx):
     except Exception as err:  # noqa: BLE001 - a library failing on the model becomes one line naming it
         if is_edgeopt_bug(err):
             raise  # a bug of ours is exit 1 with its traceback under --debug, not "bad input"
+        from edgeopt.outputs import environment_fault
+
+        if (env := environment_fault(err)) is not None:  # a full disk or read-only path, not the model
+            raise env from err
         text = str(err).strip().splitlines()
         first = text[0][:240] if text else ""
-        raise StageError(f"stage '{spec.name}' failed: {type(err).__name__}: {first}",
-                         "rerun with --debug for the traceback; try another --precision or --backend") from err
+        raise StageError(f"stage '{spec.name}' failed: {type(err).__name__}: {first}", stage_hint(spec.name)) from err
+
+
+def stage_hint(stage: str) -> str:
+    """What to try when a library fails inside ``stage``: another --backend/--precision helps only where the
+    backend or the quantizer failed; a model that can't even be normalized needs looking at."""
+    if stage in ("normalize", "prune"):
+        return ("the model itself could not be processed (a custom-domain or unsupported operator?): see "
+                "edgeopt analyze MODEL; --debug shows the traceback")
+    if stage == "quantize":
+        return "try --precision fp32 or another --calib-method; --debug shows the traceback"
+    return "try another --backend or --precision; --debug shows the traceback"
 
 
 def load_datasets(specs, calib, eval, preprocess, precision: Precision, warn):

@@ -118,3 +118,20 @@ def check_output(output: str | os.PathLike, *, force: bool, inputs: Iterable = (
             raise OutputExistsError(f"{kind} '{given}' is not an edgeopt output and not empty ({shown})", _FORCE_HINT)
     check_writable_dir(out.parent)
     return out
+
+
+_ENV_ERRNOS = {"ENOSPC", "EROFS", "EACCES", "EPERM", "EDQUOT", "EFBIG", "EMFILE", "ENFILE", "ENOMEM", "EIO",
+               "ENOTDIR", "EISDIR", "ENAMETOOLONG", "ELOOP", "EXDEV"}
+
+
+def environment_fault(err: BaseException) -> BadInputError | None:
+    """A full disk, a read-only or unreadable path, a database the results store can't write: exit 3
+    naming the path and the OS error (never "internal error … please report it")."""
+    import errno
+    import sqlite3
+
+    if isinstance(err, OSError) and errno.errorcode.get(err.errno or 0) in _ENV_ERRNOS:
+        return EnvironmentFaultError(os_error_line(err), "free space there or choose a writable path")
+    if isinstance(err, sqlite3.OperationalError | sqlite3.DatabaseError):
+        return EnvironmentFaultError(f"results store: {err}", "pass a writable --db, or free space there")
+    return None

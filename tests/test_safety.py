@@ -344,3 +344,20 @@ def test_remote_bench_of_a_model_connects_before_converting(cli, remote_env, mni
     text = json.dumps(payload)
     assert "refused" in text.lower() and "connect" in text.lower()
     assert "synthetic" not in r.stderr  # no conversion ran (it warns about its synthetic validation data)
+
+
+def test_a_custom_domain_op_is_not_told_to_try_another_backend(cli, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Weird", ["x"], ["y"], domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
+              tmp_path / "custom.onnx")
+    r = cli("convert", str(tmp_path / "custom.onnx"), "--profile", "host", "-o", str(tmp_path / "o"), "--json")
+    assert r.returncode == 3, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert "stage 'normalize' failed" in err["message"] and "com.example:Weird" in err["message"]
+    assert "another --backend" not in err["hint"] and "custom-domain" in err["hint"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["custom.onnx"]

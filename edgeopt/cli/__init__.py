@@ -15,6 +15,7 @@ import typer
 
 from edgeopt import __version__
 from edgeopt.errors import EdgeoptError, ExitCode
+from edgeopt.outputs import environment_fault  # the CLI maps environment faults with it (also re-exported)
 
 app = typer.Typer(
     name="edgeopt",
@@ -54,25 +55,6 @@ def _print_error(err_json: dict, line: str, json_mode: bool) -> None:
 
         write_json_line({"ok": False, "error": err_json})
     sys.stderr.write(f"edgeopt: error: {line}\n")
-
-
-_ENV_ERRNOS = {"ENOSPC", "EROFS", "EACCES", "EPERM", "EDQUOT", "EFBIG", "EMFILE", "ENFILE", "ENOMEM", "EIO",
-               "ENOTDIR", "EISDIR", "ENAMETOOLONG", "ELOOP", "EXDEV"}
-
-
-def environment_fault(err: BaseException) -> EdgeoptError | None:
-    """A full disk, a read-only or unreadable path, a database the results store can't write: exit 3
-    naming the path and the OS error (never "internal error … please report it")."""
-    import errno
-    import sqlite3
-
-    from edgeopt.outputs import EnvironmentFaultError, os_error_line
-
-    if isinstance(err, OSError) and errno.errorcode.get(err.errno or 0) in _ENV_ERRNOS:
-        return EnvironmentFaultError(os_error_line(err), "free space there or choose a writable path")
-    if isinstance(err, sqlite3.OperationalError | sqlite3.DatabaseError):
-        return EnvironmentFaultError(f"results store: {err}", "pass a writable --db, or free space there")
-    return None
 
 
 def _from_ctrl_c(err: BaseException) -> bool:
