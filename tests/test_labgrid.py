@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-pytestmark = [pytest.mark.remote, pytest.mark.labgrid, pytest.mark.slow]
-
 BIN = Path(sys.executable).parent
 FAST = ["--min-runs", "3", "--min-seconds", "0", "--warmup", "1"]
 PLACES = ("pi5-01", "pi5-02")
@@ -132,6 +130,9 @@ def test_the_readme_devices_add_command_makes_a_labgrid_device(remote_env):
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+@pytest.mark.remote
+@pytest.mark.labgrid
+@pytest.mark.slow
 def test_remote_bench_through_a_labgrid_place_stores_a_result_and_frees_the_place(farm, tiny_artifact):
     _add(farm, "pi5-farm", "--labgrid-place", "pi5-01")
     r = run_cli("remote-bench", "pi5-farm", str(tiny_artifact), *FAST, "--json")
@@ -145,6 +146,9 @@ def test_remote_bench_through_a_labgrid_place_stores_a_result_and_frees_the_plac
     assert _holder(farm, "pi5-01") is None
 
 
+@pytest.mark.remote
+@pytest.mark.labgrid
+@pytest.mark.slow
 def test_two_concurrent_remote_bench_on_one_place_serialize(farm, tiny_artifact):
     _add(farm, "pi5-farm", "--labgrid-place", "pi5-01")
     args = [sys.executable, "-m", "edgeopt", "remote-bench", "pi5-farm", str(tiny_artifact), "--min-runs", "20",
@@ -162,6 +166,9 @@ def test_two_concurrent_remote_bench_on_one_place_serialize(farm, tiny_artifact)
     assert _holder(farm, "pi5-01") is None
 
 
+@pytest.mark.remote
+@pytest.mark.labgrid
+@pytest.mark.slow
 def test_a_place_held_by_someone_else_waits_then_exit_6_naming_the_holder(farm, tiny_artifact):
     _add(farm, "pi5-farm", "--labgrid-place", "pi5-01")
     farm["client"]("-p", "pi5-01", "acquire", user="ci-job-41")
@@ -181,6 +188,9 @@ def test_a_place_held_by_someone_else_waits_then_exit_6_naming_the_holder(farm, 
     assert "--wait" in err["hint"]
 
 
+@pytest.mark.remote
+@pytest.mark.labgrid
+@pytest.mark.slow
 def test_ctrl_c_releases_the_place(farm, tiny_artifact):
     _add(farm, "pi5-farm", "--labgrid-place", "pi5-01")
     proc = subprocess.Popen(
@@ -204,6 +214,9 @@ def test_ctrl_c_releases_the_place(farm, tiny_artifact):
     assert _holder(farm, "pi5-01") is None
 
 
+@pytest.mark.remote
+@pytest.mark.labgrid
+@pytest.mark.slow
 def test_a_fleet_over_tags_spreads_over_the_free_places(farm, tiny_artifact):
     _add(farm, "farm-a", "--labgrid-tags", "board=pi5")
     _add(farm, "farm-b", "--labgrid-tags", "board=pi5")
