@@ -218,6 +218,8 @@ def test_cli_metric_named_in_the_report_and_manifest_and_bad_labels(tmp_path, cl
     assert v["metric"] == "top1_accuracy" and v["metric_basis"] == "labels" and v["accuracy_drop"] <= 1
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["validation"]["metric"] == "top1_accuracy"
+    r = cli("inspect", str(out))
+    assert r.returncode == 0 and "metric top1_accuracy (vs labels): FP32 " in r.stdout
     np.savez(tmp_path / "bad.npz", input=(x * 255).astype(np.uint8), labels=y + 100)
     r = cli("convert", str(DIGITS), "-o", str(tmp_path / "b"), "--eval", str(tmp_path / "bad.npz"))
     assert r.returncode == 3 and "out of range" in r.stderr and len(_errors(r.stderr)) == 1
@@ -263,3 +265,19 @@ def test_readme_metrics_section_runs_as_written(tmp_path):
         v = json.loads(r.stdout)["validation"]
         want = "custom:my_metrics:score" if "my_metrics" in cmd else "top1_accuracy"
         assert v["metric"] == want and v["metric_basis"] == "labels" and v["metric_value"] > 90
+
+
+def test_bench_table_names_the_accuracy_metric():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from edgeopt.bench.table import render, summary_row
+
+    lat = {"p50": 1.0, "p90": 1.1, "p99": 1.2, "ci95_low": 0.9, "ci95_high": 1.05}
+    row = {"name": "a", "backend": "onnxruntime", "precision": "int8", "latency_ms": lat, "runs": 30,
+           "validation": {"accuracy": 97.5, "accuracy_drop": 0.5, "metric": "ctc_exact_match"}}
+    assert summary_row(row)["metric"] == "ctc_exact_match"
+    buf = StringIO()
+    render(Console(file=buf, width=200), {"rows": [row]})
+    assert "acc %: ctc_exact_match" in buf.getvalue()

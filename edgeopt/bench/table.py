@@ -34,6 +34,7 @@ def summary_row(r: dict) -> dict:
         "load_rss_mb": r.get("load_rss_mb"),
         "accuracy": val.get("accuracy"),
         "accuracy_drop": val.get("accuracy_drop"),
+        "metric": val.get("metric"),  # what "accuracy" is (edgeopt.metrics), e.g. top1_accuracy
         "energy_j": ef.get("joules_per_inference"),
         "cost_per_1k": ef.get("cost_per_1k_queries"),
         "energy_source": ef.get("source"),
@@ -103,6 +104,9 @@ def render(console, result: dict) -> None:
                   _fmt(r["throughput_qps"], ".1f"), _fmt(r["load_rss_mb"], ".1f"), acc, _fmt(r["energy_j"], ".2e"),
                   _fmt(r["cost_per_1k"], ".2e"))
     _wide(console, t, 160)
+    metrics = sorted({r["metric"] for r in rows if r.get("accuracy") is not None and r.get("metric")})
+    if metrics:
+        console.print(f"acc %: {', '.join(metrics)} (the artifact's validation, against labels)", markup=False)
     _throughput_table(console, result["rows"])
     env = result.get("environment") or {}
     console.print(f"environment: {env.get('cpu', {}).get('model')} cores {env.get('cores_used')} load "

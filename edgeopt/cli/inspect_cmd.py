@@ -43,6 +43,10 @@ def inspect_cmd(
         if v:
             figures = ", ".join(f"{k}={v[k]:.6g}" for k in ("cosine_min", "max_abs_err", "top1_agreement", "accuracy", "accuracy_drop") if v.get(k) is not None)
             c.print(f"validation ({v['samples']} {v['data_source']} samples): {figures}", markup=False)
+            if v.get("metric"):
+                unit = v.get("metric_unit") or ""
+                c.print(f"metric {v['metric']} (vs {v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
+                        f"{v['metric_value']:.4g}{unit}, drop {v['metric_drop']:.4g}", markup=False)
         for name, digest in m["files"].items():
             c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
         for w in m["warnings"]:
