@@ -281,3 +281,30 @@ def test_bench_table_names_the_accuracy_metric():
     buf = StringIO()
     render(Console(file=buf, width=200), {"rows": [row]})
     assert "acc %: ctc_exact_match" in buf.getvalue()
+
+
+@pytest.mark.slow
+def test_pipeline_recipe_metric_imported_from_the_recipes_directory(tmp_path, cli):
+    import shutil
+
+    import yaml
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copy(DIGITS, proj / "model.onnx")
+    shutil.copy(DIGITS_TEST, proj / "test.npz")
+    (proj / "my_metrics.py").write_text(USER_METRIC)
+    recipe = {"model": {"path": "model.onnx"}, "data": {"eval": "test.npz"}, "metric": "top1",
+              "targets": [{"name": "mine", "backend": "onnxruntime", "precision": "fp32", "metric": "my_metrics:score"},
+                          {"name": "plain", "backend": "onnxruntime", "precision": "fp32"}]}
+    (proj / "edgeopt.yaml").write_text(yaml.safe_dump(recipe))
+    env = {"EDGEOPT_CACHE_DIR": str(tmp_path / "cache"), "EDGEOPT_DATA_DIR": str(tmp_path / "data")}
+    r = cli("pipeline", "run", str(proj / "edgeopt.yaml"), "--bench", "none", "--json", env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    by_name = {t["name"]: t for t in json.loads(r.stdout)["targets"]}
+    assert by_name["mine"]["validation"]["metric"] == "custom:my_metrics:score"
+    assert by_name["plain"]["validation"]["metric"] == "top1_accuracy"
+    recipe["targets"][0]["metric"] = {"name": "ctc", "ctc_blnk": 1}
+    (proj / "edgeopt.yaml").write_text(yaml.safe_dump(recipe))
+    r = cli("pipeline", "run", str(proj / "edgeopt.yaml"), "--bench", "none", env=env, cwd=str(tmp_path))
+    assert r.returncode == 3 and "ctc_blnk" in r.stderr

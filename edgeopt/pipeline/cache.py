@@ -96,7 +96,7 @@ def build_key(*, model_sha: str, plan_hash: str, profile: dict, calib_sha: str |
 
 def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=None, eval=None, input_shapes=None,
                    preprocess=None, from_torch: str | None = None, weights=None, model_sha: str | None = None,
-                   on_warning=None, progress=None) -> dict:
+                   on_warning=None, progress=None, metric_search_path=None) -> dict:
     """Convert through the cache: ``{"artifact": Path, "cached": bool, "key": str, "plan_hash": str}``.
 
     ``recipe`` is an :class:`edgeopt.plan.Recipe` (backend, precision, prune, stage overrides...).
@@ -127,5 +127,5 @@ def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=No
     out.parent.mkdir(parents=True, exist_ok=True)
     convert(str(model) if model is not None else None, profile, str(out), recipe=recipe, calib=calib, eval=eval,
             input_shapes=input_shapes, preprocess=preprocess, from_torch=from_torch, weights=weights, force=True,
-            on_warning=on_warning, progress=progress)
+            on_warning=on_warning, progress=progress, metric_search_path=metric_search_path)
     return {"artifact": out, "cached": False, "key": key, "plan_hash": plan.hash}

@@ -25,6 +25,7 @@ from edgeopt.converters.base import CalibMethod, PruneMode
 from edgeopt.enums import Precision, StrEnum
 from edgeopt.errors import BadInputError, did_you_mean
 from edgeopt.files import read_text_file
+from edgeopt.metrics.base import MetricSpec
 
 RECIPE_VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -84,6 +85,7 @@ class Target(_Strict):
     accuracy_aware: bool = False  # quantize accuracy-aware with the gate's max_accuracy_drop
     min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)
     threads: int | None = Field(default=None, gt=0)
+    metric: MetricSpec | None = None  # the task metric (README "Metrics"): `ctc`, {name: ctc, ctc_blank: 0}, mod:fn
     stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides (see edgeopt convert --recipe)
     gates: Gates | None = None  # overrides of the recipe's gates for this target
 
@@ -108,6 +110,7 @@ class PipelineRecipe(_Strict):
     data: DataSpec = DataSpec()
     output: str = "dist"  # relative to the recipe
     gates: Gates = Gates()
+    metric: MetricSpec | None = None  # every target's task metric unless the target names its own
     bench: BenchSpec = BenchSpec()
     targets: list[Target] = Field(min_length=1)
 

@@ -63,13 +63,15 @@ class PipelineResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
 
 
-def plan_recipe(t: Target, gates):
-    """The :class:`edgeopt.plan.Recipe` (chain options) of target ``t`` under ``gates``."""
+def plan_recipe(t: Target, gates, metric=None):
+    """The :class:`edgeopt.plan.Recipe` (chain options) of target ``t`` under ``gates`` (``metric``: the
+    recipe's task metric, unless the target names its own)."""
     from edgeopt.plan import Recipe
 
     return Recipe(backend=t.backend, precision=t.precision, prune=t.prune, prune_mode=t.prune_mode,
                   calib_method=t.calib_method, per_channel=t.per_channel, min_cosine=t.min_cosine, threads=t.threads,
-                  max_accuracy_drop=gates.max_accuracy_drop if t.accuracy_aware else None, stages=dict(t.stages))
+                  max_accuracy_drop=gates.max_accuracy_drop if t.accuracy_aware else None, stages=dict(t.stages),
+                  metric=t.metric if t.metric is not None else metric)
 
 
 def _profile(lr: LoadedRecipe, name: str):
@@ -96,10 +98,10 @@ def _build_target(lr: LoadedRecipe, t: Target, work: Path, model_sha: str, on_ev
     if isinstance(pre, str) and pre.endswith((".yaml", ".yml")):
         pre = str(lr.resolve(pre))
     t0 = time.perf_counter()
-    built = cached_convert(lr.resolve(m.path), prof, recipe=plan_recipe(t, gates), calib=lr.resolve(r.data.calib),
+    built = cached_convert(lr.resolve(m.path), prof, recipe=plan_recipe(t, gates, r.metric), calib=lr.resolve(r.data.calib),
                            eval=lr.resolve(r.data.eval), input_shapes=shapes, preprocess=pre,
                            from_torch=m.from_torch, weights=lr.resolve(m.weights), model_sha=model_sha,
-                           on_warning=lambda w: on_event(f"{t.name}: warning: {w}"))
+                           on_warning=lambda w: on_event(f"{t.name}: warning: {w}"), metric_search_path=[lr.base])
     from edgeopt.artifact import BUILD, read_build_facts
 
     dest = work / t.name
