@@ -308,3 +308,15 @@ def test_pipeline_recipe_metric_imported_from_the_recipes_directory(tmp_path, cl
     (proj / "edgeopt.yaml").write_text(yaml.safe_dump(recipe))
     r = cli("pipeline", "run", str(proj / "edgeopt.yaml"), "--bench", "none", env=env, cwd=str(tmp_path))
     assert r.returncode == 3 and "ctc_blnk" in r.stderr
+
+
+def test_optimize_checks_labels_and_the_metric_path_before_any_build(tmp_path, cli):
+    z = np.load(DIGITS_TEST)
+    np.savez(tmp_path / "bad.npz", input=z["input"][:40], labels=z["labels"][:40] + 100)
+    r = cli("optimize", str(DIGITS), "--eval", str(tmp_path / "bad.npz"), "--time-budget", "1", "--json")
+    assert r.returncode == 3, r.stderr
+    assert "out of range" in json.loads(r.stdout)["error"]["message"]
+    r = cli("optimize", str(DIGITS), "--metric", "nowhere:score", "--time-budget", "1", cwd=str(tmp_path))
+    assert r.returncode == 3 and "cannot import 'nowhere'" in r.stderr and len(_errors(r.stderr)) == 1
+    r = cli("optimize", str(DIGITS), "--metric", "top-1", "--time-budget", "1")
+    assert r.returncode == 2 and "did you mean 'top1'" in r.stderr

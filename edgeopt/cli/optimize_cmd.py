@@ -7,7 +7,15 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
-from edgeopt.cli.options import ProfileOption, SearchBudgetOption
+from edgeopt.cli.options import (
+    CtcBlankOption,
+    MetricAxisOption,
+    MetricOption,
+    MetricThresholdOption,
+    MinSqnrOption,
+    ProfileOption,
+    SearchBudgetOption,
+)
 from edgeopt.cli.output import JsonOption, emit, stderr
 
 
@@ -15,7 +23,7 @@ from edgeopt.cli.output import JsonOption, emit, stderr
 def optimize_cmd(
     model: Path = typer.Argument(..., help="The ONNX model."),
     profile: str = ProfileOption,
-    max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Bound: most top-1 points lost."),
+    max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Bound: most points of the task metric lost."),
     time_budget: float = typer.Option(10.0, "--time-budget", help="Minutes for the search (builds stop after it)."),
     search_budget: float = SearchBudgetOption,
     calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz named after the inputs)."),
@@ -23,9 +31,15 @@ def optimize_cmd(
     output: Path = typer.Option(None, "--output", "-o", help="Copy the winning artifact here."),
     recipe_out: Path = typer.Option(None, "--recipe-out", help="Winning edgeopt.yaml (default: OUT.edgeopt.yaml)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
+    metric: str = MetricOption,
+    metric_axis: int = MetricAxisOption,
+    ctc_blank: int = CtcBlankOption,
+    metric_threshold: float = MetricThresholdOption,
+    min_sqnr_db: float = MinSqnrOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Try fusion, INT8, pruning and each backend; measure each here; keep the fastest within the bound."""
+    from edgeopt.cli.options import metric_spec
     from edgeopt.errors import GateFailedError
     from edgeopt.optimize.pareto import pareto_text, waterfall_text
     from edgeopt.optimize.search import optimize
@@ -35,7 +49,8 @@ def optimize_cmd(
 
     res = optimize(model, profile, max_accuracy_drop=max_accuracy_drop, time_budget_min=time_budget, calib=calib,
                    eval=eval_, output=output, recipe_out=recipe_out, force=force, on_event=event,
-                   search_budget=search_budget)
+                   search_budget=search_budget,
+                   metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db))
     if res.winner is None:
         raise GateFailedError(f"no candidate met --max-accuracy-drop {max_accuracy_drop}",
                               "relax the bound or give better calibration data",

@@ -83,6 +83,7 @@ class _Search:
         self.skipped: list[str] = []
         self.runners: dict[str, object] = {}
         self.search_budget: float | None = None  # seconds for each accuracy-aware INT8 search (None: default)
+        self.metric = None  # edgeopt.metrics.MetricSpec (--metric; None: chosen from the output and labels)
 
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
@@ -97,7 +98,7 @@ class _Search:
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(sys.stderr):  # library prints must not reach --json's stdout
-                recipe = plan_recipe(t, self.gates)
+                recipe = plan_recipe(t, self.gates, self.metric)
                 if self.search_budget is not None:
                     recipe = recipe.model_copy(update={"search_budget": self.search_budget})
                 b = cached_convert(self.model, self.profile, recipe=recipe, calib=self.calib,
@@ -115,6 +116,9 @@ class _Search:
         if v.get("accuracy_drop") is not None:
             c.accuracy, c.accuracy_reference, c.accuracy_drop = v["accuracy"], v["accuracy_reference"], v["accuracy_drop"]
             c.accuracy_basis = "labels"
+        elif v.get("metric_drop") is not None and not v.get("synthetic"):  # the task metric vs FP32 (edgeopt.metrics)
+            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["metric_value"], v["metric_reference"], v["metric_drop"]
+            c.accuracy_basis = f"{v['metric']} (vs FP32, no labels)"
         elif v.get("top1_agreement") is not None:
             c.accuracy = round(100.0 * v["top1_agreement"], 4)
             c.accuracy_drop = round(100.0 - c.accuracy, 4)
@@ -251,7 +255,8 @@ def _installed_backends(profile) -> tuple[list[str], list[str]]:
 
 def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budget_min: float = 10.0,
              calib=None, eval=None, output=None, recipe_out=None, force: bool = False,
-             on_event: Callable[[str], None] | None = None, search_budget: float | None = None) -> OptimizeResult:
+             on_event: Callable[[str], None] | None = None, search_budget: float | None = None,
+             metric=None) -> OptimizeResult:
     """Search the progressive path for ``model`` on ``profile``; see the module doc."""
     from edgeopt.model import graph_inputs, load_onnx
     from edgeopt.optimize.pareto import pareto_front
@@ -275,11 +280,22 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     from edgeopt.model import TensorSpec
 
     fixed = [TensorSpec(sp.name, shapes[sp.name], sp.dtype) for sp in specs]  # as each build will see them
+    from edgeopt.convert import _metric_spec
+    from edgeopt.validate import check_task_metric
+
+    spec = _metric_spec(metric)
     for data_path, role in ((calib, "calib"), (eval, "eval")):  # unreadable data fails now, naming the file
         if data_path:
-            load_data(data_path, fixed, role=role)
+            ds = load_data(data_path, fixed, role=role)
+            if role == "eval":  # labels that can't be the model's classes fail now, not in every candidate
+                check_task_metric(path, shapes, ds, "eval", spec)
+    if spec is not None and spec.custom and not eval:
+        from edgeopt.metrics.custom import load_callable
+
+        load_callable(spec.custom)
     s = _Search(path, prof, max_accuracy_drop, calib, eval, shapes, t0 + time_budget_min * 60, say)
     s.search_budget = search_budget
+    s.metric = spec
     backends, skipped = _installed_backends(prof)
     s.skipped.extend(skipped)
     env = environment.collect("local")
@@ -315,7 +331,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
         result.output = str(out)
     if winner is not None and (out is not None or recipe_out):
         rp = Path(recipe_out) if recipe_out else out.with_name(f"{out.name}.edgeopt.yaml")
-        result.recipe = str(write_recipe(rp, path, prof.name, winner, shapes, calib, eval, max_accuracy_drop))
+        result.recipe = str(write_recipe(rp, path, prof.name, winner, shapes, calib, eval, max_accuracy_drop, spec))
     result.seconds = round(time.monotonic() - t0, 3)
     return result
 
@@ -337,7 +353,7 @@ def _copy_artifact(src: Path, out: Path, force: bool) -> None:
 
 
 def write_recipe(path: Path, model: Path, profile: str, winner: Candidate, shapes: dict, calib, eval,
-                 bound: float) -> Path:
+                 bound: float, metric=None) -> Path:
     """The winner as an ``edgeopt.yaml`` the pipeline rebuilds (same plan, so a cache hit)."""
     import yaml
 
@@ -353,6 +369,8 @@ def write_recipe(path: Path, model: Path, profile: str, winner: Candidate, shape
     data = {"version": 1, "model": {"path": rel(model), "inputs": {k: list(v) for k, v in shapes.items()}},
             "data": {k: v for k, v in (("calib", rel(calib)), ("eval", rel(eval))) if v is not None},
             "output": "dist", "gates": {"max_accuracy_drop": bound}, "targets": [target]}
+    if metric is not None:
+        data["metric"] = metric.model_dump(mode="json", exclude_defaults=True)
     parse_recipe(data, str(path))  # what we write must load
     head = (f"# written by edgeopt optimize: the fastest candidate within {bound:g} accuracy points "
             f"({winner.label}, p50 {winner.p50_ms:.4f} ms here)\n# rebuild: edgeopt pipeline run {path.name}\n")
