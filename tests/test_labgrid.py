@@ -144,6 +144,10 @@ def test_remote_bench_through_a_labgrid_place_stores_a_result_and_frees_the_plac
                               "ssh": f"127.0.0.1:{farm['emu'].port}", "reserved_by_tags": False}
     assert f"pi5-farm: acquired labgrid place 'pi5-01' (127.0.0.1:{farm['emu'].port})" in r.stderr
     assert _holder(farm, "pi5-01") is None
+    check = run_cli("devices", "check", "pi5-farm", "--json")  # the probe goes through the place too
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert _last_json(check)["check"]["reachable"] and _last_json(check)["check"]["python"]
+    assert _holder(farm, "pi5-01") is None
 
 
 @pytest.mark.remote
