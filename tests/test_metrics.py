@@ -320,3 +320,53 @@ def test_optimize_checks_labels_and_the_metric_path_before_any_build(tmp_path, c
     assert r.returncode == 3 and "cannot import 'nowhere'" in r.stderr and len(_errors(r.stderr)) == 1
     r = cli("optimize", str(DIGITS), "--metric", "top-1", "--time-budget", "1")
     assert r.returncode == 2 and "did you mean 'top1'" in r.stderr
+
+
+def rendered_lines_with_ctc_labels(rec_model: Path, n: int, seed: int = 3):
+    """``n`` rendered English text lines for the PP-OCRv4 recogniser and their label sequences **by
+    construction** (the model's own character table from its metadata: index + 1, blank 0, space last),
+    padded with -1."""
+    import onnx
+
+    from fixtures.datasets import _sentence, cls_preprocess, render_text_line
+
+    meta = {p.key: p.value for p in onnx.load(str(rec_model), load_external_data=False).metadata_props}
+    chars = meta["character"].splitlines()
+    index = {c: i + 1 for i, c in enumerate(chars)} | {" ": len(chars) + 1}
+    rng = np.random.default_rng(seed)
+    texts = [_sentence(rng, int(rng.integers(2, 4))) for _ in range(n)]
+    x = np.stack([cls_preprocess(render_text_line(t, int(rng.integers(20, 34))), (3, 48, 320)) for t in texts])
+    labels = np.full((n, max(map(len, texts))), -1, np.int64)
+    for i, t in enumerate(texts):
+        labels[i, :len(t)] = [index[c] for c in t]
+    return x, labels
+
+
+@pytest.mark.slow
+@pytest.mark.realmodels
+def test_real_ctc_recogniser_judged_by_exact_match_of_the_text(tmp_path, cli):
+    from fixtures.real_models import FixtureMissing, package_dir
+
+    root = package_dir("rapidocr_onnxruntime")
+    rec = None if root is None else root / "models" / "ch_PP-OCRv4_rec_infer.onnx"
+    if rec is None or not rec.is_file():
+        pytest.skip(str(FixtureMissing("rapidocr-onnxruntime is not installed")))
+    x, labels = rendered_lines_with_ctc_labels(rec, 16)
+    run = ort_run_fn(rec, 2)
+    ds = Dataset({"x": x}, labels, ranks={"x": 4})
+    m = make_metric(run, ds)  # padded sequences of another length than T: CTC, chosen automatically
+    assert m.name == "ctc_exact_match" and m.fp32_value >= 90 and "blank 0" in m.description
+    assert m.score(noisy(run, 3.0), ds) < m.fp32_value
+    flat = make_metric(run, Dataset({"x": x}, None, ranks={"x": 4}))  # without labels: per position, not flattened
+    assert flat.name == "per_position_agreement_with_fp32" and "[N,40,6625]" in flat.description
+    np.savez(tmp_path / "lines.npz", x=x, labels=labels)
+    r = cli("convert", str(rec), "--precision", "fp32", "--backend", "onnxruntime", "--input-shape", "x=1x3x48x320",
+            "--eval", str(tmp_path / "lines.npz"), "-o", str(tmp_path / "art"), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    v = json.loads(r.stdout)["validation"]
+    assert v["metric"] == "ctc_exact_match" and v["metric_value"] == v["metric_reference"] >= 90
+    shifted = np.where(labels > 0, labels % 6624 + 1, labels)  # every character off by one: FP32 reads 0 %
+    np.savez(tmp_path / "wrong.npz", x=x, labels=shifted)
+    r = cli("convert", str(rec), "--precision", "fp32", "--backend", "onnxruntime", "--input-shape", "x=1x3x48x320",
+            "--eval", str(tmp_path / "wrong.npz"), "-o", str(tmp_path / "art2"))
+    assert r.returncode == 3 and "your labels don't match the model's outputs: FP32 scores 0 %" in r.stderr
