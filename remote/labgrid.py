@@ -115,12 +115,17 @@ class Lease:
         if self.released:
             return
         _, pb2, *_ = _labgrid()
-        with coordinator_session(self.address) as (session, loop):
-            try:
-                loop.run_until_complete(session.stub.ReleasePlace(pb2.ReleasePlaceRequest(placename=self.place)))
-            finally:
-                if self.token:
-                    _cancel_reservation(session, loop, self.token)
+        try:
+            with coordinator_session(self.address) as (session, loop):
+                try:
+                    loop.run_until_complete(session.stub.ReleasePlace(pb2.ReleasePlaceRequest(placename=self.place)))
+                finally:
+                    if self.token:
+                        _cancel_reservation(session, loop, self.token)
+        except Exception as err:  # noqa: BLE001 - grpc or a gone coordinator: say how to free the board
+            why = err.message if isinstance(err, RemoteError) else f"{type(err).__name__}: {err}"
+            raise RemoteError(f"could not release labgrid place '{self.place}': {why}",
+                              f"release it with: labgrid-client -x {self.address} -p {self.place} release") from err
         self.released = True
 
 
