@@ -370,3 +370,16 @@ def test_real_ctc_recogniser_judged_by_exact_match_of_the_text(tmp_path, cli):
     r = cli("convert", str(rec), "--precision", "fp32", "--backend", "onnxruntime", "--input-shape", "x=1x3x48x320",
             "--eval", str(tmp_path / "wrong.npz"), "-o", str(tmp_path / "art2"))
     assert r.returncode == 3 and "your labels don't match the model's outputs: FP32 scores 0 %" in r.stderr
+
+
+@pytest.mark.slow
+def test_bench_of_a_model_judges_accuracy_by_the_named_metric(tmp_path, cli):
+    z = np.load(DIGITS_TEST)
+    np.savez(tmp_path / "eval.npz", input=z["input"][:50], labels=z["labels"][:50])
+    env = {"EDGEOPT_CACHE_DIR": str(tmp_path / "cache"), "EDGEOPT_DATA_DIR": str(tmp_path / "data")}
+    r = cli("bench", str(DIGITS), "--profile", "host", "--backends", "onnxruntime", "--precision", "fp32",
+            "--eval", str(tmp_path / "eval.npz"), "--metric", "top1", "--runs", "10", "--min-seconds", "0.1",
+            "--no-store", "--json", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["table"]
+    assert {row["metric"] for row in rows} == {"top1_accuracy"} and all(row["accuracy"] > 90 for row in rows)

@@ -333,11 +333,11 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
 
 
 def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib, eval_data, input_shapes,
-                    precision=None) -> Path:
+                    precision=None, metric=None) -> Path:
     from edgeopt.files import file_sha256
     from edgeopt.plan import make_plan
 
-    plan = make_plan(profile, backend=backend, precision=precision, input_shapes=input_shapes)
+    plan = make_plan(profile, backend=backend, precision=precision, input_shapes=input_shapes, metric=metric)
     extra = {"calib": file_sha256(calib) if calib else None, "eval": file_sha256(eval_data) if eval_data else None}
     out = cache_dir() / f"{backend}-{cache_key(model_sha, plan.hash, extra)}"
     if (out / "manifest.json").is_file():
@@ -345,16 +345,17 @@ def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib
     from edgeopt.convert import convert
 
     res = convert(str(model), profile, str(out), backend=backend, precision=precision, calib=calib,
-                  eval=eval_data, input_shapes=input_shapes, force=True)
+                  eval=eval_data, input_shapes=input_shapes, force=True, metric=metric)
     return Path(getattr(res, "artifact_dir", out))
 
 
 def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all", calib: str | None = None,
                 eval_data: str | None = None, input_shapes: dict | None = None, precision: str | None = None,
                 options: BenchOptions | None = None, progress: Callable[[float], None] | None = None,
-                on_event: Callable[[str], None] | None = None) -> dict:
+                on_event: Callable[[str], None] | None = None, metric=None) -> dict:
     """Convert ``model`` for each backend of ``profile`` (cached), then measure them all with the
-    ONNX Runtime FP32 reference. A backend that fails to convert is a row with its error."""
+    ONNX Runtime FP32 reference. A backend that fails to convert is a row with its error. ``metric``: the
+    task metric judging accuracy (an :class:`edgeopt.metrics.MetricSpec`; None: chosen from the output)."""
     from edgeopt.files import file_sha256
     from edgeopt.model import load_onnx
     from edgeopt.profiles import load_profile
@@ -380,7 +381,7 @@ def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all"
             on_event(f"converting for {b}")
         try:
             out = _convert_cached(path, sha, prof, b, calib=calib, eval_data=eval_data, input_shapes=input_shapes,
-                                  precision=precision)
+                                  precision=precision, metric=metric)
             arts[str(out)] = b
         except Exception as err:  # noqa: BLE001 - one backend failing does not stop the others
             msg = err.one_line() if isinstance(err, EdgeoptError) else f"{type(err).__name__}: {err}"
@@ -390,9 +391,10 @@ def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all"
     for art in list(arts)[1:]:  # the reference's accuracy, as the converter validated it on the same data
         from edgeopt.runtime.measure import read_artifact
 
-        acc = (read_artifact(art).get("validation") or {}).get("accuracy_reference")
+        val = read_artifact(art).get("validation") or {}
+        acc = val.get("accuracy_reference")
         if acc is not None:
-            validations[str(ref)] = {"accuracy": acc, "note": "top-1 of the FP32 reference in ONNX Runtime, from "
+            validations[str(ref)] = {"accuracy": acc, "metric": val.get("metric"), "note": "the task metric of the FP32 reference in ONNX Runtime, from "
                                      "the converter's validation of the other artifacts"}
             break
     result = bench_artifacts(list(arts), o, progress=progress, names=arts, validations=validations, keep_going=True)

@@ -9,7 +9,15 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
-from edgeopt.cli.options import BatchOption, StreamsOption
+from edgeopt.cli.options import (
+    BatchOption,
+    CtcBlankOption,
+    MetricAxisOption,
+    MetricOption,
+    MetricThresholdOption,
+    StreamsOption,
+    metric_spec,
+)
 from edgeopt.cli.output import JsonOption, emit
 from edgeopt.errors import UsageError
 
@@ -51,6 +59,10 @@ def bench(
     calib: Path = typer.Option(None, "--calib", help="With a model: calibration data for INT8."),
     eval_data: Path = typer.Option(None, "--eval", help="With a model: labelled data for accuracy."),
     precision: str = typer.Option(None, "--precision", help="With a model: fp32 / fp16 / int8."),
+    metric: str = MetricOption,
+    metric_axis: int = MetricAxisOption,
+    ctc_blank: int = CtcBlankOption,
+    metric_threshold: float = MetricThresholdOption,
 ) -> None:
     """Measure artifacts side by side (interleaved), or convert a model for each backend and measure all."""
     from edgeopt.bench.api import BenchOptions, bench_artifacts, bench_model
@@ -75,7 +87,7 @@ def bench(
             raise UsageError("benchmarking a model needs --profile", "e.g. edgeopt bench model.onnx --profile host")
         result = bench_model(targets[0], profile, backends=backends, calib=str(calib) if calib else None,
                              eval_data=str(eval_data) if eval_data else None, precision=precision, options=opts,
-                             progress=prog)
+                             progress=prog, metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, None))
     else:
         result = bench_artifacts([str(t) for t in targets], opts, progress=prog)
     payload = {"table": [summary_row(r) for r in result["rows"]], **result}
