@@ -32,6 +32,11 @@ def atomic_path(path: str | os.PathLike, *, mode: int | None = 0o644) -> Iterato
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if not err.filename and err.errno:  # a write() that failed (disk full): say where it was going
+            raise OSError(err.errno, err.strerror or str(err), str(out)) from err
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

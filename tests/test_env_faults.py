@@ -107,7 +107,7 @@ def test_bench_refuses_a_foreign_store_before_measuring(cli, tmp_path, mnist_mod
 
 
 def test_an_unmarked_store_of_an_earlier_edgeopt_is_adopted(tmp_path):
-    from edgeopt.results import APPLICATION_ID, _SCHEMA, list_runs, store_run
+    from edgeopt.results import _SCHEMA, APPLICATION_ID, list_runs, store_run
 
     db = tmp_path / "old.db"
     with sqlite3.connect(db) as c:
@@ -160,7 +160,8 @@ def test_read_only_output_directory_fails_before_converting(cli, tmp_path, mount
     r = cli("convert", str(mnist_model), "--profile", "host", "-o", str(ro / "art"), "--json")
     assert r.returncode == 3, r.stderr
     err = _err(r)
-    assert err["kind"] == "environment" and str(ro) in err["message"] and "Read-only file system" in err["message"]
+    assert err["kind"] == "environment" and "Read-only file system" in err["message"]
+    assert f"cannot write to output directory '{ro}'" in err["message"]
     assert r.stderr.count("\n") == 1
 
 
@@ -181,3 +182,24 @@ def test_unknown_device_and_unknown_profile_are_both_bad_input(cli, remote_env, 
     r1 = cli("remote-bench", "no-such-board", str(mnist_model), "--json")
     r2 = cli("convert", str(mnist_model), "--profile", "no-such-profile", "-o", str(tmp_path / "a"), "--json")
     assert (r1.returncode, r2.returncode) == (3, 3), (r1.stderr, r2.stderr)
+
+
+def test_export_onto_a_full_disk_names_the_file(cli, tmp_path, mount):
+    from edgeopt.results import store_run
+
+    db = tmp_path / "r.db"
+    store_run({"backend": "onnxruntime", "latency_ms": {"p50": 2.0}, "environment": {}, "pad": "x" * 5000}, db)
+    full = mount(tmp_path / "full", "size=64k")
+    fd = os.open(full / "pad", os.O_WRONLY | os.O_CREAT)
+    try:  # fill it up
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    r = cli("results", "export", "-o", str(full / "runs.json"), "--db", str(db), "--json")
+    assert r.returncode == 3, r.stderr
+    msg = _err(r)["message"]
+    assert f"'{full / 'runs.json'}': No space left on device (ENOSPC)" in msg, msg
+    assert sorted(p.name for p in full.iterdir()) == ["pad"]  # no temporary file left

@@ -144,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
                                                     "message": "usage error (see stderr)"}})
         return code
     except EdgeoptError as e:
-        e = environment_fault(e.__cause__) or e if e.__cause__ is not None else e  # a stage hit a full disk
         if debug:
             traceback.print_exc()
         _print_error(e.to_json(), e.one_line(), json_mode)
