@@ -76,6 +76,7 @@ class SearchResult:
     ranked: list[tuple[str, float]] = field(default_factory=list)
     report: dict = field(default_factory=dict)
     m_confirm: Any = None  # the metric on the held-back part (for checking other precisions the same way)
+    m_search: Any = None
 
 
 class BudgetedSearch:
@@ -265,7 +266,7 @@ def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranke
         stopped_by_budget=s.stopped_by_budget,
         candidates=len(s.tried),
     )
-    return SearchResult(best, closest, ranked, s.report, s.m_confirm)
+    return SearchResult(best, closest, ranked, s.report, s.m_confirm, s.m_search)
 
 
 def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedError:
