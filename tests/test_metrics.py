@@ -383,3 +383,24 @@ def test_bench_of_a_model_judges_accuracy_by_the_named_metric(tmp_path, cli):
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(r.stdout)["table"]
     assert {row["metric"] for row in rows} == {"top1_accuracy"} and all(row["accuracy"] > 90 for row in rows)
+
+
+@pytest.mark.slow
+def test_metric_reaches_the_accuracy_aware_search(tmp_path, cli):
+    protos = sequence_tagger(tmp_path / "tagger.onnx")
+    calib, _ = sequences(protos, 32, seed=1)
+    ev, _ = sequences(protos, 24, seed=2)
+    np.savez(tmp_path / "calib.npz", x=calib.arrays["x"])
+    np.savez(tmp_path / "eval.npz", x=ev.arrays["x"])
+    r = cli("convert", str(tmp_path / "tagger.onnx"), "--backend", "onnxruntime", "--precision", "int8",
+            "--calib", str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--metric", "ctc",
+            "--max-accuracy-drop", "5", "--search-budget", "60", "-o", str(tmp_path / "art"), "--json")
+    assert r.returncode in (0, 5), r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    if r.returncode == 0:
+        manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
+        search = next(s["report"]["accuracy_aware"] for s in manifest["stages"] if "accuracy_aware" in s["report"])
+        assert out["validation"]["metric"] == "ctc_exact_match_vs_fp32"
+    else:
+        search = out["error"]["details"]
+    assert search["metric"] == "ctc_exact_match_vs_fp32"
