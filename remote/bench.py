@@ -83,7 +83,7 @@ def _plain_error(err: RemoteError, dev: Device, step: str) -> RemoteError:
     message = re.sub(r"while running '[^']*'", f"while {STEP_TEXT.get(step, step)}", err.message)
     message = re.sub(r"before '[^']*' started", f"before {STEP_TEXT.get(step, step)}", message)
     hint = err.hint
-    if dev.emulated and step == "connect":
+    if dev.emulated and step == "connect" and "fingerprint" not in err.details:  # a host-key refusal keeps its own hint
         hint = (f"the emulated device may be stopped: start it with 'edgeopt emulate start {dev.profile} "
                 f"--name {dev.name}'")
     out = RemoteError(message, hint, details={**err.details, "step": step})
