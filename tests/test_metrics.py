@@ -404,3 +404,19 @@ def test_metric_reaches_the_accuracy_aware_search(tmp_path, cli):
     else:
         search = out["error"]["details"]
     assert search["metric"] == "ctc_exact_match_vs_fp32"
+
+
+def test_pipeline_accuracy_gate_names_the_metric_and_never_uses_random_inputs():
+    from edgeopt.pipeline.gates import check
+    from edgeopt.pipeline.recipe import Gates
+
+    v = {"samples": 40, "data_source": "eval", "synthetic": False, "accuracy_drop": None, "metric_drop": 2.5,
+         "metric": "ctc_exact_match_vs_fp32", "metric_unit": "%"}
+    g = check(Gates(max_accuracy_drop=1.0), validation=v, bench=None, est=None, artifact_bytes=1)[0]
+    assert g.value == 2.5 and not g.passed and "ctc_exact_match_vs_fp32 (no labels: vs FP32)" in g.source
+    g = check(Gates(max_accuracy_drop=1.0), validation={**v, "synthetic": True}, bench=None, est=None,
+              artifact_bytes=1)[0]
+    assert g.value is None and not g.passed
+    labelled = {**v, "accuracy_drop": 0.5, "metric": "top1_accuracy"}
+    g = check(Gates(max_accuracy_drop=1.0), validation=labelled, bench=None, est=None, artifact_bytes=1)[0]
+    assert g.passed and g.value == 0.5 and g.source.endswith("top1_accuracy")

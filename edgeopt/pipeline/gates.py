@@ -54,9 +54,15 @@ def check(gates: Gates, *, validation: dict | None, bench: dict | None, est: dic
     v = validation or {}
     if gates.max_accuracy_drop is not None:
         value = v.get("accuracy_drop")
+        # without labels: the task metric's drop vs FP32 on real data (edgeopt.metrics), never on random inputs
+        vs_fp32 = value is None and v.get("metric_drop") is not None and not v.get("synthetic")
+        value = v.get("metric_drop") if vs_fp32 else value
         src = f"validation on {v.get('samples')} {v.get('data_source')} samples" if value is not None \
             else "no labelled eval data: give data.eval with 'labels'"
-        out.append(GateResult(gate="max_accuracy_drop", threshold=gates.max_accuracy_drop, value=value, unit="pts",
+        if v.get("metric") and value is not None:
+            src += f", {v['metric']}" + (" (no labels: vs FP32)" if vs_fp32 else "")
+        unit = "dB" if v.get("metric_unit") == "dB" else "pts"
+        out.append(GateResult(gate="max_accuracy_drop", threshold=gates.max_accuracy_drop, value=value, unit=unit,
                               source=src, passed=value is not None and value <= gates.max_accuracy_drop))
     if gates.max_p99_latency_ms is not None:
         like = measured_here_for(target_profile)
