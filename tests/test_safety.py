@@ -105,6 +105,7 @@ def test_cli_convert_dot_is_one_line_not_an_internal_error(cli, proj):
     assert r.returncode == 3 and "current directory" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_convert_force_replaces_its_own_artifact(cli, tmp_path, mnist_model):
     out = tmp_path / "art"
     r = cli("convert", str(mnist_model), "--profile", "host", "-o", str(out), "--json")
@@ -201,6 +202,7 @@ def _analyze_flops(cli, model, *shape_args):
     return a["inputs"][0]["shape"], a["totals"]["flops"]
 
 
+@pytest.mark.slow
 def test_input_shape_override_changes_the_flops(cli, mnist_model):
     shape0, f28 = _analyze_flops(cli, mnist_model)
     assert shape0 == [1, 1, 28, 28]
@@ -230,6 +232,7 @@ def _flatten_gemm_model(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_input_shape_a_graph_cannot_take_is_refused_naming_the_dims(cli, tmp_path):
     model = _flatten_gemm_model(tmp_path / "tied.onnx")
     _, f8 = _analyze_flops(cli, model, "--input-shape", "x=1x1x8x8")
@@ -293,6 +296,7 @@ def test_sigint_during_convert_json_prints_one_object_and_leaves_nothing(tmp_pat
 
 # --- 13.7: library chatter only with --verbose -------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.openvino
 def test_library_log_lines_only_with_verbose(cli, tmp_path, mnist_model):
     args = ["convert", str(mnist_model), "--profile", "host", "--backend", "openvino", "--precision", "int8"]
