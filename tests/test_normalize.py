@@ -161,3 +161,14 @@ def test_cli_int8_convert_of_a_minus_inf_constant_model(tmp_path, cli, test_prof
             "--precision", "int8", "--calib", str(tmp_path / "calib.npz"))
     assert r.returncode == 3 and "conv_w" in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "art2").exists()
+
+
+def test_analyze_notes_inf_constants_and_flags_broken_weights(tmp_path):
+    from edgeopt.analyze.preflight import weight_issues
+
+    ok = weight_issues(onnx.load(str(max_identity_model(tmp_path / "jax.onnx"))))
+    assert [(i.severity.value, i.kind.value) for i in ok] == [("info", "weights")]
+    assert "'Const_26:0'" in ok[0].message and "convert accepts" in ok[0].message
+    bad = weight_issues(onnx.load(str(max_identity_model(tmp_path / "bad.onnx", inf_in_conv=True))))
+    assert bad[0].severity.value == "error" and "'conv_w' of a Conv" in bad[0].message
+    assert weight_issues(onnx.load(str(conv_bn_model(tmp_path / "m.onnx", batch=1)))) == []

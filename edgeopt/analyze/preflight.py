@@ -167,9 +167,27 @@ def static_shape_issues(original, unknown: list[str], profile: DeviceProfile) ->
     return out
 
 
+def weight_issues(model) -> list[PreflightIssue]:
+    """The normalize stage's weight check, said ahead: broken weights are an error; ±inf constants that
+    are masks or the identity of a Max (legitimate, e.g. in JAX exports) are noted."""
+    from edgeopt.converters.normalize import check_finite_weights
+    from edgeopt.errors import BadModelError
+
+    try:
+        accepted = check_finite_weights(model, "model")
+    except BadModelError as err:
+        return [PreflightIssue(severity=Severity.ERROR, kind=PreflightKind.WEIGHTS, message=err.message)]
+    if not accepted:
+        return []
+    names = ", ".join(f"'{n}'" for n in accepted[:3]) + ("…" if len(accepted) > 3 else "")
+    return [PreflightIssue(severity=Severity.INFO, kind=PreflightKind.WEIGHTS,
+                           message=f"{len(accepted)} ±inf constant(s) outside any weight ({names}): masks or the "
+                                   "identity of a Max/Min, which convert accepts")]
+
+
 def run_preflight(model, original, profile: DeviceProfile, unknown: list[str]) -> list[PreflightIssue]:
-    """Issues for ``model`` (static shapes fixed) on every backend of ``profile``, plus shape issues."""
-    out = static_shape_issues(original, unknown, profile)
+    """Issues for ``model`` (static shapes fixed) on every backend of ``profile``, plus shape and weight issues."""
+    out = static_shape_issues(original, unknown, profile) + weight_issues(original)
     seen = set()
     for target in profile.backends:
         key = (target.name, target.unit, str(target.settings.get("device", "")))

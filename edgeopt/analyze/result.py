@@ -40,6 +40,7 @@ class PreflightKind(StrEnum):
     NOT_CHECKABLE = "not_checkable"
     NOT_INSTALLED = "not_installed"
     DYNAMIC_SHAPE = "dynamic_shape"
+    WEIGHTS = "weights"  # NaN, or ±inf inside a weight (error); ±inf masks/reduction identities (info)
     OK = "ok"
 
 
