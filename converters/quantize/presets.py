@@ -78,8 +78,11 @@ def get_preset(name: str) -> HardwarePreset:
 
 def preset_for_profile(profile) -> tuple[HardwarePreset, str]:
     """The preset for the profile's CPU ISA, and why (a sentence for the report)."""
-    if profile is None:
-        return PRESETS["x86-vnni"], "no profile given: x86-vnni (U8/S8 per-channel QDQ) assumed"
+    if profile is None:  # no target named: quantize for the machine that runs it
+        from edgeopt.profiles import load_profile
+
+        preset, why = preset_for_profile(load_profile("host"))
+        return preset, f"no profile given: this machine's ({why})"
     arch = getattr(profile, "arch", "")
     cpu = profile.unit(UnitKind.CPU) if hasattr(profile, "unit") else None
     isa = set(cpu.isa) if cpu is not None else set()
