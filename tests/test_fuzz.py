@@ -23,9 +23,9 @@ from edgeopt.errors import EdgeoptError
 REPO = Path(__file__).resolve().parent.parent
 MODELS = sorted((REPO / "fixtures" / "models").glob("*.onnx"))
 ALLOWED = {0, 2, 3, 4, 5}
-FAST = settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture,
+FAST = settings(max_examples=40, deadline=5000, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow], derandomize=True)
-MORE = settings(max_examples=400, deadline=10000, suppress_health_check=[HealthCheck.function_scoped_fixture,
+MORE = settings(max_examples=400, deadline=10000, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                          HealthCheck.too_slow])
 
 
@@ -98,7 +98,7 @@ def test_random_bytes_as_onnx(tmp_path_factory, data):
 _SHAPE_CHARS = string.ascii_letters[:6] + string.digits + "=x,:-_ .;*" + "\u00e9\u0661"
 
 
-@settings(max_examples=150, deadline=2000, derandomize=True)
+@settings(max_examples=150, deadline=2000, derandomize=True, database=None)
 @given(spec=st.text(alphabet=_SHAPE_CHARS, max_size=30))
 def test_input_shape_strings(spec):
     from edgeopt.model import parse_input_shapes
