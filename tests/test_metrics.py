@@ -420,3 +420,33 @@ def test_pipeline_accuracy_gate_names_the_metric_and_never_uses_random_inputs():
     labelled = {**v, "accuracy_drop": 0.5, "metric": "top1_accuracy"}
     g = check(Gates(max_accuracy_drop=1.0), validation=labelled, bench=None, est=None, artifact_bytes=1)[0]
     assert g.passed and g.value == 0.5 and g.source.endswith("top1_accuracy")
+
+
+def test_api_convert_takes_the_metric(tmp_path):
+    from edgeopt import api as edgeopt
+
+    z = np.load(DIGITS_TEST)
+    np.savez(tmp_path / "eval.npz", input=z["input"][:40], labels=z["labels"][:40])
+    res = edgeopt.convert(str(DIGITS), "host", tmp_path / "art", precision="fp32", backend="onnxruntime",
+                          eval=tmp_path / "eval.npz", metric={"name": "sqnr", "min_sqnr_db": 60})
+    v = res.validation
+    assert v["metric"] == "sqnr_db_vs_fp32" and v["metric_unit"] == "dB" and v["metric_reference"] == 60
+    assert v["gates"]["min_sqnr_db"]["passed"] and v["metric_value"] >= 60  # FP32 ORT vs FP32 ORT: identical
+
+
+@pytest.mark.slow
+def test_sqnr_gate_in_db_on_int8(tmp_path):
+    from edgeopt import api as edgeopt  # (`edgeopt.convert` is shadowed by the module once it is imported)
+    from edgeopt.errors import GateFailedError
+
+    z = np.load(DIGITS_TEST)
+    np.savez(tmp_path / "eval.npz", input=z["input"][:40])
+    np.savez(tmp_path / "calib.npz", input=z["input"][100:164])
+    kw = {"precision": "int8", "backend": "onnxruntime", "eval": tmp_path / "eval.npz", "calib": tmp_path / "calib.npz"}
+    with pytest.raises(GateFailedError) as e:
+        edgeopt.convert(str(DIGITS), "host", tmp_path / "a", metric={"name": "sqnr", "min_sqnr_db": 80}, **kw)
+    assert "< --min-sqnr-db 80" in e.value.message and not (tmp_path / "a").exists()
+    got = e.value.details["validation"]["metric_value"]
+    assert 5 < got < 80  # INT8 of a small CNN: tens of dB
+    res = edgeopt.convert(str(DIGITS), "host", tmp_path / "b", metric={"name": "sqnr", "min_sqnr_db": got - 1}, **kw)
+    assert res.validation["gates"]["min_sqnr_db"]["passed"]
