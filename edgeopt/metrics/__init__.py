@@ -8,7 +8,8 @@ gave, and picks (unless :class:`MetricSpec` names one):
 * ``position_agreement``: ``[N,T,C]`` sequences (class axis last), ``[N,C,H,W]`` segmentation (class axis 1),
   frame-wise audio: argmax along the class axis, averaged over positions (``axis`` when it can't be told);
 * ``ctc``: exact match of greedy CTC decoding (``ctc_blank``) vs label sequences, or vs FP32's decoding;
-  chosen automatically when the labels are padded sequences (``-1`` padding) of an ``[N,T,C]`` output;
+  chosen automatically for an ``[N,T,C]`` output when the labels are padded sequences (``-1`` padding), or,
+  without labels, when FP32's argmax is the blank at half the positions or more (CTC's peaky output);
 * ``map_iou``: one-channel maps with values in [0, 1]: IoU of the maps thresholded at ``threshold``;
 * ``cosine`` (%, vs FP32) and ``sqnr`` (dB, vs FP32) for regression/embeddings (outputs named like
   embeddings/hidden states are judged by cosine automatically);
@@ -84,7 +85,16 @@ def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_pat
                               search_path=search_path)
 
 
-def _auto(shape: tuple, first: np.ndarray, labels, out_name: str | None) -> MetricName:
+CTC_BLANK_SHARE = 0.5  # without labels, [N,T,C] whose argmax is the blank at this share of positions: CTC
+
+
+def _blank_share(ref: list[np.ndarray], blank: int) -> float:
+    """Share of positions (class axis last) whose FP32 argmax is ``blank``: CTC models are 'peaky', emitting
+    the blank at most frames."""
+    return float(np.mean(np.concatenate([np.argmax(y, axis=-1).ravel() == blank for y in ref[:32]])))
+
+
+def _auto(shape: tuple, first: np.ndarray, labels, out_name: str | None, ref=None, blank: int = 0) -> MetricName:
     lower = (out_name or "").lower()
     if len(shape) <= 1:
         if labels is None and shape and shape[0] > 1 and any(w in lower for w in _EMBEDDING_WORDS):
@@ -100,6 +110,9 @@ def _auto(shape: tuple, first: np.ndarray, labels, out_name: str | None) -> Metr
         arr = labels if isinstance(labels, np.ndarray) else None
         if arr is None or arr.dtype.kind == "O" or (arr.ndim == 2 and arr.shape[1] != shape[0]):
             return MetricName.CTC  # sequences of their own length (-1 padded): CTC, not one label per position
+    if len(shape) == 2 and labels is None and shape[0] >= 8 and shape[1] >= 10 and ref is not None \
+            and _blank_share(ref, blank) >= CTC_BLANK_SHARE:
+        return MetricName.CTC  # a recogniser: lines read as FP32 reads them, not positions (see README 'Metrics')
     return MetricName.POSITION_AGREEMENT
 
 
@@ -115,7 +128,7 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     out_name = spec.output or next(iter(fp32_outputs[0]))
     ref = [sample_of(o, out_name) for o in fp32_outputs]
     shape = tuple(ref[0].shape)
-    kind = spec.name or _auto(shape, ref[0], labels, out_name)
+    kind = spec.name or _auto(shape, ref[0], labels, out_name, ref if spec.axis is None else None, spec.ctc_blank)
     build = BUILDERS[kind]
     m = build(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     if kind != MetricName.SQNR:
