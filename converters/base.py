@@ -56,6 +56,9 @@ class ChainOptions(StageConfig):
     precision: Precision
     prune: float = 0.0  # fraction of channels (mode channels) to remove
     prune_mode: PruneMode = PruneMode.CHANNELS
+    # distil the pruned model from FP32 (converters/recover.py): None = when pruning channels and the train extra is installed
+    recover: bool | None = None
+    recover_budget_s: float = Field(default=120.0, gt=0)  # the recover stage's time budget
     calib_method: CalibMethod = CalibMethod.MINMAX
     per_channel: bool = True
     max_accuracy_drop: float | None = None  # points of the task metric (top-1 %)

@@ -15,6 +15,7 @@ from edgeopt.errors import UsageError, did_you_mean
 _STAGE_MODULES = {
     "normalize": "edgeopt.converters.normalize",
     "prune": "edgeopt.converters.prune",
+    "recover": "edgeopt.converters.recover",
     "quantize": "edgeopt.converters.quantize",
 }
 BACKEND_MODULES = {

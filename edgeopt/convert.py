@@ -66,7 +66,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
             eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
             dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
             progress=None, calib_method=None, on_warning=None, search_budget=None,
-            min_speedup=None, metric=None, metric_search_path=None) -> ConvertResult:
+            min_speedup=None, metric=None, metric_search_path=None, recover=None, recover_budget=None) -> ConvertResult:
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc).
     ``metric``: the task metric (an :class:`edgeopt.metrics.MetricSpec`, a name such as ``"ctc"`` or
     ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output and labels."""
@@ -103,7 +103,8 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     plan = make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
                      calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
                      threads=threads, recipe=recipe, input_shapes=shapes, search_budget=search_budget,
-                     min_speedup=min_speedup, metric=_metric_spec(metric))
+                     min_speedup=min_speedup, metric=_metric_spec(metric), recover=recover,
+                     recover_budget=recover_budget)
     for w in plan.warnings:
         warn(w)
     if dry_run:

@@ -30,7 +30,7 @@ def install_hint(module: str) -> str:
     if extra:
         return f"install it with: pip install 'edgeopt[{extra}]'"
     if module == "torch":
-        return "install it with: pip install torch==2.13.0"
+        return "install it with: pip install torch==2.14.1"
     return f"install it with: pip install {dist}"
 
 

@@ -93,6 +93,8 @@ class Recipe(BaseModel):
     precision: Precision | None = None
     prune: float | None = Field(default=None, ge=0.0, lt=1.0)
     prune_mode: PruneMode | None = None
+    recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
+    recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage
     calib_method: CalibMethod | None = None
     per_channel: bool | None = None
     max_accuracy_drop: float | None = Field(default=None, ge=0.0)
@@ -243,6 +245,8 @@ def make_plan(
     min_speedup: float | None = None,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     metric=None,
+    recover: bool | None = None,
+    recover_budget: float | None = None,
 ) -> Plan:
     """The ordered stages for ``profile`` with the user's overrides (recipe, then flags)."""
     if recipe is not None and not isinstance(recipe, Recipe):
@@ -263,7 +267,7 @@ def make_plan(
     default_mode = PruneMode.SPARSE_2_4 if chain.sparsity_2_4 else PruneMode.CHANNELS
     mode = _enum(PruneMode, pick(prune_mode, r.prune_mode, default_mode), "--prune-mode")
     target = profile.backend(backend_name)
-    stage_names = ["normalize", "prune", "quantize", backend_name.value]
+    stage_names = ["normalize", "prune", "recover", "quantize", backend_name.value]
     for key in r.stages:
         if key not in stage_names:
             raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
@@ -274,6 +278,8 @@ def make_plan(
             precision=prec,
             prune=float(pick(prune, r.prune, chain.prune)),
             prune_mode=mode,
+            recover=pick(recover, r.recover, None),
+            recover_budget_s=pick(recover_budget, r.recover_budget, 120.0),
             calib_method=_enum(CalibMethod, pick(calib_method, r.calib_method, CalibMethod.MINMAX), "--calib-method"),
             per_channel=pick(None, r.per_channel, True),
             max_accuracy_drop=pick(max_accuracy_drop, r.max_accuracy_drop, None),
@@ -294,6 +300,14 @@ def make_plan(
     wanted = ["normalize"]
     if options.prune > 0 or options.prune_mode == PruneMode.SPARSE_2_4:
         wanted.append("prune")
+    if options.prune > 0 and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
+        from edgeopt.converters.recover import train_extra_missing
+
+        if options.recover is None and (missing := train_extra_missing()):
+            warnings.append(f"pruning without recovery: {missing} is not installed (pip install 'edgeopt[train]' "
+                            "distils the pruned model from FP32; --no-recover silences this)")
+        else:
+            wanted.append("recover")
     if prec in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
         wanted.append("quantize")
     specs = []

@@ -32,6 +32,9 @@ def convert_cmd(
     precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
     prune: float = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1)."),
     prune_mode: str = typer.Option(None, "--prune-mode", help="channels | 2:4"),
+    recover: bool = typer.Option(None, "--recover/--no-recover",
+                                 help="Distil the pruned model from FP32 on --calib (default: when the train extra is installed)."),
+    recover_budget: float = typer.Option(None, "--recover-budget", min=0.001, help="Seconds for recovery (default 120)."),
     calib: Path = typer.Option(None, "--calib", help="Calibration data: .npz named after the inputs, or an image folder."),
     eval_: Path = typer.Option(None, "--eval", help="Evaluation data (.npz with 'labels', or class sub-folders)."),
     preprocess: str = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,layout=NCHW,channels=RGB,scale=255 or a YAML file."),
@@ -77,6 +80,7 @@ def convert_cmd(
         preprocess=preprocess, profile_dirs=profile_dir, calib_method=calib_method,
         progress=progress_factory(json_out), on_warning=warn, search_budget=search_budget, min_speedup=min_speedup,
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
+        recover=recover, recover_budget=recover_budget,
     )
     if dry_run:
         def human_plan(c):

@@ -1,0 +1,166 @@
+"""The ``recover`` stage: knowledge distillation from the FP32 model into the pruned one.
+
+The teacher is the normalized FP32 model (``ctx.reference_model``); the student is the pruned model imported
+into PyTorch with onnx2torch. The student is trained on the user's calibration data, which need no labels: for
+a classifier the loss is KL divergence on temperature-softened logits of the teacher's output, for other
+outputs mean squared error normalised by the teacher's variance (the choice follows the output kind exactly as
+the accuracy metric is chosen, :mod:`edgeopt.metrics`); labels, when given, add cross-entropy. A share of the
+data is held back: after each epoch the student is scored on it with the task metric, the best student is kept,
+and training stops early when that figure stops improving, when the time budget runs out, or on Ctrl-C.
+The best student is exported back to ONNX (``torch.onnx.export(dynamo=False)``) and checked numerically
+against its torch version. Needs the ``train`` extra (torch, torchvision, onnx2torch).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field
+
+from edgeopt.converters.base import (
+    ChainContext,
+    ChainOptions,
+    Intermediate,
+    PruneMode,
+    Stage,
+    StageConfig,
+    StageRecord,
+)
+from edgeopt.converters.registry import register_stage
+from edgeopt.errors import MissingDependencyError, StageError, UsageError
+from edgeopt.files import atomic_path
+
+TRAIN_MODULES = ("torch", "torchvision", "onnx2torch")
+TRAIN_HINT = "install it with: pip install 'edgeopt[train]' (or convert with --no-recover)"
+EXPORT_TOLERANCE = 1e-3  # max |ONNX Runtime - torch| of the exported student, relative to the output's scale
+
+
+class RecoverConfig(StageConfig):
+    budget_s: float = Field(default=120.0, gt=0)  # wall time for the whole stage (teacher, training, export)
+    max_epochs: int = Field(default=40, ge=1)
+    patience: int = Field(default=4, ge=1)  # epochs without a better held-back figure before stopping
+    lr: float = Field(default=2e-3, gt=0)  # Adam, cosine-decayed over max_epochs
+    temperature: float = Field(default=4.0, gt=0)  # softening of the logits for the KL loss
+    batch_size: int = Field(default=32, ge=1)
+    holdout: float = Field(default=0.2, gt=0, lt=1)  # share of the calibration data held back for early stopping
+    shift_px: int = Field(default=2, ge=0)  # random ± shifts of 4-D float (image) inputs while training
+    label_weight: float = Field(default=0.5, ge=0, le=1)  # weight of cross-entropy on labels, when given
+    seed: int = 0
+    required: bool = False  # asked for explicitly (--recover): no calibration data is an error, not a skip
+
+
+def train_extra_missing() -> str | None:
+    """The first module of the ``train`` extra that is not installed (None when all are); nothing imported."""
+    import importlib.util
+
+    for name in TRAIN_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
+
+
+def require_train():
+    """(torch, onnx2torch), or exit 4 naming the ``train`` extra."""
+    missing = train_extra_missing()
+    if missing:
+        raise MissingDependencyError(f"the recover stage needs {missing} (the 'train' extra), which is not installed",
+                                     TRAIN_HINT)
+    try:
+        import onnx2torch
+        import torch
+    except Exception as err:  # noqa: BLE001 - e.g. a torchvision build that does not match torch
+        raise MissingDependencyError(f"the recover stage needs the 'train' extra, which does not import here "
+                                     f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})",
+                                     TRAIN_HINT) from err
+    return torch, onnx2torch
+
+
+@register_stage
+class Recover(Stage):
+    name = "recover"
+    Config = RecoverConfig
+
+    @classmethod
+    def configure(cls, options: ChainOptions) -> RecoverConfig | None:
+        if options.prune_mode != PruneMode.CHANNELS or options.prune == 0 or options.recover is False:
+            return None
+        if options.recover is None and train_extra_missing():
+            return None  # auto: the plan says why (make_plan's warning)
+        if options.recover:
+            require_train()
+        return RecoverConfig(budget_s=options.recover_budget_s, required=bool(options.recover))
+
+    def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate:
+        assert isinstance(config, RecoverConfig)
+        if ctx.record is None:
+            ctx.record = StageRecord(self.name, config.model_dump(mode="json"))
+        if ctx.calib is None or getattr(ctx.calib, "synthetic", False) or len(ctx.calib) < 4:
+            if config.required:
+                raise UsageError("recover needs real calibration data (at least 4 samples): the student learns the "
+                                 "teacher's outputs on it", "give --calib (no labels needed), or --no-recover")
+            ctx.warn("recover skipped: no --calib data to distil on (the pruned model is kept as it is)")
+            ctx.record.report.update({"changed": False, "skipped": "no calibration data"})
+            return model
+        torch, onnx2torch = require_train()
+        from edgeopt.converters import recover_train
+
+        t0 = time.perf_counter()
+        deadline = t0 + config.budget_s
+        torch.manual_seed(config.seed)
+        if ctx.threads:
+            torch.set_num_threads(ctx.threads)
+        student = onnx2torch.convert(str(model.path))
+        teacher = onnx2torch.convert(str(ctx.reference_model))
+        job = recover_train.Job.make(torch, teacher, student, model.path, ctx.reference_model, ctx.calib, config, ctx)
+        result = recover_train.distill(torch, job, teacher, student, config, deadline, ctx.progress)
+        student.load_state_dict(result.best_state)
+        out = Path(ctx.work_dir) / f"{Path(model.path).stem}.recovered.onnx"
+        export_student(torch, student, job, model.path, out)
+        checks = check_export(torch, student, job, out)
+        ctx.record.checks.update(checks)
+        ctx.record.report.update(result.report(job, time.perf_counter() - t0))
+        if result.stopped == "interrupted":
+            ctx.warn("recover: interrupted (Ctrl-C); the best student so far was kept")
+        if not result.improved:
+            ctx.warn("recover: distillation did not improve the held-back metric; the pruned model is kept as it was")
+            return model
+        notes = {**model.notes, "recover": {"epochs": result.epochs, "held_metric": result.best_value}}
+        return Intermediate(out, model.format, model.precision, notes)
+
+
+def export_student(torch, student, job, source: Path, out: Path) -> None:
+    """The student as ONNX with the source model's input/output names and opset (batch of one, like the source)."""
+    import onnx
+
+    opset = next((o.version for o in onnx.load(str(source), load_external_data=False).opset_import
+                  if o.domain in ("", "ai.onnx")), 17)
+    example = tuple(torch.from_numpy(job.x[n][:1]) for n in job.input_names)
+    student.eval()
+    with atomic_path(out) as tmp, torch.no_grad():
+        torch.onnx.export(student, example, str(tmp), input_names=job.input_names, output_names=job.output_names,
+                          opset_version=max(13, min(int(opset), 20)), dynamo=False, do_constant_folding=True)
+
+
+def check_export(torch, student, job, path: Path) -> dict:
+    """The exported student run by ONNX Runtime against the torch student on held-back samples: must match."""
+    from edgeopt.converters.checks import compare, ort_run_fn
+
+    run = ort_run_fn(path)
+    feeds = [{n: job.x[n][i : i + 1] for n in job.input_names} for i in job.held_idx[:8]]
+
+    def torch_run(feed):
+        with torch.no_grad():
+            outs = job.forward(student, {k: torch.from_numpy(v) for k, v in feed.items()})
+        return {n: o.numpy() for n, o in zip(job.output_names, outs, strict=True)}
+
+    result = compare(torch_run, run, feeds)
+    scale = max(float(np.max(np.abs(v))) for f in feeds[:1] for v in torch_run(f).values()) or 1.0
+    if not result["max_abs_err"] <= EXPORT_TOLERANCE * max(1.0, scale):
+        raise StageError(f"recover: the exported student differs from its torch version (max abs error "
+                         f"{result['max_abs_err']:.3g})", "report this model; convert with --no-recover meanwhile")
+    return {"export_vs_torch": result}

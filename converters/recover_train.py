@@ -1,0 +1,227 @@
+"""The training loop of the ``recover`` stage (see :mod:`edgeopt.converters.recover`): the data, the loss chosen
+from the output kind, the held-back metric each epoch, early stop, the time budget and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TIE = 1e-9
+
+
+@dataclass
+class Job:
+    """What training needs, built once: stacked data, the split, the held-back metric, the loss kind."""
+
+    input_names: list[str]
+    output_names: list[str]
+    x: dict[str, np.ndarray]  # name -> (N, ...) samples stacked on the batch axis
+    labels: np.ndarray | None  # (N,) class indices, used only for classifiers
+    train_idx: np.ndarray
+    held_idx: np.ndarray
+    metric: object  # edgeopt.metrics.Metric on the held-back samples (FP32 = ONNX Runtime teacher)
+    loss_kind: str  # "kl" (classifier logits) or "mse" (other outputs)
+    probabilities: bool  # the classifier's output is already softmaxed: its log is used as logits
+    batch_size: int
+    checks: dict = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, torch, teacher, student, student_path: Path, reference: Path, calib, config, ctx) -> Job:
+        from edgeopt.converters.checks import compare, ort_run_fn
+        from edgeopt.errors import StageError
+        from edgeopt.metrics import MetricName, make_metric
+        from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+        m = load_onnx(student_path, check=False)
+        inputs, outputs = [s.name for s in graph_inputs(m)], [s.name for s in graph_outputs(m)]
+        feeds = calib.feeds()
+        if any(np.ndim(f[n]) == 0 or np.shape(f[n])[0] != 1 for f in feeds[:1] for n in inputs):
+            raise StageError("recover: the model's inputs have no batch axis of one", "convert with --no-recover")
+        x = {n: np.concatenate([f[n] for f in feeds]) for n in inputs}
+        n = len(feeds)
+        idx = np.random.default_rng(config.seed).permutation(n)
+        k = max(2, int(round(n * config.holdout)))
+        held_idx, train_idx = np.sort(idx[:k]), np.sort(idx[k:])
+        held = calib.subset(held_idx)
+        ort_teacher = ort_run_fn(reference, ctx.threads)
+        metric = make_metric(ort_teacher, held)
+        job_labels = None
+        if calib.labels is not None and metric.kind == MetricName.TOP1:
+            lab = np.asarray(calib.labels)
+            if lab.ndim == 1 and lab.dtype.kind in "iuf" and np.all(lab == np.round(lab)):
+                job_labels = lab.astype(np.int64)
+        first = np.asarray(ort_teacher(feeds[0])[outputs[0]])
+        prob = bool(np.all(first >= 0) and np.all(first <= 1) and abs(float(first.sum()) - first.shape[0]) < 1e-3)
+        job = cls(inputs, outputs, x, job_labels, train_idx, held_idx, metric,
+                  "kl" if metric.kind == MetricName.TOP1 else "mse", prob, config.batch_size)
+        try:  # a graph with a batch of one baked in (Reshape to [1, -1]) trains one sample at a time
+            with torch.no_grad():
+                job.forward(student, job.tensors(torch, train_idx[:2]))
+        except Exception:  # noqa: BLE001 - any failure at batch 2 means: batch of one
+            job.batch_size = 1
+        check_feeds = [{nm: x[nm][i : i + 1] for nm in inputs} for i in held_idx[:8]]
+        job.checks["teacher_torch_vs_onnxruntime"] = compare(ort_teacher, job.runner(torch, teacher), check_feeds)
+        return job
+
+    def tensors(self, torch, idx, shift: tuple[int, int] | None = None) -> dict:
+        out = {}
+        for n in self.input_names:
+            a = self.x[n][idx]
+            if shift is not None and a.ndim == 4 and a.dtype.kind == "f":
+                a = _shift(a, *shift)
+            out[n] = torch.from_numpy(np.ascontiguousarray(a))
+        return out
+
+    def forward(self, module, tensors: dict) -> list:
+        out = module(*[tensors[n] for n in self.input_names])
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def runner(self, torch, module):
+        def run(feed):
+            with torch.no_grad():
+                outs = self.forward(module, {k: torch.from_numpy(np.asarray(v)) for k, v in feed.items()})
+            return {nm: o.numpy() for nm, o in zip(self.output_names, outs, strict=True)}
+
+        return run
+
+    def loss(self, torch, s: list, t: list, labels=None, temperature: float = 4.0, label_weight: float = 0.5):
+        F = torch.nn.functional
+        if self.loss_kind == "kl":
+            ls, lt = (s[0].flatten(1), t[0].flatten(1))
+            if self.probabilities:
+                ls, lt = ls.clamp_min(1e-8).log(), lt.clamp_min(1e-8).log()
+            kd = F.kl_div(F.log_softmax(ls / temperature, 1), F.log_softmax(lt / temperature, 1),
+                          reduction="batchmean", log_target=True) * temperature**2
+            if labels is None:
+                return kd
+            return (1 - label_weight) * kd + label_weight * F.cross_entropy(ls, labels)
+        total = 0.0
+        for a, b in zip(s, t, strict=True):
+            if a.is_floating_point():
+                total = total + F.mse_loss(a, b) / (b.var().detach() + 1e-8)
+        return total
+
+    def score(self, torch, module) -> tuple[float, list[dict]]:
+        module.eval()
+        per_sample: list[dict] = []
+        bs = max(1, self.batch_size)
+        with torch.no_grad():
+            for i in range(0, len(self.held_idx), bs):
+                outs = self.forward(module, self.tensors(torch, self.held_idx[i : i + bs]))
+                for j in range(outs[0].shape[0]):
+                    per_sample.append({nm: o[j : j + 1].numpy() for nm, o in zip(self.output_names, outs, strict=True)})
+        return self.metric.score_outputs(per_sample), per_sample
+
+
+def _shift(a: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    """Zero-padded shift of the spatial axes (NCHW, or NHWC when the last axis looks like channels)."""
+    sp = (1, 2) if a.shape[-1] in (1, 3, 4) and a.shape[1] not in (1, 3, 4) else (2, 3)
+    out = np.roll(a, (dy, dx), axis=sp)
+    ys = [slice(None)] * 4
+    if dy:
+        ys[sp[0]] = slice(0, dy) if dy > 0 else slice(dy, None)
+        out[tuple(ys)] = 0
+        ys[sp[0]] = slice(None)
+    if dx:
+        ys[sp[1]] = slice(0, dx) if dx > 0 else slice(dx, None)
+        out[tuple(ys)] = 0
+    return out
+
+
+@dataclass
+class Result:
+    best_state: dict
+    best_value: float
+    start_value: float
+    best_epoch: int
+    epochs: int
+    stopped: str  # early-stop | budget | max-epochs | interrupted
+    history: list[dict]
+
+    @property
+    def improved(self) -> bool:
+        return self.best_epoch > 0
+
+    def report(self, job: Job, seconds: float) -> dict:
+        m = job.metric
+        return {"changed": self.improved, "metric": m.name, "metric_unit": m.unit,
+                "metric_basis": "labels" if m.labels_used else "fp32",
+                "held_back_samples": len(job.held_idx), "train_samples": len(job.train_idx),
+                "held_metric_fp32": m.fp32_value, "held_metric_pruned": self.start_value,
+                "held_metric_recovered": self.best_value, "best_epoch": self.best_epoch, "epochs": self.epochs,
+                "stopped": self.stopped, "loss": job.loss_kind + ("+ce" if job.labels is not None else ""),
+                "labels_used": job.labels is not None, "batch_size": job.batch_size,
+                "recovery_seconds": round(seconds, 3), "history": self.history, **job.checks}
+
+
+def distill(torch, job: Job, teacher, student, config, deadline: float, progress=None, on_epoch=None) -> Result:
+    """Train ``student`` towards ``teacher``; returns the best student's state (by the held-back metric).
+    ``on_epoch(epoch, value)`` is called after each scored epoch (a hook for callers and tests)."""
+    from contextlib import nullcontext
+
+    rng = np.random.default_rng(config.seed)
+    torch.manual_seed(config.seed)
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.Adam(student.parameters(), lr=config.lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.max_epochs)
+    sign = 1.0 if job.metric.higher_is_better else -1.0
+    value, _ = job.score(torch, student)
+    start, best, best_state, best_epoch, since = value, value, copy.deepcopy(student.state_dict()), 0, 0
+    history = [{"epoch": 0, "held_metric": value}]
+    stopped, epoch = "max-epochs", 0
+    bar_cm = progress(f"recover: held-back {job.metric.name} {value:.4g}", config.max_epochs) if progress else nullcontext()
+    with bar_cm as bar:
+        try:
+            for epoch in range(1, config.max_epochs + 1):
+                t0, losses = time.perf_counter(), []
+                student.train()
+                order = rng.permutation(job.train_idx)
+                for i in range(0, len(order), job.batch_size):
+                    if time.perf_counter() > deadline:
+                        stopped = "budget"
+                        break
+                    idx = np.sort(order[i : i + job.batch_size])
+                    s_px = config.shift_px
+                    shift = tuple(int(v) for v in rng.integers(-s_px, s_px + 1, 2)) if s_px else None
+                    xb = job.tensors(torch, idx, shift)
+                    with torch.no_grad():
+                        t = job.forward(teacher, xb)
+                    y = torch.from_numpy(job.labels[idx]) if job.labels is not None else None
+                    loss = job.loss(torch, job.forward(student, xb), t, y, config.temperature, config.label_weight)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    losses.append(float(loss.detach()))
+                sched.step()
+                if stopped == "budget" and not losses:
+                    epoch -= 1
+                    break
+                value, _ = job.score(torch, student)
+                row = {"epoch": epoch, "loss": float(np.mean(losses)), "held_metric": value,
+                       "seconds": round(time.perf_counter() - t0, 3)}
+                history.append(row)
+                if bar is not None:
+                    bar.describe(f"recover epoch {epoch}: loss {row['loss']:.4f}, held-back {job.metric.name} "
+                                 f"{value:.4g}{job.metric.unit} (FP32 {job.metric.fp32_value:.4g})")
+                    bar.advance()
+                if sign * (value - best) > TIE:
+                    best, best_state, best_epoch, since = value, copy.deepcopy(student.state_dict()), epoch, 0
+                else:
+                    since += 1
+                if on_epoch is not None:
+                    on_epoch(epoch, value)
+                if stopped == "budget":
+                    break
+                if since >= config.patience:
+                    stopped = "early-stop"
+                    break
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+    return Result(best_state, best, start, best_epoch, epoch, stopped, history)
