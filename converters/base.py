@@ -149,6 +149,19 @@ class Backend(Stage):
     precisions: ClassVar[tuple[Precision, ...]] = (Precision.FP32, Precision.INT8)
     # import names the backend needs (checked with find_spec by ``available``, nothing imported)
     requires: ClassVar[tuple[str, ...]] = ()
+    # The rest of the backend's descriptor, read by every table that is keyed by backend (through
+    # ``edgeopt.converters.registry``), so that adding a backend is its module, its runner and one registry line.
+    # (import name, distribution) of each library converting to or running it: versions in the manifest and the
+    # cache keys, rows of ``edgeopt doctor``
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # what the on-device runner imports, and the pip requirement that installs it (``remote-bench --setup``)
+    device_runtime: ClassVar[tuple[str, str] | None] = None
+    # whether its artifact files are byte-identical across clean builds with the same inputs, and why (not)
+    deterministic: ClassVar[tuple[bool | None, str]] = (None, "not verified")
+    # "module:function" references, imported only when used: the pre-flight op check
+    # ``(onnx model, BackendTarget) -> [PreflightIssue]`` and the per-op profiler of an artifact
+    preflight_check: ClassVar[str | None] = None
+    per_layer_profiler: ClassVar[str | None] = None
 
     @classmethod
     def available(cls) -> bool:

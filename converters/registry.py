@@ -2,7 +2,10 @@
 
 A stage module registers itself with :func:`register_stage`; backends are
 listed here by name and module so that importing the registry imports nothing
-heavy. Adding a backend is adding one module and one line in ``BACKEND_MODULES``.
+heavy. Adding a backend is adding one module (a ``Backend`` subclass, its descriptor in class attributes),
+its runner (``edgeopt/runtime/runners/<name>.py``) and one line in ``BACKEND_MODULES``; the tables keyed by
+backend (extras, library versions, device runtimes, determinism, pre-flight checks, per-layer profilers)
+are read from the classes here.
 """
 
 from __future__ import annotations
@@ -60,3 +63,29 @@ def get_backend(name: BackendName | str):
     b = parse_backend(name) if isinstance(name, str) else name
     module = importlib.import_module(BACKEND_MODULES[b])
     return module.BACKEND
+
+
+def backend_classes() -> dict[BackendName, type]:
+    """Every registered backend's class (its module imports no heavy library)."""
+    return {b: get_backend(b) for b in BACKEND_MODULES}
+
+
+# Libraries the chain uses whatever the backend (import name, distribution, extra).
+CORE_LIBRARIES = (("numpy", "numpy", None), ("onnx", "onnx", None), ("onnxruntime", "onnxruntime", None),
+                  ("onnxslim", "onnxslim", None))
+
+
+def libraries() -> list[tuple[str, str, str | None]]:
+    """(import name, distribution, extra) of the core libraries and every backend's, each once."""
+    out, seen = [], set()
+    for lib in [*CORE_LIBRARIES, *((i, d, cls.extra) for cls in backend_classes().values() for i, d in cls.libraries)]:
+        if lib[1] not in seen:
+            seen.add(lib[1])
+            out.append(lib)
+    return out
+
+
+def resolve(ref: str):
+    """The object a ``"module:attribute"`` reference names."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)

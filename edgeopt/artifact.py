@@ -31,18 +31,6 @@ from edgeopt.files import file_sha256, write_text_atomic
 MANIFEST = "manifest.json"
 BUILD = "build.json"
 SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
-# Whether a backend's artifact files are byte-identical across clean builds with the same inputs
-# (same tool versions, same machine), and why / why not.
-BACKEND_DETERMINISM: dict[str, tuple[bool, str]] = {
-    "onnxruntime": (True, "model.onnx byte-identical across clean builds (checked, tests/test_pipeline.py)"),
-    "openvino": (True, "model.xml/model.bin byte-identical across clean builds (checked, tests/test_pipeline.py)"),
-    "tflite": (False, "model.tflite was byte-identical across two clean builds (checked by hand on the digits CNN), "
-                      "but the artifact keeps onnx2tf.log, which carries timestamps"),
-    "tvm": (True, "model.so byte-identical across two clean builds on one machine (checked by hand on the digits "
-                  "CNN); it is compiled and linked by the system compiler, so another compiler or machine may "
-                  "give other bytes; a tuned build's manifest names its tuning database's path "
-                  "(runtime.settings.tuning.database), which moves with the cache directory"),
-}
 
 
 class TensorInfo(BaseModel):
@@ -113,8 +101,13 @@ def tensor_infos(specs, preprocessing: dict | None = None) -> list[TensorInfo]:
 
 
 def determinism_of(backend: str) -> dict:
-    known = BACKEND_DETERMINISM.get(backend)
-    return {"deterministic": known[0], "why": known[1]} if known else {"deterministic": None, "why": "not verified"}
+    from edgeopt.converters.registry import get_backend
+
+    try:
+        deterministic, why = get_backend(backend).deterministic
+    except Exception:  # noqa: BLE001 - an unknown backend is simply not verified
+        return {"deterministic": None, "why": "not verified"}
+    return {"deterministic": deterministic, "why": why}
 
 
 def created_now() -> str:

@@ -21,10 +21,6 @@ from pydantic import BaseModel
 from edgeopt.enums import Precision
 from edgeopt.errors import OutputExistsError, StageError
 
-_VERSIONED = ("numpy", "onnx", "onnxruntime", "onnxslim")
-_BACKEND_DISTS = {"openvino": ("openvino", "nncf"), "tflite": ("ai-edge-litert", "onnx2tf", "tensorflow"),
-                  "tvm": ("apache-tvm",), "onnxruntime": ()}
-
 
 class ConvertResult(BaseModel):
     artifact_dir: str | None = None
@@ -37,9 +33,11 @@ class ConvertResult(BaseModel):
 
 def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
     from edgeopt import __version__
+    from edgeopt.converters.registry import CORE_LIBRARIES, get_backend
     from edgeopt.deps import version_of
 
-    dists = (*_VERSIONED, *_BACKEND_DISTS.get(backend, ()), *(("torch",) if with_torch else ()))
+    backend_dists = tuple(d for _, d in get_backend(backend).libraries)
+    dists = dict.fromkeys((*(d for _, d, _ in CORE_LIBRARIES), *backend_dists, *(("torch",) if with_torch else ())))
     return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
 
 

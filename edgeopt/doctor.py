@@ -9,19 +9,17 @@ from edgeopt.host import cpu_facts
 
 # Runtimes edgeopt can use: (import name, distribution, extra). Imports of the FAST ones are tried by
 # default (well under a second together); the others only with ``full`` (tensorflow alone takes ~6 s).
-RUNTIMES = (
-    ("onnxruntime", "onnxruntime", None),
-    ("onnxslim", "onnxslim", None),
-    ("openvino", "openvino", "openvino"),
-    ("nncf", "nncf", "openvino"),
-    ("ai_edge_litert", "ai-edge-litert", "tflite"),
-    ("onnx2tf", "onnx2tf", "tflite"),
-    ("tensorflow", "tensorflow", "tflite"),
-    ("tvm", "apache-tvm", "tvm"),
-    ("tvm_ffi", "apache-tvm-ffi", "tvm"),
+# The chain's and every backend's libraries come from the registry; these are the others.
+OTHER_RUNTIMES = (
     ("paramiko", "paramiko", "remote"),
     ("torch", "torch", None),
 )
+
+
+def runtime_libraries() -> list[tuple[str, str, str | None]]:
+    from edgeopt.converters.registry import libraries
+
+    return [lib for lib in libraries() if lib[0] != "numpy"] + list(OTHER_RUNTIMES)
 FAST_IMPORTS = frozenset({"onnxruntime", "openvino", "ai_edge_litert", "paramiko"})
 
 # Command-line tools: name -> (apt package, what edgeopt uses it for, other places to look)
@@ -101,7 +99,7 @@ def doctor_report(full: bool = False) -> dict:
 
     if full:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    runtimes = [_runtime_entry(m, d, e, full or m in FAST_IMPORTS) for m, d, e in RUNTIMES]
+    runtimes = [_runtime_entry(m, d, e, full or m in FAST_IMPORTS) for m, d, e in runtime_libraries()]
     warnings = []
     ffi = next(r for r in runtimes if r["module"] == "tvm_ffi")
     if ffi["version"] and _version_tuple(ffi["version"]) >= (0, 1, 15):

@@ -23,14 +23,6 @@ from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, di
 from edgeopt.files import read_text_file
 from edgeopt.metrics.base import MetricSpec
 
-# What each optional backend imports, checked (with find_spec, nothing imported) before its module is.
-_BACKEND_EXTRA = {
-    BackendName.OPENVINO: ("openvino", ("openvino", "nncf")),
-    BackendName.TFLITE: ("tflite", ("ai_edge_litert",)),
-    BackendName.TVM: ("tvm", ("tvm",)),
-    BackendName.ONNXRUNTIME: (None, ("onnxruntime",)),
-}
-
 
 class StageSpec(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -143,36 +135,25 @@ def _importable(module: str) -> bool:
         return False
 
 
-def _missing(name: BackendName) -> MissingDependencyError | None:
-    """The error for a backend whose libraries are not installed, or None when they are."""
-    extra, modules = _BACKEND_EXTRA.get(name, (None, ()))
-    absent = [m for m in modules if not _importable(m)]
-    if absent:
-        how = f"pip install 'edgeopt[{extra}]'" if extra else f"pip install {absent[0]}"
-        return MissingDependencyError(
-            f"backend '{name.value}' needs {', '.join(absent)}, which is not installed",
-            f"install it with: {how}" + (f" (the '{extra}' extra)" if extra else ""),
-        )
-    return None
-
-
 def backend_class(name: BackendName):
-    """The Backend class for ``name``; exit 4 (naming the extra) when its libraries are missing."""
+    """The Backend class for ``name``; exit 4 (naming the extra) when its libraries are missing. Backend
+    modules import nothing heavy, so the class's ``requires`` is checked (find_spec) before any library is."""
     from edgeopt.converters.registry import BACKEND_MODULES, get_backend
 
-    err = _missing(name)
-    if err:
-        raise err
     try:
         cls = get_backend(name)
     except ModuleNotFoundError as e:
         if e.name and BACKEND_MODULES[name].startswith(e.name):
             raise UsageError(f"backend '{name.value}' is not available in this edgeopt build", "use --backend onnxruntime") from e
         raise MissingDependencyError(f"backend '{name.value}' needs {e.name}, which is not installed",
-                                     f"install it with: pip install 'edgeopt[{_BACKEND_EXTRA[name][0] or name.value}]'") from e
-    if not cls.available():
-        extra = cls.extra or _BACKEND_EXTRA[name][0] or name.value
-        raise MissingDependencyError(f"backend '{name.value}' is not installed", f"install it with: pip install 'edgeopt[{extra}]'")
+                                     f"install it with: pip install 'edgeopt[{name.value}]'") from e
+    absent = [m for m in cls.requires if not _importable(m)]
+    if absent:
+        how = f"pip install 'edgeopt[{cls.extra}]'" if cls.extra else f"pip install {absent[0]}"
+        raise MissingDependencyError(
+            f"backend '{name.value}' needs {', '.join(absent)}, which is not installed",
+            f"install it with: {how}" + (f" (the '{cls.extra}' extra)" if cls.extra else ""),
+        )
     return cls
 
 

@@ -9,18 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgeopt.errors import BadInputError, RemoteError
+from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
 
 from .inventory import Device
 from .transport import Transport
 
-# backend -> (import name, pip requirement)
-RUNTIME_PACKAGES = {
-    "onnxruntime": ("onnxruntime", "onnxruntime"),
-    "tflite": ("ai_edge_litert", "ai-edge-litert"),
-    "openvino": ("openvino", "openvino"),
-    "tvm": ("tvm", "apache-tvm"),
-}
 VENV = "venv"
 WHEELS = "wheels"
 
@@ -38,9 +31,12 @@ def ensure_runtime(transport: Transport, device: Device, python: list[str], arti
         raise RemoteError(f"{device.name}: --setup is not supported on a qemu-emulated device",
                           "its runtimes come from 'edgeopt emulate start'")
     backend = _backend(artifact)
-    if backend not in RUNTIME_PACKAGES:
-        raise BadInputError(f"unknown backend '{backend}' in the artifact's manifest")
-    module, requirement = RUNTIME_PACKAGES[backend]
+    from edgeopt.converters.registry import get_backend
+
+    try:
+        module, requirement = get_backend(backend).device_runtime
+    except (EdgeoptError, TypeError) as err:
+        raise BadInputError(f"unknown backend '{backend}' in the artifact's manifest") from err
     venv = transport.confine(VENV)
     vpy = f"{venv}/bin/python"
     if transport.run(["test", "-x", vpy], timeout=30).rc != 0:

@@ -16,8 +16,15 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("EDGEOPT_DATA_DIR", str(REPO / ".pytest_cache" / "edgeopt-data"))
 
-_BACKEND_MODULE = {"openvino": "nncf", "tflite": "ai_edge_litert", "tvm": "tvm", "remote": "paramiko",
-                   "labgrid": "labgrid"}
+# marker -> the import names it needs; a backend's marker needs what its class declares (``requires``)
+_OTHER_MARKERS = {"remote": ("paramiko",), "labgrid": ("labgrid",)}
+
+
+def _marker_modules() -> dict[str, tuple[str, ...]]:
+    from edgeopt.converters.registry import backend_classes
+
+    backends = {b.value: cls.requires for b, cls in backend_classes().items() if cls.extra}
+    return {**backends, **_OTHER_MARKERS}
 
 pytest_plugins = [
     m.stem for m in sorted((REPO / "tests").glob("fixtures_*.py"))
@@ -25,10 +32,12 @@ pytest_plugins = [
 
 
 def pytest_collection_modifyitems(config, items):
+    needs = _marker_modules()
     for item in items:
-        for marker, module in _BACKEND_MODULE.items():
-            if item.get_closest_marker(marker) and importlib.util.find_spec(module) is None:
-                item.add_marker(pytest.mark.skip(reason=f"{module} not installed (pip install 'edgeopt[{marker}]')"))
+        for marker, modules in needs.items():
+            missing = [m for m in modules if importlib.util.find_spec(m) is None]
+            if item.get_closest_marker(marker) and missing:
+                item.add_marker(pytest.mark.skip(reason=f"{missing[0]} not installed (pip install 'edgeopt[{marker}]')"))
 
 
 @pytest.fixture(scope="session")

@@ -77,10 +77,11 @@ def test_bench_per_layer_on_onnxruntime_joins_the_roofline(tmp_path):
 
 def test_bench_per_layer_not_available_for_other_backends(tmp_path):
     # every BackendName has a per-layer path now (tflite says why it has no times); a backend without one says so
-    from edgeopt.bench.per_layer import PROFILERS, per_layer_for_artifact
+    from edgeopt.bench.per_layer import per_layer_for_artifact, per_layer_tflite, profiler_for
     from edgeopt.enums import BackendName
 
-    assert set(PROFILERS) | {"tflite"} == {b.value for b in BackendName}
+    assert all(profiler_for(b.value) is not None for b in BackendName)  # each backend class names its profiler
+    assert profiler_for("tflite") is per_layer_tflite
     out = per_layer_for_artifact(str(tmp_path), {"runtime": {"backend": "coreml", "model": "m.mlmodel"}}, {})
     assert out == {"available": False, "note": "per-layer times are not available for coreml"}
 

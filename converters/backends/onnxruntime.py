@@ -49,6 +49,11 @@ class OnnxRuntimeBackend(Backend):
     produces = Format.ONNX
     extra = None
     requires = ("onnxruntime",)
+    libraries = (("onnxruntime", "onnxruntime"),)
+    device_runtime = ("onnxruntime", "onnxruntime")
+    deterministic = (True, "model.onnx byte-identical across clean builds (checked, tests/test_pipeline.py)")
+    preflight_check = "edgeopt.analyze.preflight:check_onnxruntime"
+    per_layer_profiler = "edgeopt.bench.per_layer:profile_onnxruntime"
     quantizes_itself = False
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 

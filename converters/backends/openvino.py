@@ -68,6 +68,11 @@ class OpenVINOBackend(Backend):
     produces = Format.OPENVINO_IR
     extra = "openvino"
     requires = ("openvino", "nncf")
+    libraries = (("openvino", "openvino"), ("nncf", "nncf"))
+    device_runtime = ("openvino", "openvino")
+    deterministic = (True, "model.xml/model.bin byte-identical across clean builds (checked, tests/test_pipeline.py)")
+    preflight_check = "edgeopt.analyze.preflight:check_openvino"
+    per_layer_profiler = "edgeopt.bench.per_layer:profile_openvino"
     quantizes_itself = True
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 

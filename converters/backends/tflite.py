@@ -73,6 +73,12 @@ class TFLiteBackend(Backend):
     produces = Format.TFLITE
     extra = "tflite"
     requires = ("ai_edge_litert", "onnx2tf", "tensorflow")
+    libraries = (("ai_edge_litert", "ai-edge-litert"), ("onnx2tf", "onnx2tf"), ("tensorflow", "tensorflow"))
+    device_runtime = ("ai_edge_litert", "ai-edge-litert")
+    deterministic = (False, "model.tflite was byte-identical across two clean builds (checked by hand on the digits "
+                     "CNN), but the artifact keeps onnx2tf.log, which carries timestamps")
+    preflight_check = "edgeopt.analyze.preflight:check_tflite"
+    per_layer_profiler = "edgeopt.bench.per_layer:per_layer_tflite"  # LiteRT can't time ops: a static breakdown
     quantizes_itself = True
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 

@@ -46,6 +46,14 @@ class TVMBackend(Backend):
     produces = Format.TVM_LIB
     extra = "tvm"
     requires = ("tvm", "tvm_ffi")
+    libraries = (("tvm", "apache-tvm"), ("tvm_ffi", "apache-tvm-ffi"))
+    device_runtime = ("tvm", "apache-tvm")
+    deterministic = (True, "model.so byte-identical across two clean builds on one machine (checked by hand on the "
+                     "digits CNN); it is compiled and linked by the system compiler, so another compiler or machine "
+                     "may give other bytes; a tuned build's manifest names its tuning database's path "
+                     "(runtime.settings.tuning.database), which moves with the cache directory")
+    preflight_check = "edgeopt.analyze.preflight:check_tvm"
+    per_layer_profiler = "edgeopt.bench.per_layer:profile_tvm"
     quantizes_itself = False
     precisions = (Precision.FP32, Precision.INT8)
 

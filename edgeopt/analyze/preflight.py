@@ -137,12 +137,12 @@ def check_tflite(model, target: BackendTarget) -> list[PreflightIssue]:
     return [_ok(target, f"onnx2tf converts all {len(_op_types(model))} op types")]
 
 
-CHECKS: dict[BackendName, Callable] = {
-    BackendName.ONNXRUNTIME: check_onnxruntime,
-    BackendName.OPENVINO: check_openvino,
-    BackendName.TVM: check_tvm,
-    BackendName.TFLITE: check_tflite,
-}
+def check_for(backend: BackendName) -> Callable:
+    """The backend's own op check, named by its class (``preflight_check``)."""
+    from edgeopt.converters.registry import get_backend, resolve
+
+    ref = get_backend(backend).preflight_check
+    return resolve(ref) if ref else (lambda model, target: [])
 
 
 def static_shape_issues(original, unknown: list[str], profile: DeviceProfile) -> list[PreflightIssue]:
@@ -195,7 +195,7 @@ def run_preflight(model, original, profile: DeviceProfile, unknown: list[str]) -
             continue
         seen.add(key)
         try:
-            out.extend(CHECKS[target.name](model, target))
+            out.extend(check_for(target.name)(model, target))
         except MissingDependencyError as err:
             out.append(PreflightIssue(
                 backend=target.name, unit=target.unit, severity=Severity.INFO, kind=PreflightKind.NOT_INSTALLED,

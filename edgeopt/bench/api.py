@@ -288,10 +288,10 @@ def cache_dir() -> Path:
 
 def _tool_versions() -> dict:
     from edgeopt import __version__
+    from edgeopt.converters.registry import libraries
     from edgeopt.deps import version_of
 
-    dists = ("onnx", "onnxruntime", "onnxslim", "openvino", "nncf", "ai-edge-litert", "onnx2tf", "tensorflow", "apache-tvm")
-    return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
+    return {"edgeopt": __version__, **{d: version_of(d) for _, d, _ in libraries()}}
 
 
 def cache_key(model_sha: str, plan_hash: str, extra: dict | None = None) -> str:

@@ -209,7 +209,15 @@ def match_by_op_type(measured: list[dict], predicted: list[dict]) -> str:
     return "op type and order"
 
 
-PROFILERS = {"onnxruntime": profile_onnxruntime, "openvino": profile_openvino, "tvm": profile_tvm}
+def profiler_for(backend: str):
+    """The backend's per-op profiler, named by its class (``per_layer_profiler``), or None."""
+    from edgeopt.converters.registry import get_backend, resolve
+
+    try:
+        ref = get_backend(backend).per_layer_profiler
+    except Exception:  # noqa: BLE001 - an unknown backend has no profiler
+        return None
+    return resolve(ref) if ref else None
 
 TFLITE_NOT_AVAILABLE = (
     "per-layer times are not available for tflite: ai-edge-litert's Python API has no op profiler "
@@ -281,11 +289,11 @@ def roofline_predictions(model_path: str, profile_name: str | None) -> tuple[lis
 def per_layer_for_artifact(artifact_dir: str, manifest: dict, feeds: dict, *, threads: int | None = None,
                            profile: str | None = None, runs: int = 20) -> dict:
     backend = manifest["runtime"]["backend"]
-    fn = PROFILERS.get(backend)
-    if backend == "tflite":
-        return per_layer_tflite(artifact_dir, manifest)
+    fn = profiler_for(backend)
     if fn is None:
         return {"available": False, "note": f"per-layer times are not available for {backend}"}
+    if fn is per_layer_tflite:  # no timings: a static breakdown, said as such
+        return per_layer_tflite(artifact_dir, manifest)
     measured = fn(artifact_dir, manifest, feeds, threads=threads, runs=runs)
     extra: dict = {}
     if isinstance(measured, tuple):  # (rows, backend-specific facts)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from edgeopt.converters.registry import get_backend
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
 from edgeopt.pipeline.recipe import Gates, Target
@@ -190,7 +191,7 @@ def _fields(c: Candidate, **changes) -> dict:
 
 def _label(f: dict) -> str:
     parts = [f.get("backend", "onnxruntime"), f.get("precision", "fp32")]
-    if f.get("precision") == "int8" and parts[0] in ("onnxruntime", "tvm"):  # the others calibrate themselves
+    if f.get("precision") == "int8" and not get_backend(parts[0]).quantizes_itself:  # the others calibrate themselves
         parts.append(f.get("calib_method", "minmax") + (" aa" if f.get("accuracy_aware") else ""))
     if f.get("prune"):
         parts.append(f"prune {int(round(f['prune'] * 100))}%")
@@ -231,7 +232,7 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     opts = []
     for b in others:
         x = _fields(inc, backend=b)
-        if b in ("openvino", "tflite"):  # they quantize themselves: the ORT calibration options don't apply
+        if get_backend(b).quantizes_itself:  # the ORT calibration options don't apply
             x.pop("calib_method", None)
             x.pop("per_channel", None)
         opts.append((_label(x), x))

@@ -21,10 +21,9 @@ from typing import Any
 
 from edgeopt.paths import CacheArea, cache_subdir
 
-_TOOL_DISTS = ("numpy", "onnx", "onnxruntime", "onnxslim", "openvino", "nncf", "ai-edge-litert", "onnx2tf",
-               "tensorflow", "apache-tvm", "torch")
 # Source that decides an artifact's bytes: the chain, the plan, the manifest writer, the runners.
-_CODE_GLOBS = (("converters", "**/*.py"), ("edgeopt", "convert.py"), ("edgeopt", "plan.py"),
+_CODE_GLOBS = (("converters", "**/*.py"), ("edgeopt", "convert.py"), ("edgeopt", "chain.py"), ("edgeopt", "plan.py"),
+               ("edgeopt", "metrics/**/*.py"),
                ("edgeopt", "artifact.py"), ("edgeopt", "validate.py"), ("edgeopt", "data.py"),
                ("edgeopt", "model.py"), ("edgeopt", "runtime/**/*.py"))
 
@@ -36,9 +35,11 @@ def cache_root() -> Path:
 @functools.lru_cache(maxsize=1)
 def tool_versions() -> dict[str, str | None]:
     from edgeopt import __version__
+    from edgeopt.converters.registry import libraries
     from edgeopt.deps import version_of
 
-    return {"edgeopt": __version__, **{d: version_of(d) for d in _TOOL_DISTS}}
+    dists = [d for _, d, _ in libraries()] + ["torch"]  # torch: --from-torch exports
+    return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
 
 
 @functools.lru_cache(maxsize=1)

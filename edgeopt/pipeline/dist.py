@@ -1,7 +1,7 @@
 """What goes into ``dist/``: content hashes, reproducible tarballs, C arrays.
 
 Determinism (reported in ``summary.json``; per backend in the manifest's ``determinism``, see
-:data:`edgeopt.artifact.BACKEND_DETERMINISM`): the model files of ONNX Runtime and OpenVINO
+each backend class's ``deterministic``): the model files of ONNX Runtime and OpenVINO
 artifacts are byte-identical across clean builds (checked by tests/test_pipeline.py). The
 manifest's ``created`` comes from ``$SOURCE_DATE_EPOCH`` (the pipeline sets 0 unless the user did)
 and its timings live in ``build.json``, which the pipeline leaves out of ``dist/``; so the dist

@@ -11,13 +11,6 @@ import importlib
 import json
 import os
 
-_MODULES = {
-    "onnxruntime": ".onnxruntime",
-    "openvino": ".openvino",
-    "tflite": ".tflite",
-    "tvm": ".tvm",
-}
-
 
 def read_manifest(artifact_dir: str) -> dict:
     with open(os.path.join(artifact_dir, "manifest.json")) as f:
@@ -27,5 +20,8 @@ def read_manifest(artifact_dir: str) -> dict:
 def open_runner(artifact_dir: str, threads: int | None = None, manifest: dict | None = None):
     manifest = manifest or read_manifest(artifact_dir)
     backend = manifest["runtime"]["backend"]
-    module = importlib.import_module(_MODULES[backend], __name__)
+    # each backend's runner is the module of its name here (this package is shipped to devices: no registry)
+    if not isinstance(backend, str) or not backend.isidentifier() or backend == "base":
+        raise ValueError(f"the manifest names no known runtime backend ({backend!r})")
+    module = importlib.import_module(f".{backend}", __name__)
     return module.Runner(artifact_dir, manifest, threads=threads)
