@@ -16,6 +16,15 @@ from edgeopt.errors import RemoteError
 from .inventory import Device, TransportKind
 from .transport import Transport
 
+
+def device_runtimes() -> dict[str, str]:
+    """import name -> distribution of what the device may run: every backend's device runtime, and numpy."""
+    from edgeopt.converters.registry import backend_classes
+
+    out = {cls.device_runtime[0]: cls.device_runtime[1] for cls in backend_classes().values() if cls.device_runtime}
+    return {**out, "numpy": "numpy"}
+
+
 PROBE_SCRIPT = r'''
 import json, os, platform, shutil, sys, importlib
 def read(p):
@@ -27,8 +36,7 @@ out = {"arch": platform.machine(), "os": platform.platform(), "python": platform
 rel = read("/etc/os-release") or ""
 for line in rel.splitlines():
     if line.startswith("PRETTY_NAME="): out["distro"] = line.split("=", 1)[1].strip('"')
-mods = {"ai_edge_litert": "ai-edge-litert", "onnxruntime": "onnxruntime", "openvino": "openvino",
-        "tvm": "apache-tvm", "numpy": "numpy"}
+mods = json.loads(sys.argv[2])
 rt = {}
 for mod, dist in mods.items():
     try:
@@ -103,7 +111,8 @@ def quick_facts(transport: Transport) -> dict:
 
 
 def run_probe(transport: Transport, device: Device, timeout: float = 600) -> dict:
-    res = transport.run([*python_argv(device), "-c", PROBE_SCRIPT, transport.work_dir], timeout=timeout)
+    res = transport.run([*python_argv(device), "-c", PROBE_SCRIPT, transport.work_dir, json.dumps(device_runtimes())],
+                        timeout=timeout)
     if res.rc != 0:
         raise RemoteError(
             f"{device.name}: the probe failed with exit {res.rc} running '{device.python}'",
