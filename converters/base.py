@@ -70,6 +70,8 @@ class ChainOptions(StageConfig):
     stage_overrides: dict[str, dict[str, Any]] = {}
     input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
     metric: MetricSpec | None = None  # --metric…: the task metric the searches and the validation use (None: auto)
+    # (INT8 preset, why) for the profile's ISA, settled by the planner so the plan alone decides the artifact
+    quant_preset: tuple[str | None, str | None] = (None, None)
 
 
 @dataclass

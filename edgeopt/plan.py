@@ -201,6 +201,14 @@ def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
         raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
 
 
+def _quant_preset(profile) -> tuple[str, str]:
+    """The INT8 preset for the profile's ISA (x86 VNNI or AVX2, Arm dot-product...), and why."""
+    from edgeopt.converters.quantize.presets import preset_for_profile
+
+    preset, why = preset_for_profile(profile)
+    return preset.name, why
+
+
 def _enum(cls, value, flag: str):
     try:
         return cls(value)
@@ -272,6 +280,7 @@ def make_plan(
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
             metric=pick(metric, r.metric, None),
+            quant_preset=_quant_preset(profile),
         )
     except ValidationError as err:
         raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err

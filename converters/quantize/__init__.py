@@ -38,7 +38,10 @@ class QuantMode(StrEnum):
 class QuantizeConfig(StageConfig):
     precision: Precision = Precision.INT8
     mode: QuantMode = QuantMode.AUTO
-    preset: str | None = None  # a name in presets.PRESETS; None: from the profile's ISA
+    preset: str | None = None  # a name in presets.PRESETS, asked for; None: the profile's (below)
+    # the planner's choice for the profile's ISA, and why: in the plan, its hash and --dry-run
+    profile_preset: str | None = None
+    profile_preset_reason: str | None = None
     calib_method: CalibMethod | None = None  # None: the preset's
     per_channel: bool | None = None  # None: the preset's
     calib_samples: int | None = 128
@@ -64,7 +67,10 @@ class QuantizeStage(Stage):
 
         if get_backend(options.backend).quantizes_itself:
             return None
+        preset, why = options.quant_preset
         return QuantizeConfig(
+            profile_preset=preset,
+            profile_preset_reason=why,
             precision=options.precision,
             calib_method=options.calib_method,
             per_channel=options.per_channel,
@@ -139,7 +145,9 @@ class QuantizeStage(Stage):
             raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
         if config.preset:
             preset, why = get_preset(config.preset), f"preset {config.preset} asked for"
-        else:
+        elif config.profile_preset:
+            preset, why = get_preset(config.profile_preset), config.profile_preset_reason or "chosen by the planner"
+        else:  # a config made without a plan (the stage used directly)
             preset, why = preset_for_profile(ctx.profile)
         overrides = {}
         if config.calib_method is not None:
