@@ -14,6 +14,7 @@ against its torch version. Needs the ``train`` extra (torch, torchvision, onnx2t
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -141,7 +142,8 @@ def export_student(torch, student, job, source: Path, out: Path) -> None:
                   if o.domain in ("", "ai.onnx")), 17)
     example = tuple(torch.from_numpy(job.x[n][:1]) for n in job.input_names)
     student.eval()
-    with atomic_path(out) as tmp, torch.no_grad():
+    with atomic_path(out) as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is the legacy exporter, on purpose
         torch.onnx.export(student, example, str(tmp), input_names=job.input_names, output_names=job.output_names,
                           opset_version=max(13, min(int(opset), 20)), dynamo=False, do_constant_folding=True)
 

@@ -64,6 +64,7 @@ class Job:
                 job.forward(student, job.tensors(torch, train_idx[:2]))
         except Exception:  # noqa: BLE001 - any failure at batch 2 means: batch of one
             job.batch_size = 1
+        teacher.eval()  # BatchNormalization left unfolded uses its running statistics, as ONNX Runtime does
         check_feeds = [{nm: x[nm][i : i + 1] for nm in inputs} for i in held_idx[:8]]
         job.checks["teacher_torch_vs_onnxruntime"] = compare(ort_teacher, job.runner(torch, teacher), check_feeds)
         return job

@@ -1,0 +1,203 @@
+"""The ``recover`` stage: distillation of a channel-pruned digits CNN from its FP32 model, on real data.
+
+The student is trained on ``digits_calib`` (256 real 8x8 digits); every accuracy judged here is on
+``digits_test`` (540 other digits), which recovery never sees.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from edgeopt.converters.base import ChainContext, Intermediate
+from edgeopt.converters.checks import ort_run_fn
+from edgeopt.converters.prune import PruneConfig, prune_channels
+from edgeopt.converters.recover import Recover, RecoverConfig, train_extra_missing
+from edgeopt.converters.registry import get_stage
+from edgeopt.data import load_data
+from edgeopt.model import graph_inputs, load_onnx
+from edgeopt.profiles import load_profile
+from fixtures import fixture_data, fixture_model
+
+pytestmark = pytest.mark.onnxruntime
+needs_train = pytest.mark.skipif(train_extra_missing() is not None, reason="needs the train extra (edgeopt[train])")
+
+RATIO = 0.5  # cuts the digits CNN's FLOPs by 74 %: top-1 on digits_test falls from 99.4 % to about 37 %
+
+
+def _data(name, model):
+    return load_data(fixture_data(name), graph_inputs(load_onnx(model)), role="calib")
+
+
+def _accuracy(path, ds) -> float:
+    run = ort_run_fn(path)
+    pred = [int(np.argmax(next(iter(run(f).values())))) for f in ds.feeds()]
+    return float(np.mean(np.array(pred) == ds.labels) * 100)
+
+
+def _pruned(tmp_path):
+    import onnx
+
+    src = fixture_model("digits_cnn")
+    calib = _data("digits_calib", src)
+    model, report = prune_channels(load_onnx(src), PruneConfig(ratio=RATIO), calib.feeds(64))
+    out = tmp_path / "digits.pruned.onnx"
+    onnx.save(model, str(out))
+    return src, out, calib, report
+
+
+def _recover(tmp_path, config: RecoverConfig, calib=None):
+    src, pruned, data, _ = _pruned(tmp_path)
+    ctx = ChainContext(profile=load_profile("host"), work_dir=tmp_path, artifact_dir=tmp_path / "artifact",
+                       reference_model=src, calib=calib or data, threads=2)
+    out = Recover().run(Intermediate(pruned), config, ctx)
+    return src, pruned, out, ctx
+
+
+@pytest.fixture(scope="module")
+def recovered(tmp_path_factory):
+    if train_extra_missing():
+        pytest.skip("needs the train extra (edgeopt[train])")
+    tmp = tmp_path_factory.mktemp("recover")
+    return _recover(tmp, RecoverConfig(max_epochs=8, patience=8, budget_s=120))
+
+
+def test_registered_as_a_stage():
+    assert get_stage("recover") is Recover
+
+
+@needs_train
+@pytest.mark.slow
+def test_recovery_improves_the_pruned_digits_cnn_on_data_it_never_saw(recovered):
+    src, pruned, out, ctx = recovered
+    test = _data("digits_test", src)
+    before, after, fp32 = _accuracy(pruned, test), _accuracy(out.path, test), _accuracy(src, test)
+    assert out.path != pruned and ctx.record.report["changed"] is True
+    assert after >= before + 30, (before, after, fp32)  # 37 % -> about 90 % in 8 epochs
+    r = ctx.record.report
+    assert r["held_metric_recovered"] > r["held_metric_pruned"]
+    assert r["labels_used"] and r["loss"] == "kl+ce" and r["metric"] == "top1_accuracy"
+    assert [h["epoch"] for h in r["history"]] == list(range(r["epochs"] + 1))
+    assert r["teacher_torch_vs_onnxruntime"]["max_abs_err"] < 1e-4
+
+
+@needs_train
+@pytest.mark.slow
+def test_exported_student_matches_its_torch_version(recovered):
+    import onnx2torch
+    import torch
+
+    _, _, out, ctx = recovered
+    assert ctx.record.checks["export_vs_torch"]["max_abs_err"] < 1e-4
+    student = onnx2torch.convert(str(out.path)).eval()  # the exported file, read back into torch independently
+    x = _data("digits_test", out.path).arrays["input"][:16]
+    run = ort_run_fn(out.path)
+    with torch.no_grad():
+        for i in range(len(x)):
+            t = student(torch.from_numpy(x[i : i + 1])).numpy()
+            o = next(iter(run({"input": x[i : i + 1]}).values()))
+            assert np.max(np.abs(t - o)) < 1e-4
+
+
+@needs_train
+@pytest.mark.slow
+def test_unlabelled_data_is_enough(tmp_path):
+    src = fixture_model("digits_cnn")
+    calib = _data("digits_calib", src)
+    calib.labels = None
+    _, pruned, out, ctx = _recover(tmp_path, RecoverConfig(max_epochs=6, patience=6), calib)
+    r = ctx.record.report
+    assert not r["labels_used"] and r["loss"] == "kl" and r["metric_basis"] == "fp32"
+    test = _data("digits_test", src)
+    assert _accuracy(out.path, test) >= _accuracy(pruned, test) + 20
+
+
+@needs_train
+@pytest.mark.slow
+def test_budget_stops_training_and_keeps_the_best_student(tmp_path):
+    _, pruned, out, ctx = _recover(tmp_path, RecoverConfig(max_epochs=40, patience=40, budget_s=6))
+    r = ctx.record.report
+    assert r["stopped"] == "budget" and r["epochs"] < 40
+    best = max(h["held_metric"] for h in r["history"])
+    assert r["held_metric_recovered"] == best
+    assert r["history"][r["best_epoch"]]["held_metric"] == best
+    if r["best_epoch"] == 0:
+        assert out.path == pruned  # nothing better than the pruned model: it is kept
+
+
+@needs_train
+@pytest.mark.slow
+def test_simulated_ctrl_c_keeps_the_best_student_so_far(tmp_path):
+    """Ctrl-C is simulated by raising KeyboardInterrupt from the per-epoch hook (as the signal would, mid-loop)."""
+    import copy
+    import time
+
+    import onnx2torch
+    import torch
+
+    from edgeopt.converters import recover_train
+
+    src, pruned, calib, _ = _pruned(tmp_path)
+    config = RecoverConfig(max_epochs=40, patience=40, seed=0)
+    ctx = ChainContext(profile=load_profile("host"), work_dir=tmp_path, artifact_dir=tmp_path / "a",
+                       reference_model=src, calib=calib)
+    student, teacher = onnx2torch.convert(str(pruned)), onnx2torch.convert(str(src))
+    job = recover_train.Job.make(torch, teacher, student, pruned, src, calib, config, ctx)
+    states = {}
+
+    def interrupt_at_4(epoch, value):
+        states[epoch] = (value, copy.deepcopy(student.state_dict()))
+        if epoch == 4:
+            raise KeyboardInterrupt
+
+    res = recover_train.distill(torch, job, teacher, student, config, time.perf_counter() + 300, on_epoch=interrupt_at_4)
+    assert res.stopped == "interrupted" and res.epochs == 4
+    assert res.best_value == max(h["held_metric"] for h in res.history)
+    student.load_state_dict(res.best_state)
+    assert job.score(torch, student)[0] == res.best_value
+
+
+def test_missing_train_extra_exits_4_simulated_by_hiding_onnx2torch(tmp_path):
+    """onnx2torch is hidden from the import system (sys.modules entry None), as if not installed."""
+    code = ("import sys; sys.modules['onnx2torch'] = None; from edgeopt.cli import main; sys.argv[0] = 'edgeopt'; "
+            "sys.exit(main())")
+    args = ["convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
+            "--precision", "fp32", "--prune", "0.3", "--recover", "--calib", str(fixture_data("digits_calib")),
+            "-o", str(tmp_path / "out"), "--json"]
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4, p.stderr
+    err = json.loads(p.stdout)["error"]
+    assert "onnx2torch" in err["message"] and "edgeopt[train]" in err["hint"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_the_train_extra_pruning_runs_unrecovered_and_says_so():
+    """The plan is made as if onnx2torch were not installed (train_extra_missing patched: a fake)."""
+    code = ("import sys; sys.modules['onnx2torch'] = None; from edgeopt.plan import make_plan; "
+            "from edgeopt.profiles import load_profile; "
+            "p = make_plan(load_profile('host'), backend='onnxruntime', precision='fp32', prune=0.3); "
+            "print([s.name for s in p.stages]); print(p.warnings[-1])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    stages, warning = p.stdout.strip().splitlines()
+    assert "recover" not in stages and "edgeopt[train]" in warning
+
+
+@needs_train
+@pytest.mark.slow
+def test_convert_with_recovery_end_to_end(cli, tmp_path):
+    out = tmp_path / "digits-pruned"
+    r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
+            "--precision", "fp32", "--prune", "0.5", "--recover-budget", "60",
+            "--calib", str(fixture_data("digits_calib")), "--eval", str(fixture_data("digits_test")),
+            "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert [s["name"] for s in res["stages"]] == ["normalize", "prune", "recover", "onnxruntime"]
+    assert res["validation"]["accuracy"] >= 85  # unrecovered: about 37 %
+    rec = next(s for s in json.loads((out / "manifest.json").read_text())["stages"] if s["name"] == "recover")
+    assert rec["report"]["changed"] and rec["checks"]["export_vs_torch"]["max_abs_err"] < 1e-4
