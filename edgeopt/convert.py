@@ -64,10 +64,12 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
             eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
             dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
             progress=None, calib_method=None, on_warning=None, search_budget=None,
-            min_speedup=None, metric=None, metric_search_path=None, recover=None, recover_budget=None) -> ConvertResult:
+            min_speedup=None, metric=None, metric_search_path=None, recover=None, recover_budget=None, plan=None) -> ConvertResult:
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc).
     ``metric``: the task metric (an :class:`edgeopt.metrics.MetricSpec`, a name such as ``"ctc"`` or
-    ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output and labels."""
+    ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output and labels.
+    ``plan``: an :class:`edgeopt.plan.Plan` the caller already made for ``profile`` (a cache keyed by its hash
+    converts exactly that plan); the chain options above are then not used."""
     from edgeopt.chain import check_samples, execute, load_datasets
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
@@ -98,7 +100,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         if choice.note:
             warn(choice.note)
     shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
-    plan = make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
+    plan = plan or make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
                      calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
                      threads=threads, recipe=recipe, input_shapes=shapes, search_budget=search_budget,
                      min_speedup=min_speedup, metric=_metric_spec(metric), recover=recover,

@@ -344,8 +344,8 @@ def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib
         return out
     from edgeopt.convert import convert
 
-    res = convert(str(model), profile, str(out), backend=backend, precision=precision, calib=calib,
-                  eval=eval_data, input_shapes=input_shapes, force=True, metric=metric)
+    res = convert(str(model), profile, str(out), calib=calib, eval=eval_data, input_shapes=input_shapes, force=True,
+                  plan=plan)
     return Path(getattr(res, "artifact_dir", out))
 
 

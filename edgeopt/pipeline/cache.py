@@ -126,7 +126,7 @@ def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=No
 
             shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    convert(str(model) if model is not None else None, profile, str(out), recipe=recipe, calib=calib, eval=eval,
+    convert(str(model) if model is not None else None, profile, str(out), calib=calib, eval=eval,
             input_shapes=input_shapes, preprocess=preprocess, from_torch=from_torch, weights=weights, force=True,
-            on_warning=on_warning, progress=progress, metric_search_path=metric_search_path)
+            on_warning=on_warning, progress=progress, metric_search_path=metric_search_path, plan=plan)
     return {"artifact": out, "cached": False, "key": key, "plan_hash": plan.hash}
