@@ -59,6 +59,8 @@ class ChainOptions(StageConfig):
     # distil the pruned model from FP32 (converters/recover.py): None = when pruning channels and the train extra is installed
     recover: bool | None = None
     recover_budget_s: float = Field(default=120.0, gt=0)  # the recover stage's time budget
+    # (multiple, why): kept channel counts rounded to what the profile's unit for this backend likes (the planner's)
+    prune_channel_multiple: tuple[int, str] = (1, "")
     calib_method: CalibMethod = CalibMethod.MINMAX
     per_channel: bool = True
     max_accuracy_drop: float | None = None  # points of the task metric (top-1 %)

@@ -48,6 +48,7 @@ class PruneConfig(StageConfig):
     criterion: PruneCriterion = PruneCriterion.L1
     min_channels: int = Field(default=4, ge=1)  # never keep fewer channels than this
     round_to: int = Field(default=1, ge=1)  # kept channel counts rounded up to a multiple (SIMD width)
+    round_to_reason: str = ""  # why the planner chose round_to from the profile (see channel_multiple)
     # add the mean contribution of removed input channels (measured on ctx.calib) to each consumer's bias
     bias_compensation: bool = True
     calib_samples: int = Field(default=64, ge=1)
@@ -65,7 +66,8 @@ class Prune(Stage):
             return None
         try:
             ratio = options.prune if options.prune_mode == PruneMode.CHANNELS else 0.0
-            return PruneConfig(mode=options.prune_mode, ratio=ratio)
+            multiple, why = options.prune_channel_multiple
+            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why)
         except ValidationError as err:
             raise UsageError(
                 f"prune ratio {options.prune} is out of range", "give the fraction of channels to remove, in [0, 1), e.g. 0.3"
@@ -99,6 +101,8 @@ class Prune(Stage):
         _save_atomic(onnx, pruned, out)
         ctx.record.report.update(report)
         ctx.record.checks.update(_numeric_check(model.path, out, ctx))
+        if config.mode == PruneMode.CHANNELS and report.get("changed"):
+            ctx.record.report["latency"] = latency_vs_unpruned(model.path, out, ctx)
         notes = {**model.notes, "prune": {"mode": config.mode.value, "ratio": config.ratio}}
         return Intermediate(out, model.format, model.precision, notes)
 
@@ -196,6 +200,58 @@ def _numeric_check(before: Path, after: Path, ctx: ChainContext) -> dict:
     result = compare(ref, got, feeds)
     return {"vs_unpruned": result, "synthetic_inputs": synthetic, "output_shapes_unchanged": True,
             "note": "a report, not a gate: pruning without fine-tuning changes outputs"}
+
+
+def channel_multiple(profile, settings: dict, precision) -> tuple[int, str]:
+    """The multiple of output channels the unit that runs this backend computes in one step, and why:
+    tensor-core tiles on a GPU (8 for FP16/FP32, 16 for INT8), the SIMD width of the CPU's kernels
+    (AVX-512: 16 FP32 lanes and ORT's NCHW16c blocks; AVX/AVX2: 8; NEON: 8 output channels per INT8
+    SDOT/GEMM tile, 4 FP32 lanes). 1 (no rounding) when the profile says nothing about it."""
+    import json
+
+    from edgeopt.enums import Precision
+
+    text = json.dumps(settings, default=str).lower()
+    units = {u.kind.value: u for u in getattr(profile, "compute_units", ()) or ()}
+    int8 = precision == Precision.INT8
+    gpu = units.get("gpu")
+    if gpu is not None and any(w in text for w in ("cuda", "tensorrt")) and gpu.has_feature("tensor_cores"):
+        return (16, "GPU tensor cores: INT8 tiles are 16 channels") if int8 else \
+            (8, "GPU tensor cores: FP16 tiles are 8 channels")
+    if any(w in text for w in ('"gpu"', '"npu"')) and ("gpu" in units or "npu" in units):
+        return 16, "OpenVINO GPU/NPU: blocked layouts of 16 channels"
+    cpu = units.get("cpu")
+    if cpu is None:
+        return 1, "the profile names no CPU or tensor-core unit for this backend"
+    if cpu.has_feature("avx512"):
+        return 16, "AVX-512: 16 FP32 lanes (ONNX Runtime's NCHW16c blocks, VNNI INT8 kernels)"
+    if cpu.has_feature("avx2") or cpu.has_feature("avx"):
+        return 8, "AVX2: 8 FP32 lanes (ONNX Runtime's NCHW8c blocks)"
+    if cpu.has_feature("neon"):
+        return (8, "NEON INT8: SDOT/GEMM kernels tile 8 output channels") if int8 else \
+            (4, "NEON: 4 FP32 lanes")
+    return 1, "no SIMD width known for this profile's CPU"
+
+
+def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: int = 60) -> dict:
+    """The pruned model against the unpruned one in ONNX Runtime on this machine, interleaved: a quick estimate.
+    A prune that is not faster says so (a warning)."""
+    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.converters.quantize.search import interleaved_latency_ms
+
+    feed = ctx.check_samples.feed(0) if ctx.check_samples is not None and len(ctx.check_samples) else _random_feed(before)
+    runs = {"unpruned": ort_run_fn(before, ctx.threads), "pruned": ort_run_fn(after, ctx.threads)}
+    lat = interleaved_latency_ms(runs, feed, repeats=repeats)
+    speedup = round(lat["unpruned"] / lat["pruned"], 3) if lat["pruned"] > 0 else None
+    entry = {"latency_ms": lat, "speedup": speedup, "runs_each": repeats, "threads": ctx.threads,
+             "runtime": "onnxruntime (CPUExecutionProvider) on this machine",
+             "note": "quick interleaved p50 before the artifact was written: an estimate, not a benchmark "
+                     "(edgeopt bench measures the artifact)"}
+    if speedup is not None and speedup < 1.05:
+        entry["warning"] = (f"prune: the pruned model is not faster than the unpruned one here ({lat['pruned']:.3g} ms "
+                            f"vs {lat['unpruned']:.3g} ms, x{speedup:g}; quick estimate)")
+        ctx.warn(entry["warning"])
+    return entry
 
 
 def _random_feed(path: Path) -> dict:

@@ -209,6 +209,13 @@ def _quant_preset(profile) -> tuple[str, str]:
     return preset.name, why
 
 
+def _channel_multiple(profile, target, precision) -> tuple[int, str]:
+    """The channel multiple the profile's unit running this backend likes (prune's round_to), and why."""
+    from edgeopt.converters.prune import channel_multiple
+
+    return channel_multiple(profile, dict(target.settings) if target else {}, precision)
+
+
 def _enum(cls, value, flag: str):
     try:
         return cls(value)
@@ -280,6 +287,7 @@ def make_plan(
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
             metric=pick(metric, r.metric, None),
+            prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile),
         )
     except ValidationError as err:

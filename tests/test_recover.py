@@ -201,3 +201,50 @@ def test_convert_with_recovery_end_to_end(cli, tmp_path):
     assert res["validation"]["accuracy"] >= 85  # unrecovered: about 37 %
     rec = next(s for s in json.loads((out / "manifest.json").read_text())["stages"] if s["name"] == "recover")
     assert rec["report"]["changed"] and rec["checks"]["export_vs_torch"]["max_abs_err"] < 1e-4
+
+
+# ------------------------------------------------------------------ channel rounding and measured speed (prune)
+
+
+@pytest.mark.parametrize("profile,backend,precision,multiple", [
+    ("x86-avx512", "onnxruntime", "fp32", 16),
+    ("pi5", "tflite", "int8", 8),
+    ("pi5", "onnxruntime", "fp32", 4),
+    ("jetson-orin-nano", "onnxruntime", "int8", 16),  # TensorRT: tensor-core INT8 tiles
+    ("jetson-orin-nano", "tvm", "fp16", 8),  # TVM's CUDA target
+    ("jetson-orin-nano", "tflite", "int8", 8),  # XNNPACK on the Arm cores
+])
+def test_round_to_comes_from_the_profiles_unit_for_the_backend(profile, backend, precision, multiple):
+    from edgeopt.converters.prune import channel_multiple
+
+    prof = load_profile(profile)
+    target = next(b for b in prof.backends if b.name.value == backend)
+    n, why = channel_multiple(prof, dict(target.settings), precision)
+    assert n == multiple and why
+
+
+def test_plan_rounds_kept_channels_to_the_hosts_simd_width():
+    from edgeopt.converters.prune import channel_multiple
+    from edgeopt.plan import make_plan
+
+    prof = load_profile("host")
+    want, _ = channel_multiple(prof, dict(prof.backend("onnxruntime").settings), "fp32")
+    plan = make_plan(prof, backend="onnxruntime", precision="fp32", prune=0.3, recover=False)
+    prune = next(s for s in plan.stages if s.name == "prune").config
+    assert prune.round_to == want and prune.round_to_reason
+    assert [s.name for s in plan.stages] == ["normalize", "prune", "onnxruntime"]
+
+
+def test_prune_report_times_the_pruned_model_against_the_unpruned(tmp_path):
+    from edgeopt.converters.prune import Prune
+
+    src = fixture_model("digits_cnn")
+    calib = _data("digits_calib", src)
+    ctx = ChainContext(profile=load_profile("host"), work_dir=tmp_path, artifact_dir=tmp_path / "a",
+                       reference_model=src, calib=calib, check_samples=calib.subset([0, 1]), threads=1)
+    Prune().run(Intermediate(src), PruneConfig(ratio=0.5, round_to=8), ctx)
+    lat = ctx.record.report["latency"]
+    assert set(lat["latency_ms"]) == {"unpruned", "pruned"} and all(v > 0 for v in lat["latency_ms"].values())
+    assert lat["speedup"] == pytest.approx(lat["latency_ms"]["unpruned"] / lat["latency_ms"]["pruned"], rel=1e-2)
+    assert "estimate" in lat["note"]
+    assert ("warning" in lat) == (lat["speedup"] < 1.05)  # a prune that is not faster says so
