@@ -289,7 +289,7 @@ class LabgridTransport(Transport):
 def open_labgrid_transport(device: Device, *, accept_new_host_key: bool = False, notify=None,
                            connect_timeout: float = 10.0, wait: float | None = None,
                            cancel: threading.Event | None = None) -> LabgridTransport:
-    from .probe import open_transport
+    from .ssh import SshTransport
 
     lease = acquire(device, wait=wait, notify=notify, cancel=cancel)
     try:
@@ -297,8 +297,8 @@ def open_labgrid_transport(device: Device, *, accept_new_host_key: bool = False,
                                         "labgrid_tags": {}, **lease.ssh})
         if notify:
             notify(f"{device.name}: acquired labgrid place '{lease.place}' ({lease.ssh['host']}:{lease.ssh['port']})")
-        inner = open_transport(ssh, accept_new_host_key=accept_new_host_key, notify=notify,
-                               connect_timeout=connect_timeout)
+        inner = SshTransport.for_device(ssh, accept_new_host_key=accept_new_host_key, notify=notify,
+                                        connect_timeout=connect_timeout)
     except BaseException:
         lease.release()
         raise

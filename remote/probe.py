@@ -88,11 +88,8 @@ def open_transport(device: Device, *, accept_new_host_key: bool = False, notify=
                                       connect_timeout=connect_timeout, wait=wait, cancel=cancel)
     from edgeopt.remote.ssh import SshTransport
 
-    return SshTransport(
-        device.host, port=device.port, user=device.user, key=device.key, work_dir=device.work_dir,
-        known_hosts=device.known_hosts, accept_new_host_key=accept_new_host_key,
-        connect_timeout=connect_timeout, env=dict(device.env), name=device.name, notify=notify,
-    )
+    return SshTransport.for_device(device, accept_new_host_key=accept_new_host_key, connect_timeout=connect_timeout,
+                                   notify=notify)
 
 
 def python_argv(device: Device) -> list[str]:

@@ -45,6 +45,14 @@ def _host_id(host: str, port: int) -> str:
 
 
 class SshTransport(Transport):
+    @classmethod
+    def for_device(cls, device, *, accept_new_host_key: bool = False, connect_timeout: float = 10.0,
+                   notify=None) -> SshTransport:
+        """The transport to an inventory ``Device`` of the ssh kind (its host, port, user, key, work dir)."""
+        return cls(device.host, port=device.port, user=device.user, key=device.key, work_dir=device.work_dir,
+                   known_hosts=device.known_hosts, accept_new_host_key=accept_new_host_key,
+                   connect_timeout=connect_timeout, env=dict(device.env), name=device.name, notify=notify)
+
     def __init__(
         self,
         host: str,
