@@ -23,10 +23,24 @@ class UnitKind(StrEnum):
 
 
 class BackendName(StrEnum):
+    """The built-in backends; a backend registered at run time (``registry.register_backend``) becomes a
+    member too, so plans, configs and manifests treat it like these."""
+
     ONNXRUNTIME = "onnxruntime"
     OPENVINO = "openvino"
     TFLITE = "tflite"
     TVM = "tvm"
+
+    @classmethod
+    def _missing_(cls, value):
+        if isinstance(value, str) and value in _REGISTERED_BACKENDS:
+            member = str.__new__(cls, value)
+            member._name_, member._value_ = value.upper().replace("-", "_"), value
+            return cls._value2member_map_.setdefault(value, member)
+        return None
+
+
+_REGISTERED_BACKENDS: set[str] = set()  # filled by edgeopt.converters.registry.register_backend
 
 
 class SourceKind(StrEnum):

@@ -20,8 +20,11 @@ def read_manifest(artifact_dir: str) -> dict:
 def open_runner(artifact_dir: str, threads: int | None = None, manifest: dict | None = None):
     manifest = manifest or read_manifest(artifact_dir)
     backend = manifest["runtime"]["backend"]
-    # each backend's runner is the module of its name here (this package is shipped to devices: no registry)
-    if not isinstance(backend, str) or not backend.isidentifier() or backend == "base":
-        raise ValueError(f"the manifest names no known runtime backend ({backend!r})")
-    module = importlib.import_module(f".{backend}", __name__)
+    runner = manifest["runtime"].get("runner")
+    if runner:  # a backend registered from outside edgeopt names its runner's module
+        module = importlib.import_module(runner)
+    else:  # a built-in backend's runner is the module of its name here (shipped to devices: no registry)
+        if not isinstance(backend, str) or not backend.isidentifier() or backend == "base":
+            raise ValueError(f"the manifest names no known runtime backend ({backend!r})")
+        module = importlib.import_module(f".{backend}", __name__)
     return module.Runner(artifact_dir, manifest, threads=threads)
