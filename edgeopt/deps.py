@@ -8,15 +8,9 @@ from types import ModuleType
 
 from edgeopt.errors import MissingDependencyError
 
-# import name -> (distribution name, edgeopt extra)
+# import name -> (distribution name, edgeopt extra); a backend's libraries come from its class (the registry)
 OPTIONAL = {
     "onnxruntime": ("onnxruntime", None),
-    "openvino": ("openvino", "openvino"),
-    "nncf": ("nncf", "openvino"),
-    "ai_edge_litert": ("ai-edge-litert", "tflite"),
-    "onnx2tf": ("onnx2tf", "tflite"),
-    "tensorflow": ("tensorflow", "tflite"),
-    "tvm": ("apache-tvm", "tvm"),
     "paramiko": ("paramiko", "remote"),
     "labgrid": ("labgrid", "labgrid"),
     "torch": ("torch", None),
@@ -25,8 +19,16 @@ OPTIONAL = {
 }
 
 
+def _dist_and_extra(module: str) -> tuple[str, str | None]:
+    if module in OPTIONAL:
+        return OPTIONAL[module]
+    from edgeopt.converters.registry import libraries
+
+    return next(((d, e) for i, d, e in libraries() if i == module), (module, None))
+
+
 def install_hint(module: str) -> str:
-    dist, extra = OPTIONAL.get(module, (module, None))
+    dist, extra = _dist_and_extra(module)
     if extra:
         return f"install it with: pip install 'edgeopt[{extra}]'"
     if module == "torch":
@@ -42,7 +44,7 @@ def require(module: str, purpose: str = "") -> ModuleType:
         root = module.split(".")[0]
         what = f" (needed for {purpose})" if purpose else ""
         raise MissingDependencyError(
-            f"{OPTIONAL.get(root, (root, None))[0]} is not installed{what}", install_hint(root)
+            f"{_dist_and_extra(root)[0]} is not installed{what}", install_hint(root)
         ) from err
 
 
