@@ -273,7 +273,7 @@ def test_silero_vad_int8_breaks_and_is_caught_or_recovered(tmp_path):
     QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=2.0), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 2.0 and aa["labels"]
-    assert "decision at 0.5" in aa["metric"]
+    assert "decision" in aa["metric"] and "0.5" in aa["metric"]  # the one-value output's metric, named
 
 
 @pytest.mark.slow
