@@ -327,7 +327,7 @@ def speed_verdict(latency: dict, *, final_key: str, runtime: str, min_speedup: f
         if min_speedup is None:
             ctx.warn(msg)
     if min_speedup is not None and (speedup is None or speedup < min_speedup):
-        raise GateFailedError(f"{prefix}: INT8 speed-up x{speedup:g} over FP32 is below --min-speedup {min_speedup:g} "
+        raise GateFailedError(f"{prefix}: INT8 speed-up x{speedup or 0:g} over FP32 is below --min-speedup {min_speedup:g} "
                               f"({final:.3g} ms vs {fp32:.3g} ms, quick estimate)"
                               + ("; faster: " + ", ".join(faster) if faster else ""),
                               "use --precision fp32 (or the faster precision named), or drop --min-speedup",
