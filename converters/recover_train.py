@@ -107,16 +107,26 @@ class Job:
                 total = total + F.mse_loss(a, b) / (b.var().detach() + 1e-8)
         return total
 
-    def score(self, torch, module) -> tuple[float, list[dict]]:
+    def held_outputs(self, torch, module) -> list:
+        """``module``'s outputs on the held-back samples, batched (eval mode), one tensor per output."""
         module.eval()
-        per_sample: list[dict] = []
-        bs = max(1, self.batch_size)
+        bs, parts = max(1, self.batch_size), []
         with torch.no_grad():
             for i in range(0, len(self.held_idx), bs):
-                outs = self.forward(module, self.tensors(torch, self.held_idx[i : i + bs]))
-                for j in range(outs[0].shape[0]):
-                    per_sample.append({nm: o[j : j + 1].numpy() for nm, o in zip(self.output_names, outs, strict=True)})
-        return self.metric.score_outputs(per_sample), per_sample
+                parts.append(self.forward(module, self.tensors(torch, self.held_idx[i : i + bs])))
+        return [torch.cat([p[k] for p in parts]) for k in range(len(parts[0]))]
+
+    def score(self, torch, module, teacher_held=None, temperature: float = 4.0) -> tuple[float, float | None]:
+        """(the task metric on the held-back samples, the distillation loss there when ``teacher_held`` is given:
+        it breaks ties of a saturated metric, e.g. 100 % agreement with FP32)."""
+        outs = self.held_outputs(torch, module)
+        per_sample = [{nm: o[j : j + 1].numpy() for nm, o in zip(self.output_names, outs, strict=True)}
+                      for j in range(outs[0].shape[0])]
+        loss = None
+        if teacher_held is not None:
+            with torch.no_grad():
+                loss = float(self.loss(torch, outs, teacher_held, None, temperature))
+        return self.metric.score_outputs(per_sample), loss
 
 
 def _shift(a: np.ndarray, dy: int, dx: int) -> np.ndarray:
@@ -173,9 +183,11 @@ def distill(torch, job: Job, teacher, student, config, deadline: float, progress
     opt = torch.optim.Adam(student.parameters(), lr=config.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.max_epochs)
     sign = 1.0 if job.metric.higher_is_better else -1.0
-    value, _ = job.score(torch, student)
+    t_held = job.held_outputs(torch, teacher)
+    value, held_loss = job.score(torch, student, t_held, config.temperature)
     start, best, best_state, best_epoch, since = value, value, copy.deepcopy(student.state_dict()), 0, 0
-    history = [{"epoch": 0, "held_metric": value}]
+    best_loss = held_loss
+    history = [{"epoch": 0, "held_metric": value, "held_loss": held_loss}]
     stopped, epoch = "max-epochs", 0
     bar_cm = progress(f"recover: held-back {job.metric.name} {value:.4g}", config.max_epochs) if progress else nullcontext()
     with bar_cm as bar:
@@ -204,16 +216,17 @@ def distill(torch, job: Job, teacher, student, config, deadline: float, progress
                 if stopped == "budget" and not losses:
                     epoch -= 1
                     break
-                value, _ = job.score(torch, student)
-                row = {"epoch": epoch, "loss": float(np.mean(losses)), "held_metric": value,
+                value, held_loss = job.score(torch, student, t_held, config.temperature)
+                row = {"epoch": epoch, "loss": float(np.mean(losses)), "held_metric": value, "held_loss": held_loss,
                        "seconds": round(time.perf_counter() - t0, 3)}
                 history.append(row)
                 if bar is not None:
                     bar.describe(f"recover epoch {epoch}: loss {row['loss']:.4f}, held-back {job.metric.name} "
                                  f"{value:.4g}{job.metric.unit} (FP32 {job.metric.fp32_value:.4g})")
                     bar.advance()
-                if sign * (value - best) > TIE:
+                if sign * (value - best) > TIE or (abs(value - best) <= TIE and held_loss < best_loss * (1 - 1e-3)):
                     best, best_state, best_epoch, since = value, copy.deepcopy(student.state_dict()), epoch, 0
+                    best_loss = held_loss
                 else:
                     since += 1
                 if on_epoch is not None:

@@ -1,0 +1,156 @@
+"""Pruning with recovery: FLOPs cut, accuracy before/after pruning and after distillation, latency (prints JSON).
+
+For the digits and MNIST CNNs (``fixtures/models``), each ratio runs ``edgeopt convert`` three ways through the
+API: ``--prune R --no-recover``, ``--prune R`` with recovery (the ``recover`` stage distils the pruned model from
+FP32), and the recovered model again at INT8 (ONNX Runtime QDQ, ``fixtures/data/*_calib.npz``). Recovery learns
+from the model's own training split (``fixtures/train_small_cnn.py``'s seeded split), UNLABELLED by default
+(``--labels`` adds them); every accuracy is top-1 on ``fixtures/data/*_test.npz``, which no step trains or
+searches on. Channel counts are rounded to the host profile's SIMD width (see ``prune.channel_multiple``).
+Latency: ONNX Runtime CPU, 1 thread, the variants interleaved in rounds, p10/p50/p90 ms.
+
+Run: ``.venv/bin/python bench/prune_recover.py [--models digits,mnist] [--ratios 0.4,0.5] [--budget 120]
+[--runs 300] [--labels]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _session(path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _accuracy(path, x, y) -> float:
+    sess = _session(path)
+    name = sess.get_inputs()[0].name
+    pred = [int(np.argmax(sess.run(None, {name: x[i : i + 1]})[0])) for i in range(len(y))]
+    return round(float(np.mean(np.array(pred) == y)) * 100, 2)
+
+
+def _latency(paths: dict, feed: dict, runs: int, rounds: int = 10) -> dict:
+    sessions = {k: _session(p) for k, p in paths.items()}
+    times: dict = {k: [] for k in sessions}
+    for s in sessions.values():
+        for _ in range(10):
+            s.run(None, feed)
+    per_round = max(1, runs // rounds)
+    for _ in range(rounds):
+        for k, s in sessions.items():
+            for _ in range(per_round):
+                t = time.perf_counter()
+                s.run(None, feed)
+                times[k].append((time.perf_counter() - t) * 1e3)
+    return {k: {"p10_ms": round(float(np.percentile(v, 10)), 4), "p50_ms": round(float(np.percentile(v, 50)), 4),
+                "p90_ms": round(float(np.percentile(v, 90)), 4), "runs": len(v)} for k, v in times.items()}
+
+
+def _train_split(name: str):
+    from fixtures import train_small_cnn as t
+
+    x, y = t.LOADERS[name]()
+    x_train, _, y_train, _ = t.split(x, y, t.RECIPES[name][0])
+    return x_train, y_train
+
+
+def _artifact_model(art: Path) -> Path:
+    return art / json.loads((art / "manifest.json").read_text())["runtime"]["model"]
+
+
+def _stage(art: Path, name: str) -> dict:
+    return next((s for s in json.loads((art / "manifest.json").read_text())["stages"] if s["name"] == name), {})
+
+
+def _stage_seconds(art: Path, name: str) -> dict:
+    """The stage's timings, which live in build.json (the manifest is kept byte-stable between builds)."""
+    names = [s["name"] for s in json.loads((art / "manifest.json").read_text())["stages"]]
+    timings = json.loads((art / "build.json").read_text())["timings"]["stages"][names.index(name)]
+    return {"stage_seconds": timings.get("seconds"), "training_seconds": timings.get("report", {}).get("recovery_seconds")}
+
+
+def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work: Path) -> dict:
+    from edgeopt.convert import convert
+    from fixtures import fixture_data, fixture_model
+
+    model = fixture_model(f"{name}_cnn")
+    test = np.load(fixture_data(f"{name}_test"))
+    x_test, y_test = test["input"], test["labels"]
+    x_train, y_train = _train_split(name)
+    train_npz = work / f"{name}_train.npz"
+    np.savez(train_npz, input=x_train, **({"labels": y_train} if labels else {}))
+    common = {"backend": "onnxruntime", "force": True, "threads": 2}
+    row = {"model": f"fixtures/models/{name}_cnn.onnx", "test_samples": len(y_test),
+           "recovery_data": f"{len(x_train)} samples of the model's training split, "
+                            + ("labelled" if labels else "UNLABELLED"),
+           "fp32_accuracy": _accuracy(model, x_test, y_test), "ratios": {}}
+    for r in ratios:
+        arts = {}
+        for variant, extra in (("pruned", {"recover": False}), ("recovered", {"recover": True, "recover_budget": budget})):
+            arts[variant] = work / f"{name}-{r}-{variant}"
+            convert(model, "host", arts[variant], precision="fp32", prune=r, calib=train_npz,
+                    eval=fixture_data(f"{name}_test"), **extra, **common)
+        recovered = _artifact_model(arts["recovered"])
+        arts["recovered_int8"] = work / f"{name}-{r}-int8"
+        convert(recovered, "host", arts["recovered_int8"], precision="int8", calib=fixture_data(f"{name}_calib"),
+                **common)
+        prune, rec = _stage(arts["pruned"], "prune")["report"], _stage(arts["recovered"], "recover")
+        paths = {"fp32": model, "pruned_recovered": recovered,
+                 "pruned_recovered_int8": _artifact_model(arts["recovered_int8"])}
+        lat = _latency(paths, {"input": x_test[:1]}, runs)
+        acc = {"pruned": _accuracy(_artifact_model(arts["pruned"]), x_test, y_test),
+               "recovered": _accuracy(recovered, x_test, y_test),
+               "recovered_int8": _accuracy(paths["pruned_recovered_int8"], x_test, y_test)}
+        row["ratios"][str(r)] = {
+            "round_to": _stage(arts["pruned"], "prune")["config"]["round_to"],
+            "flops_cut_pct": round(prune["flops_reduction"] * 100, 1),
+            "accuracy_pct": {"fp32": row["fp32_accuracy"], **acc},
+            "drop_after_recovery_pts": round(row["fp32_accuracy"] - acc["recovered"], 2),
+            "latency": lat,
+            "speedup_p50": round(lat["fp32"]["p50_ms"] / lat["pruned_recovered"]["p50_ms"], 3),
+            "speedup_p50_int8": round(lat["fp32"]["p50_ms"] / lat["pruned_recovered_int8"]["p50_ms"], 3),
+            "recovery_seconds": _stage_seconds(arts["recovered"], "recover"),
+            "recovery": {k: rec.get("report", {}).get(k) for k in ("epochs", "best_epoch", "stopped", "loss",
+                                                                  "held_metric_pruned", "held_metric_recovered")},
+        }
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="digits,mnist")
+    ap.add_argument("--ratios", default="0.4,0.5")
+    ap.add_argument("--budget", type=float, default=120.0, help="recovery budget, seconds")
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--labels", action="store_true", help="give the training split's labels to recovery too")
+    a = ap.parse_args()
+    import onnxruntime
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = {m: bench_model(m, [float(r) for r in a.ratios.split(",")], a.budget, a.runs, a.labels, Path(tmp))
+                for m in a.models.split(",")}
+    env = {"python": platform.python_version(), "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
+           "machine": platform.machine(), "cpus": os.cpu_count(), "latency_threads": 1,
+           "load_avg_1m": round(os.getloadavg()[0], 2)}
+    print(json.dumps({"bench": "prune_recover", "environment": env, "models": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
