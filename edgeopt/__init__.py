@@ -6,6 +6,9 @@ The public API lives in :mod:`edgeopt.api` and is re-exported here lazily, so
 
 from __future__ import annotations
 
+import sys as _sys
+import types as _types
+
 __version__ = "0.1.0"
 
 _API = (
@@ -22,6 +25,24 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'edgeopt' has no attribute {name!r}")
+
+
+class _Package(_types.ModuleType):
+    """``edgeopt.convert``, ``edgeopt.analyze`` and ``edgeopt.optimize`` are API functions and also the names of
+    modules: importing a module sets the package's attribute to it, which would turn ``edgeopt.convert(...)``
+    into "module is not callable" after the first call. The functions keep those names here; the modules stay
+    reachable by import (``from edgeopt.convert import ...``)."""
+
+    def __getattribute__(self, name: str):
+        if name in _SHADOWED:
+            from edgeopt import api
+
+            return getattr(api, name)
+        return super().__getattribute__(name)
+
+
+_SHADOWED = frozenset({"analyze", "convert", "optimize"})
+_sys.modules[__name__].__class__ = _Package
 
 
 __all__ = ["__version__", *_API]
