@@ -63,23 +63,18 @@ def register_backend(name: str, module: str) -> BackendName:
     """Add a backend defined outside edgeopt: ``module`` exports ``BACKEND`` (a ``Backend`` subclass whose
     descriptor is its class attributes) and, unless its runtime entry names another ``runner`` module, the
     ``Runner``. Returns its (new) ``BackendName``; the plan, bench and results then treat it like a built-in."""
-    from edgeopt.enums import _REGISTERED_BACKENDS
-
     if not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"invalid backend name {name!r}", "use letters, digits, '-' and '_'")
-    _REGISTERED_BACKENDS.add(name)
-    b = BackendName(name)
+    b = BackendName.register(name)
     BACKEND_MODULES[b] = module
     return b
 
 
 def unregister_backend(name: str) -> None:
     """Undo :func:`register_backend` (a built-in backend can't be removed)."""
-    from edgeopt.enums import _REGISTERED_BACKENDS
-
-    if name in _REGISTERED_BACKENDS:
-        _REGISTERED_BACKENDS.discard(name)
-        BACKEND_MODULES.pop(BackendName._value2member_map_.pop(name), None)
+    if name in BACKEND_MODULES and name not in {b.value for b in BackendName}:  # not a built-in
+        BACKEND_MODULES.pop(BackendName(name), None)
+        BackendName.unregister(name)
 
 
 def get_backend(name: BackendName | str):

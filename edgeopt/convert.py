@@ -74,6 +74,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
     from edgeopt.files import file_sha256
+    from edgeopt.metrics import as_metric_spec
     from edgeopt.model import (
         fix_input_shapes,
         graph_inputs,
@@ -103,7 +104,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     plan = plan or make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
                      calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
                      threads=threads, recipe=recipe, input_shapes=shapes, search_budget=search_budget,
-                     min_speedup=min_speedup, metric=_metric_spec(metric), recover=recover,
+                     min_speedup=min_speedup, metric=as_metric_spec(metric), recover=recover,
                      recover_budget=recover_budget)
     for w in plan.warnings:
         warn(w)
@@ -180,14 +181,6 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
             active_metric.__exit__(None, None, None)
     return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest.model_dump(mode="json"), plan=plan.to_json(),
                          validation=manifest.validation, warnings=warnings)
-
-
-def _metric_spec(metric):
-    from edgeopt.metrics import MetricSpec, parse_metric_spec
-
-    if metric is None or isinstance(metric, MetricSpec):
-        return metric
-    return MetricSpec.model_validate(metric) if isinstance(metric, dict) else parse_metric_spec(str(metric))
 
 
 def _metric_search_path(given, recipe_path) -> list[str]:

@@ -32,6 +32,18 @@ class BackendName(StrEnum):
     TVM = "tvm"
 
     @classmethod
+    def register(cls, name: str) -> BackendName:
+        """Make ``name`` a member (a backend defined outside edgeopt; see ``registry.register_backend``)."""
+        _REGISTERED_BACKENDS.add(name)
+        return cls(name)
+
+    @classmethod
+    def unregister(cls, name: str) -> None:
+        if name in _REGISTERED_BACKENDS:
+            _REGISTERED_BACKENDS.discard(name)
+            cls._value2member_map_.pop(name, None)
+
+    @classmethod
     def _missing_(cls, value):
         if isinstance(value, str) and value in _REGISTERED_BACKENDS:
             member = str.__new__(cls, value)

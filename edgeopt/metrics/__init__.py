@@ -36,6 +36,13 @@ from .kinds import BUILDERS, ctc_decode
 _EMBEDDING_WORDS = ("embed", "hidden", "pool", "feature", "vector", "encod")
 
 
+def as_metric_spec(metric) -> MetricSpec | None:
+    """A :class:`MetricSpec` from what the API accepts: a spec, a mapping, a name or ``MODULE:FUNCTION``, or None."""
+    if metric is None or isinstance(metric, MetricSpec):
+        return metric
+    return MetricSpec.model_validate(metric) if isinstance(metric, dict) else parse_metric_spec(str(metric))
+
+
 def parse_metric_spec(name=None, *, axis=None, ctc_blank=None, threshold=None, min_sqnr_db=None,
                       output=None) -> MetricSpec | None:
     """A :class:`MetricSpec` from CLI/API values (None when nothing was given); bad values are exit 2."""
@@ -147,5 +154,5 @@ def _check_chance(m: Metric, shape: tuple, role: str) -> None:
                            "check the label order/mapping and that the labels belong to these samples")
 
 
-__all__ = ["Metric", "MetricName", "MetricSpec", "ctc_decode", "make_metric", "metric_context", "metric_for_outputs",
+__all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "make_metric", "metric_context", "metric_for_outputs",
            "parse_metric_spec"]

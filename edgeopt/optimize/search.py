@@ -281,10 +281,10 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     from edgeopt.model import TensorSpec
 
     fixed = [TensorSpec(sp.name, shapes[sp.name], sp.dtype) for sp in specs]  # as each build will see them
-    from edgeopt.convert import _metric_spec
+    from edgeopt.metrics import as_metric_spec
     from edgeopt.validate import check_task_metric
 
-    spec = _metric_spec(metric)
+    spec = as_metric_spec(metric)
     for data_path, role in ((calib, "calib"), (eval, "eval")):  # unreadable data fails now, naming the file
         if data_path:
             ds = load_data(data_path, fixed, role=role)
