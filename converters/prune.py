@@ -224,9 +224,9 @@ def channel_multiple(profile, settings: dict, precision) -> tuple[int, str]:
     if cpu is None:
         return 1, "the profile names no CPU or tensor-core unit for this backend"
     if cpu.has_feature("avx512"):
-        return 16, "AVX-512: 16 FP32 lanes (ONNX Runtime's NCHW16c blocks, VNNI INT8 kernels)"
+        return 16, "AVX-512: 16 FP32 lanes (NCHW16c-blocked kernels, VNNI INT8)"
     if cpu.has_feature("avx2") or cpu.has_feature("avx"):
-        return 8, "AVX2: 8 FP32 lanes (ONNX Runtime's NCHW8c blocks)"
+        return 8, "AVX2: 8 FP32 lanes (NCHW8c-blocked kernels)"
     if cpu.has_feature("neon"):
         return (8, "NEON INT8: SDOT/GEMM kernels tile 8 output channels") if int8 else \
             (4, "NEON: 4 FP32 lanes")
