@@ -5,8 +5,8 @@ follows them (see :mod:`edgeopt.converters.prune_graph`); Convs that meet at a r
 and Convs whose channels reach something the analysis does not understand are left alone and reported.
 Removed input channels' mean activations (measured on ``ctx.calib``) are folded into each consumer's bias.
 Pruning without fine-tuning changes the outputs: the cosine against the unpruned model is recorded as a
-report, not a failure; the chain's validation measures the accuracy. Recovering accuracy takes a few
-epochs of fine-tuning of the pruned network with the model's own training script (not part of edgeopt).
+report, not a failure; the chain's validation measures the accuracy. The ``recover`` stage that follows
+(:mod:`edgeopt.converters.recover`) distils the pruned model from FP32 to win the accuracy back.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from edgeopt.errors import StageError, UsageError
 from edgeopt.files import atomic_path
 
 FINE_TUNE_NOTE = (
-    "no fine-tuning was done: outputs of a pruned model drift from the original. To recover accuracy, "
-    "rebuild the network with the kept channel counts, load these weights and train a few epochs with the "
-    "model's own training script (edgeopt does not provide one), then re-export to ONNX."
+    "this stage does no fine-tuning: outputs of a pruned model drift from the original. The recover stage "
+    "(converters/recover.py, the train extra, --recover) distils the pruned model from FP32 on --calib."
 )
 
 

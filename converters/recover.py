@@ -110,6 +110,10 @@ class Recover(Stage):
         torch, onnx2torch = require_train()
         from edgeopt.converters import recover_train
 
+        if ctx.eval is None and _validates_on_calib(ctx):
+            ctx.warn("recover trains on --calib, which is also the validation data here (no --eval): the validation's "
+                     "accuracy is optimistic; give --eval with samples recovery never sees")
+
         t0 = time.perf_counter()
         deadline = t0 + config.budget_s
         torch.manual_seed(config.seed)
@@ -132,6 +136,15 @@ class Recover(Stage):
             return model
         notes = {**model.notes, "recover": {"epochs": result.epochs, "held_metric": result.best_value}}
         return Intermediate(out, model.format, model.precision, notes)
+
+
+def _validates_on_calib(ctx: ChainContext) -> bool:
+    """Whether the chain's check samples (taken from its validation data) are the calibration set's first ones."""
+    check, calib = ctx.check_samples, ctx.calib
+    if check is None or not len(check) or len(check) > len(calib):
+        return False
+    k = len(check)
+    return all(n in calib.arrays and np.array_equal(a, calib.arrays[n][:k]) for n, a in check.arrays.items())
 
 
 def export_student(torch, student, job, source: Path, out: Path) -> None:

@@ -248,3 +248,18 @@ def test_prune_report_times_the_pruned_model_against_the_unpruned(tmp_path):
     assert lat["speedup"] == pytest.approx(lat["latency_ms"]["unpruned"] / lat["latency_ms"]["pruned"], rel=1e-2)
     assert "estimate" in lat["note"]
     assert ("warning" in lat) == (lat["speedup"] < 1.05)  # a prune that is not faster says so
+
+
+def test_validation_on_the_data_recovery_trained_on_is_noticed():
+    from edgeopt.chain import check_samples
+    from edgeopt.converters.recover import _validates_on_calib
+
+    src = fixture_model("digits_cnn")
+    calib, test = _data("digits_calib", src), _data("digits_test", src)
+
+    def ctx(val):
+        return ChainContext(profile=None, work_dir=".", artifact_dir=".", reference_model=src, calib=calib,
+                            check_samples=check_samples(val))
+
+    assert _validates_on_calib(ctx(calib))  # fp32 without --eval: the chain validates on --calib itself
+    assert not _validates_on_calib(ctx(test))
