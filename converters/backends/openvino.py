@@ -244,7 +244,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     import openvino as ov
 
     from edgeopt.converters.quantize.accuracy_aware import ort_runner
-    from edgeopt.converters.quantize.nncf_search import _compiled_run, search_nncf
+    from edgeopt.converters.quantize.nncf_search import compiled_run, search_nncf
     from edgeopt.converters.quantize.search import gate_failure, interleaved_latency_ms, speed_verdict
 
     bound = float(config.max_accuracy_drop)
@@ -268,8 +268,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     q = result.best.artifact
     core = ov.Core()
     in_names = [p.get_any_name() for p in ov_model.inputs]
-    runs = {"fp32": _compiled_run(core, ov_model, in_names, out_names, threads),
-            "int8_final": _compiled_run(core, q, in_names, out_names, threads)}
+    runs = {"fp32": compiled_run(core, ov_model, in_names, out_names, threads),
+            "int8_final": compiled_run(core, q, in_names, out_names, threads)}
     feed = (ctx.check_samples or search).feed(0)
     latency = interleaved_latency_ms(runs, feed)
     alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.backends.tflite_convert import (
+    MODEL_FILE,
+    IODtype,
     channel_last_perm,
     int8_file,
     looks_channel_last,
@@ -34,17 +36,11 @@ from edgeopt.converters.backends.tflite_convert import (
 )
 from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
 from edgeopt.converters.registry import register_stage
-from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import BadModelError, MissingDependencyError, StageError, UnsupportedOpError, UsageError
 from edgeopt.files import atomic_path
 
-MODEL_FILE = "model.tflite"
 LOG_FILE = "onnx2tf.log"
-
-
-class IODtype(StrEnum):
-    FLOAT32 = "float32"
-    INT8 = "int8"
 
 
 class TFLiteConfig(StageConfig):

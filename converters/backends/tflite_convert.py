@@ -27,7 +27,17 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UnsupportedOpError
+
+MODEL_FILE = "model.tflite"  # the artifact's model file
+
+
+class IODtype(StrEnum):
+    """An INT8 model's input/output type: int8, or float32 with the (de)quantization inside."""
+
+    FLOAT32 = "float32"
+    INT8 = "int8"
 
 ONNX2TF_PIN = "1.28.8"
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"

@@ -43,59 +43,6 @@ def ort_runner(model, threads: int | None = 2):
     return run
 
 
-class Metric:
-    """Top-1 accuracy with labels, else agreement with FP32; in percent. Outputs with positions
-    (``[N,T,C]`` sequences: class axis last; ``[N,C,H,W]`` maps: class axis 1) are judged per position
-    (argmax along the class axis, averaged over positions), never by one argmax of the flattened output;
-    a one-channel ``[N,1,H,W]`` map by the IoU of the maps thresholded at 0.3 (DBNet's own threshold).
-    (The fallback where ``edgeopt.metrics`` is absent; see :func:`.search.make_task_metric`.)"""
-
-    def __init__(self, fp32_run, dataset):
-        self.labels = None if dataset.labels is None else np.asarray(dataset.labels)
-        self.fp32_binary, self.per_position, self.map_iou = False, False, False
-        self.fp32_preds = self._preds(fp32_run, dataset)
-        if self.labels is not None and self.labels.ndim == 1 and not self.per_position:
-            self.labels = self.labels.ravel()
-        self.kind = "top1_accuracy" if self.labels is not None else "top1_agreement_with_fp32"
-        if self.per_position:
-            self.kind = "per_position_" + self.kind
-        if self.map_iou:
-            self.kind = "map_iou_at_0.3_with_fp32"
-        if self.fp32_binary:
-            self.kind += " (one-value output: decision at 0.5)"
-        self.fp32_value = self.score_preds(self.fp32_preds)
-
-    def _preds(self, run, dataset) -> list[np.ndarray]:
-        out = []
-        for feed in dataset.feeds():
-            y = np.asarray(next(iter(run(feed).values())))
-            if y.ndim == 4 and y.shape[1] == 1:  # a probability map: IoU of the maps thresholded at 0.3
-                self.map_iou = True
-                out.append(np.asarray(y[0, 0] > 0.3).ravel())
-                continue
-            if y.ndim >= 3:
-                self.per_position = True
-                out.append(np.argmax(y[0], axis=0 if y.ndim == 4 else -1).ravel())
-                continue
-            flat = y.reshape(y.shape[0] if y.ndim > 1 else 1, -1)
-            self.fp32_binary = flat.shape[-1] == 1
-            out.append(np.asarray([(flat[0, 0] > 0.5) if self.fp32_binary else int(np.argmax(flat[0]))]))
-        return out
-
-    def score_preds(self, preds: list[np.ndarray]) -> float:
-        if not len(preds):
-            return 0.0
-        target = self.fp32_preds if self.labels is None or self.map_iou else [np.asarray(t).ravel() for t in self.labels]
-        if self.map_iou:
-            return float(100.0 * np.mean([(np.sum(p & t) / np.sum(p | t)) if np.any(p | t) else 1.0
-                                          for p, t in zip(preds, target, strict=True)]))
-        return float(100.0 * np.mean([np.mean(p.astype(np.int64) == np.asarray(t).astype(np.int64))
-                                      for p, t in zip(preds, target, strict=True)]))
-
-    def score(self, run, dataset) -> float:
-        return self.score_preds(self._preds(run, dataset))
-
-
 def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
     flip = CalibMethod.PERCENTILE if base.calib_method == CalibMethod.MINMAX else CalibMethod.MINMAX
     return [

@@ -138,7 +138,7 @@ def _channel_error(x: np.ndarray, y: np.ndarray) -> float:
     return worst
 
 
-def _compiled_run(core, model, in_names: list[str], out_names: list[str], threads: int | None):
+def compiled_run(core, model, in_names: list[str], out_names: list[str], threads: int | None):
     config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
@@ -172,7 +172,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
     def build(kw: dict) -> Callable:
         def go():
             q = nncf.quantize(ov_model, calib, **kw)
-            return q, _compiled_run(core, q, in_names, out_names, threads)
+            return q, compiled_run(core, q, in_names, out_names, threads)
         return go
 
     def rank(q, deadline: float) -> list[tuple[str, float]]:
@@ -184,7 +184,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             ranking_method[0] = LOCAL_METHOD
             return local_error_ranking(q, feeds, in_names, core, threads)
         reference = [fp32_run(f) for f in feeds]
-        run_q = _compiled_run(core, q, in_names, out_names, threads)
+        run_q = compiled_run(core, q, in_names, out_names, threads)
         base_err = _error(reference, [run_q(f) for f in feeds])
         scores = []
         for name in quantizers:
@@ -194,7 +194,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             qc = q.clone()
             fq = next(op for op in qc.get_ordered_ops() if op.get_friendly_name() == name)
             fq.output(0).replace(fq.input_value(0))
-            run = _compiled_run(core, qc, in_names, out_names, threads)
+            run = compiled_run(core, qc, in_names, out_names, threads)
             scores.append((name, base_err - _error(reference, [run(f) for f in feeds])))
         scores.sort(key=lambda t: -t[1])
         return scores
@@ -210,7 +210,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             for op in qc.get_ordered_ops():
                 if op.get_friendly_name() in names:
                     op.output(0).replace(op.input_value(0))
-            return qc, _compiled_run(core, qc, in_names, out_names, threads)
+            return qc, compiled_run(core, qc, in_names, out_names, threads)
         return go
 
     def with_float(i: int, kept: tuple[str, ...]) -> Callable:

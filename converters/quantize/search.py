@@ -38,15 +38,11 @@ Build = Callable[[], tuple[Any, Callable]]  # () -> (artifact, run function feed
 
 
 def make_task_metric(fp32_run, dataset, spec=None):
-    """The task metric for ``dataset``: ``edgeopt.metrics.make_metric`` (``spec`` None: chosen from the
-    output and the data) where it exists, else the quantize package's own ``Metric``. Either way:
-    ``.score(run, ds)``, ``.fp32_value``, a name. (TODO, metrics: pass the chain's ``--metric`` spec here.)"""
-    try:
-        from edgeopt.metrics import make_metric
-    except ImportError:
-        from .accuracy_aware import Metric
+    """The task metric for ``dataset`` (``edgeopt.metrics.make_metric``; ``spec`` None: the chain's ``--metric``
+    through ``metric_context``, else chosen from the output and the data): ``.score(run, ds)``, ``.fp32_value``,
+    ``.name``."""
+    from edgeopt.metrics import make_metric
 
-        return Metric(fp32_run, dataset)
     return make_metric(fp32_run, dataset, spec)
 
 

@@ -32,8 +32,7 @@ def _runner(folder: Path, runtime: dict, threads: int | None):
 def search_tflite(backend, model, config, ctx, *, onnx_in, onnx_out, keep, calib, folder: Path, target: Path,
                   runtime: dict, checks: dict) -> tuple[dict, dict, dict]:
     """Returns (runtime, checks, report) of the chosen conversion, whose file is then at ``target``."""
-    from edgeopt.converters.backends.tflite import MODEL_FILE, IODtype
-    from edgeopt.converters.backends.tflite_convert import int8_file, run_onnx2tf
+    from edgeopt.converters.backends.tflite_convert import MODEL_FILE, IODtype, int8_file, run_onnx2tf
 
     from .accuracy_aware import ort_runner
 
@@ -88,7 +87,7 @@ def search_tflite(backend, model, config, ctx, *, onnx_in, onnx_out, keep, calib
 
 def _speed(folder: Path, runtime: dict, ctx, config, threads: int, search) -> dict:
     """The INT8 artifact against onnx2tf's FP32 .tflite of the same conversion, interleaved."""
-    from edgeopt.converters.backends.tflite import MODEL_FILE
+    from edgeopt.converters.backends.tflite_convert import MODEL_FILE
 
     floats = sorted(folder.glob("*_float32.tflite"))
     if not floats:

@@ -1,0 +1,122 @@
+"""The import graph of edgeopt (``edgeopt``, ``edgeopt.converters``, ``edgeopt.remote``) has no cycle, lazy
+imports inside functions included, and no module imports another module's private name.
+
+A module importing from one of its own parent packages is not an edge: Python initializes a package before
+any of its modules, so such an import can't close a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = {"edgeopt": REPO / "edgeopt", "edgeopt.converters": REPO / "converters", "edgeopt.remote": REPO / "remote",
+         "edgeopt.device_profiles": REPO / "device_profiles"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, root in ROOTS.items():
+        for f in root.rglob("*.py"):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def _imports(mod: str, path: Path):
+    """(imported module, imported name or None) for every import statement, nested ones included."""
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, None
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            for a in node.names:
+                yield base, a.name
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for base, name in _imports(mod, path):
+            target = f"{base}.{name}" if name and f"{base}.{name}" in mods else base
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != mod and not mod.startswith(target + "."):
+                graph[mod].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle_and_ignores_a_chain():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_edgeopt_has_no_import_cycle():
+    graph = import_graph()
+    assert "edgeopt.profiles" in graph and "edgeopt.converters.registry" in graph
+    assert cycles(graph) == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    mods = modules()
+    bad = []
+    for mod, path in mods.items():
+        for base, name in _imports(mod, path):
+            if name and name.startswith("_") and not name.startswith("__") and base in mods and base != mod:
+                bad.append(f"{mod} imports {base}.{name}")
+    assert bad == []
