@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fixtures
@@ -93,3 +94,42 @@ def digits_datasets():
     calib, test = load_npz(data / "digits_calib.npz"), load_npz(data / "digits_test.npz")
     calib.ranks = test.ranks = {"input": 4}
     return calib, test
+
+
+def outlier_mlp(path: Path, seed: int = 0, positions: int | None = None) -> np.ndarray:
+    """x -> fcA -> relu -> fcB -> relu -> fcC -> relu -> fcD -> logits (10 classes), a least-squares classifier of
+    10 clusters; fcB makes 2 channels ~3000x larger than the rest, so per-tensor INT8 of its output wipes out the
+    small channels the classifier depends on. ``positions``: x[1,T,16] -> logits[1,T,10], the same MLP at every
+    position (as a recogniser's head is); else x[1,16] -> logits[1,10]. Returns the cluster prototypes (labels
+    by construction)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    dims = [16, 32, 64, 32]
+    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(dims, dims[1:], strict=False)]
+    ws[1][:, :2] *= 3000.0
+    ws[2][:2, :] *= 1e-4
+    protos = (rng.standard_normal((10, 16)) * 2).astype(np.float32)
+    c = rng.integers(0, 10, 2000)
+    h = protos[c] + 0.3 * rng.standard_normal((2000, 16)).astype(np.float32)
+    for w in ws:
+        h = np.maximum(h @ w, 0)
+    ws.append(np.linalg.lstsq(h, 10.0 * np.eye(10)[c], rcond=None)[0].astype(np.float32))
+    nodes, t = [], "x"
+    for name in "ABCD":
+        nodes.append(helper.make_node("MatMul", [t, f"w{name}"], [f"mm{name}"], name=f"fc{name}"))
+        t = f"mm{name}"
+        if name != "D":
+            nodes.append(helper.make_node("Relu", [t], [f"h{name}"], name=f"relu{name}"))
+            t = f"h{name}"
+    nodes[-1].output[0] = "logits"
+    lead = [1, positions] if positions else [1]
+    g = helper.make_graph(nodes, "tagger" if positions else "outlier",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*lead, 16])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [*lead, 10])],
+                          [numpy_helper.from_array(w, f"w{n}") for w, n in zip(ws, "ABCD", strict=True)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return protos

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_models import outlier_mlp
 
 from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
 from edgeopt.data import Dataset
@@ -27,38 +28,9 @@ T = 8  # positions per sequence
 
 
 def sequence_tagger(path: Path, seed: int = 0) -> np.ndarray:
-    """x[1,T,16] -> MatMul/Relu x3 -> MatMul -> logits[1,T,10] (the same MLP at every position, as a
-    recogniser's head is), fitted by least squares to tag each position with its cluster. Returns the
-    cluster prototypes."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    dims = [16, 32, 64, 32]
-    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(dims, dims[1:], strict=False)]
-    ws[1][:, :2] *= 3000.0
-    ws[2][:2, :] *= 1e-4
-    protos = (rng.standard_normal((10, 16)) * 2).astype(np.float32)
-    c = rng.integers(0, 10, 2000)
-    h = protos[c] + 0.3 * rng.standard_normal((2000, 16)).astype(np.float32)
-    for w in ws:
-        h = np.maximum(h @ w, 0)
-    ws.append(np.linalg.lstsq(h, 10.0 * np.eye(10)[c], rcond=None)[0].astype(np.float32))
-    nodes, t = [], "x"
-    for name in "ABCD":
-        nodes.append(helper.make_node("MatMul", [t, f"w{name}"], [f"mm{name}"], name=f"fc{name}"))
-        t = f"mm{name}"
-        if name != "D":
-            nodes.append(helper.make_node("Relu", [t], [f"h{name}"], name=f"relu{name}"))
-            t = f"h{name}"
-    nodes[-1].output[0] = "logits"
-    g = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, 16])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, T, 10])],
-                          [numpy_helper.from_array(w, f"w{n}") for w, n in zip(ws, "ABCD", strict=True)])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return protos
+    """x[1,T,16] -> MatMul/Relu x3 -> MatMul -> logits[1,T,10]: the outlier MLP at every position (as a
+    recogniser's head is), tagging each position with its cluster. Returns the cluster prototypes."""
+    return outlier_mlp(path, seed, positions=T)
 
 
 def sequences(protos, n: int, seed: int) -> tuple[Dataset, np.ndarray]:

@@ -282,19 +282,12 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
 def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency) -> dict | None:
     """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
     with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points."""
+    from edgeopt.converters.quantize.nncf_search import compiled_run
     from edgeopt.converters.quantize.search import interleaved_latency_ms
 
     if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
         return None
-    config = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY"}
-    if threads:
-        config["INFERENCE_NUM_THREADS"] = int(threads)
-    compiled = core.compile_model(ov_model, "CPU", config)
-
-    def run(f):
-        res = compiled({k: v for k, v in f.items() if k in in_names})
-        return {name: np.asarray(res[i]) for i, name in enumerate(out_names)}
-
+    run = compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
     ms = interleaved_latency_ms({"bf16": run}, feed)["bf16"]
     value = result.m_confirm.score(run, confirm)  # the search's own metric, on data it never saw
     return {"bf16": {"latency_ms": ms, "value": round(value, 4),
