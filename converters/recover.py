@@ -119,8 +119,8 @@ class Recover(Stage):
         torch.manual_seed(config.seed)
         if ctx.threads:
             torch.set_num_threads(ctx.threads)
-        student = onnx2torch.convert(str(model.path))
-        teacher = onnx2torch.convert(str(ctx.reference_model))
+        student = onnx2torch.convert(str(batchable_copy(model.path, Path(ctx.work_dir) / "student.batchable.onnx")))
+        teacher = onnx2torch.convert(str(batchable_copy(ctx.reference_model, Path(ctx.work_dir) / "teacher.batchable.onnx")))
         job = recover_train.Job.make(torch, teacher, student, model.path, ctx.reference_model, ctx.calib, config, ctx)
         result = recover_train.distill(torch, job, teacher, student, config, deadline, ctx.progress)
         student.load_state_dict(result.best_state)
@@ -136,6 +136,34 @@ class Recover(Stage):
             return model
         notes = {**model.notes, "recover": {"epochs": result.epochs, "held_metric": result.best_value}}
         return Intermediate(out, model.format, model.precision, notes)
+
+
+def batchable_copy(path: Path, out: Path) -> Path:
+    """``path`` with constant Reshape shapes that start with the batch of one (``[1, 200]``) made to copy the
+    input's first axis instead (``[0, 200]``, ONNX's own rule), so that torch can train on batches. The copy is
+    only used for training: Job.make checks a batch of two against single samples and falls back to one."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(path))
+    inits = {i.name: i for i in m.graph.initializer}
+    changed = 0
+    for node in m.graph.node:
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in inits:
+            shape = numpy_helper.to_array(inits[node.input[1]])
+            allow_zero = any(a.name == "allowzero" and a.i for a in node.attribute)
+            if shape.ndim == 1 and len(shape) >= 2 and shape[0] == 1 and not allow_zero:
+                new = shape.copy()
+                new[0] = 0
+                name = f"{node.input[1]}__batchable_{changed}"
+                m.graph.initializer.append(numpy_helper.from_array(new, name))
+                node.input[1] = name
+                changed += 1
+    if not changed:
+        return path
+    with atomic_path(out) as tmp:
+        onnx.save(m, str(tmp))
+    return out
 
 
 def _validates_on_calib(ctx: ChainContext) -> bool:

@@ -59,9 +59,15 @@ class Job:
         prob = bool(np.all(first >= 0) and np.all(first <= 1) and abs(float(first.sum()) - first.shape[0]) < 1e-3)
         job = cls(inputs, outputs, x, job_labels, train_idx, held_idx, metric,
                   "kl" if metric.kind == MetricName.TOP1 else "mse", prob, config.batch_size)
+        teacher.eval()
         try:  # a graph with a batch of one baked in (Reshape to [1, -1]) trains one sample at a time
             with torch.no_grad():
                 job.forward(student, job.tensors(torch, train_idx[:2]))
+                two = job.forward(teacher, job.tensors(torch, train_idx[:2]))
+                one = [job.forward(teacher, job.tensors(torch, train_idx[i : i + 1])) for i in range(2)]
+            for k, t in enumerate(two):
+                if not np.allclose(t.numpy(), np.concatenate([o[k].numpy() for o in one]), rtol=1e-4, atol=1e-4):
+                    job.batch_size = 1  # batched outputs differ from single samples: the batch axis is not free
         except Exception:  # noqa: BLE001 - any failure at batch 2 means: batch of one
             job.batch_size = 1
         teacher.eval()  # BatchNormalization left unfolded uses its running statistics, as ONNX Runtime does
