@@ -5,7 +5,8 @@ API: ``--prune R --no-recover``, ``--prune R`` with recovery (the ``recover`` st
 FP32), and the recovered model again at INT8 (ONNX Runtime QDQ, ``fixtures/data/*_calib.npz``). Recovery learns
 from the model's own training split (``fixtures/train_small_cnn.py``'s seeded split), UNLABELLED by default
 (``--labels`` adds them); every accuracy is top-1 on ``fixtures/data/*_test.npz``, which no step trains or
-searches on. Channel counts are rounded to the host profile's SIMD width (see ``prune.channel_multiple``).
+searches on. ``rapidocr_cls`` (``--models rapidocr_cls``, needs ``make fixtures-models``): the rapidocr 0/180
+text-line classifier, recovery on 400 rendered lines, tested on 200 others (``fixtures/datasets.text_lines``). Channel counts are rounded to the host profile's SIMD width (see ``prune.channel_multiple``).
 Latency: ONNX Runtime CPU, 1 thread, the variants interleaved in rounds, p10/p50/p90 ms.
 
 Run: ``.venv/bin/python bench/prune_recover.py [--models digits,mnist] [--ratios 0.4,0.5] [--budget 120]
@@ -85,35 +86,57 @@ def _stage_seconds(art: Path, name: str) -> dict:
     return {"stage_seconds": timings.get("seconds"), "training_seconds": timings.get("report", {}).get("recovery_seconds")}
 
 
-def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work: Path) -> dict:
-    from edgeopt.convert import convert
+def _sources(name: str, labels: bool, work: Path) -> dict:
+    """The model, its input, the recovery data (npz), the test split and INT8 calibration data."""
     from fixtures import fixture_data, fixture_model
 
-    model = fixture_model(f"{name}_cnn")
-    test = np.load(fixture_data(f"{name}_test"))
-    x_test, y_test = test["input"], test["labels"]
-    x_train, y_train = _train_split(name)
-    train_npz = work / f"{name}_train.npz"
-    np.savez(train_npz, input=x_train, **({"labels": y_train} if labels else {}))
-    common = {"backend": "onnxruntime", "force": True, "threads": 2}
-    row = {"model": f"fixtures/models/{name}_cnn.onnx", "test_samples": len(y_test),
-           "recovery_data": f"{len(x_train)} samples of the model's training split, "
-                            + ("labelled" if labels else "UNLABELLED"),
-           "fp32_accuracy": _accuracy(model, x_test, y_test), "ratios": {}}
+    if name == "rapidocr_cls":  # a real pretrained model from a package: rendered text lines, labels by construction
+        from fixtures.datasets import text_lines
+        from fixtures.real_models import real_model
+
+        train, test = np.load(text_lines(400, seed=1)), np.load(text_lines(200, seed=0))
+        x_train, y_train, x_test, y_test = train["x"], train["labels"], test["x"], test["labels"]
+        src = {"model": real_model("rapidocr_cls"), "input": "x", "shapes": ["x=1x3x48x192"],
+               "about": "rapidocr 0/180 text-line classifier (PP-LCNet), rendered lines (labels by construction); "
+                        "recovery on 400 other rendered lines"}
+    else:
+        test = np.load(fixture_data(f"{name}_test"))
+        x_test, y_test = test["input"], test["labels"]
+        x_train, y_train = _train_split(name)
+        src = {"model": fixture_model(f"{name}_cnn"), "input": "input", "shapes": None,
+               "about": f"fixtures/models/{name}_cnn.onnx; recovery on the model's training split"}
+    inp = src["input"]
+    np.savez(work / f"{name}_train.npz", **{inp: x_train}, **({"labels": y_train} if labels else {}))
+    np.savez(work / f"{name}_test.npz", **{inp: x_test}, labels=y_test)
+    np.savez(work / f"{name}_calib.npz", **{inp: x_train[:256]})
+    return {**src, "train": work / f"{name}_train.npz", "test": work / f"{name}_test.npz",
+            "calib": work / f"{name}_calib.npz", "x_test": x_test, "y_test": y_test, "n_train": len(x_train)}
+
+
+def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work: Path) -> dict:
+    from edgeopt.convert import convert
+
+    src = _sources(name, labels, work)
+    x_test, y_test = src["x_test"], src["y_test"]
+    common = {"backend": "onnxruntime", "force": True, "threads": 2, "input_shapes": src["shapes"]}
+    base = work / f"{name}-fp32"  # the unpruned model through the same chain: the latency baseline
+    convert(src["model"], "host", base, precision="fp32", calib=src["calib"], **common)
+    row = {"model": src["about"], "test_samples": len(y_test),
+           "recovery_data": f"{src['n_train']} samples, " + ("labelled" if labels else "UNLABELLED"),
+           "fp32_accuracy": _accuracy(_artifact_model(base), x_test, y_test), "ratios": {}}
     for r in ratios:
         arts = {}
         for variant, extra in (("pruned", {"recover": False}), ("recovered", {"recover": True, "recover_budget": budget})):
             arts[variant] = work / f"{name}-{r}-{variant}"
-            convert(model, "host", arts[variant], precision="fp32", prune=r, calib=train_npz,
-                    eval=fixture_data(f"{name}_test"), **extra, **common)
+            convert(src["model"], "host", arts[variant], precision="fp32", prune=r, calib=src["train"],
+                    eval=src["test"], **extra, **common)
         recovered = _artifact_model(arts["recovered"])
         arts["recovered_int8"] = work / f"{name}-{r}-int8"
-        convert(recovered, "host", arts["recovered_int8"], precision="int8", calib=fixture_data(f"{name}_calib"),
-                **common)
+        convert(recovered, "host", arts["recovered_int8"], precision="int8", calib=src["calib"], **common)
         prune, rec = _stage(arts["pruned"], "prune")["report"], _stage(arts["recovered"], "recover")
-        paths = {"fp32": model, "pruned_recovered": recovered,
+        paths = {"fp32": _artifact_model(base), "pruned_recovered": recovered,
                  "pruned_recovered_int8": _artifact_model(arts["recovered_int8"])}
-        lat = _latency(paths, {"input": x_test[:1]}, runs)
+        lat = _latency(paths, {src["input"]: x_test[:1]}, runs)
         acc = {"pruned": _accuracy(_artifact_model(arts["pruned"]), x_test, y_test),
                "recovered": _accuracy(recovered, x_test, y_test),
                "recovered_int8": _accuracy(paths["pruned_recovered_int8"], x_test, y_test)}

@@ -30,6 +30,7 @@ from edgeopt.converters.base import (
     StageRecord,
 )
 from edgeopt.converters.registry import register_stage
+from edgeopt.deps import version_of
 from edgeopt.errors import MissingDependencyError, StageError, UsageError
 from edgeopt.files import atomic_path
 
@@ -129,6 +130,7 @@ class Recover(Stage):
         checks = check_export(torch, student, job, out)
         ctx.record.checks.update(checks)
         ctx.record.report.update(result.report(job, time.perf_counter() - t0))
+        ctx.record.report["versions"] = {d: version_of(d) for d in ("torch", "torchvision", "onnx2torch")}
         if result.stopped == "interrupted":
             ctx.warn("recover: interrupted (Ctrl-C); the best student so far was kept")
         if not result.improved:
@@ -185,6 +187,7 @@ def export_student(torch, student, job, source: Path, out: Path) -> None:
     student.eval()
     with atomic_path(out) as tmp, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is the legacy exporter, on purpose
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes traced at a batch of one, as the source
         torch.onnx.export(student, example, str(tmp), input_names=job.input_names, output_names=job.output_names,
                           opset_version=max(13, min(int(opset), 20)), dynamo=False, do_constant_folding=True)
 
