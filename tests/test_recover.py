@@ -264,3 +264,23 @@ def test_validation_on_the_data_recovery_trained_on_is_noticed():
 
     assert _validates_on_calib(ctx(calib))  # fp32 without --eval: the chain validates on --calib itself
     assert not _validates_on_calib(ctx(test))
+
+
+def test_recipes_turn_recovery_off_or_set_its_budget(tmp_path):
+    from edgeopt.errors import BadInputError
+    from edgeopt.pipeline.recipe import Gates, Target
+    from edgeopt.pipeline.run import plan_recipe
+    from edgeopt.plan import make_plan
+
+    prof = load_profile("host")
+    (tmp_path / "r.yaml").write_text("prune: 0.3\nrecover: false\n")
+    plan = make_plan(prof, backend="onnxruntime", precision="fp32", recipe=tmp_path / "r.yaml")
+    assert "recover" not in [s.name for s in plan.stages]
+    if train_extra_missing() is None:
+        r = plan_recipe(Target(name="t", prune=0.3, recover_budget=30), Gates())
+        stages = {s.name: s.config for s in make_plan(prof, backend="onnxruntime", precision="fp32", recipe=r).stages}
+        assert stages["recover"].budget_s == 30
+        (tmp_path / "typo.yaml").write_text("prune: 0.3\nrecovr: false\n")
+        with pytest.raises(BadInputError, match="unknown key 'recovr'") as err:
+            make_plan(prof, backend="onnxruntime", precision="fp32", recipe=tmp_path / "typo.yaml")
+        assert "recover" in err.value.hint

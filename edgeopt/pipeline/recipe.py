@@ -80,6 +80,8 @@ class Target(_Strict):
     precision: Precision | None = None
     prune: float | None = Field(default=None, ge=0.0, lt=1.0)
     prune_mode: PruneMode | None = None
+    recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
+    recover_budget: float | None = Field(default=None, gt=0)  # seconds
     calib_method: CalibMethod | None = None
     per_channel: bool | None = None
     accuracy_aware: bool = False  # quantize accuracy-aware with the gate's max_accuracy_drop
