@@ -306,6 +306,8 @@ def make_plan(
                             "distils the pruned model from FP32; --no-recover silences this)")
         else:
             wanted.append("recover")
+    elif options.recover:
+        warnings.append("--recover does nothing here: it distils a channel-pruned model (give --prune R, mode channels)")
     if prec in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
         wanted.append("quantize")
     specs = []

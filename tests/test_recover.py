@@ -284,3 +284,11 @@ def test_recipes_turn_recovery_off_or_set_its_budget(tmp_path):
         with pytest.raises(BadInputError, match="unknown key 'recovr'") as err:
             make_plan(prof, backend="onnxruntime", precision="fp32", recipe=tmp_path / "typo.yaml")
         assert "recover" in err.value.hint
+
+
+def test_recover_without_channel_pruning_says_it_does_nothing():
+    from edgeopt.plan import make_plan
+
+    plan = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", recover=True)
+    assert "recover" not in [s.name for s in plan.stages]
+    assert any("--recover does nothing" in w for w in plan.warnings)
