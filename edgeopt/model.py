@@ -25,10 +25,13 @@ class TensorSpec:
 
 
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
-    """``["x=1x3x224x224", "y=1,10"]`` -> ``{"x": (1, 3, 224, 224), "y": (1, 10)}``."""
+    """``["x=1x3x224x224", "y=1,10"]`` -> ``{"x": (1, 3, 224, 224), "y": (1, 10)}``; several inputs in one
+    string are separated by ';' or by ',' before the next ``NAME=`` (``input=1x576,state=2x1x128``)."""
+    import re
+
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs or []:
-        for part in spec.split(";"):
+        for part in re.split(r";|,(?=\s*[A-Za-z_][\w.:/-]*\s*=)", spec):
             if not part.strip():
                 continue
             name, sep, dims = part.partition("=")
@@ -40,7 +43,8 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
                     raise ValueError
             except ValueError as err:
                 raise UsageError(
-                    f"--input-shape '{part}' is not NAME=DIMS", "write it like --input-shape input=1x3x224x224"
+                    f"--input-shape '{part}' is not NAME=DIMS",
+                    "write it like --input-shape input=1x3x224x224 (several inputs: repeat the option)"
                 ) from err
             out[name.strip()] = shape
     return out

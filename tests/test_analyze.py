@@ -302,3 +302,15 @@ def test_cli_unknown_profile_and_wrong_input_name(cli, tmp_path, profile_dir):
     assert p.returncode == 3 and "did you mean 'toydev'" in p.stderr
     p = cli("analyze", str(path), "--profile", "toydev", "--profile-dir", str(profile_dir), "--input-shape", "xx=1x3x8x8")
     assert p.returncode == 2 and "not an input" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_input_shapes_of_several_inputs_in_one_option():
+    from edgeopt.errors import UsageError
+    from edgeopt.model import parse_input_shapes
+
+    # what a user types for a model with two inputs (silero VAD: audio and state), and the older forms
+    assert parse_input_shapes(["input=1x576,state=2x1x128"]) == {"input": (1, 576), "state": (2, 1, 128)}
+    assert parse_input_shapes(["y=1,10"]) == {"y": (1, 10)}
+    assert parse_input_shapes(["a=1x2;b=3,4", "c=5"]) == {"a": (1, 2), "b": (3, 4), "c": (5,)}
+    with pytest.raises(UsageError, match="is not NAME=DIMS"):
+        parse_input_shapes(["input=1x576,oops"])
