@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
+import os
+import sys
 from types import ModuleType
 
 from edgeopt.errors import MissingDependencyError
@@ -53,3 +56,22 @@ def version_of(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+_QUIET = [False]  # set by the CLI unless --verbose/--debug (edgeopt.cli.quiet_libraries)
+
+
+def quiet_library_output(quiet: bool = True) -> None:
+    _QUIET[0] = quiet
+
+
+@contextlib.contextmanager
+def library_prints():
+    """Where a library's own ``print()`` goes while it runs (ONNX Runtime's calibrators, NNCF): never stdout,
+    which belongs to the CLI's output; stderr with ``--verbose``, else nowhere."""
+    if not _QUIET[0]:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield

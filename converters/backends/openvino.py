@@ -26,7 +26,7 @@ from pydantic import Field
 from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
 from edgeopt.converters.quantize.search import DEFAULT_BUDGET_S
 from edgeopt.converters.registry import register_stage
-from edgeopt.deps import require
+from edgeopt.deps import library_prints, require
 from edgeopt.enums import BackendName, Precision, StrEnum
 from edgeopt.errors import GateFailedError, StageError, UsageError
 
@@ -167,7 +167,7 @@ class OpenVINOBackend(Backend):
                                                                       "source": getattr(ctx.calib, "source", ""),
                                                                       "synthetic": getattr(ctx.calib, "synthetic", False)})
         try:
-            with _nncf_logs_to_stderr(), contextlib.redirect_stdout(sys.stderr):  # stdout is the CLI's JSON
+            with _nncf_logs_to_stderr(), library_prints():  # stdout is the CLI's output
                 if config.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common)
                 q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)

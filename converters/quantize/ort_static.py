@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from edgeopt.converters.base import CalibMethod
-from edgeopt.deps import require
+from edgeopt.deps import library_prints, require
 from edgeopt.errors import StageError
 
 from .presets import HardwarePreset, QType, QuantizerOptions
@@ -98,8 +96,8 @@ def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input
         extra["CalibPercentile"] = settings.percentile
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
     try:
-        # the calibrators print progress on stdout, which belongs to the CLI's one JSON object
-        with contextlib.redirect_stdout(sys.stderr):
+        # the calibrators print progress on stdout, which belongs to the CLI's output
+        with library_prints():
             q.quantize_static(
                 str(src), str(tmp), calibration_reader(calib, input_names, calib_samples),
                 quant_format=q.QuantFormat.QDQ,

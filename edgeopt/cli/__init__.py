@@ -98,6 +98,9 @@ def quiet_libraries() -> None:
                                errors="backslashreplace")
     except (OSError, ValueError, AttributeError):
         pass  # no real descriptor 2 (embedded): leave stderr as it is
+    from edgeopt.deps import quiet_library_output
+
+    quiet_library_output()
     logging.getLogger().setLevel(logging.ERROR)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
