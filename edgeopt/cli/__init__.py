@@ -88,6 +88,7 @@ def quiet_libraries() -> None:
     import warnings
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TORCH_LOGS", "-all")  # torch's own handlers (e.g. "No CUDA runtime is found") at ERROR
     try:
         sys.stderr.flush()
         real = os.dup(2)
