@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from edgeopt.enums import Precision
 from edgeopt.errors import OutputExistsError, StageError
+from edgeopt.options import ConvertOptions
 
 
 class ConvertResult(BaseModel):
@@ -60,27 +61,35 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         old.unlink()
 
 
-def convert(model, profile, output, *, backend=None, precision=None, prune=None, prune_mode=None, calib=None,
-            eval=None, input_shapes=None, max_accuracy_drop=None, min_cosine=None, recipe=None, force=False,
-            dry_run=False, threads=None, from_torch=None, weights=None, preprocess=None, profile_dirs=None,
-            progress=None, calib_method=None, on_warning=None, search_budget=None,
-            min_speedup=None, metric=None, metric_search_path=None, recover=None, recover_budget=None, plan=None) -> ConvertResult:
+def convert(model, profile, output, options: ConvertOptions | None = None, *, progress=None, on_warning=None,
+            plan=None, **keywords) -> ConvertResult:
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc).
-    ``metric``: the task metric (an :class:`edgeopt.metrics.MetricSpec`, a name such as ``"ctc"`` or
-    ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output and labels.
-    ``plan``: an :class:`edgeopt.plan.Plan` the caller already made for ``profile`` (a cache keyed by its hash
-    converts exactly that plan); the chain options above are then not used."""
+    ``options``: a :class:`edgeopt.options.ConvertOptions` (the chain options, the data, the recipe, ``force``,
+    ``dry_run``...), or the same fields as keywords (``precision="int8"``; an unknown one is exit 2 with
+    "did you mean"). ``metric``: the task metric (a :class:`edgeopt.metrics.MetricSpec`, a name such as
+    ``"ctc"`` or ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output
+    and labels. ``plan``: an :class:`edgeopt.plan.Plan` the caller already made for ``profile`` (a cache keyed
+    by its hash converts exactly that plan); the chain options are then not used."""
+    from edgeopt.options import from_keywords
+
+    if options is not None and keywords:
+        from edgeopt.errors import UsageError
+
+        raise UsageError(f"convert: give the options as ConvertOptions or as keywords, not both ({', '.join(keywords)})")
+    o = options if options is not None else from_keywords(ConvertOptions, keywords, where="convert")
+    return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan)
+
+
+def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan) -> ConvertResult:
     from edgeopt.chain import check_samples, execute, load_datasets
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
     from edgeopt.files import file_sha256
-    from edgeopt.metrics import as_metric_spec
     from edgeopt.model import (
         fix_input_shapes,
         graph_inputs,
         graph_outputs,
         load_onnx,
-        parse_input_shapes,
     )
     from edgeopt.plan import make_plan
     from edgeopt.profiles import DeviceProfile, resolve_profile
@@ -96,29 +105,27 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
     if isinstance(profile, DeviceProfile):
         prof = profile
     else:  # a family name picks its default member: say so, and record what was asked for
-        prof, choice = resolve_profile(str(profile), profile_dirs)
+        prof, choice = resolve_profile(str(profile), o.profile_dirs or None)
         requested = choice.requested if choice.via != "name" else None
         if choice.note:
             warn(choice.note)
-    shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
-    plan = plan or make_plan(prof, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode,
-                     calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
-                     threads=threads, recipe=recipe, input_shapes=shapes, search_budget=search_budget,
-                     min_speedup=min_speedup, metric=as_metric_spec(metric), recover=recover,
-                     recover_budget=recover_budget)
+    shapes = dict(o.input_shapes)
+    recipe = o.recipe
+    plan = plan or make_plan(prof, o.chain_request(), recipe=recipe, input_shapes=shapes)
     for w in plan.warnings:
         warn(w)
-    if dry_run:
+    if o.dry_run:
         return ConvertResult(plan=plan.to_json(), warnings=warnings, dry_run=True)
     from edgeopt.outputs import check_output
 
     recipe_path = recipe if isinstance(recipe, (str, os.PathLike)) else None
-    out = check_output(output, force=force, inputs=(model, calib, eval, recipe_path, weights))
+    calib, eval, weights, from_torch = o.calib, o.eval, o.weights, o.from_torch
+    out = check_output(output, force=o.force, inputs=(model, calib, eval, recipe_path, weights))
     if from_torch is None and model is None:
         from edgeopt.errors import UsageError
 
         raise UsageError("no model given", "pass an ONNX file, or --from-torch M:F --weights W")
-    pre = parse_preprocess(preprocess)
+    pre = parse_preprocess(o.preprocess)
 
     with tempfile.TemporaryDirectory(prefix="edgeopt-convert-") as work_str:
         work = Path(work_str)
@@ -140,7 +147,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
         from edgeopt.metrics import metric_context
         from edgeopt.validate import check_task_metric
 
-        search_path = _metric_search_path(metric_search_path, recipe_path)
+        search_path = _metric_search_path(o.metric_search_path, recipe_path)
         for note in dict.fromkeys([*(calib_ds.notes if calib_ds is not None else []), *val.notes]):
             warn(note)
         check_task_metric(src, shapes, val, val_source, plan.options.metric, search_path, plan.options.threads)
@@ -173,7 +180,7 @@ def convert(model, profile, output, *, backend=None, precision=None, prune=None,
             manifest.warnings = list(warnings)
             manifest = write_manifest(tmp, manifest)
             check_gates(validation)
-            _publish(tmp, out, force)
+            _publish(tmp, out, o.force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -13,15 +13,14 @@ import hashlib
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
 from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
-from edgeopt.metrics.base import MetricSpec
+from edgeopt.options import ChainRequest
 
 
 class StageSpec(BaseModel):
@@ -76,26 +75,9 @@ class Plan(BaseModel):
         return "\n".join(lines)
 
 
-class Recipe(BaseModel):
-    """A recipe file (YAML): overrides of the profile's defaults; CLI flags override it in turn."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    backend: str | None = None
-    precision: Precision | None = None
-    prune: float | None = Field(default=None, ge=0.0, lt=1.0)
-    prune_mode: PruneMode | None = None
-    recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
-    recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage
-    calib_method: CalibMethod | None = None
-    per_channel: bool | None = None
-    max_accuracy_drop: float | None = Field(default=None, ge=0.0)
-    min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)
-    search_budget: float | None = Field(default=None, gt=0)  # seconds for the accuracy-aware INT8 search
-    min_speedup: float | None = Field(default=None, gt=0)
-    threads: int | None = Field(default=None, gt=0)
-    metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): {name: ctc, ctc_blank: 0, ...}
-    stages: dict[str, dict[str, Any]] = {}
+class Recipe(ChainRequest):
+    """A recipe file (YAML): the chain options (:class:`edgeopt.options.ChainRequest`) overriding the
+    profile's defaults; CLI flags override it in turn."""
 
 
 def _validation_message(err: ValidationError, origin: str, fields: list[str]) -> BadInputError:
@@ -225,43 +207,34 @@ def _enum(cls, value, flag: str):
                          did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
 
 
-def make_plan(
-    profile,
-    *,
-    backend: str | None = None,
-    precision: Precision | str | None = None,
-    prune: float | None = None,
-    prune_mode: PruneMode | str | None = None,
-    calib_method: CalibMethod | str | None = None,
-    max_accuracy_drop: float | None = None,
-    min_cosine: float | None = None,
-    threads: int | None = None,
-    recipe: Recipe | str | Path | None = None,
-    search_budget: float | None = None,
-    min_speedup: float | None = None,
-    input_shapes: dict[str, tuple[int, ...]] | None = None,
-    metric=None,
-    recover: bool | None = None,
-    recover_budget: float | None = None,
-) -> Plan:
-    """The ordered stages for ``profile`` with the user's overrides (recipe, then flags)."""
-    if recipe is not None and not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe)
-    r = recipe or Recipe()
+def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequest | str | Path | None = None,
+              input_shapes: dict[str, tuple[int, ...]] | None = None, **options) -> Plan:
+    """The ordered stages for ``profile`` with the user's overrides: ``recipe`` (a file or a
+    :class:`Recipe`), then ``request`` or the same chain options as keywords (``precision="int8"``;
+    an unknown keyword is exit 2 with "did you mean")."""
+    from edgeopt.options import from_keywords
 
-    def pick(flag, from_recipe, default):
-        return flag if flag is not None else (from_recipe if from_recipe is not None else default)
+    if request is not None and options:
+        raise UsageError(f"make_plan: give the chain options as a ChainRequest or as keywords, not both ({', '.join(options)})")
+    if request is None:
+        request = from_keywords(ChainRequest, options, where="make_plan")
+    if recipe is not None and not isinstance(recipe, ChainRequest):
+        recipe = load_recipe(recipe)
+    r = request.over(recipe)
+
+    def pick(value, default):
+        return value if value is not None else default
 
     warnings: list[str] = []
-    backend_name = choose_backend(profile, pick(backend, r.backend, None), warnings)
+    backend_name = choose_backend(profile, pick(r.backend, None), warnings)
     bcls = backend_class(backend_name)
     chain = profile.default_chain
-    prec = _enum(Precision, pick(precision, r.precision, chain.precision), "--precision")
+    prec = _enum(Precision, pick(r.precision, chain.precision), "--precision")
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
     default_mode = PruneMode.SPARSE_2_4 if chain.sparsity_2_4 else PruneMode.CHANNELS
-    mode = _enum(PruneMode, pick(prune_mode, r.prune_mode, default_mode), "--prune-mode")
+    mode = _enum(PruneMode, pick(r.prune_mode, default_mode), "--prune-mode")
     target = profile.backend(backend_name)
     stage_names = ["normalize", "prune", "recover", "quantize", backend_name.value]
     for key in r.stages:
@@ -272,21 +245,21 @@ def make_plan(
         options = ChainOptions(
             backend=backend_name,
             precision=prec,
-            prune=float(pick(prune, r.prune, chain.prune)),
+            prune=float(pick(r.prune, chain.prune)),
             prune_mode=mode,
-            recover=pick(recover, r.recover, None),
-            recover_budget_s=pick(recover_budget, r.recover_budget, 120.0),
-            calib_method=_enum(CalibMethod, pick(calib_method, r.calib_method, CalibMethod.MINMAX), "--calib-method"),
-            per_channel=pick(None, r.per_channel, True),
-            max_accuracy_drop=pick(max_accuracy_drop, r.max_accuracy_drop, None),
-            min_cosine=pick(min_cosine, r.min_cosine, None),
-            search_budget_s=pick(search_budget, r.search_budget, 120.0),
-            min_speedup=pick(min_speedup, r.min_speedup, None),
-            threads=pick(threads, r.threads, None),
+            recover=pick(r.recover, None),
+            recover_budget_s=pick(r.recover_budget, 120.0),
+            calib_method=_enum(CalibMethod, pick(r.calib_method, CalibMethod.MINMAX), "--calib-method"),
+            per_channel=pick(r.per_channel, True),
+            max_accuracy_drop=pick(r.max_accuracy_drop, None),
+            min_cosine=pick(r.min_cosine, None),
+            search_budget_s=pick(r.search_budget, 120.0),
+            min_speedup=pick(r.min_speedup, None),
+            threads=pick(r.threads, None),
             backend_settings=dict(target.settings) if target else {},
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
-            metric=pick(metric, r.metric, None),
+            metric=pick(r.metric, None),
             prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile),
         )

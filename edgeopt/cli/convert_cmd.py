@@ -64,6 +64,7 @@ def convert_cmd(
     from edgeopt.cli.options import metric_spec
     from edgeopt.convert import convert
     from edgeopt.errors import UsageError
+    from edgeopt.options import ConvertOptions, from_keywords
 
     if model is None and from_torch is None:
         raise UsageError("no model given", "pass an ONNX file, or --from-torch package.module:factory --weights FILE")
@@ -73,15 +74,15 @@ def convert_cmd(
         from edgeopt.converters.c_export import recipe_with_export_c
 
         recipe = recipe_with_export_c(recipe, Path(model).stem if model else None)
-    result = convert(
-        model, profile, output, backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, calib=calib,
-        eval=eval_, input_shapes=input_shape, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
-        recipe=recipe, force=force, dry_run=dry_run, threads=threads, from_torch=from_torch, weights=weights,
-        preprocess=preprocess, profile_dirs=profile_dir, calib_method=calib_method,
-        progress=progress_factory(json_out), on_warning=warn, search_budget=search_budget, min_speedup=min_speedup,
+    options = from_keywords(ConvertOptions, dict(
+        backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, recover=recover,
+        recover_budget=recover_budget, calib_method=calib_method, max_accuracy_drop=max_accuracy_drop,
+        min_cosine=min_cosine, search_budget=search_budget, min_speedup=min_speedup, threads=threads,
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
-        recover=recover, recover_budget=recover_budget,
-    )
+        recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
+        from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
+    ), where="convert")
+    result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
     if dry_run:
         def human_plan(c):
             c.print(_plan_text(result.plan), markup=False)

@@ -21,11 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgeopt.converters.base import CalibMethod, PruneMode
-from edgeopt.enums import Precision, StrEnum
+from edgeopt.enums import StrEnum
 from edgeopt.errors import BadInputError, did_you_mean
 from edgeopt.files import read_text_file
 from edgeopt.metrics.base import MetricSpec
+from edgeopt.options import ChainRequest
 
 RECIPE_VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -73,22 +73,15 @@ class Gates(_Strict):
         return self.model_copy(update=override.model_dump(exclude_unset=True))
 
 
-class Target(_Strict):
+class Target(ChainRequest):
+    """One build: a name, a profile, gate overrides, and the chain options (declared once, in
+    :class:`edgeopt.options.ChainRequest`: backend, precision, prune, recover, calib_method, threads,
+    metric, stages...). ``max_accuracy_drop`` given here is the target's own quantization target and gate;
+    ``accuracy_aware`` makes the gates' ``max_accuracy_drop`` that target instead."""
+
     name: str
     profile: str = "host"  # a profile name or a YAML file (relative to the recipe)
-    backend: str | None = None  # default: the profile's first installed backend
-    precision: Precision | None = None
-    prune: float | None = Field(default=None, ge=0.0, lt=1.0)
-    prune_mode: PruneMode | None = None
-    recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
-    recover_budget: float | None = Field(default=None, gt=0)  # seconds
-    calib_method: CalibMethod | None = None
-    per_channel: bool | None = None
     accuracy_aware: bool = False  # quantize accuracy-aware with the gate's max_accuracy_drop
-    min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)
-    threads: int | None = Field(default=None, gt=0)
-    metric: MetricSpec | None = None  # the task metric (README "Metrics"): `ctc`, {name: ctc, ctc_blank: 0}, mod:fn
-    stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides (see edgeopt convert --recipe)
     gates: Gates | None = None  # overrides of the recipe's gates for this target
 
     @field_validator("name")

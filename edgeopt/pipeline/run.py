@@ -68,11 +68,10 @@ def plan_recipe(t: Target, gates, metric=None):
     recipe's task metric, unless the target names its own)."""
     from edgeopt.plan import Recipe
 
-    return Recipe(backend=t.backend, precision=t.precision, prune=t.prune, prune_mode=t.prune_mode,
-                  recover=t.recover, recover_budget=t.recover_budget,
-                  calib_method=t.calib_method, per_channel=t.per_channel, min_cosine=t.min_cosine, threads=t.threads,
-                  max_accuracy_drop=gates.max_accuracy_drop if t.accuracy_aware else None, stages=dict(t.stages),
-                  metric=t.metric if t.metric is not None else metric)
+    drop = t.max_accuracy_drop if t.max_accuracy_drop is not None else (
+        gates.max_accuracy_drop if t.accuracy_aware else None)
+    return Recipe.model_validate({**t.chain_request().model_dump(), "max_accuracy_drop": drop,
+                                  "metric": t.metric if t.metric is not None else metric})
 
 
 def _profile(lr: LoadedRecipe, name: str):

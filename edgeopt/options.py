@@ -1,0 +1,132 @@
+"""The chain options, declared once, and the typed options of ``convert``.
+
+:class:`ChainRequest` is what a user may ask of the converter chain (backend, precision, pruning,
+recovery, calibration, gates, search budget, threads, task metric, per-stage overrides); every
+field is optional: None takes the recipe's value, then the profile's default. The recipe file
+(:class:`edgeopt.plan.Recipe`), the pipeline's target (:class:`edgeopt.pipeline.recipe.Target`)
+and :class:`ConvertOptions` derive from it, and the CLI's convert flags fill it; ``make_plan``
+resolves it against the profile into :class:`edgeopt.converters.base.ChainOptions` (the values
+the stages configure themselves from, hashed into the plan).
+
+The keyword forms of the API (``convert(..., precision="int8")``, ``make_plan(..., prune=0.3)``)
+build these objects with :func:`from_keywords`: an unknown keyword is a usage error with "did you
+mean", a bad value one line naming the flag.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from edgeopt.converters.base import CalibMethod, PruneMode
+from edgeopt.enums import Precision
+from edgeopt.errors import UsageError, did_you_mean
+from edgeopt.metrics.base import MetricSpec
+
+
+class ChainRequest(BaseModel):
+    """What the user asks of the chain; None: the recipe's value, else the profile's default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str | None = None  # a BackendName value (a plugin's too); default: the profile's first installed
+    precision: Precision | None = None
+    prune: float | None = Field(default=None, ge=0.0, lt=1.0)  # fraction of channels (mode channels) to remove
+    prune_mode: PruneMode | None = None
+    recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
+    recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage (default 120)
+    calib_method: CalibMethod | None = None
+    per_channel: bool | None = None
+    max_accuracy_drop: float | None = Field(default=None, ge=0.0)  # gate (and the INT8 search's target), points
+    min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)  # gate: least cosine similarity to FP32
+    search_budget: float | None = Field(default=None, gt=0)  # seconds for the accuracy-aware INT8 search (default 120)
+    min_speedup: float | None = Field(default=None, gt=0)  # gate: accuracy-aware INT8 at least this much faster
+    threads: int | None = Field(default=None, gt=0)
+    metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): `ctc`, {name: ctc, ctc_blank: 0}, mod:fn
+    stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides: {quantize: {...}, onnxruntime: {...}}
+
+    def chain_request(self) -> ChainRequest:
+        """Only the chain options of a model that derives from this one (a recipe, a target, convert's options)."""
+        return ChainRequest.model_validate({k: getattr(self, k) for k in ChainRequest.model_fields})
+
+    def over(self, base: ChainRequest | None) -> ChainRequest:
+        """These options over ``base``'s: a value given here wins, per-stage overrides merge key by key."""
+        if base is None:
+            return self.chain_request()
+        mine, theirs = self.chain_request(), base.chain_request()
+        merged = {k: getattr(mine, k) if getattr(mine, k) is not None else getattr(theirs, k)
+                  for k in ChainRequest.model_fields if k != "stages"}
+        stages = {name: {**theirs.stages.get(name, {}), **mine.stages.get(name, {})}
+                  for name in dict.fromkeys([*theirs.stages, *mine.stages])}
+        return ChainRequest.model_validate({**merged, "stages": stages})
+
+
+class ConvertOptions(ChainRequest):
+    """Everything ``convert`` takes besides the model, the profile, the output and its callbacks."""
+
+    recipe: Path | ChainRequest | None = None  # a recipe YAML (or a Recipe); these options override it
+    calib: Path | None = None  # .npz named after the inputs, or an image folder
+    eval: Path | None = None  # .npz with 'labels', or class sub-folders
+    input_shapes: dict[str, tuple[int, ...]] = {}  # fixed by the normalize stage; also ["x=1x3x224x224", ...]
+    preprocess: str | dict[str, Any] | None = None  # as --preprocess: KEY=VALUE list, a mapping, or a YAML file
+    from_torch: str | None = None  # package.module:factory building a torch.nn.Module
+    weights: Path | None = None  # state dict for from_torch
+    profile_dirs: list[Path] = []  # more directories to find the profile in
+    metric_search_path: list[Path] = []  # where a --metric MODULE:FUNCTION is imported from
+    force: bool = False  # replace an existing output
+    dry_run: bool = False  # make the plan and stop
+
+    @field_validator("input_shapes", mode="before")
+    @classmethod
+    def _shapes(cls, v):
+        if v is None:
+            return {}
+        if isinstance(v, dict):
+            return v
+        from edgeopt.model import parse_input_shapes
+
+        return parse_input_shapes([v] if isinstance(v, str) else list(v))  # a bad one is exit 2, one line
+
+    @field_validator("profile_dirs", "metric_search_path", mode="before")
+    @classmethod
+    def _paths(cls, v):
+        return [] if v is None else [v] if isinstance(v, (str, Path)) else list(v)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def from_keywords(cls: type[M], values: dict[str, Any], *, where: str = "") -> M:
+    """``cls`` from keyword arguments: an unknown keyword or a bad value is one usage-error line (exit 2)."""
+    known = list(cls.model_fields)
+    for key in values:
+        if key not in cls.model_fields:
+            raise UsageError(f"{where or cls.__name__}: unknown option '{key}'",
+                             did_you_mean(key, known) or f"known options: {', '.join(known)}")
+    if isinstance(values.get("metric"), str):  # a name or MODULE:FUNCTION; a bad one is exit 2 naming --metric
+        from edgeopt.metrics import as_metric_spec
+
+        values = {**values, "metric": as_metric_spec(values["metric"])}
+    try:
+        return cls.model_validate(values)
+    except ValidationError as err:
+        raise option_error(err) from err
+
+
+def option_error(err: ValidationError) -> UsageError:
+    """One line naming the flag (``--prune-mode``) of the first bad option value."""
+    first = err.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else "options"
+    flag = "--" + field.replace("_", "-")
+    value = first.get("input")
+    if first["type"] == "enum":
+        names = re.findall(r"'([^']*)'", str((first.get("ctx") or {}).get("expected", "")))
+        return UsageError(f"{flag} '{value}' is not one of {', '.join(names)}",
+                          did_you_mean(str(value), names) or f"use one of: {', '.join(names)}")
+    if field == "prune" and first["type"] in ("less_than", "greater_than_equal"):
+        return UsageError(f"{flag} {value} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    return UsageError(f"{flag} {value!r}: {msg}", "fix the value")
