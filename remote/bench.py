@@ -17,9 +17,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from edgeopt.bench.api import BenchOptions
 from edgeopt.enums import RunLocation
-from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
+from edgeopt.errors import BadInputError, EdgeoptError, RemoteError, UsageError
 from edgeopt.identity import device_identity
+from edgeopt.options import ConvertOptions
 from edgeopt.runtime.environment import interference_warning
 from edgeopt.runtime.measure import read_artifact
 
@@ -115,7 +117,7 @@ def _still_in_inventory(dev: Device, devices_path) -> bool:
     return now is not None and (now.host, now.port) == (dev.host, dev.port)
 
 
-def _artifact_for(device: Device, artifact_or_model: str | Path, tmp: Path, convert_options: dict | None,
+def _artifact_for(device: Device, artifact_or_model: str | Path, tmp: Path, convert_options: ConvertOptions | None,
                   progress) -> Path:
     src = Path(artifact_or_model)
     if src.is_dir():
@@ -124,30 +126,54 @@ def _artifact_for(device: Device, artifact_or_model: str | Path, tmp: Path, conv
         from edgeopt.convert import convert
 
         out = tmp / "artifact"
-        convert(str(src), device.profile, str(out), **(convert_options or {}))
+        convert(str(src), device.profile, str(out), convert_options or ConvertOptions())
         return out
     raise BadInputError(f"'{src}' is neither an artifact directory nor an .onnx model", "check the path")
+
+
+# what of BenchOptions a device's runner measures with (the rest is local bench's); ``store``/``db``: the results store
+REMOTE_BENCH_FIELDS = ("threads", "warmup", "min_runs", "min_seconds", "streams", "batch", "inputs", "outputs",
+                       "store", "db")
+
+
+def bench_options(options: BenchOptions | None, keywords: dict) -> BenchOptions:
+    """``remote_bench``'s measurement options from a :class:`BenchOptions` or its keywords (``outputs_to``:
+    ``outputs``); an unknown keyword or a field a device does not measure with is exit 2, one line."""
+    from edgeopt.options import from_keywords
+
+    if "outputs_to" in keywords:
+        keywords = {**{k: v for k, v in keywords.items() if k != "outputs_to"}, "outputs": keywords["outputs_to"]}
+    if options is not None and keywords:
+        raise UsageError(f"remote_bench: give the measurement options as BenchOptions or as keywords, not both "
+                         f"({', '.join(keywords)})")
+    o = options if options is not None else from_keywords(
+        BenchOptions, {k: v for k, v in keywords.items() if v is not None}, where="remote_bench")
+    local_only = sorted(set(o.model_fields_set) - set(REMOTE_BENCH_FIELDS))
+    if local_only:
+        raise UsageError(f"remote_bench: {', '.join(local_only)} is measured by local bench only",
+                         f"a device's runner takes: {', '.join(REMOTE_BENCH_FIELDS)}")
+    return o
+
+
+def _convert_options(given: ConvertOptions | dict | None) -> ConvertOptions | None:
+    if given is None or isinstance(given, ConvertOptions):
+        return given
+    from edgeopt.options import from_keywords
+
+    return from_keywords(ConvertOptions, dict(given), where="remote_bench convert_options")
 
 
 def remote_bench(
     device: Device | str,
     artifact_or_model: str | Path,
+    options: BenchOptions | None = None,
     *,
+    convert_options: ConvertOptions | dict | None = None,
     keep: bool = False,
     accept_new_host_key: bool = False,
-    inputs: str | Path | None = None,
-    threads: int | None = None,
-    warmup: int | None = None,
-    min_runs: int | None = None,
-    min_seconds: float | None = None,
-    streams: int | str | None = None,
-    batch: int | None = None,
     setup: bool = False,
     wheels: str | Path | None = None,
     progress: Callable[[str, float], None] | None = None,
-    outputs_to: str | Path | None = None,
-    convert_options: dict | None = None,
-    store: bool = True,
     devices_path: str | Path | None = None,
     transport: Transport | None = None,
     runtime_dir: str | Path | None = None,
@@ -156,26 +182,30 @@ def remote_bench(
     cancel: threading.Event | None = None,
     notify=None,
     wait: float = board_lock.DEFAULT_WAIT_S,
+    **measure,
 ) -> dict:
-    """Benchmark an artifact (or an .onnx model, converted for the device's profile) on ``device``."""
+    """Benchmark an artifact (or an .onnx model, converted for the device's profile with ``convert_options``,
+    a :class:`edgeopt.options.ConvertOptions`) on ``device``. ``options``: how to measure (a
+    :class:`edgeopt.bench.api.BenchOptions`: threads, warmup, min_runs, min_seconds, streams, batch, inputs,
+    outputs, store, db), or the same as keywords (``min_runs=3``; ``outputs_to`` for ``outputs``)."""
+    o = bench_options(options, measure)
+    co = _convert_options(convert_options)
     dev = device if isinstance(device, Device) else get_device(device, devices_path)
     report = progress or (lambda what, frac: None)
     current = ["convert"]
     listed = _still_in_inventory(dev, devices_path)  # then it must still be there when the result is stored
-    if store:  # a store that can't take the result fails before the device is touched
+    if o.store:  # a store that can't take the result fails before the device is touched
         from edgeopt.results import check_store_writable
 
-        check_store_writable()
+        check_store_writable(o.db)
 
     def step(what: str, frac: float) -> None:
         current[0] = what
         report(what, frac)
 
     try:
-        return _remote_bench(dev, artifact_or_model, step, keep=keep, accept_new_host_key=accept_new_host_key,
-                             inputs=inputs, threads=threads, warmup=warmup, min_runs=min_runs,
-                             min_seconds=min_seconds, streams=streams, batch=batch, setup=setup, wheels=wheels,
-                             outputs_to=outputs_to, convert_options=convert_options, store=store,
+        return _remote_bench(dev, artifact_or_model, step, o, keep=keep, accept_new_host_key=accept_new_host_key,
+                             setup=setup, wheels=wheels, convert_options=co,
                              devices_path=devices_path, transport=transport, runtime_dir=runtime_dir,
                              max_age_hours=max_age_hours, timeout=timeout, cancel=cancel, notify=notify,
                              listed=listed, wait=wait)
@@ -183,11 +213,15 @@ def remote_bench(
         raise _plain_error(err, dev, current[0]) from err
 
 
-def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host_key, inputs, threads, warmup,
-                  min_runs, min_seconds, streams, batch, setup, wheels, outputs_to, convert_options, store,
-                  devices_path, transport, runtime_dir, max_age_hours, timeout, cancel, notify, listed,
-                  wait) -> dict:
+def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep, accept_new_host_key, setup,
+                  wheels, convert_options: ConvertOptions | None, devices_path, transport, runtime_dir,
+                  max_age_hours, timeout, cancel, notify, listed, wait) -> dict:
     location = _location(dev)
+    inputs, outputs_to = o.inputs, o.outputs
+
+    def given(name: str):  # only what was asked goes on the runner's command line (its defaults are BenchOptions')
+        return getattr(o, name) if name in o.model_fields_set else None
+
     if outputs_to and not inputs:
         raise BadInputError("--outputs needs --inputs (an .npz of the model's inputs)")
     t0 = time.monotonic()
@@ -205,7 +239,8 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
 
             listed_files = verify_artifact(artifact)  # sha256 before upload, and on the device after it
             converted = None if artifact == Path(artifact_or_model) else {
-                "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile, **(convert_options or {})}
+                "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile,
+                **(convert_options.model_dump(mode="json", exclude_unset=True) if convert_options else {})}
             files = deploy.bundle_files(artifact, runtime_dir, inputs)
             model_inputs = read_artifact(str(artifact))["inputs"]
         except BaseException:
@@ -226,10 +261,11 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
             python = [facts["venv"]] if facts.get("venv") else python_argv(dev)
             if setup:
                 python = ensure_runtime(tr, dev, python, artifact, wheels)
-            cores = core_plan(dev, facts, threads)
+            cores = core_plan(dev, facts, o.threads)
             argv = pin_argv(_bench_argv(python, location, inputs=bool(inputs), threads=cores["threads"],
-                                        warmup=warmup, min_runs=min_runs, min_seconds=min_seconds,
-                                        streams=streams, batch=batch,
+                                        warmup=given("warmup"), min_runs=given("min_runs"),
+                                        min_seconds=given("min_seconds"), streams=given("streams"),
+                                        batch=given("batch"),
                                         outputs=bool(outputs_to)) + board_lock.runner_args(tr, dev, wait), cores)
 
             def stream(kind: str, line: str) -> None:
@@ -309,11 +345,11 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
         raise RemoteError(f"{dev.name}: the device left the inventory during the run (emulate stop or devices "
                           "remove); its result is not stored", "start it again and rerun",
                           details={"result": result})
-    if store:
+    if o.store:
         from edgeopt.results import store_run
 
         step("store", 1.0)
-        result["result_id"] = store_run(result)
+        result["result_id"] = store_run(result, o.db)
     return result
 
 

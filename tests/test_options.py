@@ -96,3 +96,42 @@ def test_pipeline_target_takes_every_chain_option():
     accuracy_aware = Target(name="t", accuracy_aware=True)
     assert plan_recipe(accuracy_aware, Gates(max_accuracy_drop=1.0)).max_accuracy_drop == 1.0
     assert plan_recipe(Target(name="t"), Gates(max_accuracy_drop=1.0)).max_accuracy_drop is None
+
+
+# ----------------------------------------------------------------------------- remote_bench's options
+
+
+def _here(tmp_path):
+    import sys
+
+    from edgeopt.remote.inventory import make_device
+
+    return make_device(name="here", host="localhost", profile="host", python=sys.executable,
+                       work_dir=str(tmp_path / "work"))
+
+
+def test_remote_bench_options_unknown_or_local_only_are_usage_errors(remote_env, tmp_path, tiny_artifact):
+    from edgeopt.bench.api import BenchOptions
+    from edgeopt.remote.bench import remote_bench
+
+    with pytest.raises(UsageError) as e:
+        remote_bench(_here(tmp_path), tiny_artifact, store=False, min_run=3)
+    assert "did you mean 'min_runs'" in e.value.hint
+    with pytest.raises(UsageError, match="per_layer"):  # not silently ignored on a device
+        remote_bench(_here(tmp_path), tiny_artifact, BenchOptions(per_layer=True, store=False))
+    with pytest.raises(UsageError) as e:
+        remote_bench(_here(tmp_path), tiny_artifact, store=False, convert_options={"precison": "int8"})
+    assert "did you mean 'precision'" in e.value.hint
+
+
+def test_remote_bench_takes_bench_and_convert_options(remote_env, tmp_path, remote_tiny_model):
+    from edgeopt.bench.api import BenchOptions
+    from edgeopt.remote.bench import remote_bench
+    from edgeopt.remote.transport import LocalTransport
+
+    dev = _here(tmp_path)
+    res = remote_bench(dev, remote_tiny_model["model"], BenchOptions(min_runs=3, min_seconds=0, warmup=1, store=False),
+                       convert_options=ConvertOptions(backend="onnxruntime", precision=Precision.FP32),
+                       transport=LocalTransport(dev.work_dir))
+    assert res["converted"]["precision"] == "fp32" and res["converted"]["backend"] == "onnxruntime"
+    assert res["precision"] == "fp32" and res["latency_ms"]["n"] >= 3

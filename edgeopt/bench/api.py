@@ -21,6 +21,9 @@ from edgeopt.paths import CacheArea, cache_subdir
 
 
 class BenchOptions(BaseModel):
+    """How to measure: local ``bench`` uses every field; ``remote_bench`` the runner's (threads, warmup,
+    min_runs, min_seconds, streams, batch, inputs, outputs) and the store's (store, db)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     threads: int | None = Field(default=None, gt=0)
@@ -42,6 +45,11 @@ class BenchOptions(BaseModel):
     store: bool = True
     db: str | None = None
     location: RunLocation = RunLocation.LOCAL
+
+    @field_validator("inputs", "outputs", "db", mode="before")
+    @classmethod
+    def _path(cls, v):
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
 
     @field_validator("streams", mode="before")
     @classmethod

@@ -66,7 +66,9 @@ def remote_bench_cmd(
     Devices run at once; one failing does not stop the others; the exit code is 6 if any failed.
     Timings from emulated devices are labelled 'emulated': they are not the board's speed.
     """
+    from edgeopt.bench.api import BenchOptions
     from edgeopt.errors import EdgeoptError, UsageError
+    from edgeopt.options import ConvertOptions, from_keywords
     from edgeopt.remote.bench import remote_bench_many
     from edgeopt.remote.inventory import get_device, load_devices
 
@@ -84,12 +86,13 @@ def remote_bench_cmd(
     artifact = targets[-1]
     if outputs and len(devs) != 1:
         raise UsageError("--outputs works with one device")
-    convert_options = {k: v for k, v in (("backend", backend), ("precision", precision),
-                                         ("calib", str(calib) if calib else None)) if v}
-    kwargs = dict(keep=keep, accept_new_host_key=accept_new_host_key, inputs=inputs, outputs_to=outputs,
-                  threads=threads, warmup=warmup, min_runs=min_runs, min_seconds=min_seconds, setup=setup,
-                  streams=streams, batch=batch,
-                  wheels=wheels, convert_options=convert_options, devices_path=devices, wait=wait,
+    convert_options = from_keywords(ConvertOptions, {k: v for k, v in (("backend", backend), ("precision", precision),
+                                                                      ("calib", calib)) if v}, where="remote-bench")
+    measure = from_keywords(BenchOptions, {k: v for k, v in (
+        ("inputs", inputs), ("outputs", outputs), ("threads", threads), ("warmup", warmup), ("min_runs", min_runs),
+        ("min_seconds", min_seconds), ("streams", streams), ("batch", batch)) if v is not None}, where="remote-bench")
+    kwargs = dict(options=measure, convert_options=convert_options, keep=keep, accept_new_host_key=accept_new_host_key,
+                  setup=setup, wheels=wheels, devices_path=devices, wait=wait,
                   notify=lambda m: stderr.print(m, markup=False))
 
     with progress(json_out) as prog:
