@@ -16,20 +16,32 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, field_serializer
 
+from edgeopt.artifact import Manifest
 from edgeopt.enums import Precision
 from edgeopt.errors import OutputExistsError, StageError
 from edgeopt.options import ConvertOptions
+from edgeopt.plan import Plan
 
 
 class ConvertResult(BaseModel):
+    """What ``convert`` made: the :class:`~edgeopt.plan.Plan` it ran and the artifact's
+    :class:`~edgeopt.artifact.Manifest` (None for a dry run). ``model_dump(mode="json")`` gives the plan
+    as ``Plan.to_json()`` (the ``--json`` form)."""
+
+    model_config = ConfigDict(frozen=True)
+
     artifact_dir: str | None = None
-    manifest: dict | None = None
-    plan: dict
+    manifest: Manifest | None = None
+    plan: Plan
     validation: dict | None = None
     warnings: list[str] = []
     dry_run: bool = False
+
+    @field_serializer("plan")
+    def _plan_json(self, plan: Plan) -> dict:
+        return plan.to_json()
 
 
 def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
@@ -115,7 +127,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     for w in plan.warnings:
         warn(w)
     if o.dry_run:
-        return ConvertResult(plan=plan.to_json(), warnings=warnings, dry_run=True)
+        return ConvertResult(plan=plan, warnings=warnings, dry_run=True)
     from edgeopt.outputs import check_output
 
     recipe_path = recipe if isinstance(recipe, (str, os.PathLike)) else None
@@ -186,7 +198,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             raise
         finally:
             active_metric.__exit__(None, None, None)
-    return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest.model_dump(mode="json"), plan=plan.to_json(),
+    return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest, plan=plan,
                          validation=manifest.validation, warnings=warnings)
 
 

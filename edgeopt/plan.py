@@ -68,7 +68,7 @@ class Plan(BaseModel):
         return hash(self.hash)
 
     def __str__(self) -> str:
-        lines = [f"plan {self.hash[:12]}: {self.backend.value} {self.precision.value} for {self.profile}"]
+        lines = [f"plan {self.hash[:12]}: {self.backend.value} {self.precision.value} for profile {self.profile}"]
         for i, s in enumerate(self.stages, 1):
             cfg = ", ".join(f"{k}={v}" for k, v in s.config.model_dump(mode="json").items())
             lines.append(f"  {i}. {s.name}({cfg})")

@@ -16,7 +16,7 @@ second = edgeopt.analyze(model, "pi5")  # the analyze package is imported by now
 assert first.model_dump() == second.model_dump()
 out = edgeopt.convert(model, "host", {str(tmp_path / 'a')!r}, precision="fp32")
 again = edgeopt.convert(model, "host", {str(tmp_path / 'b')!r}, precision="fp32")
-assert out.manifest["files"] == again.manifest["files"]
+assert out.manifest.files == again.manifest.files
 from edgeopt.convert import ConvertResult  # the modules are still importable
 from edgeopt.optimize import search
 assert callable(edgeopt.optimize) and isinstance(out, ConvertResult) and search.__name__ == "edgeopt.optimize.search"

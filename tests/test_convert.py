@@ -32,7 +32,7 @@ def test_fp32_convert_manifest_and_runner(tmp_path, tiny_model, tiny_data, test_
     assert m.outputs[0].name == "logits" and m.outputs[0].shape == [1, 5]
     assert [s["name"] for s in m.stages] == ["normalize", "onnxruntime"]
     assert m.stages[0]["report"]["batchnorm_after"] == 0 and m.stages[0]["seconds"] >= 0
-    assert m.plan_hash == r.plan["plan_hash"] and len(m.source_model.sha256) == 64
+    assert m.plan_hash == r.plan.hash and len(m.source_model.sha256) == 64
     assert m.versions["onnxruntime"] and m.calibration.samples == 0
     v = m.validation
     assert v["data_source"] == "eval" and v["samples"] == 20 and not v["synthetic"]
@@ -169,7 +169,7 @@ def test_int8_without_calib_is_labelled_synthetic(tmp_path, tiny_model, test_pro
         r = convert(tiny_model, str(test_profile), tmp_path / "art", precision="int8", on_warning=warned.append)
     except BadInputError as e:
         pytest.skip(f"quantize stage cannot run here yet: {e.message}")
-    assert r.manifest["calibration"]["synthetic"] is True and r.manifest["precision"] == "int8"
+    assert r.manifest.calibration.synthetic is True and r.manifest.precision == "int8"
     assert any("SYNTHETIC" in w for w in warned)
 
 
@@ -214,8 +214,8 @@ def test_from_torch_tiny_module(tmp_path, test_profile, monkeypatch):
     r = convert(None, str(test_profile), tmp_path / "art", from_torch="tinynet:make", weights=w,
                 input_shapes=["input=1x1x16"])
     m = r.manifest
-    assert m["source_model"]["from_torch"] == "tinynet:make" and m["versions"]["torch"]
-    assert m["inputs"][0]["name"] == "input" and m["validation"]["cosine_min"] > 0.9999
+    assert m.source_model.from_torch == "tinynet:make" and m.versions["torch"]
+    assert m.inputs[0].name == "input" and m.validation["cosine_min"] > 0.9999
 
 
 def test_from_torch_simulated_missing_torch_exit_4(tmp_path, cli, simulate_missing, test_profile):
@@ -238,10 +238,10 @@ def test_crepe_tiny_from_torch(tmp_path, test_profile):
     r = convert(None, str(test_profile), tmp_path / "art", from_torch="fixtures.crepe:tiny", weights=weights,
                 input_shapes=["input=1x1024"])
     m = r.manifest
-    assert m["outputs"][0]["shape"] == [1, 360]
-    report = m["stages"][0]["report"]  # CREPE is Conv -> ReLU -> BN: BN after a ReLU cannot fold into the conv
+    assert m.outputs[0].shape == [1, 360]
+    report = m.stages[0]["report"]  # CREPE is Conv -> ReLU -> BN: BN after a ReLU cannot fold into the conv
     assert report["batchnorm_before"] == 6 and report["batchnorm_after"] <= 6
-    assert m["validation"]["cosine_min"] > 0.9999
+    assert m.validation["cosine_min"] > 0.9999
 
 
 def test_same_inputs_give_a_byte_identical_manifest_and_timings_go_to_build_json(tmp_path, tiny_model, tiny_data,

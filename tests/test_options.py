@@ -57,9 +57,9 @@ def test_keywords_and_options_object_make_the_same_plan(tmp_path):
     prof = str(write_profile(tmp_path))
     by_keyword = convert(None, prof, tmp_path / "o", dry_run=True, **ASKED)
     by_object = convert(None, prof, tmp_path / "o", ConvertOptions(dry_run=True, **ASKED))
-    assert by_keyword.plan["plan_hash"] == by_object.plan["plan_hash"]
+    assert by_keyword.plan.hash == by_object.plan.hash
     default = convert(None, prof, tmp_path / "o", dry_run=True)
-    assert default.plan["plan_hash"] != by_object.plan["plan_hash"]  # the options did reach the plan
+    assert default.plan != by_object.plan  # the options did reach the plan
     with pytest.raises(UsageError, match="not both"):
         convert(None, prof, tmp_path / "o", ConvertOptions(dry_run=True), threads=2)
 

@@ -83,32 +83,25 @@ def convert_cmd(
         from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
     ), where="convert")
     result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
+    plan_json = result.plan.to_json()
     if dry_run:
         def human_plan(c):
-            c.print(_plan_text(result.plan), markup=False)
+            c.print(str(result.plan), markup=False)
 
-        emit(json_out, {"dry_run": True, "plan": result.plan, "warnings": result.warnings}, human_plan)
+        emit(json_out, {"dry_run": True, "plan": plan_json, "warnings": result.warnings}, human_plan)
         return
     v = result.validation or {}
-    payload = {"artifact": result.artifact_dir, "backend": result.manifest["backend"],
-               "precision": result.manifest["precision"], "plan_hash": result.plan["plan_hash"],
-               "validation": v, "calibration": result.manifest["calibration"], "warnings": result.warnings,
-               "stages": [{k: s[k] for k in ("name", "seconds")} for s in result.manifest["stages"]]}
+    m = result.manifest
+    payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
+               "plan_hash": result.plan.hash, "validation": v, "calibration": m.calibration.model_dump(mode="json"),
+               "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages]}
 
     def human(c):
-        c.print(_plan_text(result.plan), markup=False)
+        c.print(str(result.plan), markup=False)
         c.print(f"wrote {result.artifact_dir}", markup=False)
         c.print(_validation_text(v), markup=False)
 
     emit(json_out, payload, human)
-
-
-def _plan_text(plan: dict) -> str:
-    lines = [f"plan {plan['plan_hash'][:12]}: {plan['backend']} {plan['precision']} for profile {plan['profile']}"]
-    for i, s in enumerate(plan["stages"], 1):
-        cfg = ", ".join(f"{k}={v}" for k, v in s["config"].items())
-        lines.append(f"  {i}. {s['name']}({cfg})")
-    return "\n".join(lines)
 
 
 def _validation_text(v: dict) -> str:
