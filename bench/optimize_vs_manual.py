@@ -39,7 +39,7 @@ def _build(model, prof, calib, ev, backend, precision, bound):
     t = Target(name=f"{backend}-{precision}", profile=prof.name, backend=backend, precision=precision)
     with contextlib.redirect_stdout(sys.stderr):
         return cached_convert(model, prof, recipe=plan_recipe(t, Gates(max_accuracy_drop=bound)), calib=calib, eval=ev,
-                              input_shapes=shapes)["artifact"]
+                              input_shapes=shapes).artifact
 
 
 def _measure(rows: list[dict], ev: Path) -> None:

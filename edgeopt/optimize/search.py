@@ -112,8 +112,8 @@ class _Search:
             return c
         from edgeopt.artifact import load_artifact
 
-        v = load_artifact(b["artifact"]).validation or {}
-        c.artifact, c.cached, c.build_seconds = str(b["artifact"]), b["cached"], round(time.perf_counter() - t0, 3)
+        v = load_artifact(b.artifact).validation or {}
+        c.artifact, c.cached, c.build_seconds = str(b.artifact), b.cached, round(time.perf_counter() - t0, 3)
         if v.get("accuracy_drop") is not None:
             c.accuracy, c.accuracy_reference, c.accuracy_drop = v["accuracy"], v["accuracy_reference"], v["accuracy_drop"]
             c.accuracy_basis = "labels"

@@ -19,11 +19,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from edgeopt.options import ConvertOptions
 from edgeopt.paths import CacheArea, cache_subdir
 
 # Source that decides an artifact's bytes: the chain, the plan, the manifest writer, the runners.
 _CODE_GLOBS = (("converters", "**/*.py"), ("edgeopt", "convert.py"), ("edgeopt", "chain.py"), ("edgeopt", "plan.py"),
-               ("edgeopt", "metrics/**/*.py"),
+               ("edgeopt", "metrics/**/*.py"), ("edgeopt", "options.py"),
                ("edgeopt", "artifact.py"), ("edgeopt", "validate.py"), ("edgeopt", "data.py"),
                ("edgeopt", "model.py"), ("edgeopt", "runtime/**/*.py"))
 
@@ -95,17 +98,36 @@ def build_key(*, model_sha: str, plan_hash: str, profile: dict, calib_sha: str |
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=None, eval=None, input_shapes=None,
-                   preprocess=None, from_torch: str | None = None, weights=None, model_sha: str | None = None,
-                   on_warning=None, progress=None, metric_search_path=None) -> dict:
-    """Convert through the cache: ``{"artifact": Path, "cached": bool, "key": str, "plan_hash": str}``.
+class CachedBuild(BaseModel):
+    """What :func:`cached_convert` hands back: the artifact (in the cache), whether it was a hit, the cache key."""
 
-    ``recipe`` is an :class:`edgeopt.plan.Recipe` (backend, precision, prune, stage overrides...).
-    Errors are those of :func:`edgeopt.convert.convert` (a missed gate: ``GateFailedError``).
+    model_config = ConfigDict(frozen=True)
+
+    artifact: Path
+    cached: bool
+    key: str
+    plan_hash: str
+
+
+def cached_convert(model: str | os.PathLike | None, profile, options: ConvertOptions | None = None, *,
+                   model_sha: str | None = None, on_warning=None, progress=None, **keywords) -> CachedBuild:
+    """Convert through the cache. ``options``: a :class:`edgeopt.options.ConvertOptions` (its ``recipe`` an
+    :class:`edgeopt.plan.Recipe`: backend, precision, prune, stage overrides...; its data, shapes,
+    preprocessing, torch source), or the same as keywords. Errors are those of
+    :func:`edgeopt.convert.convert` (a missed gate: ``GateFailedError``).
     """
     from edgeopt.convert import convert
+    from edgeopt.options import from_keywords
     from edgeopt.plan import make_plan
-    plan = make_plan(profile, recipe=recipe, input_shapes=input_shapes)
+
+    if options is not None and keywords:
+        from edgeopt.errors import UsageError
+
+        raise UsageError(f"cached_convert: give ConvertOptions or keywords, not both ({', '.join(keywords)})")
+    o = options if options is not None else from_keywords(ConvertOptions, keywords, where="cached_convert")
+    recipe, input_shapes, calib, eval, preprocess = o.recipe, o.input_shapes, o.calib, o.eval, o.preprocess
+    from_torch, weights = o.from_torch, o.weights
+    plan = make_plan(profile, o.chain_request(), recipe=recipe, input_shapes=input_shapes)
     if model_sha is None:
         model_sha = path_sha256(model) if model is not None else hashlib.sha256(
             f"{from_torch}\0{path_sha256(weights)}".encode()).hexdigest()
@@ -120,13 +142,12 @@ def cached_convert(model: str | os.PathLike | None, profile, *, recipe, calib=No
 
         try:
             load_artifact(out)  # every file still has its sha256
-            return {"artifact": out, "cached": True, "key": key, "plan_hash": plan.hash}
+            return CachedBuild(artifact=out, cached=True, key=key, plan_hash=plan.hash)
         except BadInputError:  # a damaged entry of edgeopt's own cache: rebuild it from scratch
             import shutil
 
             shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    convert(str(model) if model is not None else None, profile, str(out), calib=calib, eval=eval,
-            input_shapes=input_shapes, preprocess=preprocess, from_torch=from_torch, weights=weights, force=True,
-            on_warning=on_warning, progress=progress, metric_search_path=metric_search_path, plan=plan)
-    return {"artifact": out, "cached": False, "key": key, "plan_hash": plan.hash}
+    convert(str(model) if model is not None else None, profile, str(out), o.model_copy(update={"force": True}),
+            on_warning=on_warning, progress=progress, plan=plan)
+    return CachedBuild(artifact=out, cached=False, key=key, plan_hash=plan.hash)

@@ -88,6 +88,7 @@ def _error_line(err: BaseException) -> str:
 
 
 def _build_target(lr: LoadedRecipe, t: Target, work: Path, model_sha: str, on_event) -> dict:
+    from edgeopt.options import ConvertOptions
     from edgeopt.pipeline.cache import cached_convert
 
     r, gates = lr.recipe, lr.recipe.gates.merged(t.gates)
@@ -98,17 +99,18 @@ def _build_target(lr: LoadedRecipe, t: Target, work: Path, model_sha: str, on_ev
     if isinstance(pre, str) and pre.endswith((".yaml", ".yml")):
         pre = str(lr.resolve(pre))
     t0 = time.perf_counter()
-    built = cached_convert(lr.resolve(m.path), prof, recipe=plan_recipe(t, gates, r.metric), calib=lr.resolve(r.data.calib),
-                           eval=lr.resolve(r.data.eval), input_shapes=shapes, preprocess=pre,
-                           from_torch=m.from_torch, weights=lr.resolve(m.weights), model_sha=model_sha,
-                           on_warning=lambda w: on_event(f"{t.name}: warning: {w}"), metric_search_path=[lr.base])
+    options = ConvertOptions(recipe=plan_recipe(t, gates, r.metric), calib=lr.resolve(r.data.calib),
+                             eval=lr.resolve(r.data.eval), input_shapes=shapes, preprocess=pre, from_torch=m.from_torch,
+                             weights=lr.resolve(m.weights), metric_search_path=[lr.base])
+    built = cached_convert(lr.resolve(m.path), prof, options, model_sha=model_sha,
+                           on_warning=lambda w: on_event(f"{t.name}: warning: {w}"))
     from edgeopt.artifact import BUILD, read_build_facts
 
     dest = work / t.name
-    shutil.copytree(built["artifact"], dest, ignore=lambda d, names: [BUILD] if Path(d) == built["artifact"] else [])
+    shutil.copytree(built.artifact, dest, ignore=lambda d, names: [BUILD] if Path(d) == built.artifact else [])
     dest.chmod(0o755)
-    return {**built, "artifact": dest, "profile": prof, "gates": gates, "build_seconds": round(time.perf_counter() - t0, 3),
-            "build_facts": read_build_facts(built["artifact"])}
+    return {**built.model_dump(), "artifact": dest, "profile": prof, "gates": gates, "build_seconds": round(time.perf_counter() - t0, 3),
+            "build_facts": read_build_facts(built.artifact)}
 
 
 def _bench(rows: list[dict], lr: LoadedRecipe, db: Path, on_event) -> dict:
