@@ -343,18 +343,20 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
 def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib, eval_data, input_shapes,
                     precision=None, metric=None) -> Path:
     from edgeopt.files import file_sha256
+    from edgeopt.options import ConvertOptions, from_keywords
     from edgeopt.plan import make_plan
 
-    plan = make_plan(profile, backend=backend, precision=precision, input_shapes=input_shapes, metric=metric)
+    options = from_keywords(ConvertOptions, dict(backend=backend, precision=precision, metric=metric, calib=calib,
+                                                 eval=eval_data, input_shapes=input_shapes, force=True), where="bench")
+    plan = make_plan(profile, options.chain_request(), input_shapes=options.input_shapes)
     extra = {"calib": file_sha256(calib) if calib else None, "eval": file_sha256(eval_data) if eval_data else None}
     out = cache_dir() / f"{backend}-{cache_key(model_sha, plan.hash, extra)}"
     if (out / "manifest.json").is_file():
         return out
     from edgeopt.convert import convert
 
-    res = convert(str(model), profile, str(out), calib=calib, eval=eval_data, input_shapes=input_shapes, force=True,
-                  plan=plan)
-    return Path(getattr(res, "artifact_dir", out))
+    res = convert(str(model), profile, str(out), options, plan=plan)
+    return Path(res.artifact_dir or out)
 
 
 def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all", calib: str | None = None,
