@@ -15,7 +15,7 @@ _API = (
     "analyze", "doctor", "load_profile", "list_profiles", "validate_profile",
     "convert", "load_artifact", "make_plan", "bench_artifacts", "bench_model",
     "store_run", "list_runs", "compare_runs", "build_report", "remote_bench", "remote_bench_many",
-    "tune", "run_pipeline", "optimize",
+    "tune", "run_pipeline", "optimize", "ChainRequest", "ConvertOptions", "BenchOptions",
 )
 
 

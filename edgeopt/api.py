@@ -59,6 +59,9 @@ _LAZY = {
     "tune": ("edgeopt.converters.tvm_tune", "tune"),
     "run_pipeline": ("edgeopt.pipeline.run", "run_pipeline"),
     "optimize": ("edgeopt.optimize.search", "optimize"),
+    "ChainRequest": ("edgeopt.options", "ChainRequest"),  # the typed options convert/remote_bench take
+    "ConvertOptions": ("edgeopt.options", "ConvertOptions"),
+    "BenchOptions": ("edgeopt.bench.api", "BenchOptions"),
 }
 
 

@@ -36,6 +36,10 @@ def test_unknown_keyword_is_usage_error_with_did_you_mean(tmp_path):
 
 
 def test_options_models_reject_unknown_keys():
+    import edgeopt
+    from edgeopt.bench.api import BenchOptions
+
+    assert (edgeopt.ConvertOptions, edgeopt.BenchOptions) == (ConvertOptions, BenchOptions)  # the public API
     with pytest.raises(ValidationError, match="extra"):
         ConvertOptions(precison=Precision.INT8)
     with pytest.raises(ValidationError, match="extra"):
