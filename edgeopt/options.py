@@ -100,12 +100,14 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def from_keywords(cls: type[M], values: dict[str, Any], *, where: str = "") -> M:
-    """``cls`` from keyword arguments: an unknown keyword or a bad value is one usage-error line (exit 2)."""
+    """``cls`` from keyword arguments: an unknown keyword or a bad value is one usage-error line (exit 2);
+    a keyword given as None is left at its default."""
     known = list(cls.model_fields)
     for key in values:
         if key not in cls.model_fields:
             raise UsageError(f"{where or cls.__name__}: unknown option '{key}'",
                              did_you_mean(key, known) or f"known options: {', '.join(known)}")
+    values = {k: v for k, v in values.items() if v is not None}  # None: not given (the default), as before
     if isinstance(values.get("metric"), str):  # a name or MODULE:FUNCTION; a bad one is exit 2 naming --metric
         from edgeopt.metrics import as_metric_spec
 

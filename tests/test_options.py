@@ -61,6 +61,8 @@ def test_keywords_and_options_object_make_the_same_plan(tmp_path):
     prof = str(write_profile(tmp_path))
     by_keyword = convert(None, prof, tmp_path / "o", dry_run=True, **ASKED)
     by_object = convert(None, prof, tmp_path / "o", ConvertOptions(dry_run=True, **ASKED))
+    with_nones = convert(None, prof, tmp_path / "o", dry_run=True, force=None, input_shapes=None, **ASKED)
+    assert with_nones.plan == by_keyword.plan  # None is "not given", as the keyword API always took it
     assert by_keyword.plan.hash == by_object.plan.hash
     default = convert(None, prof, tmp_path / "o", dry_run=True)
     assert default.plan != by_object.plan  # the options did reach the plan
