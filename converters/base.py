@@ -46,7 +46,8 @@ class PruneMode(StrEnum):
 
 
 class ChainOptions(StageConfig):
-    """What the user asked for, after the profile's defaults were applied.
+    """What the user asked for (:class:`edgeopt.options.ChainRequest`, where the options are declared), after
+    ``make_plan`` applied the recipe and the profile's defaults: resolved values, no None for "not given".
 
     The planner asks each stage ``configure(options)`` for its typed config (or None to skip it);
     ``stage_overrides`` (from a recipe) then update that config, and unknown keys are errors.
