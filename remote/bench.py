@@ -19,7 +19,7 @@ from pathlib import Path
 
 from edgeopt.bench.api import BenchOptions
 from edgeopt.enums import RunLocation
-from edgeopt.errors import BadInputError, EdgeoptError, RemoteError, UsageError
+from edgeopt.errors import BadInputError, EdgeoptError, RemoteError, UsageError, did_you_mean
 from edgeopt.identity import device_identity
 from edgeopt.options import ConvertOptions
 from edgeopt.runtime.environment import interference_warning
@@ -146,8 +146,14 @@ def bench_options(options: BenchOptions | None, keywords: dict) -> BenchOptions:
     if options is not None and keywords:
         raise UsageError(f"remote_bench: give the measurement options as BenchOptions or as keywords, not both "
                          f"({', '.join(keywords)})")
-    o = options if options is not None else from_keywords(
-        BenchOptions, {k: v for k, v in keywords.items() if v is not None}, where="remote_bench")
+    for key in keywords:  # a misspelt keyword of remote_bench's own (keeep=True) is named too
+        if key not in BenchOptions.model_fields:
+            import inspect
+
+            known = [*REMOTE_BENCH_FIELDS, *(p for p in inspect.signature(remote_bench).parameters if p != "measure")]
+            raise UsageError(f"remote_bench: unknown option '{key}'",
+                             did_you_mean(key, known) or f"known options: {', '.join(known)}")
+    o = options if options is not None else from_keywords(BenchOptions, keywords, where="remote_bench")
     local_only = sorted(set(o.model_fields_set) - set(REMOTE_BENCH_FIELDS))
     if local_only:
         raise UsageError(f"remote_bench: {', '.join(local_only)} is measured by local bench only",

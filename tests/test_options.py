@@ -123,6 +123,9 @@ def test_remote_bench_options_unknown_or_local_only_are_usage_errors(remote_env,
     with pytest.raises(UsageError) as e:
         remote_bench(_here(tmp_path), tiny_artifact, store=False, min_run=3)
     assert "did you mean 'min_runs'" in e.value.hint
+    with pytest.raises(UsageError) as e:
+        remote_bench(_here(tmp_path), tiny_artifact, store=False, keeep=True)
+    assert "did you mean 'keep'" in e.value.hint
     with pytest.raises(UsageError, match="per_layer"):  # not silently ignored on a device
         remote_bench(_here(tmp_path), tiny_artifact, BenchOptions(per_layer=True, store=False))
     with pytest.raises(UsageError) as e:
