@@ -286,31 +286,16 @@ def cache_dir() -> Path:
     return cache_subdir(CacheArea.ARTIFACTS)
 
 
-def _tool_versions() -> dict:
-    from edgeopt import __version__
-    from edgeopt.converters.registry import libraries
-    from edgeopt.deps import version_of
-
-    return {"edgeopt": __version__, **{d: version_of(d) for _, d, _ in libraries()}}
-
-
-def cache_key(model_sha: str, plan_hash: str, extra: dict | None = None) -> str:
-    import hashlib
-    import json
-
-    body = json.dumps({"model": model_sha, "plan": plan_hash, "tools": _tool_versions(), **(extra or {})}, sort_keys=True)
-    return hashlib.sha256(body.encode()).hexdigest()[:32]
-
-
 def reference_artifact(model: Path, model_sha: str) -> Path:
     """The user's model as-is in ONNX Runtime FP32 (the baseline row), cached by content."""
     import json
     import shutil
     import tempfile
 
+    from edgeopt.cache_key import artifact_key
     from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
-    out = cache_dir() / f"reference-{cache_key(model_sha, 'onnxruntime-fp32-reference')}"
+    out = cache_dir() / f"reference-{artifact_key('onnxruntime-fp32-reference', model_sha)[:32]}"
     if (out / "manifest.json").is_file():
         return out
     m = load_onnx(model)
@@ -334,12 +319,11 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
 
 def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib, eval_data, input_shapes,
                     precision=None, metric=None) -> Path:
-    from edgeopt.files import file_sha256
+    from edgeopt.cache_key import artifact_key
     from edgeopt.plan import make_plan
 
     plan = make_plan(profile, backend=backend, precision=precision, input_shapes=input_shapes, metric=metric)
-    extra = {"calib": file_sha256(calib) if calib else None, "eval": file_sha256(eval_data) if eval_data else None}
-    out = cache_dir() / f"{backend}-{cache_key(model_sha, plan.hash, extra)}"
+    out = cache_dir() / f"{backend}-{artifact_key(plan.hash, model_sha, calib=calib, eval=eval_data)[:32]}"
     if (out / "manifest.json").is_file():
         return out
     from edgeopt.convert import convert
