@@ -20,6 +20,7 @@ from pathlib import Path
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
 from edgeopt.identity import device_identity
+from edgeopt.run_record import RunRecord
 from edgeopt.runtime.environment import interference_warning
 from edgeopt.runtime.measure import read_artifact
 
@@ -309,12 +310,13 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
         raise RemoteError(f"{dev.name}: the device left the inventory during the run (emulate stop or devices "
                           "remove); its result is not stored", "start it again and rerun",
                           details={"result": result})
+    record = RunRecord.model_validate(result)
     if store:
         from edgeopt.results import store_run
 
         step("store", 1.0)
-        result["result_id"] = store_run(result)
-    return result
+        record.run_id = store_run(record)
+    return record
 
 
 def remote_bench_many(devices: list[Device], artifact_or_model: str | Path, *, progress_factory=None,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, MissingDependencyError
 from edgeopt.paths import CacheArea, cache_subdir
+from edgeopt.run_record import RunRecord
 
 
 class BenchOptions(BaseModel):
@@ -163,7 +164,8 @@ def _energy_pass(runner, feeds, meter, seconds: float = 1.0) -> dict:
 def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | None = None, *,
                     progress: Callable[[float], None] | None = None,
                     names: dict[str, str] | None = None, validations: dict[str, dict] | None = None, keep_going: bool = False) -> dict:
-    """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``."""
+    """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``, each
+    measured row a :class:`RunRecord` (a failed one a dict with its error)."""
     from edgeopt.bench.energy import energy_figures
     from edgeopt.identity import local_identity
     from edgeopt.runtime import environment
@@ -261,11 +263,12 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
 
             rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
                                                       profile=ident["profile"])
+        record = RunRecord.model_validate(rec)
         if o.store:
             from edgeopt.results import store_run
 
-            rec["run_id"] = store_run(rec, o.db)
-        rows.append(rec)
+            record.run_id = store_run(record, o.db)
+        rows.append(record)
     seen: dict[str, int] = {}
     for r in rows:  # the same directory name twice: number them
         seen[r["name"]] = seen.get(r["name"], 0) + 1
