@@ -79,7 +79,7 @@ def bench_model(name, path, ratios, runs, work, x=None, y=None, calib=None, roun
     configs = {str(r): PruneConfig(ratio=r) for r in ratios}
     configs.update({f"{r}/round_to=8": PruneConfig(ratio=r, round_to=8) for r in ratios if r in round8})
     for key, cfg in configs.items():
-        ctx = ChainContext(profile=None, work_dir=work / f"{name}-{len(variants)}", artifact_dir=work / "a",
+        ctx = ChainContext(work_dir=work / f"{name}-{len(variants)}", artifact_dir=work / "a",
                            reference_model=Path(path), check_samples=checks, calib=calib_ds)
         t = time.perf_counter()
         out = Prune().run(Intermediate(Path(path)), cfg, ctx)
@@ -93,7 +93,7 @@ def bench_model(name, path, ratios, runs, work, x=None, y=None, calib=None, roun
                         "top1_agreement_vs_unpruned": chk["vs_unpruned"]["top1_agreement"],
                         "bias_compensation": rep.get("bias_compensation")}
         rows["0.0"].update({"flops": rep["flops_before"], "params": rep["params_before"]})
-    ctx = ChainContext(profile=None, work_dir=work / f"{name}-2of4", artifact_dir=work / "a",
+    ctx = ChainContext(work_dir=work / f"{name}-2of4", artifact_dir=work / "a",
                        reference_model=Path(path), check_samples=checks)
     out = Prune().run(Intermediate(Path(path)), PruneConfig(mode=PruneMode.SPARSE_2_4), ctx)
     variants["2:4"] = out.path

@@ -194,14 +194,8 @@ def _ctx(work: Path, model: Path, calib, ev, stage: str):
 
     (work / "art").mkdir(parents=True, exist_ok=True)
     check = (ev or calib).subset(np.arange(min(8, len(ev or calib))))
-    return ChainContext(profile=_host(), work_dir=work, artifact_dir=work / "art", reference_model=model, calib=calib,
+    return ChainContext(work_dir=work, artifact_dir=work / "art", reference_model=model, calib=calib,
                         eval=ev, check_samples=check, threads=2, record=StageRecord(stage, {}))
-
-
-def _host():
-    from edgeopt.profiles import load_profile
-
-    return load_profile("host")
 
 
 def _stats(m: dict) -> dict:

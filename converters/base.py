@@ -75,6 +75,11 @@ class ChainOptions(StageConfig):
     metric: MetricSpec | None = None  # --metric…: the task metric the searches and the validation use (None: auto)
     # (INT8 preset, why) for the profile's ISA, settled by the planner so the plan alone decides the artifact
     quant_preset: tuple[str | None, str | None] = (None, None)
+    # facts of the profile that stages' warnings and hints name, settled by the planner like the two above
+    # (None: not known, e.g. options made without a profile)
+    profile_name: str | None = None
+    profile_has_gpu: bool | None = None
+    sparse_units: tuple[str, ...] | None = None  # the profile's units with 2:4 sparse tensor cores
 
 
 @dataclass
@@ -98,9 +103,9 @@ class StageRecord:
 
 @dataclass
 class ChainContext:
-    """Everything a stage may need besides its config."""
+    """Everything a stage may need besides its config (never the profile: what a stage takes from
+    it is settled in its config by ``configure``, so that the plan alone decides the artifact)."""
 
-    profile: Any  # edgeopt.profiles.DeviceProfile
     work_dir: Path  # scratch space, deleted after the run
     artifact_dir: Path  # where a Backend writes its files (a temporary dir, renamed when complete)
     reference_model: Path  # the normalized FP32 ONNX model (the oracle)

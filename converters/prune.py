@@ -52,6 +52,9 @@ class PruneConfig(StageConfig):
     bias_compensation: bool = True
     calib_samples: int = Field(default=64, ge=1)
     skip: tuple[str, ...] = ()  # Conv names whose output channels stay (with every Conv sharing their mask)
+    # 2:4 only, the planner's: the profile's units with sparse tensor cores (None: not known) and its name
+    sparse_units: tuple[str, ...] | None = None
+    profile_name: str | None = None
 
 
 @register_stage
@@ -66,7 +69,9 @@ class Prune(Stage):
         try:
             ratio = options.prune if options.prune_mode == PruneMode.CHANNELS else 0.0
             multiple, why = options.prune_channel_multiple
-            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why)
+            sparse = {"sparse_units": options.sparse_units, "profile_name": options.profile_name} \
+                if options.prune_mode == PruneMode.SPARSE_2_4 else {}
+            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why, **sparse)
         except ValidationError as err:
             raise UsageError(
                 f"prune ratio {options.prune} is out of range", "give the fraction of channels to remove, in [0, 1), e.g. 0.3"
@@ -88,7 +93,7 @@ class Prune(Stage):
             from edgeopt.converters.sparsity import sparsify
 
             pruned, report = sparsify(source, config.skip)
-            _warn_without_sparse_cores(ctx)
+            _warn_without_sparse_cores(config, ctx)
         else:
             calib = ctx.calib.feeds(config.calib_samples) if ctx.calib is not None and len(ctx.calib) else None
             pruned, report = prune_channels(source, config, calib)
@@ -266,10 +271,9 @@ def _random_feed(path: Path) -> dict:
     return feed
 
 
-def _warn_without_sparse_cores(ctx: ChainContext) -> None:
-    units = getattr(ctx.profile, "compute_units", ()) or ()
-    if not any(getattr(u, "sparse_peak_gops", None) for u in units):
-        name = getattr(ctx.profile, "name", "this profile")
+def _warn_without_sparse_cores(config: PruneConfig, ctx: ChainContext) -> None:
+    if not config.sparse_units:
+        name = config.profile_name or "this profile"
         ctx.warn(f"prune 2:4: {name} has no unit with sparse tensor cores; the zeros will not make it faster there")
 
 

@@ -177,7 +177,7 @@ def backend_input(model, profile, *, precision=None, calib=None, input_shapes=No
             warn(message)
 
     calib_ds, val, _ = load_datasets(specs, calib, None, None, plan.precision, data_warn)
-    ctx = ChainContext(profile=profile, work_dir=work_dir, artifact_dir=work_dir / "unused", reference_model=src,
+    ctx = ChainContext(work_dir=work_dir, artifact_dir=work_dir / "unused", reference_model=src,
                        calib=calib_ds, check_samples=check_samples(val),
                        threads=plan.options.threads)
     inter, _ = execute(plan, Intermediate(src), ctx, stop_before=plan.backend.value, on_warning=warn)

@@ -169,7 +169,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         active_metric = metric_context(plan.options.metric, search_path)  # the searches' default metric
         active_metric.__enter__()
         try:
-            ctx = ChainContext(profile=prof, work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
+            ctx = ChainContext(work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
                                eval=val if val_source == "eval" else None,
                                check_samples=check_samples(val),
                                threads=plan.options.threads, warnings=[], progress=progress)

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
 from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
-from edgeopt.enums import BackendName, Precision
+from edgeopt.enums import BackendName, Precision, UnitKind
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
 from edgeopt.options import ChainRequest
@@ -262,6 +262,9 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
             metric=pick(r.metric, None),
             prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile),
+            profile_name=profile.name,
+            profile_has_gpu=profile.unit(UnitKind.GPU) is not None,
+            sparse_units=tuple(u.kind.value for u in profile.compute_units if u.sparse_peak_gops is not None),
         )
     except ValidationError as err:
         raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err

@@ -26,6 +26,7 @@ from edgeopt.bench.stats import compare_samples
 from edgeopt.errors import BadInputError, UsageError
 from edgeopt.files import write_text_atomic
 from edgeopt.identity import describe, differences, identity_of, setting_warnings
+from edgeopt.run_record import RunRecord
 from edgeopt.runtime.environment import interference_warning
 
 BUSY_TIMEOUT_MS = 30_000
@@ -223,28 +224,31 @@ def _model_name(result: dict) -> str | None:
     return os.path.basename(model) if model else None
 
 
-def store_run(result: dict, db: str | os.PathLike | None = None, *, created: str | None = None) -> int:
-    """Insert one benchmark result (the JSON the runner prints); returns its id.
+def store_run(result: RunRecord | dict, db: str | os.PathLike | None = None, *, created: str | None = None) -> int:
+    """Insert one benchmark run (a :class:`RunRecord`; a dict is validated into one, unknown keys are
+    errors); returns its ``run_id``.
 
-    The row's device is where the run was measured (``result["identity"]``, or one rebuilt from
-    its environment), never the profile the artifact was built for."""
-    labels = result.get("labels") or {}
-    ident = identity_of(result)
+    The row's device is where the run was measured (``identity``, or one rebuilt from its environment),
+    never the profile the artifact was built for."""
+    record = result if isinstance(result, RunRecord) else RunRecord.model_validate(result)
+    data = record.to_json()
+    labels = data.get("labels") or {}
+    ident = identity_of(data)
     row = (
         created or _iso_now(),
-        _model_name(result),
-        result.get("artifact_hash"),
-        result.get("backend"),
-        result.get("precision"),
+        _model_name(data),
+        data.get("artifact_hash"),
+        data.get("backend"),
+        data.get("precision"),
         ident["machine"],
         ident["location"],
         labels.get("label"),
         labels.get("stage"),
-        (result.get("latency_ms") or {}).get("p50"),
+        (data.get("latency_ms") or {}).get("p50"),
         ident["cpu"],
         ident["built_for"],
         ident["emulated_on"],
-        json.dumps(result, default=str),
+        json.dumps(data, default=str),
     )
     conn = connect(db)
     try:

@@ -22,6 +22,7 @@ from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, RemoteError, UsageError, did_you_mean
 from edgeopt.identity import device_identity
 from edgeopt.options import ConvertOptions
+from edgeopt.run_record import RunRecord
 from edgeopt.runtime.environment import interference_warning
 from edgeopt.runtime.measure import read_artifact
 
@@ -351,12 +352,13 @@ def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep
         raise RemoteError(f"{dev.name}: the device left the inventory during the run (emulate stop or devices "
                           "remove); its result is not stored", "start it again and rerun",
                           details={"result": result})
+    record = RunRecord.model_validate(result)
     if o.store:
         from edgeopt.results import store_run
 
         step("store", 1.0)
-        result["result_id"] = store_run(result, o.db)
-    return result
+        record.run_id = store_run(record, o.db)
+    return record
 
 
 def remote_bench_many(devices: list[Device], artifact_or_model: str | Path, *, progress_factory=None,

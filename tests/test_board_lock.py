@@ -87,7 +87,7 @@ def test_two_concurrent_remote_bench_on_one_device_serialize(emulated_x86, tiny_
     windows = sorted(tuple(o["environment"]["measured_unix"]) for o in outs)
     assert windows[0][1] <= windows[1][0], f"measurements overlapped: {windows}"
     for o in outs:
-        assert o["exclusive"] is True and o["board_lock"]["exclusive"] is True and o["result_id"]
+        assert o["exclusive"] is True and o["board_lock"]["exclusive"] is True and o["run_id"]
         held = (o["board_lock"]["held_from_unix"], o["board_lock"]["held_until_unix"])
         assert held[0] <= o["environment"]["measured_unix"][0] and o["environment"]["measured_unix"][1] <= held[1]
         assert o["environment"]["load_before"] is not None and o["environment"]["interference"] is not None
@@ -98,7 +98,7 @@ def test_two_concurrent_remote_bench_on_one_device_serialize(emulated_x86, tiny_
     from edgeopt.results import get_run
 
     for o in outs:  # the store keeps it: exclusive, the lock wait, and what else ran meanwhile
-        stored = get_run(o["result_id"])["result"]
+        stored = get_run(o["run_id"])["result"]
         assert stored["exclusive"] is True and stored["board_lock"]["wait_seconds"] == o["board_lock"]["wait_seconds"]
         assert stored["environment"]["interference"] is not None and stored["environment"]["load_after"] is not None
 

@@ -188,7 +188,7 @@ def test_export_onto_a_full_disk_names_the_file(cli, tmp_path, mount):
     from edgeopt.results import store_run
 
     db = tmp_path / "r.db"
-    store_run({"backend": "onnxruntime", "latency_ms": {"p50": 2.0}, "environment": {}, "pad": "x" * 5000}, db)
+    store_run({"backend": "onnxruntime", "latency_ms": {"p50": 2.0}, "environment": {}, "name": "x" * 5000}, db)
     full = mount(tmp_path / "full", "size=64k")
     fd = os.open(full / "pad", os.O_WRONLY | os.O_CREAT)
     try:  # fill it up

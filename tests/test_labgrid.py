@@ -138,7 +138,7 @@ def test_remote_bench_through_a_labgrid_place_stores_a_result_and_frees_the_plac
     r = run_cli("remote-bench", "pi5-farm", str(tiny_artifact), *FAST, "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     res = _last_json(r)["results"][0]
-    assert res["device"] == "pi5-farm" and res["result_id"] and res["latency_ms"]["n"] >= 3
+    assert res["device"] == "pi5-farm" and res["run_id"] and res["latency_ms"]["n"] >= 3
     assert res["exclusive"] is True
     assert res["labgrid"] == {"place": "pi5-01", "coordinator": farm["coordinator"],
                               "ssh": f"127.0.0.1:{farm['emu'].port}", "reserved_by_tags": False}
@@ -162,7 +162,7 @@ def test_two_concurrent_remote_bench_on_one_place_serialize(farm, tiny_artifact)
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     results = [json.loads(out.strip().splitlines()[-1])["results"][0] for out, _ in outs]
-    assert all(r["result_id"] and r["labgrid"]["place"] == "pi5-01" for r in results)
+    assert all(r["run_id"] and r["labgrid"]["place"] == "pi5-01" for r in results)
     windows = sorted(tuple(r["environment"]["measured_unix"]) for r in results)
     assert windows[0][1] <= windows[1][0], f"measurements overlapped: {windows}"
     waited = [err for _, err in outs if "pi5-farm: labgrid place 'pi5-01' is busy: held by " in err]

@@ -13,7 +13,7 @@ from edgeopt.errors import BadModelError, ExitCode
 
 
 def _run(path, tmp_path, **config):
-    ctx = ChainContext(profile=None, work_dir=tmp_path, artifact_dir=tmp_path, reference_model=path,
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path, reference_model=path,
                        record=StageRecord("normalize", {}))
     out = Normalize().run(Intermediate(path), NormalizeConfig(**config), ctx)
     return out, ctx

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.openvino
 
 def _ctx(tmp_path, calib, ev):
     (tmp_path / "art").mkdir(exist_ok=True)
-    return ChainContext(profile=None, work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
+    return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
                         calib=calib, eval=ev, check_samples=ev.subset(np.arange(8)), threads=2,
                         record=StageRecord("openvino", {}))
 

@@ -121,9 +121,9 @@ def residual_model(path, dead=()):
     return n.save(n.gemm(x, 8 * H * W, 5), path, [1, 5])
 
 
-def ctx_for(tmp_path, profile="host"):
+def ctx_for(tmp_path):
     x = np.random.default_rng(1).random((6, 1, 3, H, W)).astype(np.float32)
-    return ChainContext(profile=load_profile(profile), work_dir=tmp_path, artifact_dir=tmp_path / "artifact",
+    return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "artifact",
                         reference_model=tmp_path / "ref.onnx", check_samples=Dataset({"input": x}))
 
 
@@ -350,7 +350,7 @@ def test_sparse_2_4_zeroes_two_of_every_four(tmp_path):
         assert np.all((groups == 0).sum(axis=1) == 2)
     assert np.array_equal(after["c1.w"], before["c1.w"])
     assert "TensorRT" in rep["note"]
-    assert any("sparse tensor cores" in w for w in ctx.warnings)  # host has none
+    assert any("this profile has no unit with sparse tensor cores" in w for w in ctx.warnings)  # made without a plan
     max_diff(src, out.path)
 
 
@@ -370,11 +370,26 @@ def test_mask_2_4_along_matmul_reduction_axis():
 
 def test_sparse_2_4_on_a_profile_with_sparse_tensor_cores_does_not_warn(tmp_path):
     src = depthwise_model(tmp_path / "m.onnx")
-    ctx = ctx_for(tmp_path, "jetson-orin-nano")
-    Prune().run(Intermediate(src), Prune.configure(ChainOptions(
-        backend=BackendName.ONNXRUNTIME, precision=Precision.FP32, prune_mode=PruneMode.SPARSE_2_4)), ctx)
+    ctx = ctx_for(tmp_path)
+    config = _plan_2_4("jetson-orin-nano").config
+    assert config.sparse_units == ("gpu",) and config.profile_name == "jetson-orin-nano"  # in the plan and its hash
+    Prune().run(Intermediate(src), config, ctx)
     assert ctx.warnings == [] and ctx.record.report["zero_share_covered"] == 0.5
     assert ctx.record.checks["output_shapes_unchanged"] is True
+
+
+def _plan_2_4(profile):
+    from edgeopt.plan import make_plan
+
+    plan = make_plan(load_profile(profile), backend="onnxruntime", precision="fp32", prune_mode="2:4")
+    return next(s for s in plan.stages if s.name == "prune")
+
+
+def test_sparse_2_4_on_a_profile_without_sparse_tensor_cores_warns_naming_it(tmp_path):
+    src = depthwise_model(tmp_path / "m.onnx")
+    ctx = ctx_for(tmp_path)
+    Prune().run(Intermediate(src), _plan_2_4("pi5").config, ctx)
+    assert any("pi5 has no unit with sparse tensor cores" in w for w in ctx.warnings)
 
 
 MNIST_MODEL = REPO / "fixtures" / "models" / "mnist_cnn.onnx"

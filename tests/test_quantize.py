@@ -26,9 +26,9 @@ DATA = REPO / "fixtures" / "data"
 pytestmark = pytest.mark.onnxruntime
 
 
-def _ctx(tmp_path, calib, ev=None, profile=None, check=None):
+def _ctx(tmp_path, calib, ev=None, check=None):
     (tmp_path / "art").mkdir(exist_ok=True)
-    return ChainContext(profile=profile, work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
+    return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
                         calib=calib, eval=ev, check_samples=check if check is not None else (ev or calib).subset(np.arange(8)),
                         threads=2, record=StageRecord("quantize", {}))
 
@@ -132,6 +132,31 @@ def test_fp16_keeps_fp32_io_and_matches(tmp_path):
     assert m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer)
     assert ctx.record.checks["cosine_min"] > 0.9999
+    assert not any("without a GPU" in w for w in ctx.warnings)  # made without a plan: the GPU is not known
+
+
+def test_profile_facts_are_settled_in_the_plan_not_read_at_run_time(tmp_path):
+    """Whether the profile has a GPU is in the quantize config (so in the plan's hash and --dry-run);
+    the FP16 warning follows that config, with no profile in the chain context."""
+    from edgeopt.converters.quantize import QuantizeStage
+    from edgeopt.plan import make_plan
+    from edgeopt.profiles import load_profile
+
+    def quantize_spec(profile):
+        plan = make_plan(load_profile(profile), backend="onnxruntime", precision="fp16")
+        return plan, next(s for s in plan.stages if s.name == "quantize")
+
+    pi5, pi5_q = quantize_spec("pi5")
+    orin, orin_q = quantize_spec("jetson-orin-nano")
+    assert pi5_q.config.profile_has_gpu is False and orin_q.config.profile_has_gpu is True
+    assert "profile_has_gpu=False" in str(pi5)
+    calib, test = digits_datasets()
+    warned = {}
+    for name, spec in (("pi5", pi5_q), ("orin", orin_q)):
+        ctx = _ctx(tmp_path / name, calib, test) if (tmp_path / name).mkdir() is None else None
+        QuantizeStage().run(Intermediate(DIGITS), spec.config, ctx)
+        warned[name] = any("FP16 for a profile without a GPU" in w for w in ctx.warnings)
+    assert warned == {"pi5": True, "orin": False}
 
 
 def test_dynamic_int8_refused_for_cnn_with_reason(tmp_path):

@@ -52,7 +52,7 @@ def _pruned(tmp_path):
 
 def _recover(tmp_path, config: RecoverConfig, calib=None):
     src, pruned, data, _ = _pruned(tmp_path)
-    ctx = ChainContext(profile=load_profile("host"), work_dir=tmp_path, artifact_dir=tmp_path / "artifact",
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "artifact",
                        reference_model=src, calib=calib or data, threads=2)
     out = Recover().run(Intermediate(pruned), config, ctx)
     return src, pruned, out, ctx
@@ -145,7 +145,7 @@ def test_simulated_ctrl_c_keeps_the_best_student_so_far(tmp_path):
 
     src, pruned, calib, _ = _pruned(tmp_path)
     config = RecoverConfig(max_epochs=40, patience=40, seed=0)
-    ctx = ChainContext(profile=load_profile("host"), work_dir=tmp_path, artifact_dir=tmp_path / "a",
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "a",
                        reference_model=src, calib=calib)
     student, teacher = onnx2torch.convert(str(pruned)), onnx2torch.convert(str(src))
     job = recover_train.Job.make(torch, teacher, student, pruned, src, calib, config, ctx)
@@ -242,7 +242,7 @@ def test_prune_report_times_the_pruned_model_against_the_unpruned(tmp_path):
 
     src = fixture_model("digits_cnn")
     calib = _data("digits_calib", src)
-    ctx = ChainContext(profile=load_profile("host"), work_dir=tmp_path, artifact_dir=tmp_path / "a",
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "a",
                        reference_model=src, calib=calib, check_samples=calib.subset([0, 1]), threads=1)
     Prune().run(Intermediate(src), PruneConfig(ratio=0.5, round_to=8), ctx)
     lat = ctx.record.report["latency"]
@@ -260,7 +260,7 @@ def test_validation_on_the_data_recovery_trained_on_is_noticed():
     calib, test = _data("digits_calib", src), _data("digits_test", src)
 
     def ctx(val):
-        return ChainContext(profile=None, work_dir=".", artifact_dir=".", reference_model=src, calib=calib,
+        return ChainContext(work_dir=".", artifact_dir=".", reference_model=src, calib=calib,
                             check_samples=check_samples(val))
 
     assert _validates_on_calib(ctx(calib))  # fp32 without --eval: the chain validates on --calib itself

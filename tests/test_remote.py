@@ -134,7 +134,7 @@ def test_remote_bench_model_on_emulated_x86(emulated_x86, remote_tiny_model, cli
     from edgeopt.results import list_runs
 
     stored = list_runs(device="x86-emu")
-    assert [s["id"] for s in stored] == [res["result_id"]] and stored[0]["location"] == "emulated"
+    assert [s["id"] for s in stored] == [res["run_id"]] and stored[0]["location"] == "emulated"
     assert _run_dirs(emulated_x86["device"].work_dir) == []
 
 

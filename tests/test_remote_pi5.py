@@ -150,8 +150,8 @@ def test_pi5_model_is_converted_for_the_profile_and_stored(emulated_pi5, digits_
     from edgeopt.results import get_run, list_runs
 
     rows = list_runs(device="pi5-emu")
-    assert [(r["id"], r["location"], r["backend"]) for r in rows] == [(res["result_id"], "emulated", "tflite")]
-    row = get_run(res["result_id"])
+    assert [(r["id"], r["location"], r["backend"]) for r in rows] == [(res["run_id"], "emulated", "tflite")]
+    row = get_run(res["run_id"])
     assert row["location"] == "emulated" and row["device"] == "pi5-emu"
     stored = row["result"]
     assert stored["location"] == "emulated" and stored["environment"]["location"] == "emulated"

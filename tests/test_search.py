@@ -58,7 +58,7 @@ def per_position_agreement(path_or_run, reference_run, ds: Dataset) -> float:
 
 def _ctx(tmp_path, calib, ev, stage="quantize"):
     (tmp_path / "art").mkdir(exist_ok=True)
-    return ChainContext(profile=None, work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=tmp_path,
+    return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=tmp_path,
                         calib=calib, eval=ev, check_samples=ev.subset(np.arange(8)), threads=2,
                         record=StageRecord(stage, {}))
 

@@ -74,8 +74,9 @@ def test_backend_contract_and_profile_target():
     assert BACKEND.extra == "tvm" and not BACKEND.quantizes_itself and BACKEND.available()
     pi5 = load_profile("pi5").backend(BackendName.TVM)
     cfg = BACKEND.configure(ChainOptions(backend=BackendName.TVM, precision=Precision.FP32,
-                                         backend_settings=dict(pi5.settings)))
+                                         backend_settings=dict(pi5.settings), profile_name="pi5"))
     assert cfg.target["mcpu"] == "cortex-a76" and cfg.target["mtriple"] == "aarch64-linux-gnu"
+    assert cfg.profile_name == "pi5"  # named by the untuned library's 'edgeopt tune' hint
 
 
 def test_resolve_target_fills_host_cpu_but_not_a_foreign_one():

@@ -35,6 +35,7 @@ class TVMConfig(StageConfig):
     tuning_db: str | None = None  # a MetaSchedule JSON database dir to apply (else the tuning cache)
     use_tuning_cache: bool = True  # look for $EDGEOPT_CACHE_DIR/tvm-tuning/<key>
     threads: int | None = None  # runtime threads (the runner's thread pool)
+    profile_name: str | None = None  # the planner's: named in the hint to tune an untuned library
 
 
 @register_stage
@@ -61,7 +62,7 @@ class TVMBackend(Backend):
     def configure(cls, options: ChainOptions) -> TVMConfig:
         s = options.backend_settings
         return TVMConfig(target=s.get("target"), tuning_db=s.get("tuning_db"),
-                         threads=options.threads or s.get("threads"))
+                         threads=options.threads or s.get("threads"), profile_name=options.profile_name)
 
     def run(self, model: Intermediate, config: TVMConfig, ctx: ChainContext) -> Intermediate:
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
@@ -97,7 +98,7 @@ class TVMBackend(Backend):
             notes_text.append("untuned: TVM's default schedules (50-100x slower than ONNX Runtime on x86); "
                               "run 'edgeopt tune' first")
             ctx.warn("tvm: library is UNTUNED (no MetaSchedule database for this model and target); "
-                     f"run 'edgeopt tune MODEL --profile {getattr(ctx.profile, 'name', 'P')}' to tune it")
+                     f"run 'edgeopt tune MODEL --profile {config.profile_name or 'PROFILE'}' to tune it")
         if twin:
             notes_text.append(f"validated here with {twin['model']}, the same Relax module built for this machine "
                               f"({twin['arch']}); {LIBRARY} itself ({tb.target_arch(target_dict)}, "

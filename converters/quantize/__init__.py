@@ -22,7 +22,7 @@ from edgeopt.converters.base import (
     StageConfig,
 )
 from edgeopt.converters.registry import register_stage
-from edgeopt.enums import Precision, StrEnum, UnitKind
+from edgeopt.enums import Precision, StrEnum
 from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
 
 from .presets import PRESETS, get_preset, preset_for_profile
@@ -42,6 +42,7 @@ class QuantizeConfig(StageConfig):
     # the planner's choice for the profile's ISA, and why: in the plan, its hash and --dry-run
     profile_preset: str | None = None
     profile_preset_reason: str | None = None
+    profile_has_gpu: bool | None = None  # the planner's: FP16 without a GPU warns; INT8 names FP16 where it has one
     calib_method: CalibMethod | None = None  # None: the preset's
     per_channel: bool | None = None  # None: the preset's
     calib_samples: int | None = 128
@@ -71,6 +72,7 @@ class QuantizeStage(Stage):
         return QuantizeConfig(
             profile_preset=preset,
             profile_preset_reason=why,
+            profile_has_gpu=options.profile_has_gpu,
             precision=options.precision,
             calib_method=options.calib_method,
             per_channel=options.per_channel,
@@ -108,7 +110,7 @@ class QuantizeStage(Stage):
         if config.precision == Precision.FP16:
             from .fp16 import convert_fp16
 
-            if ctx.profile is not None and hasattr(ctx.profile, "unit") and ctx.profile.unit(UnitKind.GPU) is None:
+            if config.profile_has_gpu is False:
                 ctx.warn("quantize: FP16 for a profile without a GPU: ONNX Runtime's CPU provider runs most FP16 ops "
                          "through casts, so expect no speed-up over FP32")
             convert_fp16(Path(model.path), out)
@@ -147,8 +149,8 @@ class QuantizeStage(Stage):
             preset, why = get_preset(config.preset), f"preset {config.preset} asked for"
         elif config.profile_preset:
             preset, why = get_preset(config.profile_preset), config.profile_preset_reason or "chosen by the planner"
-        else:  # a config made without a plan (the stage used directly)
-            preset, why = preset_for_profile(ctx.profile)
+        else:  # a config made without a plan (the stage used directly): this machine's
+            preset, why = preset_for_profile(None)
         overrides = {}
         if config.calib_method is not None:
             overrides["calib_method"] = config.calib_method
@@ -180,7 +182,7 @@ class QuantizeStage(Stage):
 
             path, aa = accuracy_aware(src, work, settings, ctx, config.max_accuracy_drop, input_names,
                                       config.calib_samples, config.search_fraction, config.search_budget_s,
-                                      config.min_speedup)
+                                      config.min_speedup, fp16_hint=bool(config.profile_has_gpu))
             report["accuracy_aware"] = aa
             shutil.copyfile(path, out)
         else:

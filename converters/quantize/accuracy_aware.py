@@ -57,7 +57,7 @@ def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
 
 def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: float, input_names: list[str],
                    calib_samples: int | None, search_fraction: float = 0.5, budget_s: float = DEFAULT_BUDGET_S,
-                   min_speedup: float | None = None) -> tuple[Path, dict]:
+                   min_speedup: float | None = None, fp16_hint: bool = False) -> tuple[Path, dict]:
     """Quantize ``src`` (FP32 ONNX) so the metric drop stays within ``bound`` on data the search never
     saw, within ``budget_s`` seconds (:mod:`.search`); returns (path, report)."""
     import onnx
@@ -113,17 +113,14 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
                                       "note": "quick interleaved ORT p50, not a benchmark"}
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
                                     runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,
-                                    prefix="quantize", alternatives=_fp16_hint(ctx), threads=threads)
+                                    prefix="quantize", alternatives=_fp16_hint(fp16_hint), threads=threads)
     return path, report
 
 
-def _fp16_hint(ctx) -> dict | None:
+def _fp16_hint(profile_has_gpu: bool) -> dict | None:
     """FP16 is the faster precision to name only where the profile has a GPU (ONNX Runtime's CPU
     provider runs FP16 through casts); its accuracy is not measured here (no GPU to run it)."""
-    from edgeopt.enums import UnitKind
-
-    prof = ctx.profile
-    if prof is not None and hasattr(prof, "unit") and prof.unit(UnitKind.GPU) is not None:
+    if profile_has_gpu:
         return {"fp16": {"latency_ms": None, "drop": "not measured here: the profile's GPU runs it",
                          "suggest": "--precision fp16"}}
     return None

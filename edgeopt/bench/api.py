@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, MissingDependencyError
 from edgeopt.paths import CacheArea, cache_subdir
+from edgeopt.run_record import RunRecord
 
 
 class BenchOptions(BaseModel):
@@ -171,7 +172,8 @@ def _energy_pass(runner, feeds, meter, seconds: float = 1.0) -> dict:
 def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | None = None, *,
                     progress: Callable[[float], None] | None = None,
                     names: dict[str, str] | None = None, validations: dict[str, dict] | None = None, keep_going: bool = False) -> dict:
-    """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``."""
+    """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``, each
+    measured row a :class:`RunRecord` (a failed one a dict with its error)."""
     from edgeopt.bench.energy import energy_figures
     from edgeopt.identity import local_identity
     from edgeopt.runtime import environment
@@ -269,11 +271,12 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
 
             rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
                                                       profile=ident["profile"])
+        record = RunRecord.model_validate(rec)
         if o.store:
             from edgeopt.results import store_run
 
-            rec["run_id"] = store_run(rec, o.db)
-        rows.append(rec)
+            record.run_id = store_run(record, o.db)
+        rows.append(record)
     seen: dict[str, int] = {}
     for r in rows:  # the same directory name twice: number them
         seen[r["name"]] = seen.get(r["name"], 0) + 1
@@ -294,31 +297,16 @@ def cache_dir() -> Path:
     return cache_subdir(CacheArea.ARTIFACTS)
 
 
-def _tool_versions() -> dict:
-    from edgeopt import __version__
-    from edgeopt.converters.registry import libraries
-    from edgeopt.deps import version_of
-
-    return {"edgeopt": __version__, **{d: version_of(d) for _, d, _ in libraries()}}
-
-
-def cache_key(model_sha: str, plan_hash: str, extra: dict | None = None) -> str:
-    import hashlib
-    import json
-
-    body = json.dumps({"model": model_sha, "plan": plan_hash, "tools": _tool_versions(), **(extra or {})}, sort_keys=True)
-    return hashlib.sha256(body.encode()).hexdigest()[:32]
-
-
 def reference_artifact(model: Path, model_sha: str) -> Path:
     """The user's model as-is in ONNX Runtime FP32 (the baseline row), cached by content."""
     import json
     import shutil
     import tempfile
 
+    from edgeopt.cache_key import artifact_key
     from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
-    out = cache_dir() / f"reference-{cache_key(model_sha, 'onnxruntime-fp32-reference')}"
+    out = cache_dir() / f"reference-{artifact_key('onnxruntime-fp32-reference', model_sha)[:32]}"
     if (out / "manifest.json").is_file():
         return out
     m = load_onnx(model)
@@ -342,15 +330,14 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
 
 def _convert_cached(model: Path, model_sha: str, profile, backend: str, *, calib, eval_data, input_shapes,
                     precision=None, metric=None) -> Path:
-    from edgeopt.files import file_sha256
+    from edgeopt.cache_key import artifact_key
     from edgeopt.options import ConvertOptions, from_keywords
     from edgeopt.plan import make_plan
 
     options = from_keywords(ConvertOptions, dict(backend=backend, precision=precision, metric=metric, calib=calib,
                                                  eval=eval_data, input_shapes=input_shapes, force=True), where="bench")
     plan = make_plan(profile, options.chain_request(), input_shapes=options.input_shapes)
-    extra = {"calib": file_sha256(calib) if calib else None, "eval": file_sha256(eval_data) if eval_data else None}
-    out = cache_dir() / f"{backend}-{cache_key(model_sha, plan.hash, extra)}"
+    out = cache_dir() / f"{backend}-{artifact_key(plan.hash, model_sha, calib=calib, eval=eval_data)[:32]}"
     if (out / "manifest.json").is_file():
         return out
     from edgeopt.convert import convert

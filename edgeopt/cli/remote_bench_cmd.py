@@ -138,8 +138,8 @@ def remote_bench_cmd(
                     c.print(f"{e['device']}: {key} {qps} q/s ({how}; x{x} of one stream's "
                             f"{tp.get('single_stream_qps')} q/s)", markup=False)
         for e in entries:
-            if e["ok"] and e["result"].get("result_id"):
-                c.print(f"{e['device']}: stored as run {e['result']['result_id']}")
+            if e["ok"] and e["result"].get("run_id"):
+                c.print(f"{e['device']}: stored as run {e['result']['run_id']}")
 
     if not failed:
         emit(json_out, payload, human)

@@ -129,9 +129,9 @@ def _bench(rows: list[dict], lr: LoadedRecipe, db: Path, on_event) -> dict:
 def _model_sha(lr: LoadedRecipe) -> str:
     import hashlib
 
+    from edgeopt.cache_key import path_sha256
     from edgeopt.errors import BadInputError
     from edgeopt.model import load_onnx
-    from edgeopt.pipeline.cache import path_sha256
 
     m = lr.recipe.model
     if m.path:
