@@ -20,7 +20,6 @@ from pathlib import Path
 from edgeopt.enums import RunLocation
 from edgeopt.errors import BadInputError, EdgeoptError, RemoteError
 from edgeopt.identity import device_identity
-from edgeopt.run_record import RunRecord
 from edgeopt.runtime.environment import interference_warning
 from edgeopt.runtime.measure import read_artifact
 
@@ -310,6 +309,8 @@ def _remote_bench(dev: Device, artifact_or_model, step, *, keep, accept_new_host
         raise RemoteError(f"{dev.name}: the device left the inventory during the run (emulate stop or devices "
                           "remove); its result is not stored", "start it again and rerun",
                           details={"result": result})
+    from edgeopt.run_record import RunRecord
+
     record = RunRecord.model_validate(result)
     if store:
         from edgeopt.results import store_run
