@@ -48,13 +48,13 @@ class PruneConfig(StageConfig):
     min_channels: int = Field(default=4, ge=1)  # never keep fewer channels than this
     round_to: int = Field(default=1, ge=1)  # kept channel counts rounded up to a multiple (SIMD width)
     round_to_reason: str = ""  # why the planner chose round_to from the profile (see channel_multiple)
+    # 2:4 only, the planner's: the profile's units with sparse tensor cores (None: not known) and its name
+    sparse_units: tuple[str, ...] | None = None
+    profile_name: str | None = None
     # add the mean contribution of removed input channels (measured on ctx.calib) to each consumer's bias
     bias_compensation: bool = True
     calib_samples: int = Field(default=64, ge=1)
     skip: tuple[str, ...] = ()  # Conv names whose output channels stay (with every Conv sharing their mask)
-    # 2:4 only, the planner's: the profile's units with sparse tensor cores (None: not known) and its name
-    sparse_units: tuple[str, ...] | None = None
-    profile_name: str | None = None
 
 
 @register_stage
@@ -66,12 +66,14 @@ class Prune(Stage):
     def configure(cls, options: ChainOptions) -> PruneConfig | None:
         if options.prune_mode == PruneMode.CHANNELS and options.prune == 0:
             return None
+        if options.prune_mode == PruneMode.SPARSE_2_4:  # the profile's sparse tensor cores, settled in the plan
+            multiple, why = options.prune_channel_multiple
+            return PruneConfig(mode=options.prune_mode, round_to=multiple, round_to_reason=why,
+                               sparse_units=options.sparse_units, profile_name=options.profile_name)
         try:
             ratio = options.prune if options.prune_mode == PruneMode.CHANNELS else 0.0
             multiple, why = options.prune_channel_multiple
-            sparse = {"sparse_units": options.sparse_units, "profile_name": options.profile_name} \
-                if options.prune_mode == PruneMode.SPARSE_2_4 else {}
-            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why, **sparse)
+            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why)
         except ValidationError as err:
             raise UsageError(
                 f"prune ratio {options.prune} is out of range", "give the fraction of channels to remove, in [0, 1), e.g. 0.3"

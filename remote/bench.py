@@ -190,7 +190,7 @@ def remote_bench(
     notify=None,
     wait: float = board_lock.DEFAULT_WAIT_S,
     **measure,
-) -> dict:
+) -> RunRecord:
     """Benchmark an artifact (or an .onnx model, converted for the device's profile with ``convert_options``,
     a :class:`edgeopt.options.ConvertOptions`) on ``device``. ``options``: how to measure (a
     :class:`edgeopt.bench.api.BenchOptions`: threads, warmup, min_runs, min_seconds, streams, batch, inputs,
@@ -222,7 +222,7 @@ def remote_bench(
 
 def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep, accept_new_host_key, setup,
                   wheels, convert_options: ConvertOptions | None, devices_path, transport, runtime_dir,
-                  max_age_hours, timeout, cancel, notify, listed, wait) -> dict:
+                  max_age_hours, timeout, cancel, notify, listed, wait) -> RunRecord:
     location = _location(dev)
     inputs, outputs_to = o.inputs, o.outputs
 
