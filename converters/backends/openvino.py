@@ -259,9 +259,10 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
                          confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,
                          threads=threads)
     report = result.report
-    report["method"] = ("nncf.quantize: NNCF's options, then quantizers removed from the best option's model in the "
-                        "order of one ranking, within --search-budget; each hit confirmed on the held-out part; the "
-                        "hit rebuilt with those ops in ignored_scope (see final_build)")
+    report["method"] = ("nncf.quantize: NNCF's options, then units (an activation quantizer and its readers' INT8 "
+                        "weights) made float in the best option's model in the order of one ranking, within "
+                        "--search-budget; each hit confirmed on the held-out part; the hit rebuilt with those ops in "
+                        "ignored_scope (see final_build)")
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
         raise gate_failure("openvino", result, bound)

@@ -273,6 +273,8 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
              else f"after {r['candidates']} candidates")
     total = r.get("quantized_ops_ranked")
     kept = f"{len(c.kept)} of {total} ops kept in float" if total else f"{len(c.kept)} ops kept in float"
+    if c.kept:
+        kept += " (" + ", ".join(c.kept[:3]) + (f" and {len(c.kept) - 3} more" if len(c.kept) > 3 else "") + ")"
     held = ("" if c.confirm_value is None else
             f", held-back {c.confirm_value:.2f}{unit} vs {r['fp32']['confirm']:.2f}{unit}")
     return GateFailedError(
