@@ -285,12 +285,23 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
 
 
 # ---------------------------------------------------------------------- faster, or say so
-def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20) -> dict:
-    """Quick interleaved latency (p50 of ``repeats`` each, after one warm-up): an estimate, not a benchmark."""
+QUICK_S = 1.5  # the speed check's quick timing: about this many seconds of rounds for fast models
+
+
+def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20,
+                           target_s: float | None = None, max_repeats: int = 2000) -> dict:
+    """Quick interleaved latency (p50, after one warm-up): an estimate, not a benchmark. ``repeats`` rounds;
+    with ``target_s``, more for fast models (about ``target_s`` in all, at most ``max_repeats``): 20 calls of
+    a 0.1 ms model are 2 ms of samples, which one scheduler hiccup on a loaded machine decides."""
     times: dict[str, list[float]] = {k: [] for k in runs}
+    one = 0.0
     for r in runs.values():
         r(feed)
-    for _ in range(repeats):
+        t0 = time.perf_counter()
+        r(feed)
+        one += time.perf_counter() - t0
+    rounds = repeats if target_s is None else max(repeats, min(max_repeats, int(target_s / max(one, 1e-6))))
+    for _ in range(rounds):
         for k, r in runs.items():
             t0 = time.perf_counter()
             r(feed)
