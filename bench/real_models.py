@@ -300,6 +300,10 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
                                             "search_drop_points", "confirm_drop_points", "kept_in_float_count",
                                             "quantized_ops_ranked", "search_seconds")}
     row["kept_in_float"] = [k.get("node") or k.get("quantizer") for k in aa.get("kept_in_float", [])]
+    row["tried"] = [{k: t.get(k) for k in ("what", "search_drop_points", "confirm_drop_points", "seconds")}
+                    for t in aa.get("tried", [])]
+    row["final_build"] = aa.get("final_build")
+    row["float_weights_restored"] = aa.get("float_weights_restored")
     row["warnings"] = ctx.warnings if ctx is not None else []
     # the metric on the held-back half (the split the search made), for FP32, naive and searched INT8
     _, held = case.eval.split(0.5, seed=0)

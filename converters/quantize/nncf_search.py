@@ -129,6 +129,11 @@ class FloatUnits:
         self.fp32_ops = {op.get_friendly_name(): op for op in fp32_model.get_ordered_ops()}
         self._readers: dict[str, list[str]] = {}
 
+    def q_ops(self) -> dict:
+        if not hasattr(self, "_q_ops"):
+            self._q_ops = {op.get_friendly_name(): op for op in self.q.get_ordered_ops()}
+        return self._q_ops
+
     def readers(self, fq_name: str) -> list[str]:
         if fq_name not in self._readers:
             self._readers[fq_name] = consumers_to_ignore(self.q, fq_name)
@@ -142,9 +147,23 @@ class FloatUnits:
         src = op.input_value(k).get_node()
         return src if src.get_type_name() == "Constant" else None
 
-    def weights_of(self, model, fq_names) -> list[tuple[object, int, object]]:
-        """(op in ``model``, input index, FP32 Constant) for every INT8 weight the units' readers have."""
+    @staticmethod
+    def smooth_quant_of(fq):
+        """The SmoothQuant Multiply feeding quantizer ``fq`` (None without one): its readers' weights were
+        scaled by its inverse, so their FP32 weights go back only with that Multiply bypassed too."""
+        src = fq.input_value(0).get_node()
+        if src.get_type_name() == "Multiply" and "smooth_quant" in src.get_friendly_name():
+            return src
+        return None
+
+    def weights_of(self, model, fq_names, *, smooth_quant_ok: bool = False) -> list[tuple[object, int, object]]:
+        """(op in ``model``, input index, FP32 Constant) for every INT8 weight the units' readers have. Units
+        behind a SmoothQuant Multiply are left out (their INT8 weights are the FP32 ones rescaled) unless
+        ``smooth_quant_ok`` (:meth:`apply` bypasses that Multiply)."""
         ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
+        if not smooth_quant_ok:
+            own = self.q_ops()
+            fq_names = [fq for fq in fq_names if fq in own and self.smooth_quant_of(own[fq]) is None]
         out = []
         for name in dict.fromkeys(r for fq in fq_names for r in self.readers(fq)):
             op = ops.get(name)
@@ -154,6 +173,25 @@ class FloatUnits:
                 c = self.fp32_weight(name, k)
                 if c is not None:
                     out.append((op, k, c))
+            out += self._biases_after(op)
+        return out
+
+    def _biases_after(self, op) -> list[tuple[object, int, object]]:
+        """The bias Add after a reader (its Constant input), where NNCF's bias correction changed it to make up
+        for the reader's INT8 error: in float the FP32 model's bias goes back too."""
+        out = []
+        for o in op.outputs():
+            for ti in o.get_target_inputs():
+                add = ti.get_node()
+                if add.get_type_name() != "Add":
+                    continue
+                for k in range(add.get_input_size()):
+                    cur = add.input_value(k).get_node()
+                    orig = self.fp32_weight(add.get_friendly_name(), k)
+                    if cur.get_type_name() == "Constant" and orig is not None and \
+                            tuple(cur.get_output_shape(0)) == tuple(orig.get_output_shape(0)) and \
+                            not np.array_equal(cur.get_data(), orig.get_data()):
+                        out.append((add, k, orig))
         return out
 
     def apply(self, fq_names) -> tuple[object, int]:
@@ -162,11 +200,28 @@ class FloatUnits:
 
         qc = self.q.clone()
         names = set(fq_names)
-        for op in qc.get_ordered_ops():
+        ops = {op.get_friendly_name(): op for op in qc.get_ordered_ops()}
+        # a quantizer behind SmoothQuant (x * 1/s -> FQ -> W * s): its readers get their FP32 weights back only
+        # when the Multiply can go too (nothing else reads it), else they keep the rescaled INT8 weights
+        with_weights, bypass = [], []
+        for name in fq_names:
+            fq = ops.get(name)
+            if fq is None or fq.get_type_name() != "FakeQuantize":
+                continue
+            sq = self.smooth_quant_of(fq)
+            readers = set() if sq is None else {ti.get_node().get_friendly_name() for o in sq.outputs()
+                                                for ti in o.get_target_inputs()}
+            if sq is None or readers <= names:
+                with_weights.append(name)
+                if sq is not None:
+                    bypass.append(sq)
+        for op in ops.values():
             if op.get_friendly_name() in names and op.get_type_name() == "FakeQuantize":
                 op.output(0).replace(op.input_value(0))
+        for sq in bypass:
+            sq.output(0).replace(sq.input_value(0))
         restored = 0
-        for op, k, const in self.weights_of(qc, fq_names):
+        for op, k, const in self.weights_of(qc, with_weights, smooth_quant_ok=True):
             op.input(k).replace_source_output(opset13.constant(const.get_data()).output(0))
             restored += 1
         return qc, restored
