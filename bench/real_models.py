@@ -6,8 +6,10 @@ stage with ``max_accuracy_drop`` and ``search_budget_s``, as ``convert --max-acc
 --search-budget S`` runs it). The eval data is split as the search splits it (``search_fraction`` 0.5,
 seed 0): the metric figures below are on the **held-back half, which the search never saw**, with the
 metric the search used (named per model). Latency: FP32, naive and searched INT8 timed **interleaved**
-(``measure_interleaved``) with 2 threads on this host (ONNX Runtime CPU, the host profile's backend),
-p10/p50/p90 and run counts, with the environment (CPU, versions, load and interference before/after).
+(``measure_interleaved``) with 2 threads on this host (``--backend``: OpenVINO, the host profile's, or ONNX
+Runtime), p10/p50/p90 and run counts, with the environment (CPU, versions, load and interference before/after).
+Each row ends in a ``verdict``: a bound met by an INT8 that is not faster than FP32 (p50 under x1.05) is not a
+success, and the row says whether the run itself warned so.
 
 Data: rendered text lines and pages (labels by construction where there are labels), espeak-ng speech
 and silence/noise windows (labels by construction), random English word sentences for the embedder.
