@@ -249,3 +249,33 @@ def test_tflite_int8_with_bound_is_searched_confirmed_and_timed(tmp_path):
     assert (tmp_path / "art" / "model.tflite").is_file()
     speed = aa["speed"]
     assert "latency_ms" in speed and {"fp32", "int8_final"} <= set(speed["latency_ms"]) or "not timed" in speed["note"]
+
+
+def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
+    """Only keeping all ranked ops in float meets the bound: that candidate bounds the bisection, but the search
+    ends without a result and the gate failure says that only the FP32 model met it."""
+    from edgeopt.converters.quantize.search import gate_failure, run_search
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    ds = Dataset({"x": rng.standard_normal((40, 1, 4)).astype(np.float32)}, ranks={"x": 2})
+    search, confirm = ds.split(0.5, seed=0)
+
+    def fp32_run(feed):
+        return {"y": feed["x"] @ w}
+
+    def broken(feed):
+        return {"y": -(feed["x"] @ w)}
+
+    ops = ["a", "b", "c"]
+
+    def with_float(i, kept):
+        return lambda: (None, fp32_run if len(kept) == len(ops) else broken)
+
+    result = run_search(options=[("preset", lambda: (None, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
+                        with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
+                        budget_s=60)
+    assert result.best is None and result.report["only_all_float_meets"]
+    assert any(t["kept_in_float"] == 3 and t.get("confirm_drop_points") == 0 for t in result.report["tried"])
+    msg = gate_failure("quantize", result, 1.0).one_line()
+    assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg
