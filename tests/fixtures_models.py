@@ -96,6 +96,40 @@ def digits_datasets():
     return calib, test
 
 
+def weight_outlier_mlp(path: Path, seed: int = 0, positions: int = 8) -> np.ndarray:
+    """x[1,T,16] -> fcA -> relu -> fcB -> relu -> fcC -> logits[1,T,10], where INT8 *weights* break the model and
+    no activation quantizer does: fcA's output channel 0 is always 0 (a dead channel), and every output channel
+    of fcB holds one weight 1000x larger on that dead input. Per-channel INT8 of fcB's weights takes its scale
+    from that weight and rounds every weight that matters to 0; in float the dead input makes it harmless.
+    Only fcB's weights back in float (NNCF ``ignored_scope``) recover it. Returns the cluster prototypes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    wa = (rng.standard_normal((16, 32)) / 4).astype(np.float32)
+    wa[:, 0] = 0.0
+    wb = (rng.standard_normal((32, 32)) / np.sqrt(32)).astype(np.float32)
+    wb[0, :] = 1000.0 * np.abs(wb).max()
+    protos = (rng.standard_normal((10, 16)) * 2).astype(np.float32)
+    c = rng.integers(0, 10, 2000)
+    h = protos[c] + 0.3 * rng.standard_normal((2000, 16)).astype(np.float32)
+    h = np.maximum(np.maximum(h @ wa, 0) @ wb, 0)
+    wc = np.linalg.lstsq(h, 10.0 * np.eye(10)[c], rcond=None)[0].astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "wA"], ["mmA"], name="fcA"),
+             helper.make_node("Relu", ["mmA"], ["hA"], name="reluA"),
+             helper.make_node("MatMul", ["hA", "wB"], ["mmB"], name="fcB"),
+             helper.make_node("Relu", ["mmB"], ["hB"], name="reluB"),
+             helper.make_node("MatMul", ["hB", "wC"], ["logits"], name="fcC")]
+    g = helper.make_graph(nodes, "weight_outlier",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, positions, 16])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, positions, 10])],
+                          [numpy_helper.from_array(w, f"w{n}") for w, n in zip((wa, wb, wc), "ABC", strict=True)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return protos
+
+
 def outlier_mlp(path: Path, seed: int = 0, positions: int | None = None) -> np.ndarray:
     """x -> fcA -> relu -> fcB -> relu -> fcC -> relu -> fcD -> logits (10 classes), a least-squares classifier of
     10 clusters; fcB makes 2 channels ~3000x larger than the rest, so per-tensor INT8 of its output wipes out the

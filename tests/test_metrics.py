@@ -453,3 +453,26 @@ def test_sqnr_gate_in_db_on_int8(tmp_path):
     assert 5 < got < 80  # INT8 of a small CNN: tens of dB
     res = edgeopt.convert(str(DIGITS), "host", tmp_path / "b", metric={"name": "sqnr", "min_sqnr_db": got - 1}, **kw)
     assert res.validation["gates"]["min_sqnr_db"]["passed"]
+
+
+def test_scoring_a_run_keeps_only_what_each_metric_needs():
+    """score(run, ds) streams: per sample it keeps the metric's digest (a CTC reading, an argmax, a mask, the
+    judged output), never every output (a recogniser's [1,40,6625] logits are ~1 MB a sample)."""
+    from edgeopt.metrics import metric_for_outputs
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((6, 1, 12, 20)).astype(np.float32)
+    logits[..., 0] += 4.0  # peaky: the blank wins at most positions
+    outs = [{"logits": x, "other": np.zeros((1, 1000), np.float32)} for x in logits]
+    ds = Dataset({"i": np.arange(6, dtype=np.float32)}, ranks={"i": 0})
+
+    def run(feed):
+        return outs[int(feed["i"])]
+
+    kinds = {"ctc": tuple, "position_agreement": np.ndarray, "cosine": np.ndarray}
+    for name, kind in kinds.items():
+        m = metric_for_outputs(outs, None, MetricSpec(name=name))
+        d = m.digest(outs[0])
+        assert isinstance(d, kind) and not isinstance(d, dict)
+        assert m.score(run, ds) == m.score_outputs(outs) == pytest.approx(m.fp32_value)
+    assert metric_for_outputs(outs, None, MetricSpec(name="position_agreement")).digest(outs[0]).shape == (12,)

@@ -121,6 +121,31 @@ def test_output_names_follow_onnx_when_openvino_renames(tmp_path):
     np.testing.assert_allclose(got["out:0"], np.maximum(x[0] @ w, 0), rtol=1e-5)
 
 
+def test_scalar_input_runs_in_the_artifact_check_and_the_runner(tmp_path):
+    """A 0-d input (Silero VAD's sample rate `sr`): the runner passed it as shape (1,) (np.ascontiguousarray
+    makes 0-d arrays 1-d) and OpenVINO refused it, so the artifact failed its own run check."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+
+    g = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "scalar.onnx"
+    onnx.save(m, str(path))
+    x = np.random.default_rng(0).standard_normal((8, 1, 4)).astype(np.float32)
+    ds = Dataset({"x": x, "s": np.full(8, 3.0, np.float32)}, ranks={"x": 2, "s": 0})
+    ctx = _ctx(tmp_path, ds, ds)
+    out = OpenVINOBackend().run(Intermediate(path), OpenVINOConfig(), ctx)
+    assert ctx.record.checks["cosine_min"] > 0.9999
+    got = _runner(out, tmp_path).run(ds.feed(0))
+    np.testing.assert_allclose(got["y"], 3.0 * x[0], rtol=1e-6)
+
+
 @pytest.mark.slow
 def test_int8_runs_and_keeps_accuracy(tmp_path):
     from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig

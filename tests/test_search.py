@@ -193,9 +193,37 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
     assert aa["tried"][0]["what"] == "nncf defaults" and aa["kept_in_float_count"] >= 1
     assert aa["kept_in_float"] and all(k["ops"] for k in aa["kept_in_float"])
     assert aa["kept_in_float"][0]["quantizer"].startswith("reluB")  # fcB's outlier channels, read by fcC
-    assert ("bypassing" if ranking == "bypass" else "own error") in aa["sensitivity"]["method"]
+    assert aa["kept_in_float"][0]["float_weights"]  # its reader's INT8 weights went back to FP32 too
+    assert ("only that unit float" if ranking == "bypass" else "own error") in aa["sensitivity"]["method"]
     from edgeopt.runtime.runners.openvino import Runner
 
+    runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)
+    assert per_position_agreement(lambda f: runner.run(f), ort_run_fn(model, threads=2), ev) >= 98.0
+
+
+@pytest.mark.openvino
+def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignored_scope(tmp_path):
+    """A model that INT8 *weights* break (fcB's per-channel scale is set by a weight on a dead input): removing
+    activation quantizers cannot recover it; the search's unit (reluA's quantizer and its reader fcB) puts fcB's
+    FP32 weights back, and the hit is rebuilt by nncf.quantize with fcB in ignored_scope."""
+    from fixtures_models import weight_outlier_mlp
+
+    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.runners.openvino import Runner
+
+    model = tmp_path / "weights.onnx"
+    protos = weight_outlier_mlp(model)
+    calib, _ = sequences(protos, 48, seed=1)
+    ev, _ = sequences(protos, 96, seed=2)
+    ctx = _ctx(tmp_path, calib, ev, stage="openvino")
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, max_accuracy_drop=1.0,
+                                                                    search_budget_s=60), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert aa["tried"][0]["search_drop_points"] > 20  # naive INT8 is broken
+    assert aa["met"] and aa["confirm_drop_points"] <= 1.0
+    assert any("fcB" in k["float_weights"] for k in aa["kept_in_float"])
+    assert aa["final_build"]["what"] == "nncf.quantize with those ops in ignored_scope"
     runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)
     assert per_position_agreement(lambda f: runner.run(f), ort_run_fn(model, threads=2), ev) >= 98.0
 
@@ -221,3 +249,33 @@ def test_tflite_int8_with_bound_is_searched_confirmed_and_timed(tmp_path):
     assert (tmp_path / "art" / "model.tflite").is_file()
     speed = aa["speed"]
     assert "latency_ms" in speed and {"fp32", "int8_final"} <= set(speed["latency_ms"]) or "not timed" in speed["note"]
+
+
+def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
+    """Only keeping all ranked ops in float meets the bound: that candidate bounds the bisection, but the search
+    ends without a result and the gate failure says that only the FP32 model met it."""
+    from edgeopt.converters.quantize.search import gate_failure, run_search
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    ds = Dataset({"x": rng.standard_normal((40, 1, 4)).astype(np.float32)}, ranks={"x": 2})
+    search, confirm = ds.split(0.5, seed=0)
+
+    def fp32_run(feed):
+        return {"y": feed["x"] @ w}
+
+    def broken(feed):
+        return {"y": -(feed["x"] @ w)}
+
+    ops = ["a", "b", "c"]
+
+    def with_float(i, kept):
+        return lambda: (None, fp32_run if len(kept) == len(ops) else broken)
+
+    result = run_search(options=[("preset", lambda: (None, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
+                        with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
+                        budget_s=60)
+    assert result.best is None and result.report["only_all_float_meets"]
+    assert any(t["kept_in_float"] == 3 and t.get("confirm_drop_points") == 0 for t in result.report["tried"])
+    msg = gate_failure("quantize", result, 1.0).one_line()
+    assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg

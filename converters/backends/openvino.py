@@ -245,7 +245,12 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
 
     from edgeopt.converters.quantize.accuracy_aware import ort_runner
     from edgeopt.converters.quantize.nncf_search import compiled_run, search_nncf
-    from edgeopt.converters.quantize.search import gate_failure, interleaved_latency_ms, speed_verdict
+    from edgeopt.converters.quantize.search import (
+        QUICK_S,
+        gate_failure,
+        interleaved_latency_ms,
+        speed_verdict,
+    )
 
     bound = float(config.max_accuracy_drop)
     if ctx.eval is None or len(ctx.eval) < 4:
@@ -259,9 +264,10 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
                          confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,
                          threads=threads)
     report = result.report
-    report["method"] = ("nncf.quantize: NNCF's options, then quantizers removed from the best option's model in the "
-                        "order of one ranking, within --search-budget; each hit confirmed on the held-out part; the "
-                        "hit rebuilt with those ops in ignored_scope (see final_build)")
+    report["method"] = ("nncf.quantize: NNCF's options, then units (an activation quantizer and its readers' INT8 "
+                        "weights) made float in the best option's model in the order of one ranking, within "
+                        "--search-budget; each hit confirmed on the held-out part; the hit rebuilt with those ops in "
+                        "ignored_scope (see final_build)")
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
         raise gate_failure("openvino", result, bound)
@@ -271,7 +277,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     runs = {"fp32": compiled_run(core, ov_model, in_names, out_names, threads),
             "int8_final": compiled_run(core, q, in_names, out_names, threads)}
     feed = (ctx.check_samples or search).feed(0)
-    latency = interleaved_latency_ms(runs, feed)
+    latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)
     report["speed"] = speed_verdict(latency, final_key="int8_final", runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
                                     min_speedup=config.min_speedup, ctx=ctx, prefix="openvino",

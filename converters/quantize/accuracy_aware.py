@@ -20,7 +20,7 @@ from edgeopt.errors import UsageError
 
 from . import sensitivity
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
-from .search import DEFAULT_BUDGET_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .search import DEFAULT_BUDGET_S, QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
 def ort_runner(model, threads: int | None = 2):
@@ -108,8 +108,8 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     if path != naive_path:
         runs["int8_final"] = ort_runner(path, threads)
     feed = (ctx.check_samples or search).feed(0)
-    latency = interleaved_latency_ms(runs, feed)
-    report["latency_ms"] = latency | {"runs_each": 20, "threads": threads,
+    latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
+    report["latency_ms"] = latency | {"runs_each_at_least": 20, "threads": threads,
                                       "note": "quick interleaved ORT p50, not a benchmark"}
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
                                     runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,

@@ -2,15 +2,18 @@
 
 Options first (NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
 attention/MatMul-heavy graphs ``model_type=transformer`` with SmoothQuant on and off), then float
-fallback: the activation quantizers (FakeQuantize nodes) of the best option are ranked **once** (by how
-much the output error vs FP32 shrinks when only that one is bypassed; past ``BYPASS_LIMIT`` quantizers by
-each one's own per-channel error, read in one run), and the candidates are that option's INT8 model with
-the top-k quantizers removed (no recalibration: one compile each). The hit is then rebuilt once with
-``nncf.quantize`` and the ops reading those quantizers in ``ignored_scope`` (calibration and bias
-correction made for it), kept when it also meets the bound on both parts (else the search's model is).
-``nncf.quantize_with_accuracy_control`` is not
-used: it reverts one group at a time and re-ranks the rest after each step (~40 s a step on a ~50-group
-recogniser here), so it does not finish within a budget.
+fallback over **units**: an activation quantizer (FakeQuantize) and the ops that read it, which is what
+NNCF's ``ignored_scope`` of those ops leaves in float (their input quantizer *and* their INT8 weights).
+The units of the best option are ranked **once** (by how much the output error vs FP32 shrinks when only
+that unit is float; past ``BYPASS_LIMIT`` units by each one's own error, the activation's per channel plus
+its readers' weights', read in one run), and a candidate is that option's INT8 model with the top-k units
+made float in place (the quantizer removed, the readers' original FP32 weights put back: no recalibration,
+one compile each). Weights matter: on the PP-OCRv4 recogniser, removing every activation quantizer and
+keeping INT8 weights still loses 5 points. The hit is then rebuilt once with ``nncf.quantize`` and those
+ops in ``ignored_scope`` (calibration and bias correction made for it), kept when it also meets the bound
+on both parts (else the search's model is). ``nncf.quantize_with_accuracy_control`` is not used: it
+reverts one group at a time and re-ranks the rest after each step (~40 s a step on a ~50-group recogniser
+here), so it does not finish within a budget.
 """
 
 from __future__ import annotations
@@ -92,43 +95,195 @@ def consumers_to_ignore(q, fq_name: str) -> list[str]:
     return out
 
 
-BYPASS_LIMIT = 24  # more activation quantizers than this: one compile for all (local error), not one each
-BYPASS_METHOD = ("output error (1 - cosine) vs FP32 saved by bypassing only that activation quantizer in the INT8 "
-                 "model, on {n} search samples; ranked once")
-LOCAL_METHOD = ("each activation quantizer's own error on its input, per channel (mean over channels of "
-                "|fq(x) - x|^2 / |x|^2, the worse of the channel-first and channel-last readings), read in one run "
-                "of the INT8 model with every quantizer's input and output as extra outputs; ranked once")
+
+WEIGHT_CHAIN = {"Multiply", "Subtract", "Convert", "Reshape", "Transpose", "Unsqueeze", "Squeeze"}
 
 
-def local_error_ranking(q, feeds: list[dict], in_names: list[str], core, threads) -> list[tuple[str, float]]:
-    """One compile: every FakeQuantize's input and output become model outputs; a quantizer that wipes
-    out small channels (outlier activations) scores high even when the big channels dominate the norm."""
-    qc = q.clone()
+def _int_weight_chain(node, depth: int = 0) -> bool:
+    """Whether ``node`` computes a constant from an integer Constant (NNCF's weight decompression:
+    Constant(i8) -> Convert -> [Subtract] -> Multiply), with no activation feeding it."""
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return node.get_output_element_type(0).is_integral()
+    if kind not in WEIGHT_CHAIN or depth > 5:
+        return False
+    srcs = [i.get_source_output().get_node() for i in node.inputs()]
+    if any(s.get_type_name() not in WEIGHT_CHAIN | {"Constant"} for s in srcs):
+        return False
+    return any(_int_weight_chain(s, depth + 1) for s in srcs)
+
+
+def int8_weight_inputs(op) -> list[int]:
+    """The input indices of ``op`` fed by an INT8 weight."""
+    return [k for k, i in enumerate(op.inputs())
+            if i.get_source_output().get_node().get_type_name() != "Constant"
+            and _int_weight_chain(i.get_source_output().get_node())]
+
+
+class FloatUnits:
+    """Making units float in place in a copy of an INT8 model: each named quantizer removed and the INT8
+    weights of the ops reading it replaced by the FP32 model's own (matched by op name and input index)."""
+
+    def __init__(self, q, fp32_model):
+        self.q = q
+        self.fp32_ops = {op.get_friendly_name(): op for op in fp32_model.get_ordered_ops()}
+        self._readers: dict[str, list[str]] = {}
+
+    def q_ops(self) -> dict:
+        if not hasattr(self, "_q_ops"):
+            self._q_ops = {op.get_friendly_name(): op for op in self.q.get_ordered_ops()}
+        return self._q_ops
+
+    def readers(self, fq_name: str) -> list[str]:
+        if fq_name not in self._readers:
+            self._readers[fq_name] = consumers_to_ignore(self.q, fq_name)
+        return self._readers[fq_name]
+
+    def fp32_weight(self, op_name: str, k: int):
+        """The FP32 model's Constant at ``op_name``'s input ``k`` (None where it is not a plain Constant)."""
+        op = self.fp32_ops.get(op_name)
+        if op is None or k >= op.get_input_size():
+            return None
+        src = op.input_value(k).get_node()
+        return src if src.get_type_name() == "Constant" else None
+
+    @staticmethod
+    def smooth_quant_of(fq):
+        """The SmoothQuant Multiply feeding quantizer ``fq`` (None without one): its readers' weights were
+        scaled by its inverse, so their FP32 weights go back only with that Multiply bypassed too."""
+        src = fq.input_value(0).get_node()
+        if src.get_type_name() == "Multiply" and "smooth_quant" in src.get_friendly_name():
+            return src
+        return None
+
+    def weights_of(self, model, fq_names, *, smooth_quant_ok: bool = False) -> list[tuple[object, int, object]]:
+        """(op in ``model``, input index, FP32 Constant) for every INT8 weight the units' readers have. Units
+        behind a SmoothQuant Multiply are left out (their INT8 weights are the FP32 ones rescaled) unless
+        ``smooth_quant_ok`` (:meth:`apply` bypasses that Multiply)."""
+        ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
+        if not smooth_quant_ok:
+            own = self.q_ops()
+            fq_names = [fq for fq in fq_names if fq in own and self.smooth_quant_of(own[fq]) is None]
+        out = []
+        for name in dict.fromkeys(r for fq in fq_names for r in self.readers(fq)):
+            op = ops.get(name)
+            if op is None:
+                continue
+            for k in int8_weight_inputs(op):
+                c = self.fp32_weight(name, k)
+                if c is not None:
+                    out.append((op, k, c))
+            out += self._biases_after(op)
+        return out
+
+    def _biases_after(self, op) -> list[tuple[object, int, object]]:
+        """The bias Add after a reader (its Constant input), where NNCF's bias correction changed it to make up
+        for the reader's INT8 error: in float the FP32 model's bias goes back too."""
+        out = []
+        for o in op.outputs():
+            for ti in o.get_target_inputs():
+                add = ti.get_node()
+                if add.get_type_name() != "Add":
+                    continue
+                for k in range(add.get_input_size()):
+                    cur = add.input_value(k).get_node()
+                    orig = self.fp32_weight(add.get_friendly_name(), k)
+                    if cur.get_type_name() == "Constant" and orig is not None and \
+                            tuple(cur.get_output_shape(0)) == tuple(orig.get_output_shape(0)) and \
+                            not np.array_equal(cur.get_data(), orig.get_data()):
+                        out.append((add, k, orig))
+        return out
+
+    def apply(self, fq_names) -> tuple[object, int]:
+        """A copy of the INT8 model with those units float; returns (model, float weights put back)."""
+        from openvino import opset13
+
+        qc = self.q.clone()
+        names = set(fq_names)
+        ops = {op.get_friendly_name(): op for op in qc.get_ordered_ops()}
+        # a quantizer behind SmoothQuant (x * 1/s -> FQ -> W * s): its readers get their FP32 weights back only
+        # when the Multiply can go too (nothing else reads it), else they keep the rescaled INT8 weights
+        with_weights, bypass = [], []
+        for name in fq_names:
+            fq = ops.get(name)
+            if fq is None or fq.get_type_name() != "FakeQuantize":
+                continue
+            sq = self.smooth_quant_of(fq)
+            readers = set() if sq is None else {ti.get_node().get_friendly_name() for o in sq.outputs()
+                                                for ti in o.get_target_inputs()}
+            if sq is None or readers <= names:
+                with_weights.append(name)
+                if sq is not None:
+                    bypass.append(sq)
+        for op in ops.values():
+            if op.get_friendly_name() in names and op.get_type_name() == "FakeQuantize":
+                op.output(0).replace(op.input_value(0))
+        for sq in bypass:
+            sq.output(0).replace(sq.input_value(0))
+        restored = 0
+        for op, k, const in self.weights_of(qc, with_weights, smooth_quant_ok=True):
+            op.input(k).replace_source_output(opset13.constant(const.get_data()).output(0))
+            restored += 1
+        return qc, restored
+
+BYPASS_LIMIT = 24  # more units than this: one compile for all (local error), not one each
+BYPASS_METHOD = ("output error (1 - cosine) vs FP32 saved by making only that unit float (its activation quantizer "
+                 "removed, its readers' FP32 weights put back) in the INT8 model, on {n} search samples; ranked once")
+LOCAL_METHOD = ("each unit's own error: its activation quantizer's on its input, per channel (mean over channels of "
+                "|fq(x) - x|^2 / |x|^2, the worse of the channel-first and channel-last readings), plus the same "
+                "reading of its readers' INT8 weights against their FP32 weights, read in one run of the INT8 model "
+                "with every quantizer's input and output as extra outputs; ranked once")
+
+
+def local_error_ranking(units: FloatUnits, feeds: list[dict], in_names: list[str], core,
+                        threads) -> list[tuple[str, float]]:
+    """One compile: every FakeQuantize's input and output (and its readers' dequantized INT8 weights) become
+    model outputs; a quantizer that wipes out small channels (outlier activations) scores high even when the
+    big channels dominate the norm, and so does a reader whose INT8 weights lose a channel."""
+    qc = units.q.clone()
     fqs = [op for op in qc.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
     n0 = len(qc.outputs)
     for fq in fqs:
         qc.add_outputs([fq.input_value(0), fq.output(0)])
+    weights = {fq.get_friendly_name(): units.weights_of(qc, [fq.get_friendly_name()]) for fq in fqs}
+    w_slot: dict[tuple[str, int], int] = {}
+    for entries in weights.values():
+        for op, k, _ in entries:
+            key = (op.get_friendly_name(), k)
+            if key not in w_slot:
+                w_slot[key] = len(qc.outputs)
+                qc.add_outputs([op.input_value(k)])
     config = {"INFERENCE_PRECISION_HINT": "f32"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
     compiled = core.compile_model(qc, "CPU", config)
     errs = np.zeros(len(fqs))
+    w_err: dict[tuple[str, int], float] = {}
     for f in feeds:
         res = compiled({k: v for k, v in f.items() if k in in_names})
         for j in range(len(fqs)):
             x = np.asarray(res[n0 + 2 * j], np.float64)
             y = np.asarray(res[n0 + 2 * j + 1], np.float64)
             errs[j] += _channel_error(x, y) / len(feeds)
-    scores = [(fq.get_friendly_name(), float(e)) for fq, e in zip(fqs, errs, strict=True)]
+        if not w_err:
+            for entries in weights.values():
+                for op, k, const in entries:
+                    key = (op.get_friendly_name(), k)
+                    if key not in w_err:
+                        w_err[key] = _channel_error(np.asarray(const.get_data(), np.float64),
+                                                    np.asarray(res[w_slot[key]], np.float64), axes=(0,))
+    scores = [(fq.get_friendly_name(), float(e + sum(w_err.get((op.get_friendly_name(), k), 0.0)
+                                                     for op, k, _ in weights[fq.get_friendly_name()])))
+              for fq, e in zip(fqs, errs, strict=True)]
     scores.sort(key=lambda t: -t[1])
     return scores
 
 
-def _channel_error(x: np.ndarray, y: np.ndarray) -> float:
+def _channel_error(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...] = (1,)) -> float:
     if x.ndim < 2:
         return float(np.sum((y - x) ** 2) / (np.sum(x**2) + 1e-12))
     worst = 0.0
-    for axis in {1, x.ndim - 1}:
+    for axis in {*axes, x.ndim - 1}:
         other = tuple(a for a in range(x.ndim) if a != axis)
         num = np.sum((y - x) ** 2, axis=other)
         den = np.sum(x**2, axis=other)
@@ -178,14 +333,23 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             return q, compiled_run(core, q, in_names, out_names, threads)
         return go
 
+    units_of: dict[int, FloatUnits] = {}  # option index -> its INT8 model's units
+
+    def units_for(q) -> FloatUnits:
+        i = next((j for j, m in fq_owner.items() if m is q), None)
+        if i is None:
+            return FloatUnits(q, ov_model)
+        return units_of.setdefault(i, FloatUnits(q, ov_model))
+
     def rank(q, deadline: float) -> list[tuple[str, float]]:
         if on_rank is not None:
             on_rank()
         feeds = search.feeds(min(rank_samples, len(search)))
         quantizers = activation_quantizers(q)
+        units = units_for(q)
         if len(quantizers) > BYPASS_LIMIT:
             ranking_method[0] = LOCAL_METHOD
-            return local_error_ranking(q, feeds, in_names, core, threads)
+            return local_error_ranking(units, feeds, in_names, core, threads)
         reference = [fp32_run(f) for f in feeds]
         run_q = compiled_run(core, q, in_names, out_names, threads)
         base_err = _error(reference, [run_q(f) for f in feeds])
@@ -194,9 +358,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             if time.perf_counter() > deadline:  # out of time: the rest keep graph order, after the ranked ones
                 scores.append((name, UNRANKED))
                 continue
-            qc = q.clone()
-            fq = next(op for op in qc.get_ordered_ops() if op.get_friendly_name() == name)
-            fq.output(0).replace(fq.input_value(0))
+            qc, _ = units.apply([name])
             run = compiled_run(core, qc, in_names, out_names, threads)
             scores.append((name, base_err - _error(reference, [run(f) for f in feeds])))
         scores.sort(key=lambda t: -t[1])
@@ -204,15 +366,13 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
 
     fq_owner: dict[int, object] = {}
     ranking_method = [BYPASS_METHOD.format(n=min(rank_samples, len(search)))]
+    weights_back: dict[tuple[int, tuple[str, ...]], int] = {}
 
     def bypassed(i: int, kept: tuple[str, ...]) -> Callable:
-        """Option ``i``'s INT8 model with the ``kept`` quantizers removed: no recalibration, one compile."""
+        """Option ``i``'s INT8 model with the ``kept`` units float in place: no recalibration, one compile."""
         def go():
-            qc = fq_owner[i].clone()
-            names = set(kept)
-            for op in qc.get_ordered_ops():
-                if op.get_friendly_name() in names:
-                    op.output(0).replace(op.input_value(0))
+            qc, restored = units_for(fq_owner[i]).apply(kept)
+            weights_back[(i, tuple(kept))] = restored
             return qc, compiled_run(core, qc, in_names, out_names, threads)
         return go
 
@@ -238,10 +398,15 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
     if "sensitivity" in result.report:
         result.report["sensitivity"]["method"] = ranking_method[0]
     chosen = next((i for i, (label, _) in enumerate(variants) if label == result.report["quantizer_options"]["chosen"]), 0)
-    if result.best is not None and result.best.kept and chosen in fq_owner:
-        result.report["kept_in_float"] = [{"quantizer": fq, "ops": consumers_to_ignore(fq_owner[chosen], fq),
-                                           "error_saved": round(dict(result.ranked).get(fq, 0.0), 6)}
-                                          for fq in result.best.kept]
+    shown = result.best or result.closest  # what the gate failure names when nothing met the bound
+    if shown is not None and shown.kept and chosen in fq_owner:
+        units = units_for(fq_owner[chosen])
+        score = dict(result.ranked)
+        result.report["kept_in_float"] = [
+            {"quantizer": fq, "ops": units.readers(fq),
+             "float_weights": [op.get_friendly_name() for op, _, _ in units.weights_of(fq_owner[chosen], [fq])],
+             "sensitivity": round(score.get(fq, 0.0), 6)} for fq in shown.kept]
+        result.report["float_weights_restored"] = weights_back.get((chosen, tuple(shown.kept)))
     else:
         result.report["kept_in_float"] = []
     if result.best is not None and result.best.kept:
@@ -250,7 +415,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
 
 
 def _final_build(result: SearchResult, build: Callable, search, confirm, bound: float) -> None:
-    """The search's hit is the INT8 model with the chosen quantizers removed; rebuild it the proper way
+    """The search's hit is the INT8 model with the chosen units made float in place; rebuild it the proper way
     (``nncf.quantize`` with those ops in ``ignored_scope``: calibration and bias correction made for it)
     when the budget has room for one more quantization, and keep whichever meets the bound on both parts
     (the rebuild when both do)."""
@@ -258,7 +423,7 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
     option_costs = [t["seconds"] for t in r["tried"] if not t["kept_in_float"]]
     left = r["budget_s"] - r["search_seconds"]
     if not option_costs or left < float(np.mean(option_costs)):
-        r["final_build"] = ("the search's model (those quantizers removed from the INT8 model); no time left in the "
+        r["final_build"] = ("the search's model (those units made float in the INT8 model); no time left in the "
                             "budget to rebuild it with ignored_scope")
         return
     q, run = build()
@@ -271,5 +436,5 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
                  search_value=round(s_val, 4), confirm_value=round(c_val, 4))
         r["final_build"] = {"what": "nncf.quantize with those ops in ignored_scope", **entry}
     else:
-        r["final_build"] = {"what": "the search's model (those quantizers removed from the INT8 model): "
+        r["final_build"] = {"what": "the search's model (those units made float in the INT8 model): "
                                     "nncf.quantize with the same ops in ignored_scope missed the bound", **entry}

@@ -14,7 +14,8 @@ A time budget bounds the whole search: a candidate is not started when the time 
 what a candidate has cost so far would pass it (the first option always runs, so there is always a
 figure to report). The options may use half of it, so the float fallback always gets its turn; the
 ranking stops early enough to leave room for two candidates (ops it had no time for rank last). Out of budget or out of candidates, :class:`GateFailedError` (exit 5) names the
-best metric reached and how much was kept in float; nothing is written.
+best metric reached and how much was kept in float; nothing is written. A hit with every op in float is the
+FP32 model, not an INT8 result: it bounds the bisection but is a gate failure too (the message says so).
 """
 
 from __future__ import annotations
@@ -220,8 +221,8 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
         nonlocal closest
         kept = tuple(name for name, _ in ranked[:k])
         c = s.evaluate(f"{base.label} + {k} most sensitive op(s) in float", with_float(base_i, kept), kept)
-        if c.search_value > closest.search_value or (c.met and not closest.met):
-            closest = c
+        if k < n and (c.search_value > closest.search_value or (c.met and not closest.met)):
+            closest = c  # every op in float is the FP32 model: never the "closest INT8" a failure names
         return c
 
     lo, hit = 0, None  # lo: largest k known to miss; hit: smallest k known to meet
@@ -244,6 +245,10 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
             hit = c
         else:
             lo = mid
+    if hit is not None and len(hit.kept) >= n:
+        # only with every quantized op in float: that is the FP32 model, not an INT8 result
+        report["only_all_float_meets"] = True
+        hit = None
     return _finish(s, hit, closest, ranked)
 
 
@@ -273,8 +278,12 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
              else f"after {r['candidates']} candidates")
     total = r.get("quantized_ops_ranked")
     kept = f"{len(c.kept)} of {total} ops kept in float" if total else f"{len(c.kept)} ops kept in float"
+    if c.kept:
+        kept += " (" + ", ".join(c.kept[:3]) + (f" and {len(c.kept) - 3} more" if len(c.kept) > 3 else "") + ")"
     held = ("" if c.confirm_value is None else
             f", held-back {c.confirm_value:.2f}{unit} vs {r['fp32']['confirm']:.2f}{unit}")
+    if r.get("only_all_float_meets"):
+        kept += "; only with every op in float (the FP32 model) was the bound met"
     return GateFailedError(
         f"{prefix}: INT8 misses --max-accuracy-drop {bound:g} {where}: best {r['metric']} "
         f"{c.search_value:.2f}{unit} vs FP32 {r['fp32']['search']:.2f}{unit} on the search part "
@@ -283,12 +292,23 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
 
 
 # ---------------------------------------------------------------------- faster, or say so
-def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20) -> dict:
-    """Quick interleaved latency (p50 of ``repeats`` each, after one warm-up): an estimate, not a benchmark."""
+QUICK_S = 1.5  # the speed check's quick timing: about this many seconds of rounds for fast models
+
+
+def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20,
+                           target_s: float | None = None, max_repeats: int = 2000) -> dict:
+    """Quick interleaved latency (p50, after one warm-up): an estimate, not a benchmark. ``repeats`` rounds;
+    with ``target_s``, more for fast models (about ``target_s`` in all, at most ``max_repeats``): 20 calls of
+    a 0.1 ms model are 2 ms of samples, which one scheduler hiccup on a loaded machine decides."""
     times: dict[str, list[float]] = {k: [] for k in runs}
+    one = 0.0
     for r in runs.values():
         r(feed)
-    for _ in range(repeats):
+        t0 = time.perf_counter()
+        r(feed)
+        one += time.perf_counter() - t0
+    rounds = repeats if target_s is None else max(repeats, min(max_repeats, int(target_s / max(one, 1e-6))))
+    for _ in range(rounds):
         for k, r in runs.items():
             t0 = time.perf_counter()
             r(feed)

@@ -19,7 +19,7 @@ import numpy as np
 
 from edgeopt.errors import UsageError
 
-from .search import gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
 def _runner(folder: Path, runtime: dict, threads: int | None):
@@ -101,7 +101,7 @@ def _speed(folder: Path, runtime: dict, ctx, config, threads: int, search) -> di
         runs = {"fp32": _float_runner(fdir / MODEL_FILE, runtime, threads),
                 "int8_final": _runner(ctx.artifact_dir, runtime, threads)}
         feed = (ctx.check_samples or search).feed(0)
-        latency = interleaved_latency_ms(runs, feed)
+        latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     except Exception as err:  # noqa: BLE001 - the float file's io may differ: say it was not timed
         ctx.warn(f"tflite: the INT8 result was not timed against FP32 ({type(err).__name__})")
         return {"note": f"not timed: onnx2tf's float32 .tflite did not run with the INT8 io map ({type(err).__name__})"}

@@ -65,22 +65,29 @@ class Metric:
     output: str | None
     labels_used: bool
     samples: int
-    _score: Callable[[list[dict]], float] = field(repr=False)
+    _score: Callable[[list], float] = field(repr=False)  # over the samples' digests
     fp32_value: float = float("nan")
     higher_is_better: bool = True
     classes: int | None = None  # top-1 / per-position: chance is 1/classes with labels
+    # what the metric keeps of one sample's outputs (a CTC reading, an argmax, a mask; the whole dict for a
+    # user's metric): scoring a run keeps only these, not every output (~1 MB a sample for a recogniser)
+    digest: Callable[[dict], object] = field(default=lambda out: out, repr=False)
 
     def outputs(self, run, dataset) -> list[dict]:
         """The outputs ``run`` gives on ``dataset``'s samples (keep them to score again cheaply)."""
         return [run(feed) for feed in dataset.feeds()]
 
     def score_outputs(self, outputs: list[dict]) -> float:
-        if len(outputs) != self.samples:
-            raise ValueError(f"metric {self.name} was made for {self.samples} samples, got {len(outputs)}")
-        return float(self._score(outputs))
+        return self.score_digests([self.digest(o) for o in outputs])
+
+    def score_digests(self, digests: list) -> float:
+        if len(digests) != self.samples:
+            raise ValueError(f"metric {self.name} was made for {self.samples} samples, got {len(digests)}")
+        return float(self._score(digests))
 
     def score(self, run, dataset) -> float:
-        return self.score_outputs(self.outputs(run, dataset))
+        """``run`` on every sample, streamed: only each sample's digest is kept."""
+        return self.score_digests([self.digest(run(dataset.feed(i))) for i in range(len(dataset))])
 
     def drop(self, value: float) -> float:
         return float(self.fp32_value - value)

@@ -24,9 +24,11 @@ def _top1(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path
     binary = len(shape) == 0 or int(np.prod(shape)) == 1
     classes = 2 if binary else int(np.prod(shape))
 
+    def pred(y) -> int:
+        return int(np.ravel(y)[0] > spec.threshold) if binary else int(np.argmax(np.ravel(y)))
+
     def preds(samples):
-        return np.asarray([(np.ravel(y)[0] > spec.threshold) if binary else int(np.argmax(np.ravel(y)))
-                           for y in samples], np.int64)
+        return np.asarray([pred(y) for y in samples], np.int64)
 
     target = preds(ref) if labels is None else lab.class_indices(labels, n, classes, role=role)
     base = f"decision_at_{spec.threshold:g}" if binary else "top1"
@@ -35,7 +37,8 @@ def _top1(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path
     desc = (f"% of samples whose {what} matches the label" if labels is not None
             else f"% of samples whose {what} matches FP32's (no labels)")
     return Metric(MetricName.TOP1, name, desc, "%", out_name, labels is not None, n,
-                  lambda outs: _pct(preds([sample_of(o, out_name) for o in outs]) == target), classes=classes)
+                  lambda got: _pct(np.asarray(got, np.int64) == target), classes=classes,
+                  digest=lambda o: pred(sample_of(o, out_name)))
 
 
 def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
@@ -51,15 +54,14 @@ def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search
     target = preds(ref) if labels is None else lab.class_indices(labels, n, shape[axis], role=role, positions=pos_shape)
     valid = target != -1
 
-    def score(outs):
-        got = preds([sample_of(o, out_name) for o in outs])
-        return _pct((got == target)[valid])
+    def score(got):
+        return _pct((np.stack(got) == target)[valid])
 
     where = f"along axis {axis + 1} of [N,{','.join(map(str, shape))}]"
     name = "per_position_accuracy" if labels is not None else "per_position_agreement_with_fp32"
     desc = (f"% of positions whose argmax {where} matches the " + ("label" if labels is not None else "FP32 argmax"))
     return Metric(MetricName.POSITION_AGREEMENT, name, desc, "%", out_name, labels is not None, n, score,
-                  classes=shape[axis])
+                  classes=shape[axis], digest=lambda o: np.argmax(sample_of(o, out_name), axis=axis))
 
 
 def ctc_decode(y: np.ndarray, axis: int, blank: int) -> tuple[int, ...]:
@@ -84,55 +86,56 @@ def _ctc(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     desc = (f"% of samples whose greedy CTC decoding (blank {spec.ctc_blank}) equals the "
             + ("label sequence" if labels is not None else "FP32 decoding"))
     return Metric(MetricName.CTC, name, desc, "%", out_name, labels is not None, n,
-                  lambda outs: _pct([a == b for a, b in zip(decode(outs), target, strict=True)]))
+                  lambda got: _pct([a == b for a, b in zip(got, target, strict=True)]),
+                  digest=lambda o: ctc_decode(sample_of(o, out_name), axis, spec.ctc_blank))
 
 
 def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     t = spec.threshold
     target = [y > t for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
 
-    def score(outs):
+    def score(got):
         vals = []
-        for o, m in zip(outs, target, strict=True):
-            p = sample_of(o, out_name) > t
+        for p, m in zip(got, target, strict=True):
             union = np.sum(p | m)
             vals.append(np.sum(p & m) / union if union else 1.0)
         return _pct(vals)
 
     name = f"map_iou_at_{t:g}" + ("" if labels is not None else "_vs_fp32")
     desc = f"mean IoU of the maps thresholded at {t:g} vs " + ("the label masks" if labels is not None else "FP32's")
-    return Metric(MetricName.MAP_IOU, name, desc, "%", out_name, labels is not None, n, score)
+    return Metric(MetricName.MAP_IOU, name, desc, "%", out_name, labels is not None, n, score,
+                  digest=lambda o: sample_of(o, out_name) > t)
 
 
 def _cosine(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
-    def score(outs):
+    def score(got):
         vals = []
-        for o, r in zip(outs, ref, strict=True):
-            a, b = np.ravel(sample_of(o, out_name)).astype(np.float64), np.ravel(r).astype(np.float64)
+        for y, r in zip(got, ref, strict=True):
+            a, b = np.ravel(y).astype(np.float64), np.ravel(r).astype(np.float64)
             na, nb = np.linalg.norm(a), np.linalg.norm(b)
             vals.append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
         return _pct(vals)
 
     return Metric(MetricName.COSINE, "cosine_vs_fp32", "mean cosine similarity to FP32's output, in % "
-                  "(labels not used)", "%", out_name, False, n, score)
+                  "(labels not used)", "%", out_name, False, n, score, digest=lambda o: sample_of(o, out_name))
 
 
 def _sqnr(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     target = DEFAULT_SQNR_TARGET_DB if spec.min_sqnr_db is None else float(spec.min_sqnr_db)
 
-    def score(outs):
+    def score(got):
         sig = noise = 0.0
-        for o, r in zip(outs, ref, strict=True):
+        for y, r in zip(got, ref, strict=True):
             r64 = np.asarray(r, np.float64)
             sig += float(np.sum(r64 ** 2))
-            noise += float(np.sum((np.asarray(sample_of(o, out_name), np.float64) - r64) ** 2))
+            noise += float(np.sum((np.asarray(y, np.float64) - r64) ** 2))
         if noise == 0:
             return SQNR_CEILING_DB
         return min(SQNR_CEILING_DB, 10.0 * math.log10(sig / noise)) if sig > 0 else -SQNR_CEILING_DB
 
     m = Metric(MetricName.SQNR, "sqnr_db_vs_fp32", f"signal-to-quantization-noise ratio vs FP32's output in dB; "
                f"the reference is the {target:g} dB target, so the drop is the dB below it (labels not used)",
-               "dB", out_name, False, n, score)
+               "dB", out_name, False, n, score, digest=lambda o: sample_of(o, out_name))
     m.fp32_value = target
     return m
 

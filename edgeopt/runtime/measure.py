@@ -316,7 +316,8 @@ def feeds_from_npz(inputs: list[dict], npz_path: str) -> dict[str, np.ndarray]:
         elif arr.ndim == len(shape) + 1:
             arr = arr[0]
         dtype = _DTYPES.get(spec.get("dtype", ""), spec.get("dtype"))
-        feeds[name] = np.ascontiguousarray(arr.astype(dtype) if dtype else arr)
+        arr = np.asarray(arr.astype(dtype) if dtype else arr)
+        feeds[name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # a 0-d input stays 0-d
     return feeds
 
 

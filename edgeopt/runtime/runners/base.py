@@ -45,6 +45,12 @@ class Runner:
         ]
 
     @staticmethod
+    def contiguous(array: np.ndarray) -> np.ndarray:
+        """``array`` C-contiguous with its shape kept: ``np.ascontiguousarray`` turns a scalar (a 0-d input
+        such as Silero VAD's sample rate) into shape (1,), which OpenVINO refuses for a [] input."""
+        return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+    @staticmethod
     def to_runtime_layout(array: np.ndarray, io: dict) -> np.ndarray:
         perm = io.get("transpose")
         return np.ascontiguousarray(np.transpose(array, perm)) if perm else array

@@ -88,7 +88,7 @@ class Runner(base.Runner):
         """``arr`` in the compiled model's layout and element type, contiguous (a copy only when needed)."""
         data = self.to_runtime_layout(np.asarray(arr), io)
         dt = self._dtypes.get(rt)
-        return np.ascontiguousarray(data.astype(dt, copy=False) if dt is not None else data)
+        return self.contiguous(data.astype(dt, copy=False) if dt is not None else data)
 
     def parallel_throughput(self, feeds: dict[str, np.ndarray], *, streams: int | None, seconds: float) -> dict:
         """OpenVINO's own multi-stream mode: the model compiled again with ``PERFORMANCE_HINT=THROUGHPUT``

@@ -90,7 +90,7 @@ class Runner(base.Runner):
                 raise KeyError(f"missing input '{io['name']}' (inputs: {', '.join(i['name'] for i in self._io_in)})")
             arr = self.to_runtime_layout(np.asarray(feeds[io["name"]]), io)
             dt = self._dtypes.get(io["name"])
-            arr = np.ascontiguousarray(arr.astype(dt, copy=False) if dt is not None else arr)
+            arr = self.contiguous(arr.astype(dt, copy=False) if dt is not None else arr)
             args.append(self._tvm.runtime.tensor(arr, self.device))
         result = self._main(*args)
         tensors = [result] if hasattr(result, "numpy") else list(result)
