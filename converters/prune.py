@@ -52,6 +52,15 @@ class PruneConfig(StageConfig):
     bias_compensation: bool = True
     calib_samples: int = Field(default=64, ge=1)
     skip: tuple[str, ...] = ()  # Conv names whose output channels stay (with every Conv sharing their mask)
+    # --prune auto (converters/prune_auto.py): the largest ratio of auto_ratios whose recovered student stays
+    # within auto_max_drop of FP32 on calibration data held back from pruning and recovery
+    auto: bool = False
+    auto_ratios: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+    auto_max_drop: float | None = Field(default=None, ge=0)  # --max-accuracy-drop, points of the task metric
+    auto_budget_s: float = Field(default=120.0, gt=0)  # --recover-budget: the whole search
+    auto_holdout: float = Field(default=0.2, gt=0, lt=1)  # share of --calib that judges the candidates
+    auto_recover: bool = True  # recover each candidate (False: --no-recover, judged as pruned)
+    seed: int = 0
 
 
 @register_stage
@@ -61,6 +70,13 @@ class Prune(Stage):
 
     @classmethod
     def configure(cls, options: ChainOptions) -> PruneConfig | None:
+        if options.prune_mode == PruneMode.CHANNELS and options.prune_auto:
+            from edgeopt.converters.recover import train_extra_missing
+
+            multiple, why = options.prune_channel_multiple
+            return PruneConfig(auto=True, round_to=multiple, round_to_reason=why,
+                               auto_max_drop=options.max_accuracy_drop, auto_budget_s=options.recover_budget_s,
+                               auto_recover=options.recover is not False and not train_extra_missing())
         if options.prune_mode == PruneMode.CHANNELS and options.prune == 0:
             return None
         try:
@@ -80,6 +96,13 @@ class Prune(Stage):
         assert isinstance(config, PruneConfig)
         if ctx.record is None:
             ctx.record = StageRecord(self.name, config.model_dump(mode="json"))
+        if config.mode == PruneMode.CHANNELS and config.auto:
+            from edgeopt.converters.prune_auto import search_ratio
+
+            if config.auto_max_drop is None:
+                raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS",
+                                 "e.g. --max-accuracy-drop 1 (points of the task metric)")
+            return search_ratio(model, load_onnx(model.path), config, ctx, lambda m, p: _save_atomic(onnx, m, p))
         if config.mode == PruneMode.CHANNELS and config.ratio == 0:
             ctx.record.report.update({"mode": config.mode.value, "ratio": 0.0, "changed": False})
             return model

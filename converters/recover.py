@@ -89,7 +89,8 @@ class Recover(Stage):
 
     @classmethod
     def configure(cls, options: ChainOptions) -> RecoverConfig | None:
-        if options.prune_mode != PruneMode.CHANNELS or options.prune == 0 or options.recover is False:
+        pruning = options.prune > 0 or options.prune_auto
+        if options.prune_mode != PruneMode.CHANNELS or not pruning or options.recover is False:
             return None
         if options.recover is None and train_extra_missing():
             return None  # auto: the plan says why (make_plan's warning)
@@ -101,6 +102,12 @@ class Recover(Stage):
         assert isinstance(config, RecoverConfig)
         if ctx.record is None:
             ctx.record = StageRecord(self.name, config.model_dump(mode="json"))
+        by = model.notes.get("recover", {}).get("by") if isinstance(model.notes.get("recover"), dict) else None
+        if by:  # --prune auto recovered each candidate already: the chosen student passes through
+            ctx.record.report.update({"changed": False, "done_by": by,
+                                      "note": "the prune stage's auto search recovered the chosen student; "
+                                              "its figures are in the prune stage's report"})
+            return model
         if ctx.calib is None or getattr(ctx.calib, "synthetic", False) or len(ctx.calib) < 4:
             if config.required:
                 raise UsageError("recover needs real calibration data (at least 4 samples): the student learns the "

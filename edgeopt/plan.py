@@ -13,7 +13,7 @@ import hashlib
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
@@ -83,7 +83,7 @@ class Recipe(BaseModel):
 
     backend: str | None = None
     precision: Precision | None = None
-    prune: float | None = Field(default=None, ge=0.0, lt=1.0)
+    prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = None  # "auto": see --prune auto
     prune_mode: PruneMode | None = None
     recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
     recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage
@@ -225,12 +225,25 @@ def _enum(cls, value, flag: str):
                          did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
 
 
+def _prune_value(value) -> tuple[float, bool]:
+    """(ratio, auto) from --prune's value: a fraction, or 'auto'."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return 0.0, True
+        try:
+            value = float(value)
+        except ValueError as err:
+            raise UsageError(f"--prune '{value}' is neither a fraction nor 'auto'",
+                             "e.g. --prune 0.3, or --prune auto with --max-accuracy-drop") from err
+    return float(value), False
+
+
 def make_plan(
     profile,
     *,
     backend: str | None = None,
     precision: Precision | str | None = None,
-    prune: float | None = None,
+    prune: float | str | None = None,
     prune_mode: PruneMode | str | None = None,
     calib_method: CalibMethod | str | None = None,
     max_accuracy_drop: float | None = None,
@@ -268,17 +281,26 @@ def make_plan(
         if key not in stage_names:
             raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
                                 did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
+    prune_value, prune_auto = _prune_value(pick(prune, r.prune, chain.prune))
+    bound = pick(max_accuracy_drop, r.max_accuracy_drop, None)
+    if prune_auto and mode != PruneMode.CHANNELS:
+        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {mode.value}",
+                         "use --prune-mode channels, or give no --prune")
+    if prune_auto and bound is None:
+        raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
+                         "kept)", "e.g. --max-accuracy-drop 1 (points of the task metric: top-1, or agreement with FP32)")
     try:
         options = ChainOptions(
             backend=backend_name,
             precision=prec,
-            prune=float(pick(prune, r.prune, chain.prune)),
+            prune=prune_value,
+            prune_auto=prune_auto,
             prune_mode=mode,
             recover=pick(recover, r.recover, None),
             recover_budget_s=pick(recover_budget, r.recover_budget, 120.0),
             calib_method=_enum(CalibMethod, pick(calib_method, r.calib_method, CalibMethod.MINMAX), "--calib-method"),
             per_channel=pick(None, r.per_channel, True),
-            max_accuracy_drop=pick(max_accuracy_drop, r.max_accuracy_drop, None),
+            max_accuracy_drop=bound,
             min_cosine=pick(min_cosine, r.min_cosine, None),
             search_budget_s=pick(search_budget, r.search_budget, 120.0),
             min_speedup=pick(min_speedup, r.min_speedup, None),
@@ -296,9 +318,10 @@ def make_plan(
         raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
 
     wanted = ["normalize"]
-    if options.prune > 0 or options.prune_mode == PruneMode.SPARSE_2_4:
+    pruning = options.prune > 0 or options.prune_auto
+    if pruning or options.prune_mode == PruneMode.SPARSE_2_4:
         wanted.append("prune")
-    if options.prune > 0 and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
+    if pruning and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
         from edgeopt.converters.recover import train_extra_missing
 
         if options.recover is None and (missing := train_extra_missing()):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -78,7 +78,8 @@ class Target(_Strict):
     profile: str = "host"  # a profile name or a YAML file (relative to the recipe)
     backend: str | None = None  # default: the profile's first installed backend
     precision: Precision | None = None
-    prune: float | None = Field(default=None, ge=0.0, lt=1.0)
+    # a fraction, or "auto": the largest ratio within the gates' max_accuracy_drop (edgeopt convert --prune auto)
+    prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = None
     prune_mode: PruneMode | None = None
     recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
     recover_budget: float | None = Field(default=None, gt=0)  # seconds

@@ -71,7 +71,7 @@ def plan_recipe(t: Target, gates, metric=None):
     return Recipe(backend=t.backend, precision=t.precision, prune=t.prune, prune_mode=t.prune_mode,
                   recover=t.recover, recover_budget=t.recover_budget,
                   calib_method=t.calib_method, per_channel=t.per_channel, min_cosine=t.min_cosine, threads=t.threads,
-                  max_accuracy_drop=gates.max_accuracy_drop if t.accuracy_aware else None, stages=dict(t.stages),
+                  max_accuracy_drop=gates.max_accuracy_drop if t.accuracy_aware or t.prune == "auto" else None, stages=dict(t.stages),
                   metric=t.metric if t.metric is not None else metric)
 
 
