@@ -132,7 +132,7 @@ def search_ratio(model: Intermediate, source, config, ctx: ChainContext, save) -
     report.update({"ratio": grid[best], "changed": True, "chosen": chosen})
     rec.report.update(report)
     final = paths[best]
-    rec.report["latency"] = latency_vs_unpruned(model.path, final, ctx)
+    rec.report["latency"] = latency_vs_unpruned(model.path, final, ctx, backend=config.latency_backend)
     notes = {**model.notes, "prune": {"mode": "channels", "ratio": grid[best], "auto": True}}
     if recover is not None:
         notes["recover"] = {"by": RECOVERED_BY, "held_metric": chosen.get("held_metric")}
