@@ -58,6 +58,10 @@ def search_ratio(model: Intermediate, source, config, ctx: ChainContext, save) -
     if calib is None or getattr(calib, "synthetic", False) or len(calib) < MIN_HELD + MIN_TRAIN:
         raise UsageError(f"--prune auto needs real calibration data (at least {MIN_HELD + MIN_TRAIN} samples): "
                          "part of it trains each candidate, part judges it", "give --calib (no labels needed)")
+    if config.auto_recover:  # torch's import is not the search's time (as in the recover stage's own budget)
+        from edgeopt.converters.recover import require_train
+
+        require_train()
     t0 = time.perf_counter()
     deadline = t0 + config.auto_budget_s
     held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
@@ -124,9 +128,11 @@ def search_ratio(model: Intermediate, source, config, ctx: ChainContext, save) -
     if best < 0:
         report.update({"ratio": 0.0, "changed": False})
         rec.report.update(report)
-        ctx.warn(f"prune auto: no ratio of {', '.join(f'{r:g}' for r in grid)} stayed within {config.auto_max_drop:g} "
-                 f"{metric.unit or 'points'} of FP32 on the held-back data: the model is not pruned")
-        return model
+        tried_text = ", ".join(f"{t['ratio']:g}" for t in report["tried"])
+        ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.auto_max_drop:g} points of "
+                 f"{metric.name} of FP32 on the held-back data: the model is not pruned")
+        return Intermediate(model.path, model.format, model.precision,
+                            {**model.notes, "prune": {"mode": "channels", "ratio": 0.0, "auto": True}})
     chosen = tried[best]
     report.update({k: v for k, v in reports[best].items() if k not in ("ratio", "mode")})
     report.update({"ratio": grid[best], "changed": True, "chosen": chosen})

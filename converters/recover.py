@@ -103,6 +103,10 @@ class Recover(Stage):
         if ctx.record is None:
             ctx.record = StageRecord(self.name, config.model_dump(mode="json"))
         by = model.notes.get("recover", {}).get("by") if isinstance(model.notes.get("recover"), dict) else None
+        if not by and model.notes.get("prune", {}).get("auto") and not model.notes["prune"].get("ratio"):
+            ctx.record.report.update({"changed": False, "skipped": "--prune auto found no ratio within the bound: "
+                                                                    "nothing was pruned"})
+            return model
         if by:  # --prune auto recovered each candidate already: the chosen student passes through
             ctx.record.report.update({"changed": False, "done_by": by,
                                       "note": "the prune stage's auto search recovered the chosen student; "
