@@ -104,7 +104,12 @@ class Prune(Stage):
             if config.auto_max_drop is None:
                 raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS",
                                  "e.g. --max-accuracy-drop 1 (points of the task metric)")
-            return search_ratio(model, load_onnx(model.path), config, ctx, lambda m, p: _save_atomic(onnx, m, p))
+            source = load_onnx(model.path)
+            return search_ratio(
+                model, config, ctx, save=lambda m, p: _save_atomic(onnx, m, p),
+                prune_at=lambda r, feeds: prune_channels(source, config.model_copy(update={"auto": False, "ratio": r}),
+                                                         feeds),
+                timing=lambda before, after: latency_vs_unpruned(before, after, ctx, backend=config.latency_backend))
         if config.mode == PruneMode.CHANNELS and config.ratio == 0:
             ctx.record.report.update({"mode": config.mode.value, "ratio": 0.0, "changed": False})
             return model

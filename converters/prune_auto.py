@@ -44,11 +44,12 @@ def bisect_order(n: int, try_fn, left_s) -> tuple[int, list[int], bool]:
     return lo, tried, True
 
 
-def search_ratio(model: Intermediate, source, config, ctx: ChainContext, save) -> Intermediate:
+def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, save, timing) -> Intermediate:
     """Run the search (see the module doc) and return the chosen student (or ``model`` unchanged when no ratio
-    stays within the bound); the report goes to ``ctx.record``."""
+    stays within the bound); the report goes to ``ctx.record``. The prune stage hands in what it does:
+    ``prune_at(ratio, feeds)`` -> (pruned ModelProto, report), ``save(proto, path)``, ``timing(before, after)``
+    -> the pruned-vs-unpruned latency entry."""
     from edgeopt.converters.checks import ort_run_fn
-    from edgeopt.converters.prune import PruneConfig, latency_vs_unpruned, prune_channels
     from edgeopt.errors import UsageError
     from edgeopt.metrics import make_metric
 
@@ -80,8 +81,7 @@ def search_ratio(model: Intermediate, source, config, ctx: ChainContext, save) -
     def attempt(i: int) -> bool:
         ratio = grid[i]
         step_t0 = time.perf_counter()
-        fixed = PruneConfig(**{**config.model_dump(), "auto": False, "ratio": ratio})
-        pruned, report = prune_channels(source, fixed, train.feeds(config.calib_samples))
+        pruned, report = prune_at(ratio, train.feeds(config.calib_samples))
         row = {"ratio": ratio, "flops_reduction": round(report["flops_reduction"], 4)}
         if not report["changed"]:
             row.update({"within": False, "note": "nothing pruned at this ratio"})
@@ -138,7 +138,7 @@ def search_ratio(model: Intermediate, source, config, ctx: ChainContext, save) -
     report.update({"ratio": grid[best], "changed": True, "chosen": chosen})
     rec.report.update(report)
     final = paths[best]
-    rec.report["latency"] = latency_vs_unpruned(model.path, final, ctx, backend=config.latency_backend)
+    rec.report["latency"] = timing(model.path, final)
     notes = {**model.notes, "prune": {"mode": "channels", "ratio": grid[best], "auto": True}}
     if recover is not None:
         notes["recover"] = {"by": RECOVERED_BY, "held_metric": chosen.get("held_metric")}

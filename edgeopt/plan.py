@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
 
 from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision
@@ -96,6 +96,23 @@ class Recipe(BaseModel):
     threads: int | None = Field(default=None, gt=0)
     metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): {name: ctc, ctc_blank: 0, ...}
     stages: dict[str, dict[str, Any]] = {}
+
+    @field_validator("prune", mode="before")
+    @classmethod
+    def _prune_auto_or_number(cls, v):
+        return prune_field(v)
+
+
+def prune_field(v):
+    """A recipe's ``prune:``: 'auto' (any case) or a number; anything else one clear message."""
+    if isinstance(v, str):
+        if v.strip().lower() == "auto":
+            return "auto"
+        try:
+            return float(v)
+        except ValueError:
+            raise ValueError("give a fraction in [0, 1) or 'auto'") from None
+    return v
 
 
 def _validation_message(err: ValidationError, origin: str, fields: list[str]) -> BadInputError:
@@ -288,7 +305,7 @@ def make_plan(
                          "use --prune-mode channels, or give no --prune")
     if prune_auto and bound is None:
         raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
-                         "kept)", "e.g. --max-accuracy-drop 1 (points of the task metric: top-1, or agreement with FP32)")
+                         "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
     try:
         options = ChainOptions(
             backend=backend_name,

@@ -92,6 +92,13 @@ class Target(_Strict):
     stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides (see edgeopt convert --recipe)
     gates: Gates | None = None  # overrides of the recipe's gates for this target
 
+    @field_validator("prune", mode="before")
+    @classmethod
+    def _prune_auto_or_number(cls, v):
+        from edgeopt.plan import prune_field
+
+        return prune_field(v)
+
     @field_validator("name")
     @classmethod
     def _name_ok(cls, v: str) -> str:
