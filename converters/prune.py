@@ -105,11 +105,14 @@ class Prune(Stage):
                 raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS",
                                  "e.g. --max-accuracy-drop 1 (points of the task metric)")
             source = load_onnx(model.path)
-            return search_ratio(
+            chosen = search_ratio(
                 model, config, ctx, save=lambda m, p: _save_atomic(onnx, m, p),
                 prune_at=lambda r, feeds: prune_channels(source, config.model_copy(update={"auto": False, "ratio": r}),
                                                          feeds),
                 timing=lambda before, after: latency_vs_unpruned(before, after, ctx, backend=config.latency_backend))
+            if chosen.path != model.path:  # output shapes unchanged; cosine vs unpruned reported, as for a fixed ratio
+                ctx.record.checks.update(_numeric_check(model.path, chosen.path, ctx))
+            return chosen
         if config.mode == PruneMode.CHANNELS and config.ratio == 0:
             ctx.record.report.update({"mode": config.mode.value, "ratio": 0.0, "changed": False})
             return model

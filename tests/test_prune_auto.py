@@ -65,4 +65,5 @@ def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_pa
     assert rep["ratio"] == max(within) and rep["flops_reduction"] > 0.1
     assert all(t["drop"] <= 1.0 for t in rep["tried"] if t["within"])
     assert stages["recover"]["report"]["done_by"] == "prune auto search"
+    assert stages["prune"]["checks"]["output_shapes_unchanged"]
     assert res["validation"]["accuracy_drop"] <= 1.0  # on digits_test, which the search never saw
