@@ -220,14 +220,15 @@ def _last_report(ctx) -> dict:
 _LAST: dict = {}
 
 
-def run_case(case: Case, work: Path, budget: float, seconds: float, backend: str) -> dict:
+def run_case(case: Case, work: Path, budget: float, seconds: float, backend: str,
+             min_speedup: float | None = None) -> dict:
     _LAST.clear()
     backend = case.backend or backend
     row: dict = {"model": case.name, "backend": backend, "kind": case.kind, "source": str(case.model.name),
                  "data": case.data, "metric_asked": case.metric or "automatic", "bound": case.bound,
-                 "calib_samples": len(case.calib), "eval_samples": len(case.eval)}
+                 "calib_samples": len(case.calib), "eval_samples": len(case.eval), "min_speedup": min_speedup}
     with _metric_context(case.metric):
-        return _run_case(case, work, budget, seconds, backend, row)
+        return _run_case(case, work, budget, seconds, backend, row, min_speedup)
 
 
 def _metric_context(metric: dict | None):
@@ -241,7 +242,8 @@ def _metric_context(metric: dict | None):
     return metric_context(MetricSpec(**metric) if metric else None)
 
 
-def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: str, row: dict) -> dict:
+def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: str, row: dict,
+              min_speedup: float | None) -> dict:
     from edgeopt.converters.base import Intermediate
     from edgeopt.converters.normalize import Normalize, NormalizeConfig
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
@@ -268,7 +270,8 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         t0 = time.perf_counter()
         final_run, ctx = None, None
         try:
-            final_run, ctx = build("aa", precision=Precision.INT8, max_accuracy_drop=case.bound, search_budget_s=budget)
+            final_run, ctx = build("aa", precision=Precision.INT8, max_accuracy_drop=case.bound,
+                                   search_budget_s=budget, min_speedup=min_speedup)
             row["outcome"] = "met"
         except EdgeoptError as err:
             row["outcome"] = f"exit {int(err.exit_code)}: {err.one_line()}"
@@ -283,8 +286,8 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         t0 = time.perf_counter()
         final_run = None
         try:
-            final = QuantizeStage().run(Intermediate(norm), QuantizeConfig(max_accuracy_drop=case.bound,
-                                                                           search_budget_s=budget), ctx).path
+            final = QuantizeStage().run(Intermediate(norm), QuantizeConfig(max_accuracy_drop=case.bound, search_budget_s=budget,
+                                                                           min_speedup=min_speedup), ctx).path
             final_run = ort_runner(final, 2)
             row["outcome"] = "met"
         except EdgeoptError as err:
@@ -348,11 +351,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per variant (interleaved)")
     ap.add_argument("--backend", default="openvino", choices=("openvino", "onnxruntime"),
                     help="the host profile's backend (openvino, its default) or onnxruntime")
+    ap.add_argument("--min-speedup", type=float, default=None,
+                    help="as convert's --min-speedup: an INT8 result within the bound but not this much faster "
+                         "than FP32 (the run's quick estimate) is a gate failure, exit 5")
     args = ap.parse_args()
     from edgeopt.runtime import environment
 
     out = {"bench": "real_models", "backend": f"{args.backend} on the host profile", "threads": 2,
-           "search_budget_s": args.budget, "environment": environment.collect(), "models": []}
+           "search_budget_s": args.budget, "min_speedup": args.min_speedup,
+           "environment": environment.collect(), "models": []}
     out["environment"].pop("_cpu_counters_before", None)
     with tempfile.TemporaryDirectory(prefix="edgeopt-real-") as tmp:
         for name in args.models.split(","):
@@ -361,7 +368,7 @@ def main() -> None:
             t0 = time.perf_counter()
             try:
                 case = CASES[name](work)
-                row = run_case(case, work, args.budget, args.seconds, args.backend)
+                row = run_case(case, work, args.budget, args.seconds, args.backend, args.min_speedup)
             except Exception as err:  # noqa: BLE001 - one model failing is reported, the others still run
                 row = {"model": name, "error": f"{type(err).__name__}: {str(err)[:300]}",
                        "traceback": traceback.format_exc()[-1500:]}

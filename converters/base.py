@@ -56,6 +56,7 @@ class ChainOptions(StageConfig):
     backend: BackendName
     precision: Precision
     prune: float = 0.0  # fraction of channels (mode channels) to remove
+    prune_auto: bool = False  # --prune auto: the largest ratio within max_accuracy_drop (converters/prune_auto.py)
     prune_mode: PruneMode = PruneMode.CHANNELS
     # distil the pruned model from FP32 (converters/recover.py): None = when pruning channels and the train extra is installed
     recover: bool | None = None

@@ -55,6 +55,16 @@ class PruneConfig(StageConfig):
     bias_compensation: bool = True
     calib_samples: int = Field(default=64, ge=1)
     skip: tuple[str, ...] = ()  # Conv names whose output channels stay (with every Conv sharing their mask)
+    # --prune auto (converters/prune_auto.py): the largest ratio of auto_ratios whose recovered student stays
+    # within auto_max_drop of FP32 on calibration data held back from pruning and recovery
+    auto: bool = False
+    auto_ratios: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+    auto_max_drop: float | None = Field(default=None, ge=0)  # --max-accuracy-drop, points of the task metric
+    auto_budget_s: float = Field(default=120.0, gt=0)  # --recover-budget: the whole search
+    auto_holdout: float = Field(default=0.2, gt=0, lt=1)  # share of --calib that judges the candidates
+    auto_recover: bool = True  # recover each candidate (False: --no-recover, judged as pruned)
+    latency_backend: str = "onnxruntime"  # the plan's backend: the pruned-vs-unpruned timing runs on it if it can
+    seed: int = 0
 
 
 @register_stage
@@ -64,6 +74,13 @@ class Prune(Stage):
 
     @classmethod
     def configure(cls, options: ChainOptions) -> PruneConfig | None:
+        if options.prune_mode == PruneMode.CHANNELS and options.prune_auto:
+            from edgeopt.converters.recover import train_extra_missing
+
+            multiple, why = options.prune_channel_multiple
+            return PruneConfig(auto=True, round_to=multiple, round_to_reason=why, latency_backend=options.backend.value,
+                               auto_max_drop=options.max_accuracy_drop, auto_budget_s=options.recover_budget_s,
+                               auto_recover=options.recover is not False and not train_extra_missing())
         if options.prune_mode == PruneMode.CHANNELS and options.prune == 0:
             return None
         if options.prune_mode == PruneMode.SPARSE_2_4:  # the profile's sparse tensor cores, settled in the plan
@@ -73,7 +90,8 @@ class Prune(Stage):
         try:
             ratio = options.prune if options.prune_mode == PruneMode.CHANNELS else 0.0
             multiple, why = options.prune_channel_multiple
-            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why)
+            return PruneConfig(mode=options.prune_mode, ratio=ratio, round_to=multiple, round_to_reason=why,
+                               latency_backend=options.backend.value)
         except ValidationError as err:
             raise UsageError(
                 f"prune ratio {options.prune} is out of range", "give the fraction of channels to remove, in [0, 1), e.g. 0.3"
@@ -87,6 +105,21 @@ class Prune(Stage):
         assert isinstance(config, PruneConfig)
         if ctx.record is None:
             ctx.record = StageRecord(self.name, config.model_dump(mode="json"))
+        if config.mode == PruneMode.CHANNELS and config.auto:
+            from edgeopt.converters.prune_auto import search_ratio
+
+            if config.auto_max_drop is None:
+                raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS",
+                                 "e.g. --max-accuracy-drop 1 (points of the task metric)")
+            source = load_onnx(model.path)
+            chosen = search_ratio(
+                model, config, ctx, save=lambda m, p: _save_atomic(onnx, m, p),
+                prune_at=lambda r, feeds: prune_channels(source, config.model_copy(update={"auto": False, "ratio": r}),
+                                                         feeds),
+                timing=lambda before, after: latency_vs_unpruned(before, after, ctx, backend=config.latency_backend))
+            if chosen.path != model.path:  # output shapes unchanged; cosine vs unpruned reported, as for a fixed ratio
+                ctx.record.checks.update(_numeric_check(model.path, chosen.path, ctx))
+            return chosen
         if config.mode == PruneMode.CHANNELS and config.ratio == 0:
             ctx.record.report.update({"mode": config.mode.value, "ratio": 0.0, "changed": False})
             return model
@@ -108,7 +141,7 @@ class Prune(Stage):
         ctx.record.report.update(report)
         ctx.record.checks.update(_numeric_check(model.path, out, ctx))
         if config.mode == PruneMode.CHANNELS and report.get("changed"):
-            ctx.record.report["latency"] = latency_vs_unpruned(model.path, out, ctx)
+            ctx.record.report["latency"] = latency_vs_unpruned(model.path, out, ctx, backend=config.latency_backend)
         notes = {**model.notes, "prune": {"mode": config.mode.value, "ratio": config.ratio}}
         return Intermediate(out, model.format, model.precision, notes)
 
@@ -239,25 +272,54 @@ def channel_multiple(profile, settings: dict, precision) -> tuple[int, str]:
     return 1, "no SIMD width known for this profile's CPU"
 
 
-def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: int = 60) -> dict:
-    """The pruned model against the unpruned one in ONNX Runtime on this machine, interleaved: a quick estimate.
+def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: int = 60,
+                        backend: str = "onnxruntime") -> dict:
+    """The pruned model against the unpruned one, interleaved, on the plan's backend where it runs an ONNX file
+    here (ONNX Runtime; OpenVINO CPU at f32 when installed), else on ONNX Runtime with a note: a quick estimate.
     A prune that is not faster says so (a warning)."""
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.converters.quantize.search import interleaved_latency_ms
 
     feed = ctx.check_samples.feed(0) if ctx.check_samples is not None and len(ctx.check_samples) else _random_feed(before)
-    runs = {"unpruned": ort_run_fn(before, ctx.threads), "pruned": ort_run_fn(after, ctx.threads)}
+    run_fn, runtime, note = _timing_runtime(backend, ctx.threads)
+    runs = {"unpruned": run_fn(before), "pruned": run_fn(after)}
     lat = interleaved_latency_ms(runs, feed, repeats=repeats)
     speedup = round(lat["unpruned"] / lat["pruned"], 3) if lat["pruned"] > 0 else None
     entry = {"latency_ms": lat, "speedup": speedup, "runs_each": repeats, "threads": ctx.threads,
-             "runtime": "onnxruntime (CPUExecutionProvider) on this machine",
+             "runtime": runtime, "backend": backend,
              "note": "quick interleaved p50 before the artifact was written: an estimate, not a benchmark "
-                     "(edgeopt bench measures the artifact)"}
+                     "(edgeopt bench measures the artifact)" + (f"; {note}" if note else "")}
     if speedup is not None and speedup < 1.05:
-        entry["warning"] = (f"prune: the pruned model is not faster than the unpruned one here ({lat['pruned']:.3g} ms "
-                            f"vs {lat['unpruned']:.3g} ms, x{speedup:g}; quick estimate)")
+        entry["warning"] = (f"prune: the pruned model is not faster than the unpruned one on {runtime} "
+                            f"({lat['pruned']:.3g} ms vs {lat['unpruned']:.3g} ms, x{speedup:g}; quick estimate)")
         ctx.warn(entry["warning"])
     return entry
+
+
+def _timing_runtime(backend: str, threads: int | None):
+    """(path -> run function, what runs it, a note when it is not the plan's backend)."""
+    import importlib.util
+
+    from edgeopt.converters.checks import ort_run_fn
+
+    ort = "onnxruntime (CPUExecutionProvider) on this machine"
+    if backend == "onnxruntime":
+        return (lambda p: ort_run_fn(p, threads)), ort, None
+    if backend == "openvino" and importlib.util.find_spec("openvino") is not None:
+        import openvino as ov
+
+        from edgeopt.converters.quantize.nncf_search import compiled_run
+        from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+        core = ov.Core()
+
+        def ov_run(p):
+            m = load_onnx(p, check=False)
+            names = [s.name for s in graph_inputs(m)], [s.name for s in graph_outputs(m)]
+            return compiled_run(core, core.read_model(str(p)), *names, threads, precision="f32")
+
+        return ov_run, "openvino CPU (f32) on this machine", None
+    return ((lambda p: ort_run_fn(p, threads)), ort,
+            f"the plan's backend {backend} is timed only after conversion (edgeopt bench): ONNX Runtime stands in")
 
 
 def _random_feed(path: Path) -> dict:

@@ -104,7 +104,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         load_onnx,
     )
     from edgeopt.plan import make_plan
-    from edgeopt.profiles import DeviceProfile, resolve_profile
+    from edgeopt.profiles import DeviceProfile, NameKind, resolve_profile
 
     warnings: list[str] = []
 
@@ -118,7 +118,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         prof = profile
     else:  # a family name picks its default member: say so, and record what was asked for
         prof, choice = resolve_profile(str(profile), o.profile_dirs or None)
-        requested = choice.requested if choice.via != "name" else None
+        requested = choice.requested if choice.via != NameKind.NAME else None
         if choice.note:
             warn(choice.note)
     shapes = dict(o.input_shapes)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -34,7 +34,8 @@ class ChainRequest(BaseModel):
 
     backend: str | None = None  # a BackendName value (a plugin's too); default: the profile's first installed
     precision: Precision | None = None
-    prune: float | None = Field(default=None, ge=0.0, lt=1.0)  # fraction of channels (mode channels) to remove
+    # fraction of channels (mode channels) to remove, or "auto": the largest within --max-accuracy-drop
+    prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = None
     prune_mode: PruneMode | None = None
     recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
     recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage (default 120)
@@ -47,6 +48,11 @@ class ChainRequest(BaseModel):
     threads: int | None = Field(default=None, gt=0)
     metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): `ctc`, {name: ctc, ctc_blank: 0}, mod:fn
     stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides: {quantize: {...}, onnxruntime: {...}}
+
+    @field_validator("prune", mode="before")
+    @classmethod
+    def _prune_auto_or_number(cls, v):
+        return prune_field(v)
 
     def chain_request(self) -> ChainRequest:
         """Only the chain options of a model that derives from this one (a recipe, a target, convert's options)."""
@@ -62,6 +68,18 @@ class ChainRequest(BaseModel):
         stages = {name: {**theirs.stages.get(name, {}), **mine.stages.get(name, {})}
                   for name in dict.fromkeys([*theirs.stages, *mine.stages])}
         return ChainRequest.model_validate({**merged, "stages": stages})
+
+
+def prune_field(v):
+    """``prune``: 'auto' (any case) or a number; anything else one clear message."""
+    if isinstance(v, str):
+        if v.strip().lower() == "auto":
+            return "auto"
+        try:
+            return float(v)
+        except ValueError:
+            raise ValueError("give a fraction in [0, 1) or 'auto'") from None
+    return v
 
 
 class ConvertOptions(ChainRequest):

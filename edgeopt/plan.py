@@ -207,6 +207,19 @@ def _enum(cls, value, flag: str):
                          did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
 
 
+def _prune_value(value) -> tuple[float, bool]:
+    """(ratio, auto) from --prune's value: a fraction, or 'auto'."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return 0.0, True
+        try:
+            value = float(value)
+        except ValueError as err:
+            raise UsageError(f"--prune '{value}' is neither a fraction nor 'auto'",
+                             "e.g. --prune 0.3, or --prune auto with --max-accuracy-drop") from err
+    return float(value), False
+
+
 def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequest | str | Path | None = None,
               input_shapes: dict[str, tuple[int, ...]] | None = None, **options) -> Plan:
     """The ordered stages for ``profile`` with the user's overrides: ``recipe`` (a file or a
@@ -241,17 +254,26 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
         if key not in stage_names:
             raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
                                 did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
+    prune_value, prune_auto = _prune_value(pick(r.prune, chain.prune))
+    bound = pick(r.max_accuracy_drop, None)
+    if prune_auto and mode != PruneMode.CHANNELS:
+        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {mode.value}",
+                         "use --prune-mode channels, or give no --prune")
+    if prune_auto and bound is None:
+        raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
+                         "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
     try:
         options = ChainOptions(
             backend=backend_name,
             precision=prec,
-            prune=float(pick(r.prune, chain.prune)),
+            prune=prune_value,
+            prune_auto=prune_auto,
             prune_mode=mode,
             recover=pick(r.recover, None),
             recover_budget_s=pick(r.recover_budget, 120.0),
             calib_method=_enum(CalibMethod, pick(r.calib_method, CalibMethod.MINMAX), "--calib-method"),
             per_channel=pick(r.per_channel, True),
-            max_accuracy_drop=pick(r.max_accuracy_drop, None),
+            max_accuracy_drop=bound,
             min_cosine=pick(r.min_cosine, None),
             search_budget_s=pick(r.search_budget, 120.0),
             min_speedup=pick(r.min_speedup, None),
@@ -272,9 +294,10 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
         raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
 
     wanted = ["normalize"]
-    if options.prune > 0 or options.prune_mode == PruneMode.SPARSE_2_4:
+    pruning = options.prune > 0 or options.prune_auto
+    if pruning or options.prune_mode == PruneMode.SPARSE_2_4:
         wanted.append("prune")
-    if options.prune > 0 and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
+    if pruning and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
         from edgeopt.converters.recover import train_extra_missing
 
         if options.recover is None and (missing := train_extra_missing()):

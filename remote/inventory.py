@@ -164,7 +164,7 @@ def _same_profile_hint(name: str, devices: dict[str, Device]) -> str | None:
     """When ``name`` is a profile (``pi5``, or an alias/family of one) rather than a device: the devices
     of that profile, e.g. the running emulator ``pi5-emu``."""
     from edgeopt.errors import EdgeoptError
-    from edgeopt.profiles import profile_index
+    from edgeopt.profiles import NameKind, profile_index
 
     try:
         choice = profile_index().get(name)
@@ -172,7 +172,7 @@ def _same_profile_hint(name: str, devices: dict[str, Device]) -> str | None:
         return None
     if choice is None:
         return None
-    wanted = set(choice.members) if choice.via == "family" else {choice.name}
+    wanted = set(choice.members) if choice.via == NameKind.FAMILY else {choice.name}
     same = [d for d in devices.values() if d.profile in wanted]
     if not same:
         return None

@@ -41,8 +41,12 @@ def test_optimize_digits_finds_a_winner_within_the_bound(cli, tmp_path):
     assert w["feasible"] and w["accuracy_basis"] == "labels" and w["accuracy_drop"] <= 1.0
     built = [c for c in res["candidates"] if c["p50_ms"] is not None]
     assert w["p50_ms"] == min(c["p50_ms"] for c in built if c["feasible"])
-    assert [s["step"] for s in res["waterfall"]] == ["baseline", "fusion", "int8", "prune", "backend"]
+    assert [s["step"] for s in res["waterfall"]] == ["baseline", "fusion", "pruned", "recovered", "int8", "backend"]
     assert all(s["p50_ms"] > 0 and s["accuracy"] is not None for s in res["waterfall"])
+    steps = {s["step"]: s for s in res["waterfall"]}
+    assert "prune auto" in steps["recovered"]["label"] and "no-recover" in steps["pruned"]["label"]
+    recovered = next(c for c in res["candidates"] if c["step"] == "recovered")
+    assert 0 < recovered["target"]["recover_budget"] <= 120  # capped by optimize's own budget
     assert {"onnxruntime", "openvino"} <= {c["target"].get("backend") for c in res["candidates"]}
     front = res["pareto"]
     assert front and w["label"] in [p["label"] for p in front]

@@ -252,6 +252,21 @@ def test_prune_report_times_the_pruned_model_against_the_unpruned(tmp_path):
     assert ("warning" in lat) == (lat["speedup"] < 1.05)  # a prune that is not faster says so
 
 
+@pytest.mark.openvino
+def test_prune_latency_runs_on_the_plans_backend_when_it_can(tmp_path):
+    from edgeopt.converters.prune import Prune
+
+    src = fixture_model("digits_cnn")
+    calib = _data("digits_calib", src)
+    for backend, runtime in (("openvino", "openvino CPU"), ("tflite", "onnxruntime")):
+        ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "a",
+                           reference_model=src, calib=calib, check_samples=calib.subset([0, 1]), threads=1)
+        Prune().run(Intermediate(src), PruneConfig(ratio=0.5, round_to=8, latency_backend=backend), ctx)
+        lat = ctx.record.report["latency"]
+        assert lat["runtime"].startswith(runtime) and lat["backend"] == backend and lat["latency_ms"]["pruned"] > 0
+        assert ("stands in" in lat["note"]) == (backend == "tflite")  # not the plan's backend: said
+
+
 def test_validation_on_the_data_recovery_trained_on_is_noticed():
     from edgeopt.chain import check_samples
     from edgeopt.converters.recover import _validates_on_calib

@@ -30,7 +30,8 @@ def convert_cmd(
                                 help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
     backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
-    prune: float = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1)."),
+    prune: str = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1), or 'auto': the largest "
+                              "ratio whose recovered model stays within --max-accuracy-drop (needs it and --calib)."),
     prune_mode: str = typer.Option(None, "--prune-mode", help="channels | 2:4"),
     recover: bool = typer.Option(None, "--recover/--no-recover",
                                  help="Distil the pruned model from FP32 on --calib (default: when the train extra is installed)."),

@@ -57,7 +57,8 @@ def optimize_cmd(
                               details={"result": res.model_dump(mode="json")})
 
     def human(c):
-        c.print("waterfall (each step's kept configuration; final interleaved medians, measured here):", markup=False)
+        c.print("waterfall (each step's kept configuration, pruned/recovered shown even when not kept; final "
+                "interleaved medians, measured here):", markup=False)
         c.print(waterfall_text(res.waterfall), markup=False)
         c.print("\nPareto front (latency vs accuracy; * = winner):", markup=False)
         c.print(pareto_text(res.pareto, res.winner.label), markup=False)

@@ -25,7 +25,7 @@ ProfileDirOption = typer.Option(
 def list_(json_out: bool = JsonOption, profile_dir: list[Path] = ProfileDirOption) -> None:
     """List the device profiles edgeopt knows, with their families and aliases (names you may type
     for --profile). ``host`` is detected from this machine when used."""
-    from edgeopt.profiles import profile_index
+    from edgeopt.profiles import NameKind, profile_index
 
     names = api.list_profiles(profile_dir)
     index = profile_index(profile_dir)  # an alias claimed twice is an error here too
@@ -42,8 +42,8 @@ def list_(json_out: bool = JsonOption, profile_dir: list[Path] = ProfileDirOptio
         except EdgeoptError as err:  # a broken user file is listed with its problem, not fatal
             rows.append({"name": name, "origin": origin, "error": err.one_line()})
     families = {c.requested: {"default": c.name or None, "members": list(c.members)}
-                for c in index.values() if c.via == "family"}
-    aliases = {c.requested: c.name for c in index.values() if c.via == "alias"}
+                for c in index.values() if c.via == NameKind.FAMILY}
+    aliases = {c.requested: c.name for c in index.values() if c.via == NameKind.ALIAS}
 
     def human(c):
         t = Table("profile", "family", "aliases", "description", "from")

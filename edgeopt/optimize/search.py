@@ -4,9 +4,13 @@ Steps, in order, each starting from the best configuration so far (the *incumben
 
 1. ``baseline``: ONNX Runtime FP32, the graph as given (``normalize.fold: false``);
 2. ``fusion``: constant folding and Conv/BN fusion (onnxslim);
-3. ``int8``: static INT8, MinMax and Percentile calibration, per-channel; accuracy-aware
+3. ``pruned``/``recovered``: ``--prune auto`` on the incumbent (the largest channel-pruning ratio whose
+   recovered student stays within the bound on calibration data the search holds back, see
+   :mod:`edgeopt.converters.prune_auto`), its recovery budget capped by what is left of optimize's own;
+   the chosen ratio is also built without recovery, so the waterfall shows what pruning alone costs;
+4. ``int8``: static INT8, MinMax and Percentile calibration, per-channel, on the incumbent (a recovered
+   student is recovered again at the chosen ratio, seeded, inside the INT8 build); accuracy-aware
    (sensitive layers kept in float) only when neither meets the bound;
-4. ``prune``: channel pruning at 10 % and 30 % on top of the incumbent;
 5. ``backend``: each other backend the profile lists and that is installed, incumbent's options;
 6. ``tvm-tune``: MetaSchedule tuning, only when the TVM backend is installed and the time budget
    allows (tuning took 15 min for 96 trials here and still lost to ONNX Runtime, pitfalls.md).
@@ -37,7 +41,9 @@ from edgeopt.pipeline.recipe import Gates, Target
 
 STEP_MEASURE = {"warmup": 3, "min_runs": 20, "min_seconds": 0.3, "block_seconds": 0.1}
 FINAL_MEASURE = {"warmup": 5, "min_runs": 40, "min_seconds": 0.6, "block_seconds": 0.1}
-PRUNE_RATIOS = (0.1, 0.3)
+RECOVER_BUDGET_MAX_S = 120.0  # the recover stage's own default
+RECOVER_BUDGET_SHARE = 0.25  # at most this share of optimize's time left goes to the prune-ratio search
+RECOVER_BUDGET_MIN_S = 10.0
 FUSION_TIE = 0.05  # fusion is lossless: kept unless measured more than 5 % slower (short runs are noisy)
 TVM_TUNE_MIN_BUDGET_MIN = 15.0
 
@@ -193,8 +199,10 @@ def _label(f: dict) -> str:
     parts = [f.get("backend", "onnxruntime"), f.get("precision", "fp32")]
     if f.get("precision") == "int8" and not get_backend(parts[0]).quantizes_itself:  # the others calibrate themselves
         parts.append(f.get("calib_method", "minmax") + (" aa" if f.get("accuracy_aware") else ""))
-    if f.get("prune"):
-        parts.append(f"prune {int(round(f['prune'] * 100))}%")
+    if f.get("prune") == "auto":
+        parts.append("prune auto" + (" no-recover" if f.get("recover") is False else ""))
+    elif f.get("prune"):
+        parts.append(f"prune {int(round(f['prune'] * 100))}%" + (" no-recover" if f.get("recover") is False else ""))
     if (f.get("stages") or {}).get("normalize", {}).get("fold") is False:
         parts.append("unfused")
     return " ".join(parts)
@@ -218,16 +226,15 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     f = {"backend": "onnxruntime", "precision": "fp32"}
     inc = s.step("fusion", inc, [(_label(f), f)], prefer_new=FUSION_TIE)
     trail.append(("fusion", inc))
-    q = [_fields(inc, precision="int8", calib_method=m, per_channel=True) for m in ("minmax", "percentile")]
+    inc = _prune_steps(s, inc, trail)
+    fixed = _fixed_ratio(inc)  # INT8 of a recovered student: its ratio, recovered again (no second search)
+    q = [_fields(inc, precision="int8", calib_method=m, per_channel=True, **fixed) for m in ("minmax", "percentile")]
     best = s.step("int8", inc, [(_label(x), x) for x in q])
     if best.target.get("precision") != "int8":  # neither met the bound: the accuracy-aware fallback
-        aa = _fields(inc, precision="int8", calib_method="minmax", per_channel=True, accuracy_aware=True)
+        aa = _fields(inc, precision="int8", calib_method="minmax", per_channel=True, accuracy_aware=True, **fixed)
         best = s.step("int8", best, [(_label(aa), aa)])
     inc = best
     trail.append(("int8", inc))
-    opts = [_fields(inc, prune=r) for r in PRUNE_RATIOS]
-    inc = s.step("prune", inc, [(_label(x), x) for x in opts])
-    trail.append(("prune", inc))
     others = [b for b in backends if b != "onnxruntime"]
     opts = []
     for b in others:
@@ -238,7 +245,59 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
         opts.append((_label(x), x))
     inc = s.step("backend", inc, opts)
     trail.append(("backend", inc))
-    return [{"step": name, "label": c.label, "artifact": c.artifact} for name, c in trail]
+    return [{"step": t[0], "candidate": t[1], "kept": t[2] if len(t) > 2 else True} for t in trail]
+
+
+def _chosen_ratio(c: Candidate) -> float | None:
+    """The ratio ``--prune auto`` chose for candidate ``c`` (from its manifest), None when it did not prune."""
+    from edgeopt.artifact import load_artifact
+
+    if not c.artifact:
+        return None
+    stage = next((st for st in load_artifact(c.artifact).stages if st["name"] == "prune"), None)
+    ratio = (stage or {}).get("report", {}).get("ratio")
+    return float(ratio) if ratio else None
+
+
+def _fixed_ratio(inc: Candidate) -> dict:
+    """Fields that rebuild ``inc``'s auto-chosen prune at its ratio (empty when ``inc`` is not an auto prune)."""
+    if inc.target.get("prune") != "auto":
+        return {}
+    ratio = _chosen_ratio(inc)
+    return {"prune": ratio} if ratio else {"prune": None, "recover": None, "recover_budget": None}
+
+
+def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
+    """``pruned`` and ``recovered``: --prune auto on the incumbent, recovery budget capped by optimize's budget;
+    the chosen ratio built without recovery too (measured, shown in the waterfall, kept only if it is best)."""
+    from edgeopt.converters.recover import train_extra_missing
+
+    if not s.calib:
+        s.skipped.append("prune: --prune auto needs --calib (it prunes and recovers on it)")
+        return inc
+    missing = train_extra_missing()
+    if missing:
+        s.skipped.append(f"recover: {missing} is not installed (pip install 'edgeopt[train]'): pruning is searched "
+                         "without recovery")
+    budget = max(RECOVER_BUDGET_MIN_S, min(RECOVER_BUDGET_MAX_S, RECOVER_BUDGET_SHARE * s.left_s()))
+    auto = _fields(inc, prune="auto", recover=not missing, recover_budget=round(budget))
+    if s.left_s() <= 0:
+        s.skipped.append("prune: time budget spent")
+        return inc
+    searched = s.build("recovered" if not missing else "pruned", _label(auto), **auto)
+    ratio = _chosen_ratio(searched)
+    cands = [searched]
+    if ratio and not missing and s.left_s() > 0:
+        plain = _fields(inc, prune=ratio, recover=False)
+        cands.insert(0, s.build("pruned", _label(plain), **plain))
+    elif not ratio and not searched.error:
+        s.skipped.append("prune: no ratio stayed within the bound on the held-back calibration data")
+    s.measure([inc, *cands], STEP_MEASURE)
+    pool = [c for c in (inc, *cands) if c.feasible and c.p50_ms is not None]
+    best = min(pool, key=lambda c: c.p50_ms) if pool else inc
+    for c in cands:
+        trail.append((c.step, c, c is best))
+    return best
 
 
 def _installed_backends(profile) -> tuple[list[str], list[str]]:
@@ -314,12 +373,12 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     finally:
         s.close()
     environment.after(env)
-    by_artifact = {c.artifact: c for c in s.candidates if c.artifact}
     waterfall = []
-    for row in trail:
-        c = by_artifact[row["artifact"]]
+    for row in trail:  # the incumbent after each step; pruned/recovered rows show their candidate, kept or not
+        c = row["candidate"]
         waterfall.append({"step": row["step"], "label": c.label, "p50_ms": c.p50_ms, "accuracy": c.accuracy,
-                          "accuracy_drop": c.accuracy_drop})
+                          "accuracy_drop": c.accuracy_drop, "kept": row["kept"],
+                          **({"error": c.error} if c.error else {})})
     feasible = [c for c in s.candidates if c.feasible and c.p50_ms is not None]
     winner = min(feasible, key=lambda c: c.p50_ms) if feasible else None
     points = [c.model_dump(include={"label", "p50_ms", "accuracy", "accuracy_drop", "feasible"})

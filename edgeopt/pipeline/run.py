@@ -69,7 +69,7 @@ def plan_recipe(t: Target, gates, metric=None):
     from edgeopt.plan import Recipe
 
     drop = t.max_accuracy_drop if t.max_accuracy_drop is not None else (
-        gates.max_accuracy_drop if t.accuracy_aware else None)
+        gates.max_accuracy_drop if t.accuracy_aware or t.prune == "auto" else None)
     return Recipe.model_validate({**t.chain_request().model_dump(), "max_accuracy_drop": drop,
                                   "metric": t.metric if t.metric is not None else metric})
 

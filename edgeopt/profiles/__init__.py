@@ -34,12 +34,12 @@ from .model import (
     Source,
     profile_to_dict,
 )
-from .names import ProfileChoice, load_profile, profile_index, resolve_profile
+from .names import NameKind, ProfileChoice, load_profile, profile_index, resolve_profile
 from .validation import check_source_keys, describe_validation_error, format_loc, model_at
 
 __all__ = [
     "ISA_ALIASES", "NAME_PATTERN", "PROFILE_PATH_ENV", "BackendTarget", "ComputeUnit", "DefaultChain",
-    "DeviceProfile", "Memory", "PeakThroughput", "ProfileChoice", "RemoteDefaults", "Source",
+    "DeviceProfile", "Memory", "NameKind", "PeakThroughput", "ProfileChoice", "RemoteDefaults", "Source",
     "available_profiles", "check_source_keys", "describe_validation_error", "format_loc", "load_profile",
     "load_profile_file", "model_at", "parse_profile", "profile_index", "profile_to_dict", "read_yaml",
     "resolve_profile",

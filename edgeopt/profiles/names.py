@@ -9,6 +9,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from edgeopt.enums import StrEnum
 from edgeopt.errors import BadProfileError, did_you_mean
 
 from .loading import available_profiles, load_exact
@@ -17,19 +18,27 @@ from .model import DeviceProfile
 _ANNOUNCED: set[str] = set()  # family names already explained on stderr in this process
 
 
+class NameKind(StrEnum):
+    """What kind of name the user typed for a profile."""
+
+    NAME = "name"  # the profile's own name
+    ALIAS = "alias"  # one of its aliases (rpi5)
+    FAMILY = "family"  # a family (jetson-orin): its default member is chosen
+
+
 @dataclass(frozen=True)
 class ProfileChoice:
-    """How a typed name reached a profile: ``via`` is "name", "alias" or "family"."""
+    """How a typed name reached a profile."""
 
     requested: str
     name: str  # the profile chosen ("" for a family without a default member)
-    via: str
+    via: NameKind
     family: str | None = None
     members: tuple[str, ...] = ()
 
     @property
     def note(self) -> str | None:
-        if self.via != "family":
+        if self.via != NameKind.FAMILY:
             return None
         others = [m for m in self.members if m != self.name]
         pick = f"; for another member give --profile {' or '.join(others)}" if others else ""
@@ -52,7 +61,7 @@ def profile_index(profile_dirs: list[str | os.PathLike] | None = None) -> dict[s
             continue
         if p is not None:
             profiles[name] = p
-    index: dict[str, ProfileChoice] = {n: ProfileChoice(n, n, "name") for n in origins}
+    index: dict[str, ProfileChoice] = {n: ProfileChoice(n, n, NameKind.NAME) for n in origins}
     claimed: dict[str, str] = {}  # alias or family -> who claims it (for the conflict message)
 
     def claim(word: str, owner: str) -> None:
@@ -80,11 +89,11 @@ def profile_index(profile_dirs: list[str | os.PathLike] | None = None) -> dict[s
         names = tuple(sorted(m.name for m in members))
         default = defaults[0] if defaults else (names[0] if len(names) == 1 else "")
         if fam not in index:  # an exact profile name wins
-            index[fam] = ProfileChoice(fam, default, "family", fam, names)
+            index[fam] = ProfileChoice(fam, default, NameKind.FAMILY, fam, names)
     for p in profiles.values():
         for a in p.aliases:
             if a not in index:
-                index[a] = ProfileChoice(a, p.name, "alias", p.family)
+                index[a] = ProfileChoice(a, p.name, NameKind.ALIAS, p.family)
     return dict(sorted(index.items()))
 
 
@@ -94,7 +103,7 @@ def load_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None
     A family name picks its default member and says so once on stderr (:func:`resolve_profile`
     returns the choice instead, for callers that record it)."""
     profile, choice = resolve_profile(name_or_path, profile_dirs)
-    if choice.via == "family" and name_or_path not in _ANNOUNCED:
+    if choice.via == NameKind.FAMILY and name_or_path not in _ANNOUNCED:
         _ANNOUNCED.add(name_or_path)
         sys.stderr.write(f"edgeopt: note: {choice.note}\n")
     return profile
@@ -105,13 +114,13 @@ def resolve_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | N
     """(the profile, how ``name_or_path`` reached it). Exact names win over aliases and families."""
     exact = load_exact(name_or_path, profile_dirs)
     if exact is not None:
-        return exact, ProfileChoice(name_or_path, exact.name, "name")
+        return exact, ProfileChoice(name_or_path, exact.name, NameKind.NAME)
     index = profile_index(profile_dirs)
     choice = index.get(name_or_path)
     if choice is None:
         hint = did_you_mean(name_or_path, index) or f"known profiles: {', '.join(available_profiles(profile_dirs))}"
         raise BadProfileError(f"unknown device profile '{name_or_path}'", hint)
-    if choice.via == "family" and not choice.name:
+    if choice.via == NameKind.FAMILY and not choice.name:
         raise BadProfileError(
             f"profile family '{name_or_path}' has no default member",
             f"pick one: {', '.join(choice.members)} (or set family_default: true in one of them)",

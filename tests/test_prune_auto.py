@@ -1,0 +1,69 @@
+"""``--prune auto``: the largest ratio whose recovered student stays within --max-accuracy-drop, by bisection,
+judged on calibration samples that neither pruning nor recovery saw; the validation on --eval checks it again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgeopt.converters.prune_auto import bisect_order
+from edgeopt.converters.recover import train_extra_missing
+from edgeopt.errors import UsageError
+from edgeopt.plan import Recipe, make_plan
+from edgeopt.profiles import load_profile
+from fixtures import fixture_data, fixture_model
+
+needs_train = pytest.mark.skipif(train_extra_missing() is not None, reason="needs the train extra (edgeopt[train])")
+
+
+@pytest.mark.parametrize("largest_ok", [-1, 0, 2, 3, 6])
+def test_bisection_finds_the_largest_ratio_within_in_three_probes_of_seven(largest_ok):
+    best, tried, complete = bisect_order(7, lambda i: i <= largest_ok, lambda: 1.0)
+    assert best == largest_ok and len(tried) == 3 and complete
+
+
+def test_bisection_out_of_budget_keeps_the_best_found_so_far():
+    best, tried, complete = bisect_order(7, lambda i: i <= 5, lambda: -1.0)
+    assert (best, tried, complete) == (3, [3], False)  # one probe always runs
+
+
+@pytest.mark.onnxruntime
+def test_auto_without_a_bound_is_a_usage_error_naming_the_flag():
+    with pytest.raises(UsageError) as e:
+        make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", prune="auto")
+    assert "--max-accuracy-drop" in e.value.message
+
+
+@pytest.mark.onnxruntime
+def test_auto_plans_a_searching_prune_stage_from_flag_or_recipe():
+    for kw in ({"prune": "auto", "max_accuracy_drop": 1.0},
+               {"recipe": Recipe(prune="auto", max_accuracy_drop=0.5, recover_budget=30)}):
+        plan = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", **kw)
+        prune = next(s for s in plan.stages if s.name == "prune").config
+        assert prune.auto and prune.auto_max_drop in (1.0, 0.5) and prune.ratio == 0.0
+    assert prune.auto_budget_s == 30
+    with pytest.raises(UsageError):
+        make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", prune="half")
+
+
+@needs_train
+@pytest.mark.onnxruntime
+@pytest.mark.slow
+def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_path):
+    out = tmp_path / "auto"
+    r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
+            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "1", "--recover-budget", "30",
+            "--calib", str(fixture_data("digits_calib")), "--eval", str(fixture_data("digits_test")),
+            "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    stages = {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+    rep = stages["prune"]["report"]
+    assert rep["auto"] and 1 <= len(rep["tried"]) <= 3
+    within = [t["ratio"] for t in rep["tried"] if t["within"]]
+    assert rep["ratio"] == max(within) and rep["flops_reduction"] > 0.1
+    assert all(t["drop"] <= 1.0 for t in rep["tried"] if t["within"])
+    assert stages["recover"]["report"]["done_by"] == "prune auto search"
+    assert stages["prune"]["checks"]["output_shapes_unchanged"]
+    assert res["validation"]["accuracy_drop"] <= 1.0  # on digits_test, which the search never saw
