@@ -14,7 +14,8 @@ model on training-split samples; the test split stays unseen). Channel counts ar
 Latency: ONNX Runtime CPU, 1 thread, the variants interleaved in rounds, p10/p50/p90 ms.
 
 Run: ``.venv/bin/python bench/prune_recover.py [--models digits,mnist] [--ratios 0.4,0.5] [--budget 120]
-[--runs 300] [--labels]``.
+[--runs 300] [--labels] [--skip /0/Conv]`` (``--skip``: Conv names the prune stage keeps whole, as a recipe's
+``stages: {prune: {skip: [...]}}``).
 """
 
 from __future__ import annotations
@@ -127,12 +128,13 @@ def _sources(name: str, labels: bool, work: Path) -> dict:
             "calib": work / f"{name}_calib.npz", "x_test": x_test, "y_test": y_test, "n_train": len(x_train)}
 
 
-def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work: Path) -> dict:
+def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work: Path, skip=()) -> dict:
     from edgeopt.convert import convert
 
     src = _sources(name, labels, work)
     x_test, y_test = src["x_test"], src["y_test"]
     common = {"backend": "onnxruntime", "force": True, "threads": 2, "input_shapes": src["shapes"]}
+    kept_whole = {"stages": {"prune": {"skip": list(skip)}}} if skip else {}  # a recipe's prune skip list
     base = work / f"{name}-fp32"  # the unpruned model through the same chain: the latency baseline
     convert(src["model"], "host", base, precision="fp32", calib=src["calib"], **common)
     row = {"model": src["about"], "test_samples": len(y_test),
@@ -143,7 +145,7 @@ def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work:
         for variant, extra in (("pruned", {"recover": False}), ("recovered", {"recover": True, "recover_budget": budget})):
             arts[variant] = work / f"{name}-{r}-{variant}"
             convert(src["model"], "host", arts[variant], precision="fp32", prune=r, calib=src["train"],
-                    eval=src["test"], **extra, **common)
+                    eval=src["test"], **extra, **kept_whole, **common)
         recovered = _artifact_model(arts["recovered"])
         arts["recovered_int8"] = work / f"{name}-{r}-int8"
         int8_note = "accuracy-aware static INT8 of the recovered model (bound 0.5 point vs it, as any model)"
@@ -161,6 +163,7 @@ def bench_model(name: str, ratios, budget: float, runs: int, labels: bool, work:
                "recovered": _accuracy(recovered, x_test, y_test),
                "recovered_int8": _accuracy(paths["pruned_recovered_int8"], x_test, y_test)}
         row["ratios"][str(r)] = {
+            "skip": list(skip),
             "round_to": _stage(arts["pruned"], "prune")["config"]["round_to"],
             "flops_cut_pct": round(prune["flops_reduction"] * 100, 1),
             "accuracy_pct": {"fp32": row["fp32_accuracy"], **acc},
@@ -183,12 +186,15 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=120.0, help="recovery budget, seconds")
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--labels", action="store_true", help="give the training split's labels to recovery too")
+    ap.add_argument("--skip", default="", help="Conv names kept whole (a recipe's stages: {prune: {skip: [...]}}), "
+                                               "e.g. /0/Conv: the CNNs' 1-channel stem")
     a = ap.parse_args()
+    skip = tuple(n for n in a.skip.split(",") if n)
     import onnxruntime
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {m: bench_model(m, [float(r) for r in a.ratios.split(",")], a.budget, a.runs, a.labels, Path(tmp))
+        rows = {m: bench_model(m, [float(r) for r in a.ratios.split(",")], a.budget, a.runs, a.labels, Path(tmp), skip)
                 for m in a.models.split(",")}
     env = {"python": platform.python_version(), "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
            "machine": platform.machine(), "cpus": os.cpu_count(), "latency_threads": 1,

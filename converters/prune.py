@@ -146,6 +146,29 @@ class Prune(Stage):
         return Intermediate(out, model.format, model.precision, notes)
 
 
+def _skip_names(ix, wanted: tuple[str, ...]) -> set[str]:
+    """The skip list as this graph's node names: a Conv may be named by its node name or its output tensor (the
+    normalized graph renames nodes after their outputs, the original model shows node names). An unknown name is
+    an error with "did you mean": a skip list that silently matches nothing prunes what the user meant to keep."""
+    from edgeopt.errors import BadInputError, did_you_mean
+
+    alias: dict[str, str] = {}
+    for i, n in enumerate(ix.nodes):
+        if n.op_type != "Conv":
+            continue
+        name = ix.name(i)  # the normalized graph names /0/Conv's node "/0/Conv_output_0"
+        short = name[: -len("_output_0")] if name.endswith("_output_0") else name
+        for key in (short, name, *n.output[:1]):
+            alias.setdefault(key, name)
+    shown = [k for k, v in alias.items() if not k.endswith("_output_0")]
+    unknown = [w for w in wanted if w not in alias]
+    if unknown:
+        raise BadInputError(f"prune: skip names no Conv of this model: {', '.join(unknown)}",
+                            did_you_mean(unknown[0], list(alias)) or "name Convs as the model names its Conv nodes "
+                            f"(this one has {', '.join(shown[:4])}{', ...' if len(shown) > 4 else ''})")
+    return {alias[w] for w in wanted}
+
+
 def prune_channels(model, config: PruneConfig, calib_feeds: list[dict] | None = None):
     """The channel-pruned model and the report (FLOPs/params before and after, per-layer channels, skips)."""
     from edgeopt.converters import prune_apply
@@ -155,10 +178,11 @@ def prune_channels(model, config: PruneConfig, calib_feeds: list[dict] | None = 
     ix = GraphIndex(model)
     before = model_cost(model)
     plan, layers, skipped = [], {}, {}
+    skip = _skip_names(ix, config.skip)
     for grp in find_groups(ix):
         names = sorted({ix.name(p) for p in [grp.root, *grp.producers]}, key=lambda n: n)
         outs = {ix.name(m) for m in [grp.root, *grp.producers, *grp.depthwise]}  # nodes whose outputs shrink
-        listed = sorted(outs & set(config.skip))
+        listed = sorted(outs & skip)
         reason = grp.unsafe or (f"in the skip list ({', '.join(listed)})" if listed else None)
         if reason is None and not grp.producers:
             reason = "no prunable producer"

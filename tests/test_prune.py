@@ -417,3 +417,25 @@ def test_mnist_cnn_30_percent_cuts_flops_by_a_quarter(tmp_path):
           f"FLOPs {rep['flops_before']} -> {rep['flops_after']}")
     assert rep["bias_compensation"]["applied"] is True
     assert acc_before > 0.9 and acc_after > 0.2  # no fine-tuning: a report, far above chance (0.1)
+
+
+def test_skip_list_takes_the_models_conv_names_and_refuses_a_typo(tmp_path, cli, repo):
+    """The normalized graph renames /0/Conv's node to /0/Conv_output_0: the name the user sees in their model
+    still keeps that Conv whole; a name matching no Conv is exit 3 with "did you mean", never silently ignored."""
+    import json
+
+    def run(name, out):
+        (tmp_path / "r.yaml").write_text(f'stages: {{prune: {{skip: ["{name}"]}}}}\n')
+        return cli("convert", str(repo / "fixtures/models/digits_cnn.onnx"), "--profile", "host", "--backend",
+                   "onnxruntime", "--precision", "fp32", "--prune", "0.5", "--no-recover", "--calib",
+                   str(repo / "fixtures/data/digits_calib.npz"), "--recipe", str(tmp_path / "r.yaml"),
+                   "-o", str(tmp_path / out))
+
+    ok = run("/0/Conv", "kept")
+    assert ok.returncode == 0, ok.stderr
+    stage = next(s for s in json.loads((tmp_path / "kept/manifest.json").read_text())["stages"] if s["name"] == "prune")
+    assert "skip list" in stage["report"]["skipped"]["/0/Conv_output_0"]
+    assert "/0/Conv_output_0" not in stage["report"]["layers"] and "/3/Conv_output_0" in stage["report"]["layers"]
+    bad = run("/0/Convv", "typo")
+    assert bad.returncode == 3 and "did you mean '/0/Conv'" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "typo").exists()
