@@ -259,9 +259,12 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig, ov_run_fn
         from edgeopt.enums import Precision
 
+        last_ctx: list = []  # the context of the last build, kept when it ends in a gate failure (its search report)
+
         def build(tag, **kw):
             (work / tag).mkdir()
             c = _ctx(work / tag, norm, case.calib, case.eval, "openvino")
+            last_ctx[:] = [c]
             out = OpenVINOBackend().run(Intermediate(norm), OpenVINOConfig(threads=2, **kw), c)
             return ov_run_fn(c.artifact_dir, out.notes["runtime"], threads=2), c
 
@@ -276,6 +279,10 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         except EdgeoptError as err:
             row["outcome"] = f"exit {int(err.exit_code)}: {err.one_line()}"
             _LAST["report"] = getattr(err, "details", None) or {}
+            ctx = last_ctx[0] if last_ctx else None  # a speed-gate failure comes after the search's report
+            if ctx is not None and "accuracy_aware" not in ctx.record.report:
+                ctx = None
+            row["speed_gate"] = getattr(err, "details", None)
     else:
         (work / "naive").mkdir()
         naive = QuantizeStage().run(Intermediate(norm), QuantizeConfig(mode="static"),

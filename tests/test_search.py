@@ -279,3 +279,92 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     assert any(t["kept_in_float"] == 3 and t.get("confirm_drop_points") == 0 for t in result.report["tried"])
     msg = gate_failure("quantize", result, 1.0).one_line()
     assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg
+
+
+def test_full_bias_correction_runs_on_the_better_preset_only():
+    """NNCF's full bias correction costs about two quantizations: of its two options (on the plain preset and on
+    `mixed`) only the one on the preset that scored better is built; the other is reported as skipped, and the
+    float fallback still builds on the right option index."""
+    from edgeopt.converters.quantize.nncf_search import bias_correction_on_the_worse_preset
+    from edgeopt.converters.quantize.search import run_search
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    ds = Dataset({"x": rng.standard_normal((40, 1, 4)).astype(np.float32)}, ranks={"x": 2})
+    search, confirm = ds.split(0.5, seed=0)
+
+    def fp32_run(feed):
+        return {"y": feed["x"] @ w}
+
+    def noisy(scale):
+        return lambda feed: {"y": feed["x"] @ w + scale * rng.standard_normal((1, 5)).astype(np.float32)}
+
+    labels = ["nncf defaults", "preset mixed (asymmetric activations)", "fast_bias_correction=False",
+              "preset mixed + fast_bias_correction=False"]
+    variants = [(lb, {}) for lb in labels]
+    built, fallback_on = [], []
+    scales = {0: 5.0, 1: 2.0, 2: 4.0, 3: 1.5}  # mixed beats defaults: bias correction runs on mixed only
+
+    def option(i):
+        def go():
+            built.append(labels[i])
+            return None, noisy(scales[i])
+        go.skip_when = bias_correction_on_the_worse_preset(labels[i], variants)
+        return go
+
+    def with_float(i, kept):
+        fallback_on.append(i)
+        return lambda: (None, fp32_run)
+
+    result = run_search(options=[(lb, option(i)) for i, lb in enumerate(labels)],
+                        rank=lambda art, dl: [("a", 1.0), ("b", 0.5)], with_float=with_float, fp32_run=fp32_run,
+                        search=search, confirm=confirm, bound=1.0, budget_s=600)
+    assert "fast_bias_correction=False" not in built and "preset mixed + fast_bias_correction=False" in built
+    assert result.report["options_skipped"][0]["what"] == "fast_bias_correction=False"
+    assert "scored below preset mixed" in result.report["options_skipped"][0]["why"]
+    assert fallback_on and set(fallback_on) == {3}  # the best scored option is index 3, not its place in the list
+
+
+def _attention_model(conv_channels: int):
+    """x[1,C,16,16] -> Conv(C->C, 3x3) -> tokens [1,256,C] -> softmax(q k^T) v: attention whose share of the
+    FLOPs shrinks as the Conv widens."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = conv_channels
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, c, 256], np.int64), "s"),
+             numpy_helper.from_array(rng.standard_normal((c, c)).astype(np.float32), "wq")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["y", "s"], ["t0"]),
+             helper.make_node("Transpose", ["t0"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "wq"], ["q"]),
+             helper.make_node("Transpose", ["t"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["a"]),
+             helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "t"], ["o"])]
+    g = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 16, 16])],
+                          [helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, 256, c])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.openvino
+def test_transformer_options_only_where_matmuls_carry_the_flops(tmp_path):
+    """NNCF's model_type=transformer options are tried for MatMul-heavy attention models, not for a CNN that
+    holds one small attention block (PP-OCRv4's recogniser: 6 % of its FLOPs in MatMuls)."""
+    import onnx
+    import openvino as ov
+
+    from edgeopt.converters.quantize.nncf_search import looks_like_transformer, matmul_flops_share
+
+    core = ov.Core()
+    shares = {}
+    for c in (8, 256):
+        onnx.save(_attention_model(c), tmp_path / f"a{c}.onnx")
+        m = core.read_model(str(tmp_path / f"a{c}.onnx"))
+        shares[c] = matmul_flops_share(m)
+        # by hand: Conv 2*256*c*9c, MatMuls 2*256*c*c + 2*256*256*c + 2*256*256*c
+        conv, mm = 2 * 256 * c * 9 * c, 2 * 256 * c * c + 4 * 256 * 256 * c
+        assert shares[c] == pytest.approx(mm / (conv + mm), rel=1e-6)
+        assert looks_like_transformer(m) == (shares[c] >= 0.5)
+    assert shares[8] > 0.5 > shares[256]

@@ -279,6 +279,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     feed = (ctx.check_samples or search).feed(0)
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)
+    ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final", runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
                                     min_speedup=config.min_speedup, ctx=ctx, prefix="openvino",
                                     alternatives=alternatives, threads=threads)

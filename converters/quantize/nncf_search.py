@@ -34,15 +34,43 @@ PASS_THROUGH = {"MaxPool", "AvgPool", "Reshape", "Flatten", "Transpose", "Squeez
 ATTENTION_HINTS = {"Softmax", "MVN"}
 
 
+TRANSFORMER_MATMUL_SHARE = 0.5  # MatMuls' share of the Conv+MatMul FLOPs from which a model counts as a transformer
+
+
+def _dims(pshape) -> list[int]:
+    """A partial shape's dims, a dynamic one counted as 1 (as the prune stage's FLOPs count does)."""
+    return [d.get_length() if d.is_static else 1 for d in pshape]
+
+
+def matmul_flops_share(ov_model) -> float:
+    """MatMuls' share of the model's Conv and MatMul FLOPs (2 x MACs, from the OpenVINO model's shapes)."""
+    conv = mm = 0
+    for op in ov_model.get_ordered_ops():
+        kind = op.get_type_name()
+        if kind not in ("Convolution", "GroupConvolution", "MatMul"):
+            continue
+        out = int(np.prod(_dims(op.get_output_partial_shape(0))))
+        if kind == "MatMul":
+            a = _dims(op.input_value(0).get_partial_shape())
+            k = a[-2] if op.get_transpose_a() and len(a) > 1 else a[-1] if a else 1
+            mm += 2 * out * k
+        else:
+            w = _dims(op.input_value(1).get_partial_shape())
+            conv += 2 * out * int(np.prod(w[-3:] if kind == "Convolution" else w[-2:]))
+    return mm / (conv + mm) if conv + mm else 0.0
+
+
 def looks_like_transformer(ov_model) -> bool:
-    """MatMul-heavy with attention (Softmax and a MatMul of two activations): NNCF's TRANSFORMER type."""
+    """MatMul-heavy with attention (Softmax and a MatMul of two activations, and MatMuls at least half the
+    FLOPs): NNCF's TRANSFORMER type. A CNN with one small attention block (PP-OCRv4's recogniser: 6 % of its
+    FLOPs in MatMuls) is not one: its transformer options cost time and never helped it."""
     types = [op.get_type_name() for op in ov_model.get_ordered_ops()]
     if not (set(types) & ATTENTION_HINTS):
         return False
     act_matmul = any(op.get_type_name() == "MatMul" and all(
         i.get_source_output().get_node().get_type_name() != "Constant" for i in op.inputs())
         for op in ov_model.get_ordered_ops())
-    return act_matmul or types.count("MatMul") >= 4
+    return (act_matmul or types.count("MatMul") >= 4) and matmul_flops_share(ov_model) >= TRANSFORMER_MATMUL_SHARE
 
 
 def option_variants(nncf, common: dict, transformer: bool) -> list[tuple[str, dict]]:
@@ -70,6 +98,34 @@ def option_variants(nncf, common: dict, transformer: bool) -> list[tuple[str, di
     if common.get("preset") != mixed:
         out.append(("preset mixed + fast_bias_correction=False", dict(common, preset=mixed, fast_bias_correction=False)))
     return out
+
+
+FULL_BIAS_CORRECTION = "fast_bias_correction=False"
+MIXED = "preset mixed (asymmetric activations)"
+
+
+def bias_correction_on_the_worse_preset(label: str, variants: list[tuple[str, dict]]):
+    """``skip_when`` of a full-bias-correction option: it costs about two plain quantizations (it runs the model
+    layer by layer), so it runs on the preset that scored better only. Bias correction and the preset act on
+    different errors (weights' bias shift, activations' asymmetry): the better preset stays better with it."""
+    if FULL_BIAS_CORRECTION not in label:
+        return lambda scored: None
+    plain = next((lb for lb, _ in variants if MIXED not in lb and FULL_BIAS_CORRECTION not in lb
+                  and "SmoothQuant off" not in lb and lb != "nncf defaults"), "nncf defaults") \
+        if any("model_type=transformer" in lb for lb, _ in variants) else "nncf defaults"
+    with_mixed = label.startswith("preset mixed")
+
+    def skip(scored: dict) -> str | None:
+        a, m = scored.get(plain), scored.get(MIXED)
+        if a is None or m is None or a.search_value is None or m.search_value is None:
+            return None
+        if with_mixed and a.search_value > m.search_value:
+            return f"preset mixed scored below '{plain}' ({m.search_value:.4g} vs {a.search_value:.4g})"
+        if not with_mixed and m.search_value > a.search_value:
+            return f"'{plain}' scored below preset mixed ({a.search_value:.4g} vs {m.search_value:.4g})"
+        return None
+
+    return skip
 
 
 def activation_quantizers(q) -> list[str]:
@@ -390,6 +446,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
             q, run = build(kw)()
             fq_owner[i] = q
             return q, run
+        remember.skip_when = bias_correction_on_the_worse_preset(label, variants)
         options.append((label, remember))
     result = run_search(options=options, rank=rank, with_float=bypassed, fp32_run=fp32_run, search=search,
                         confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,

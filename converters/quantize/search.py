@@ -1,7 +1,9 @@
 """The budgeted accuracy-aware INT8 search every quantizing backend shares.
 
 1. The quantizer's own options, in the order given (the preset first): the first one that keeps the
-   metric within the bound on the search part *and* on the held-back part wins.
+   metric within the bound on the search part *and* on the held-back part wins. An option's build may carry
+   ``skip_when(scored: {label: Candidate}) -> reason | None``: the options scored before it can make it
+   pointless (reported under ``options_skipped``).
 2. Otherwise per-op float fallback over the best option: its ops are ranked **once** by a cheap
    sensitivity measure (``rank``), then the number ``k`` of most sensitive ops kept in float grows
    1, 2, 4, 8, … until a candidate meets the bound, and is bisected between the last miss and that
@@ -186,17 +188,21 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
 
 def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> SearchResult:
     report = s.report
-    results: list[Candidate] = []
+    results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
         if i > 0 and not s.can_afford(share=OPTIONS_SHARE):
             break
+        why = getattr(build, "skip_when", lambda _: None)({results[j].label: results[j] for j in results})
+        if why:  # an option made pointless by the ones scored before it (e.g. bias correction on the worse preset)
+            report.setdefault("options_skipped", []).append({"what": label, "why": why})
+            continue
         c = s.evaluate(label, build)
-        results.append(c)
+        results[i] = c
         if c.met:
             report["quantizer_options"] = {"chosen": label}
             return _finish(s, c, c, [])
     # the option closest to the bound is the base of the float fallback
-    base_i = int(np.argmax([c.search_value for c in results]))
+    base_i = max(results, key=lambda j: results[j].search_value)
     base = results[base_i]
     report["quantizer_options"] = {"chosen": base.label}
     closest = base
