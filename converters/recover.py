@@ -37,6 +37,8 @@ from edgeopt.files import atomic_path
 TRAIN_MODULES = ("torch", "torchvision", "onnx2torch")
 TRAIN_HINT = "install it with: pip install 'edgeopt[train]' (or convert with --no-recover)"
 EXPORT_TOLERANCE = 1e-3  # max |ONNX Runtime - torch| of the exported student, relative to the output's scale
+EXPORT_LOOSE_TOLERANCE = 1e-2  # ... allowed when the outputs agree in direction to EXPORT_MIN_COSINE (deep nets)
+EXPORT_MIN_COSINE = 0.99999
 
 
 class RecoverConfig(StageConfig):
@@ -219,7 +221,20 @@ def check_export(torch, student, job, path: Path) -> dict:
 
     result = compare(torch_run, run, feeds)
     scale = max(float(np.max(np.abs(v))) for f in feeds[:1] for v in torch_run(f).values()) or 1.0
-    if not result["max_abs_err"] <= EXPORT_TOLERANCE * max(1.0, scale):
+    if not export_matches(result, scale):
         raise StageError(f"recover: the exported student differs from its torch version (max abs error "
-                         f"{result['max_abs_err']:.3g})", "report this model; convert with --no-recover meanwhile")
+                         f"{result['max_abs_err']:.3g}, cosine {result['cosine_min']:.7f})",
+                         "report this model; convert with --no-recover meanwhile")
     return {"export_vs_torch": result}
+
+
+def export_matches(result: dict, scale: float) -> bool:
+    """Whether ONNX Runtime's run of the export is torch's up to float rounding: within EXPORT_TOLERANCE of the
+    output's scale, or, for deep nets with large outputs where summation order alone moves single elements by
+    more (PP-OCRv4's DBNet: 0.0025 on a 320x320 map), the same direction to EXPORT_MIN_COSINE and within
+    EXPORT_LOOSE_TOLERANCE. An export bug (a wrong op, a dropped bias) moves the cosine far more than that."""
+    bound = max(1.0, scale)
+    if result["max_abs_err"] <= EXPORT_TOLERANCE * bound:
+        return True
+    cos = result.get("cosine_min")
+    return cos is not None and cos >= EXPORT_MIN_COSINE and result["max_abs_err"] <= EXPORT_LOOSE_TOLERANCE * bound
