@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,12 @@ def _marker_modules() -> dict[str, tuple[str, ...]]:
 
     backends = {b.value: cls.requires for b, cls in backend_classes().items() if cls.extra}
     return {**backends, **_OTHER_MARKERS}
+
+# The Ctrl-C tests send SIGINT to an edgeopt child. A shell runs a background job (`make test &`, nohup) with
+# SIGINT ignored, children inherit that, and Python then never raises KeyboardInterrupt: those tests would fail
+# for how the suite was started, not for edgeopt. The suite's children get the default disposition back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = [
     m.stem for m in sorted((REPO / "tests").glob("fixtures_*.py"))
