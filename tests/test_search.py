@@ -251,18 +251,21 @@ def test_tflite_int8_with_bound_is_searched_confirmed_and_timed(tmp_path):
     assert "latency_ms" in speed and {"fp32", "int8_final"} <= set(speed["latency_ms"]) or "not timed" in speed["note"]
 
 
+def _linear_model_search_data():
+    """A seeded rng, a 4x5 linear "model", its search and held-back halves and its FP32 run function."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    ds = Dataset({"x": rng.standard_normal((40, 1, 4)).astype(np.float32)}, ranks={"x": 2})
+    search, confirm = ds.split(0.5, seed=0)
+    return rng, w, search, confirm, lambda feed: {"y": feed["x"] @ w}
+
+
 def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     """Only keeping all ranked ops in float meets the bound: that candidate bounds the bisection, but the search
     ends without a result and the gate failure says that only the FP32 model met it."""
     from edgeopt.converters.quantize.search import gate_failure, run_search
 
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((4, 5)).astype(np.float32)
-    ds = Dataset({"x": rng.standard_normal((40, 1, 4)).astype(np.float32)}, ranks={"x": 2})
-    search, confirm = ds.split(0.5, seed=0)
-
-    def fp32_run(feed):
-        return {"y": feed["x"] @ w}
+    rng, w, search, confirm, fp32_run = _linear_model_search_data()
 
     def broken(feed):
         return {"y": -(feed["x"] @ w)}
@@ -288,13 +291,7 @@ def test_full_bias_correction_runs_on_the_better_preset_only():
     from edgeopt.converters.quantize.nncf_search import bias_correction_on_the_worse_preset
     from edgeopt.converters.quantize.search import run_search
 
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((4, 5)).astype(np.float32)
-    ds = Dataset({"x": rng.standard_normal((40, 1, 4)).astype(np.float32)}, ranks={"x": 2})
-    search, confirm = ds.split(0.5, seed=0)
-
-    def fp32_run(feed):
-        return {"y": feed["x"] @ w}
+    rng, w, search, confirm, fp32_run = _linear_model_search_data()
 
     def noisy(scale):
         return lambda feed: {"y": feed["x"] @ w + scale * rng.standard_normal((1, 5)).astype(np.float32)}
