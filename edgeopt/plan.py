@@ -208,16 +208,9 @@ def _enum(cls, value, flag: str):
 
 
 def _prune_value(value) -> tuple[float, bool]:
-    """(ratio, auto) from --prune's value: a fraction, or 'auto'."""
-    if isinstance(value, str):
-        if value.strip().lower() == "auto":
-            return 0.0, True
-        try:
-            value = float(value)
-        except ValueError as err:
-            raise UsageError(f"--prune '{value}' is neither a fraction nor 'auto'",
-                             "e.g. --prune 0.3, or --prune auto with --max-accuracy-drop") from err
-    return float(value), False
+    """(ratio, auto) from the request's ``prune`` (already 'auto' or a number: ChainRequest parses it) or the
+    profile's default ratio."""
+    return (0.0, True) if value == "auto" else (float(value), False)
 
 
 def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequest | str | Path | None = None,

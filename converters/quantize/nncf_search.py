@@ -85,9 +85,7 @@ def bias_correction_on_the_worse_preset(label: str, variants: list[tuple[str, di
     different errors (weights' bias shift, activations' asymmetry): the better preset stays better with it."""
     if FULL_BIAS_CORRECTION not in label:
         return lambda scored: None
-    plain = next((lb for lb, _ in variants if MIXED not in lb and FULL_BIAS_CORRECTION not in lb
-                  and "SmoothQuant off" not in lb and lb != "nncf defaults"), "nncf defaults") \
-        if any("model_type=transformer" in lb for lb, _ in variants) else "nncf defaults"
+    plain = variants[0][0]  # option_variants' first is the base the other options add to (NNCF's or transformer's)
     with_mixed = label.startswith("preset mixed")
 
     def skip(scored: dict) -> str | None:
