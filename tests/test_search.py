@@ -321,3 +321,20 @@ def test_full_bias_correction_runs_on_the_better_preset_only():
     assert "scored below preset mixed" in result.report["options_skipped"][0]["why"]
     assert fallback_on and set(fallback_on) == {3}  # the best scored option is index 3, not its place in the list
 
+
+
+@pytest.mark.openvino
+def test_openvino_search_through_the_cli_keeps_nncf_logs_off_stderr(tagger, tmp_path, cli):
+    """NNCF's own logger (set to INFO by its import, after the CLI quieted it) printed every ignored node of the
+    search's ignored_scope rebuild on stderr: only --verbose shows library lines."""
+    model, calib, ev = tagger
+    np.savez(tmp_path / "calib.npz", x=calib.arrays["x"])
+    np.savez(tmp_path / "eval.npz", x=ev.arrays["x"])
+    proc = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8", "--calib",
+               str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--max-accuracy-drop", "1",
+               "-o", str(tmp_path / "out"), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = next(s for s in json.loads((tmp_path / "out/manifest.json").read_text())["stages"]
+                  if s["name"] == "openvino")["report"]["accuracy_aware"]
+    assert report["kept_in_float_count"] >= 1  # the rebuild with ignored_scope ran
+    assert "nncf" not in proc.stderr.lower() and json.loads(proc.stdout)["ok"] is True

@@ -167,7 +167,7 @@ class OpenVINOBackend(Backend):
                                                                       "source": getattr(ctx.calib, "source", ""),
                                                                       "synthetic": getattr(ctx.calib, "synthetic", False)})
         try:
-            with _nncf_logs_to_stderr(), library_prints():  # stdout is the CLI's output
+            with library_prints(), _nncf_logs_follow_prints():  # stdout is the CLI's output
                 if config.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common)
                 q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
@@ -222,14 +222,16 @@ def stable_layer_names(xml_path, keep: set[str]) -> int:
 
 
 @contextlib.contextmanager
-def _nncf_logs_to_stderr():
-    """NNCF's logger writes INFO lines to stdout through its own handler: point it at stderr meanwhile."""
+def _nncf_logs_follow_prints():
+    """NNCF's logger writes INFO lines to the stdout it saw at import, through its own handler (at INFO, set by
+    NNCF's import, after the CLI quieted it): point it where ``library_prints`` sends prints meanwhile, stderr
+    with --verbose, else nowhere (its ignored_scope rebuild printed 76 lines of node names without it)."""
     import logging
 
     moved = []
     for h in logging.getLogger("nncf").handlers:
-        if isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.__stdout__):
-            moved.append((h, h.setStream(sys.stderr)))
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            moved.append((h, h.setStream(sys.stdout)))
     try:
         yield
     finally:
