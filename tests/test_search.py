@@ -284,29 +284,41 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg
 
 
-def test_full_bias_correction_runs_on_the_better_preset_only():
+@pytest.mark.parametrize("mixed_scale, built_fbc, skipped_fbc, why", [
+    (2.0, "preset mixed + fast_bias_correction=False", "fast_bias_correction=False", "scored below preset mixed"),
+    (None, "fast_bias_correction=False", "preset mixed + fast_bias_correction=False", "scored no better than"),
+], ids=["mixed-better", "tie-plain-wins"])
+def test_full_bias_correction_runs_on_the_better_preset_only(mixed_scale, built_fbc, skipped_fbc, why):
     """NNCF's full bias correction costs about two quantizations: of its two options (on the plain preset and on
-    `mixed`) only the one on the preset that scored better is built; the other is reported as skipped, and the
-    float fallback still builds on the right option index."""
-    from edgeopt.converters.quantize.nncf_search import bias_correction_on_the_worse_preset
+    `mixed`) only the one on the preset that scored better is built (on a tie, the plain one's); the other is
+    reported as skipped, and the float fallback still builds on the right option index."""
+    from edgeopt.converters.quantize.nncf_search import bias_correction_on_the_better_preset
     from edgeopt.converters.quantize.search import run_search
 
     rng, w, search, confirm, fp32_run = _linear_model_search_data()
-
-    def noisy(scale):
-        return lambda feed: {"y": feed["x"] @ w + scale * rng.standard_normal((1, 5)).astype(np.float32)}
-
     labels = ["nncf defaults", "preset mixed (asymmetric activations)", "fast_bias_correction=False",
               "preset mixed + fast_bias_correction=False"]
     variants = [(lb, {}) for lb in labels]
     built, fallback_on = [], []
-    scales = {0: 5.0, 1: 2.0, 2: 4.0, 3: 1.5}  # mixed beats defaults: bias correction runs on mixed only
+    # tie: the same noise for both presets (a model whose activations are all non-negative scores them alike)
+    noise = {i: rng.standard_normal((64, 5)).astype(np.float32) for i in range(4)}
+    if mixed_scale is None:
+        noise[1] = noise[0]
+    scales = {0: 5.0, 1: mixed_scale or 5.0, 2: 4.0, 3: 1.5}
+    calls = dict.fromkeys(range(4), 0)
+
+    def noisy(i):
+        def run(feed):
+            calls[i] += 1
+            return {"y": feed["x"] @ w + scales[i] * noise[i][calls[i] % 64][None]}
+        return run
 
     def option(i):
         def go():
             built.append(labels[i])
-            return None, noisy(scales[i])
-        go.skip_when = bias_correction_on_the_worse_preset(labels[i], variants)
+            calls[i] = 0
+            return None, noisy(i)
+        go.skip_when = bias_correction_on_the_better_preset(labels[i], variants)
         return go
 
     def with_float(i, kept):
@@ -316,11 +328,12 @@ def test_full_bias_correction_runs_on_the_better_preset_only():
     result = run_search(options=[(lb, option(i)) for i, lb in enumerate(labels)],
                         rank=lambda art, dl: [("a", 1.0), ("b", 0.5)], with_float=with_float, fp32_run=fp32_run,
                         search=search, confirm=confirm, bound=1.0, budget_s=600)
-    assert "fast_bias_correction=False" not in built and "preset mixed + fast_bias_correction=False" in built
-    assert result.report["options_skipped"][0]["what"] == "fast_bias_correction=False"
-    assert "scored below preset mixed" in result.report["options_skipped"][0]["why"]
-    assert fallback_on and set(fallback_on) == {3}  # the best scored option is index 3, not its place in the list
-
+    assert built_fbc in built and skipped_fbc not in built
+    assert result.report["options_skipped"][0]["what"] == skipped_fbc
+    assert why in result.report["options_skipped"][0]["why"]
+    best = labels.index(max(built, key=lambda lb: next(t["search_value"] for t in result.report["tried"]
+                                                       if t["what"] == lb)))
+    assert fallback_on and set(fallback_on) == {best}  # the best scored option's index, not its place in the list
 
 
 @pytest.mark.openvino
