@@ -44,11 +44,33 @@ def bisect_order(n: int, try_fn, left_s) -> tuple[int, list[int], bool]:
     return lo, tried, True
 
 
-def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, save, timing) -> Intermediate:
+def effective_grid(ratios, kept_at) -> tuple[tuple[float, ...], dict[str, str]]:
+    """The ratios that prune something different from every smaller one (``kept_at(ratio)`` -> channels kept per
+    group), and why each other ratio is left out: it removes no channel, or keeps the same channels as a smaller
+    ratio (channel rounding to the device's multiple makes neighbouring ratios one model)."""
+    full = kept_at(0.0)
+    grid: list[float] = []
+    seen: dict[tuple, float] = {}
+    left_out: dict[str, str] = {}
+    for r in sorted(ratios):
+        sig = kept_at(r)
+        if sig == full:
+            left_out[f"{r:g}"] = "removes no channel (channel counts rounded to the device's multiple)"
+        elif sig in seen:
+            left_out[f"{r:g}"] = f"keeps the same channels as {seen[sig]:g}"
+        else:
+            seen[sig] = r
+            grid.append(r)
+    return tuple(grid), left_out
+
+
+def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, save, timing,
+                 kept_at=None) -> Intermediate:
     """Run the search (see the module doc) and return the chosen student (or ``model`` unchanged when no ratio
     stays within the bound); the report goes to ``ctx.record``. The prune stage hands in what it does:
     ``prune_at(ratio, feeds)`` -> (pruned ModelProto, report), ``save(proto, path)``, ``timing(before, after)``
-    -> the pruned-vs-unpruned latency entry."""
+    -> the pruned-vs-unpruned latency entry; ``kept_at(ratio)`` -> channels kept per group, to try each distinct
+    pruning once (:func:`effective_grid`)."""
     from edgeopt.converters.checks import ort_run_fn
     from edgeopt.errors import UsageError
     from edgeopt.metrics import make_metric
@@ -69,7 +91,8 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
     held, train = calib.subset(np.sort(idx[:held_n])), calib.subset(np.sort(idx[held_n:]))
     metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), held)
-    grid = tuple(sorted(config.auto_ratios))
+    grid, left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
+        (tuple(sorted(config.auto_ratios)), {})
     work = Path(ctx.work_dir) / "prune-auto"
     work.mkdir(parents=True, exist_ok=True)
     tried: dict[int, dict] = {}
@@ -111,6 +134,7 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     best, order, complete = bisect_order(len(grid), attempt, left_s)
     report = {
         "mode": "channels", "auto": True, "max_accuracy_drop": config.auto_max_drop, "grid": list(grid),
+        "grid_left_out": left_out,
         "metric": metric.name, "metric_unit": metric.unit, "metric_basis": "labels" if metric.labels_used else "fp32",
         "held_metric_fp32": round(metric.fp32_value, 4), "search_held_samples": held_n, "train_samples": len(train),
         "tried": [tried[i] for i in order if i in tried], "recovered": recover is not None,
@@ -129,8 +153,13 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
         report.update({"ratio": 0.0, "changed": False})
         rec.report.update(report)
         tried_text = ", ".join(f"{t['ratio']:g}" for t in report["tried"])
-        ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.auto_max_drop:g} points of "
-                 f"{metric.name} of FP32 on the held-back data: the model is not pruned")
+        if not grid:
+            ctx.warn(f"prune auto: no ratio of {', '.join(f'{r:g}' for r in sorted(config.auto_ratios))} removes a "
+                     f"channel of this model at round_to {config.round_to}: the model is not pruned (a recipe's "
+                     "stages: {prune: {round_to: N}} sets a finer multiple)")
+        else:
+            ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.auto_max_drop:g} points of "
+                     f"{metric.name} of FP32 on the held-back data: the model is not pruned")
         return Intermediate(model.path, model.format, model.precision,
                             {**model.notes, "prune": {"mode": "channels", "ratio": 0.0, "auto": True}})
     chosen = tried[best]

@@ -51,11 +51,14 @@ def test_auto_plans_a_searching_prune_stage_from_flag_or_recipe():
 @pytest.mark.onnxruntime
 @pytest.mark.slow
 def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_path):
+    # round_to 8 from the recipe: the host's own multiple is 16 on AVX-512 CPUs, where 0.1-0.3 keep every channel
+    # of the digits CNN's 24- and 48-channel Convs (tested below), so the search would have little to choose from
+    (tmp_path / "r.yaml").write_text("stages: {prune: {round_to: 8}}\n")
     out = tmp_path / "auto"
     r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
             "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "1", "--recover-budget", "30",
             "--calib", str(fixture_data("digits_calib")), "--eval", str(fixture_data("digits_test")),
-            "-o", str(out), "--json")
+            "--recipe", str(tmp_path / "r.yaml"), "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout)
     stages = {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
@@ -67,3 +70,29 @@ def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_pa
     assert stages["recover"]["report"]["done_by"] == "prune auto search"
     assert stages["prune"]["checks"]["output_shapes_unchanged"]
     assert res["validation"]["accuracy_drop"] <= 1.0  # on digits_test, which the search never saw
+
+
+@pytest.mark.onnxruntime
+def test_ratios_that_prune_the_same_channels_are_tried_once():
+    """At AVX-512's 16-channel rounding the digits CNN's ratios 0.1-0.3 make one model: the auto search's grid keeps
+    the smallest ratio of each distinct pruning, and says why each other ratio was left out."""
+    from edgeopt.converters.prune import PruneConfig, kept_channels_at, prune_channels
+    from edgeopt.converters.prune_auto import effective_grid
+    from edgeopt.model import load_onnx
+
+    model = load_onnx(fixture_model("digits_cnn"))
+    ratios = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+    grid16, left16 = effective_grid(ratios, kept_channels_at(model, PruneConfig(round_to=16)))
+    grid1, left1 = effective_grid(ratios, kept_channels_at(model, PruneConfig(round_to=1)))
+    assert len(grid16) < len(grid1) and set(grid16) | {float(r) for r in left16} == set(ratios)
+    assert grid16 == tuple(sorted(grid16)) and "removes no channel" in left16["0.1"]
+
+    def flops(ratio, round_to):
+        return prune_channels(model, PruneConfig(ratio=ratio, round_to=round_to))[1]["flops_after"]
+
+    cuts = [flops(r, 16) for r in grid16]
+    assert len(set(cuts)) == len(cuts)  # each kept ratio prunes differently
+    for r, why in left16.items():
+        assert "same channels as" in why or "removes no channel" in why
+        if "same channels as" in why:  # the ratio left out builds the very model of the one it names
+            assert flops(float(r), 16) == flops(float(why.rsplit(" ", 1)[1]), 16)
