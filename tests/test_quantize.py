@@ -213,6 +213,28 @@ def test_accuracy_aware_recovers_outlier_model_and_reports(tmp_path):
     json.dumps(ctx.record.report)  # the report goes into the manifest
 
 
+def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeypatch):
+    """Past LOCAL_LIMIT quantized nodes the ONNX Runtime search ranks them in one run (each node's own Q/DQ noise,
+    ORT's qdq_loss_debug) instead of one session per node; forced here on the outlier model, it must still point at
+    the outlier path, and the report names the method."""
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, sensitivity
+
+    monkeypatch.setattr(sensitivity, "LOCAL_LIMIT", 0)
+    isolated = []
+    monkeypatch.setattr(sensitivity, "rank_nodes", lambda *a, **k: isolated.append(1) or [])
+    model = tmp_path / "outlier.onnx"
+    protos = outlier_classifier(model)
+    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
+    ctx = _ctx(tmp_path, calib, ev)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0), ctx)
+    aa = ctx.record.report["accuracy_aware"]
+    assert not isolated and aa["sensitivity"]["method"] == sensitivity.LOCAL_METHOD
+    assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
+    kept = {k["node"] for k in aa["kept_in_float"]}
+    assert kept & {"fcB", "fcC"} and len(kept) < 4
+    assert _accuracy(model, ev) - _accuracy(out.path, ev) <= 2.0
+
+
 def test_accuracy_aware_without_eval_data_is_usage_error(tmp_path):
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
 
@@ -301,3 +323,63 @@ def test_convert_cli_accuracy_aware_int8_records_report(tmp_path, cli):
     aa = quant["report"]["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and quant["checks"]["cosine_min"] > 0.99
     assert manifest["validation"]["accuracy_drop"] <= 1.0
+
+
+def test_one_run_ranking_points_at_the_node_whose_quantization_was_broken(tmp_path):
+    """The one-run ranking (ORT's qdq_loss_debug) on the digits CNN's real QDQ model: with one layer's weight scale
+    made 30 % wrong, that layer's score is the one that grows; with one activation's Q scale made 8x coarser, the
+    node that writes it and the node that reads it are the two that grow (a node kept float drops the Q/DQ of its
+    inputs and outputs)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
+    from edgeopt.converters.quantize.presets import get_preset
+    from edgeopt.converters.quantize.sensitivity import quantized_nodes, rank_nodes_local
+
+    calib, test = digits_datasets()
+    qdq_path = quantize_static(DIGITS, tmp_path / "q.onnx", StaticSettings.from_preset(get_preset("x86-vnni")),
+                               calib, ["input"], 64)
+    feeds = test.feeds(8)
+    clean = rank_nodes_local(qdq_path, DIGITS, feeds, tmp_path)
+    assert {n for n, _ in clean} == set(quantized_nodes(onnx.load(str(qdq_path)))) and all(e >= 0 for _, e in clean)
+
+    def broken(change) -> list[tuple[str, float]]:
+        m = onnx.load(str(qdq_path))
+        target = change(m)
+        onnx.save(m, str(tmp_path / "broken.onnx"))
+        return target, rank_nodes_local(tmp_path / "broken.onnx", DIGITS, feeds, tmp_path)
+
+    def weight_scale(m):
+        inits = {i.name: i for i in m.graph.initializer}
+        dq = [n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.input[0].endswith("_quantized")
+              and n.input[0] in inits]
+        victim = dq[len(dq) // 2]
+        reader = next(n.name for n in m.graph.node if victim.output[0] in n.input)
+        scale = inits[victim.input[1]]
+        scale.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scale) * 1.3, scale.name))
+        return {reader}
+
+    def activation_scale(m):
+        inits = {i.name: i for i in m.graph.initializer}
+        qs = [n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits
+              and any(n.input[0] in x.output for x in m.graph.node if x.name in quantized_nodes(m))]
+        victim = qs[len(qs) // 2]
+        coarse = numpy_helper.from_array(numpy_helper.to_array(inits[victim.input[1]]) * 8, victim.input[1] + "_x8")
+        m.graph.initializer.append(coarse)
+        victim.input[1] = coarse.name
+        dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == victim.output[0])
+        dq.input[1] = coarse.name  # the pair stays consistent: only its resolution changes
+        writer = next(n.name for n in m.graph.node if victim.input[0] in n.output)
+        reader = next(n.name for n in m.graph.node if dq.output[0] in n.input)
+        return {writer, reader}
+
+    base = dict(clean)
+
+    def rose_most(ranked, k: int) -> set[str]:  # the nodes whose score grew most over the clean model's
+        return {n for n, _ in sorted(ranked, key=lambda t: base[t[0]] - t[1])[:k]}
+
+    want, ranked = broken(weight_scale)
+    assert rose_most(ranked, 1) == want
+    want, ranked = broken(activation_scale)
+    assert rose_most(ranked, 2) == want

@@ -77,9 +77,18 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
             return paths[i], ort_runner(paths[i], threads)
         return go
 
+    method = [sensitivity.ISOLATED_METHOD]
+
     def rank(qdq_path: Path, deadline: float) -> list[tuple[str, float]]:
-        feeds = search.feeds(min(32, len(search)))
-        return sensitivity.rank_nodes(onnx.load(str(qdq_path)), onnx.load(str(src)), feeds,
+        qdq = onnx.load(str(qdq_path))
+        if len(sensitivity.quantized_nodes(qdq)) > sensitivity.LOCAL_LIMIT:
+            try:
+                ranked = sensitivity.rank_nodes_local(qdq_path, src, search.feeds(min(8, len(search))), work)
+                method[0] = sensitivity.LOCAL_METHOD
+                return ranked
+            except Exception as err:  # noqa: BLE001 - a QDQ layout the debug tool can't read: rank one by one
+                method[0] = f"{sensitivity.ISOLATED_METHOD} (the one-run ranking failed: {type(err).__name__}: {err})"[:300]
+        return sensitivity.rank_nodes(qdq, onnx.load(str(src)), search.feeds(min(32, len(search))),
                                       lambda m: ort_runner(m, threads), deadline=deadline)
 
     def with_float(i: int, kept: tuple[str, ...]):
@@ -91,8 +100,10 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
         options=[(label, build(i, settings, f"variant{i}.onnx")) for i, (label, settings) in enumerate(variants)],
         rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
         budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
-        sensitivity_method="output error (1 - cosine) with only that node quantized, on the search part; ranked once")
+        sensitivity_method=sensitivity.ISOLATED_METHOD)
     report = result.report
+    if "sensitivity" in report:
+        report["sensitivity"]["method"] = method[0]
     chosen_i = next(i for i, (label, _) in enumerate(variants) if label == report["quantizer_options"]["chosen"])
     report["quantizer_options"]["settings"] = variants[chosen_i][1].model_dump(mode="json")
     if result.best is None:
@@ -111,6 +122,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     report["latency_ms"] = latency | {"runs_each_at_least": 20, "threads": threads,
                                       "note": "quick interleaved ORT p50, not a benchmark"}
+    ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
                                     runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,
                                     prefix="quantize", alternatives=_fp16_hint(fp16_hint), threads=threads)

@@ -140,3 +140,73 @@ def rank_nodes(qdq, fp32, feeds: list[dict], session_fn: Callable, progress=None
             progress()
     scores.sort(key=lambda t: -t[1])
     return scores
+
+
+LOCAL_LIMIT = 24  # more quantized nodes than this: each node's own error in one run (one session each is too slow)
+LOCAL_METHOD = ("each node's own quantization noise in one run (ONNX Runtime's qdq_loss_debug): the sum over its "
+                "quantized inputs and outputs of 10^(-SQNR/10), activations pre vs post QDQ on the search part, "
+                "weights FP32 vs dequantized; ranked once")
+ISOLATED_METHOD = "output error (1 - cosine) with only that node quantized, on the search part; ranked once"
+
+
+class _Feeds:
+    """ONNX Runtime's CalibrationDataReader over a list of feeds."""
+
+    def __init__(self, feeds: list[dict], names: set[str]):
+        self._it = iter([{k: np.asarray(v) for k, v in f.items() if k in names} for f in feeds])
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def __iter__(self):
+        return iter(self.get_next, None)
+
+
+def rank_nodes_local(qdq_path, fp32_path, feeds: list[dict], work) -> list[tuple[str, float]]:
+    """(node, its own quantization noise), most sensitive first, from one run of the QDQ model with every
+    intermediate tensor saved (ONNX Runtime's ``qdq_loss_debug``): for each quantized node the noise that the Q/DQ
+    pairs of its inputs and outputs add, as a ratio (``10^(-SQNR/10)``: activations before vs after their QDQ, weights FP32 vs
+    dequantized), summed. It ignores how later layers amplify the noise (the isolated ranking measures that, one
+    session per node: 358 sessions on PP-OCRv4's recogniser, most of a 120 s budget)."""
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import qdq_loss_debug as dbg
+    from onnxruntime.quantization.quant_utils import TENSOR_NAME_QUANT_SUFFIX
+
+    qdq = onnx.load(str(qdq_path))
+    augmented = Path(work) / f"{Path(qdq_path).stem}.debug.onnx"
+    dbg.modify_model_output_intermediate_tensors(str(qdq_path), str(augmented))
+    names = {i.name for i in qdq.graph.input}
+    acts = dbg.collect_activations(str(augmented), _Feeds(feeds, names))
+    augmented.unlink(missing_ok=True)
+    weight_sqnr = dbg.compute_weight_error(  # 0-d weights (a scalar Mul) as 1-element arrays: ORT's own takes len()
+        dbg.create_weight_matching(str(fp32_path), str(qdq_path)),
+        lambda a, b: dbg.compute_signal_to_quantization_noice_ratio([np.atleast_1d(a)], [np.atleast_1d(b)]))
+    producer = {o: n for n in qdq.graph.node for o in n.output}
+
+    def sqnr(dq) -> float | None:
+        src = dq.input[0]
+        if src.endswith(TENSOR_NAME_QUANT_SUFFIX):
+            return weight_sqnr.get(src[: -len(TENSOR_NAME_QUANT_SUFFIX)])
+        q = producer.get(src)
+        if q is None or q.op_type != "QuantizeLinear" or q.input[0] not in acts or dq.output[0] not in acts:
+            return None
+        return dbg.compute_signal_to_quantization_noice_ratio(acts[q.input[0]], acts[dq.output[0]])
+
+    q_of = {n.input[0]: n for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    dq_of = {n.input[0]: n for n in qdq.graph.node if n.op_type == "DequantizeLinear"}
+
+    def output_dqs(node) -> list:
+        """The DQs of the node's own outputs: keeping it float drops those pairs too (a model's last op, e.g.
+        the Sigmoid of a probability map, has no quantized reader to carry that noise)."""
+        return [dq_of[q_of[o].output[0]] for o in node.output if o in q_of and q_of[o].output[0] in dq_of]
+
+    scores = []
+    for name in quantized_nodes(qdq):
+        node = next(n for n in qdq.graph.node if n.name == name)
+        dqs = [producer[i] for i in node.input if i in producer and producer[i].op_type == "DequantizeLinear"]
+        noise = sum(10.0 ** (-db / 10.0) for db in map(sqnr, dqs + output_dqs(node)) if db is not None)
+        scores.append((name, noise))
+    scores.sort(key=lambda t: -t[1])
+    return scores
