@@ -340,15 +340,14 @@ def test_one_run_ranking_points_at_the_node_whose_quantization_was_broken(tmp_pa
     calib, test = digits_datasets()
     qdq_path = quantize_static(DIGITS, tmp_path / "q.onnx", StaticSettings.from_preset(get_preset("x86-vnni")),
                                calib, ["input"], 64)
-    feeds = test.feeds(8)
-    clean = rank_nodes_local(qdq_path, DIGITS, feeds, tmp_path)
+    clean = rank_nodes_local(qdq_path, DIGITS, test, 8, tmp_path)
     assert {n for n, _ in clean} == set(quantized_nodes(onnx.load(str(qdq_path)))) and all(e >= 0 for _, e in clean)
 
     def broken(change) -> list[tuple[str, float]]:
         m = onnx.load(str(qdq_path))
         target = change(m)
         onnx.save(m, str(tmp_path / "broken.onnx"))
-        return target, rank_nodes_local(tmp_path / "broken.onnx", DIGITS, feeds, tmp_path)
+        return target, rank_nodes_local(tmp_path / "broken.onnx", DIGITS, test, 8, tmp_path)
 
     def weight_scale(m):
         inits = {i.name: i for i in m.graph.initializer}

@@ -83,7 +83,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
         qdq = onnx.load(str(qdq_path))
         if len(sensitivity.quantized_nodes(qdq)) > sensitivity.LOCAL_LIMIT:
             try:
-                ranked = sensitivity.rank_nodes_local(qdq_path, src, search.feeds(min(8, len(search))), work)
+                ranked = sensitivity.rank_nodes_local(qdq_path, src, search, 8, work)
                 method[0] = sensitivity.LOCAL_METHOD
                 return ranked
             except Exception as err:  # noqa: BLE001 - a QDQ layout the debug tool can't read: rank one by one

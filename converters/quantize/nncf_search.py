@@ -445,12 +445,11 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
     else:
         result.report["kept_in_float"] = []
     if result.best is not None and result.best.kept:
-        _final_build(result, with_float(chosen, result.best.kept), search, confirm, bound,
-                     "nncf.quantize with those ops in ignored_scope")
+        _final_build(result, with_float(chosen, result.best.kept), search, confirm, bound)
     return result
 
 
-def _final_build(result: SearchResult, build: Callable, search, confirm, bound: float, what: str) -> None:
+def _final_build(result: SearchResult, build: Callable, search, confirm, bound: float) -> None:
     """The search's hit is the INT8 model with the chosen units made float in place; rebuild it the proper way
     (``nncf.quantize`` with those ops in ``ignored_scope``: calibration and bias correction made for it)
     when the budget has room for one more quantization, and keep whichever meets the bound on both parts
@@ -474,7 +473,7 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
         result.best.artifact = q
         r.update(search_drop_points=round(s_drop, 3), confirm_drop_points=round(c_drop, 3),
                  search_value=round(s_val, 4), confirm_value=round(c_val, 4))
-        r["final_build"] = {"what": what, **entry}
+        r["final_build"] = {"what": "nncf.quantize with those ops in ignored_scope", **entry}
     else:
-        r["final_build"] = {"what": f"the search's model (those units made float in the INT8 model): {what} "
-                                    "missed the bound", **entry}
+        r["final_build"] = {"what": "the search's model (those units made float in the INT8 model): "
+                                    "nncf.quantize with the same ops in ignored_scope missed the bound", **entry}

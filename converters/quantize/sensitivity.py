@@ -149,36 +149,25 @@ LOCAL_METHOD = ("each node's own quantization noise in one run (ONNX Runtime's q
 ISOLATED_METHOD = "output error (1 - cosine) with only that node quantized, on the search part; ranked once"
 
 
-class _Feeds:
-    """ONNX Runtime's CalibrationDataReader over a list of feeds."""
-
-    def __init__(self, feeds: list[dict], names: set[str]):
-        self._it = iter([{k: np.asarray(v) for k, v in f.items() if k in names} for f in feeds])
-
-    def get_next(self):
-        return next(self._it, None)
-
-    def __iter__(self):
-        return iter(self.get_next, None)
-
-
-def rank_nodes_local(qdq_path, fp32_path, feeds: list[dict], work) -> list[tuple[str, float]]:
+def rank_nodes_local(qdq_path, fp32_path, data, samples: int, work) -> list[tuple[str, float]]:
     """(node, its own quantization noise), most sensitive first, from one run of the QDQ model with every
     intermediate tensor saved (ONNX Runtime's ``qdq_loss_debug``): for each quantized node the noise that the Q/DQ
     pairs of its inputs and outputs add, as a ratio (``10^(-SQNR/10)``: activations before vs after their QDQ, weights FP32 vs
     dequantized), summed. It ignores how later layers amplify the noise (the isolated ranking measures that, one
-    session per node: 358 sessions on PP-OCRv4's recogniser, most of a 120 s budget)."""
+    session per node: 358 sessions on PP-OCRv4's recogniser, most of a 120 s budget). ``data``: the first
+    ``samples`` of this Dataset are run."""
     from pathlib import Path
 
     import onnx
     from onnxruntime.quantization import qdq_loss_debug as dbg
     from onnxruntime.quantization.quant_utils import TENSOR_NAME_QUANT_SUFFIX
 
+    from .ort_static import calibration_reader
+
     qdq = onnx.load(str(qdq_path))
     augmented = Path(work) / f"{Path(qdq_path).stem}.debug.onnx"
     dbg.modify_model_output_intermediate_tensors(str(qdq_path), str(augmented))
-    names = {i.name for i in qdq.graph.input}
-    acts = dbg.collect_activations(str(augmented), _Feeds(feeds, names))
+    acts = dbg.collect_activations(str(augmented), calibration_reader(data, [i.name for i in qdq.graph.input], samples))
     augmented.unlink(missing_ok=True)
     weight_sqnr = dbg.compute_weight_error(  # 0-d weights (a scalar Mul) as 1-element arrays: ORT's own takes len()
         dbg.create_weight_matching(str(fp32_path), str(qdq_path)),
@@ -202,9 +191,10 @@ def rank_nodes_local(qdq_path, fp32_path, feeds: list[dict], work) -> list[tuple
         the Sigmoid of a probability map, has no quantized reader to carry that noise)."""
         return [dq_of[q_of[o].output[0]] for o in node.output if o in q_of and q_of[o].output[0] in dq_of]
 
+    by_name = {n.name: n for n in qdq.graph.node}
     scores = []
     for name in quantized_nodes(qdq):
-        node = next(n for n in qdq.graph.node if n.name == name)
+        node = by_name[name]
         dqs = [producer[i] for i in node.input if i in producer and producer[i].op_type == "DequantizeLinear"]
         noise = sum(10.0 ** (-db / 10.0) for db in map(sqnr, dqs + output_dqs(node)) if db is not None)
         scores.append((name, noise))
