@@ -22,17 +22,12 @@ from edgeopt.converters.base import (
     StageConfig,
 )
 from edgeopt.converters.registry import register_stage
-from edgeopt.enums import Precision, StrEnum
+from edgeopt.enums import Precision
 from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
 
+from .modes import QuantMode
 from .presets import PRESETS, get_preset, preset_for_profile
 from .search import DEFAULT_BUDGET_S
-
-
-class QuantMode(StrEnum):
-    AUTO = "auto"  # static, unless the op mix says dynamic pays (MatMul/LSTM/GRU-heavy; never a CNN)
-    STATIC = "static"
-    DYNAMIC = "dynamic"
 
 
 class QuantizeConfig(StageConfig):
@@ -124,6 +119,9 @@ class QuantizeStage(Stage):
                 raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
             quantize_dynamic(Path(model.path), out)
             report.update(method="dynamic int8 (weights int8, activations at run time)")
+        elif mode == QuantMode.WEIGHTS:
+            raise UsageError("quantize: weight-only INT8 is not available on ONNX Runtime yet",
+                             "use mode static or dynamic (or auto, the default)")
         else:
             self._static(model, config, ctx, fp32, out, work, report)
 
