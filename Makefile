@@ -34,7 +34,7 @@ system-deps:
 	  else echo "note: missing system packages:$$missing (sudo apt-get install$$missing); tests needing them are skipped"; fi; \
 	fi
 
-demo: setup
+demo: setup system-deps
 	$(EDGEOPT) doctor
 	$(EDGEOPT) analyze fixtures/models/mnist_cnn.onnx --profile pi5
 	$(EDGEOPT) convert fixtures/models/mnist_cnn.onnx --profile host --precision int8 \
