@@ -175,12 +175,13 @@ def _stage_class(name: str):
 def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
     config = cls.configure(options)
     override = options.stage_overrides.get(name)
-    if config is None or not override:
-        return config
-    try:
-        return type(config).model_validate({**config.model_dump(), **override})
-    except ValidationError as err:
-        raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
+    if config is not None and override:
+        try:
+            config = type(config).model_validate({**config.model_dump(), **override})
+        except ValidationError as err:
+            raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
+    settle = getattr(cls, "settle_config", None)  # after the overrides: what they name (TVM: its database's hash)
+    return settle(config) if config is not None and settle is not None else config
 
 
 def _quant_preset(profile) -> tuple[str, str]:
