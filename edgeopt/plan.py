@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
-from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
+from edgeopt.converters.base import SEARCH_BUDGET_S, CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision, UnitKind
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
@@ -269,7 +269,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
             per_channel=pick(r.per_channel, True),
             max_accuracy_drop=bound,
             min_cosine=pick(r.min_cosine, None),
-            search_budget_s=pick(r.search_budget, 120.0),
+            search_budget_s=pick(r.search_budget, SEARCH_BUDGET_S),
             min_speedup=pick(r.min_speedup, None),
             threads=pick(r.threads, None),
             backend_settings=dict(target.settings) if target else {},
