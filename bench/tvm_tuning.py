@@ -42,10 +42,11 @@ def _backend_input(model: Path, work: Path, precision: str = "fp32", calib: Path
     """The model as the TVM backend sees it in ``convert`` (normalize, and for INT8 the QDQ quantize stage)."""
     import onnx
 
-    from edgeopt.converters.tvm_tune import backend_input
-    from edgeopt.profiles import load_profile
+    from edgeopt.options import ConvertOptions
+    from edgeopt.tune import backend_input, tune_plan
 
-    proto, _ = backend_input(model, load_profile("host"), precision=precision, calib=calib, work_dir=work)
+    options = ConvertOptions(precision=precision, calib=calib)
+    proto = backend_input(model, tune_plan("host", options), options, work_dir=work)
     out = work / f"{model.stem}.{precision}.onnx"
     onnx.save(proto, out)
     return out
@@ -57,10 +58,10 @@ def bench_model(name: str, model: Path, trials: int, threads: int, work: Path, c
     from tvm.runtime.vm import VirtualMachine
 
     from edgeopt.converters.backends import tvm_build as tb
-    from edgeopt.converters.tvm_tune import tune
     from edgeopt.model import graph_inputs, load_onnx
     from edgeopt.profiles import load_profile
     from edgeopt.runtime.measure import measure_interleaved
+    from edgeopt.tune import tune
 
     os.environ["TVM_NUM_THREADS"] = str(threads)
     norm = _backend_input(model, work)

@@ -45,6 +45,11 @@ class PruneMode(StrEnum):
     SPARSE_2_4 = "2:4"  # semi-structured: 2 of every 4 weights zeroed (sparse tensor cores)
 
 
+# The accuracy-aware searches' default time budget (s), declared once: ChainOptions, the planner and every stage
+# config that searches take it from here (--search-budget overrides it).
+SEARCH_BUDGET_S = 120.0
+
+
 class ChainOptions(StageConfig):
     """What the user asked for (:class:`edgeopt.options.ChainRequest`, where the options are declared), after
     ``make_plan`` applied the recipe and the profile's defaults: resolved values, no None for "not given".
@@ -67,7 +72,7 @@ class ChainOptions(StageConfig):
     per_channel: bool = True
     max_accuracy_drop: float | None = None  # points of the task metric (top-1 %)
     min_cosine: float | None = None
-    search_budget_s: float = Field(default=120.0, gt=0)  # the accuracy-aware INT8 search's time budget (converters/quantize/search.py)
+    search_budget_s: float = Field(default=SEARCH_BUDGET_S, gt=0)  # the accuracy-aware INT8 search's time budget
     min_speedup: float | None = Field(default=None, gt=0)  # gate: accuracy-aware INT8 at least this much faster than FP32 (quick estimate)
     threads: int | None = None
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)

@@ -61,14 +61,3 @@ def write_c_array(model: str | os.PathLike, out_dir: str | os.PathLike, name: st
     write_text_atomic(out / SOURCE, source)
     return {"array": array, "length": length, "bytes": len(data), "files": [HEADER, SOURCE]}
 
-
-def recipe_with_export_c(recipe, name: str | None = None):
-    """A recipe (file path, Recipe or None) with ``stages.tflite.export_c: true`` (and ``c_name``) added."""
-    from edgeopt.plan import Recipe, load_recipe
-
-    r = recipe if isinstance(recipe, Recipe) else load_recipe(recipe) if recipe else Recipe()
-    stages = {k: dict(v) for k, v in r.stages.items()}
-    stages.setdefault("tflite", {})["export_c"] = True
-    if name:
-        stages["tflite"].setdefault("c_name", name)
-    return r.model_copy(update={"stages": stages})

@@ -28,8 +28,8 @@ def __getattr__(name: str):
 
 
 class _Package(_types.ModuleType):
-    """``edgeopt.convert``, ``edgeopt.analyze`` and ``edgeopt.optimize`` are API functions and also the names of
-    modules: importing a module sets the package's attribute to it, which would turn ``edgeopt.convert(...)``
+    """``edgeopt.convert``, ``edgeopt.analyze``, ``edgeopt.optimize`` and ``edgeopt.tune`` are API functions and
+    also the names of modules: importing a module sets the package's attribute to it, which would turn ``edgeopt.convert(...)``
     into "module is not callable" after the first call. The functions keep those names here; the modules stay
     reachable by import (``from edgeopt.convert import ...``)."""
 
@@ -41,7 +41,7 @@ class _Package(_types.ModuleType):
         return super().__getattribute__(name)
 
 
-_SHADOWED = frozenset({"analyze", "convert", "optimize"})
+_SHADOWED = frozenset({"analyze", "convert", "optimize", "tune"})
 _sys.modules[__name__].__class__ = _Package
 
 

@@ -56,7 +56,8 @@ _LAZY = {
     "build_report": ("edgeopt.report", "build_report"),
     "remote_bench": ("edgeopt.remote.bench", "remote_bench"),
     "remote_bench_many": ("edgeopt.remote.bench", "remote_bench_many"),
-    "tune": ("edgeopt.converters.tvm_tune", "tune"),
+    "tune": ("edgeopt.tune", "tune"),
+    "tune_plan": ("edgeopt.tune", "tune_plan"),
     "run_pipeline": ("edgeopt.pipeline.run", "run_pipeline"),
     "optimize": ("edgeopt.optimize.search", "optimize"),
     "ChainRequest": ("edgeopt.options", "ChainRequest"),  # the typed options convert/remote_bench take

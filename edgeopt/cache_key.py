@@ -5,7 +5,8 @@ A converted artifact is decided by its plan (every profile-dependent choice is s
 ``edgeopt.plan``), the source model's bytes, the data it was calibrated and validated on, the preprocessing,
 ``$SOURCE_DATE_EPOCH`` (the manifest's ``created``), the versions of the tools that make it and edgeopt's
 own conversion source. :func:`artifact_key` hashes exactly these: a profile edit that changes the artifact
-changes the plan's hash and so the key; two identical plans share it. Nothing reads the profile here.
+changes the plan's hash and so the key; so does a new TVM tuning database (its content hash is in the TVM
+stage's config, settled by the planner); two identical plans share it. Nothing reads the profile here.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, field_serializer
 
 from edgeopt.artifact import Manifest
 from edgeopt.enums import Precision
-from edgeopt.errors import OutputExistsError, StageError
+from edgeopt.errors import StageError
 from edgeopt.options import ConvertOptions
 from edgeopt.plan import Plan
 
@@ -52,25 +51,6 @@ def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
     backend_dists = tuple(d for _, d in get_backend(backend).libraries)
     dists = dict.fromkeys((*(d for _, d, _ in CORE_LIBRARIES), *backend_dists, *(("torch",) if with_torch else ())))
     return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
-
-
-def _publish(tmp: Path, out: Path, force: bool) -> None:
-    if not os.path.lexists(out):
-        os.replace(tmp, out)
-        return
-    if not force:
-        raise OutputExistsError(f"output '{out}' exists", "use --force to replace it")
-    old = out.with_name(f"{out.name}.old-{uuid.uuid4().hex[:8]}")
-    os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        os.replace(old, out)
-        raise
-    if old.is_dir() and not old.is_symlink():
-        shutil.rmtree(old)
-    else:
-        old.unlink()
 
 
 def convert(model, profile, output, options: ConvertOptions | None = None, *, progress=None, on_warning=None,
@@ -128,7 +108,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         warn(w)
     if o.dry_run:
         return ConvertResult(plan=plan, warnings=warnings, dry_run=True)
-    from edgeopt.outputs import check_output
+    from edgeopt.outputs import check_output, publish
 
     recipe_path = recipe if isinstance(recipe, (str, os.PathLike)) else None
     calib, eval, weights, from_torch = o.calib, o.eval, o.weights, o.from_torch
@@ -192,7 +172,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             manifest.warnings = list(warnings)
             manifest = write_manifest(tmp, manifest)
             check_gates(validation)
-            _publish(tmp, out, o.force)
+            publish(tmp, out, force=o.force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -1,4 +1,5 @@
-"""What an output directory may be, decided once, before any work: the one rule every writer calls.
+"""What an output directory may be, decided once, before any work: the one rule every writer calls; and
+:func:`publish`, the one way a finished output takes its place.
 
 ``--force`` may replace only an edgeopt output (a directory holding edgeopt's ``manifest.json``, or a
 pipeline ``dist/`` with its ``summary.json``) or an empty directory. It never replaces a directory
@@ -117,6 +118,38 @@ def check_output(output: str | os.PathLike, *, force: bool, inputs: Iterable = (
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise OutputExistsError(f"{kind} '{given}' is not an edgeopt output and not empty ({shown})", _FORCE_HINT)
     check_writable_dir(out.parent)
+    return out
+
+
+def publish(tmp: str | os.PathLike, final: str | os.PathLike, *, force: bool = False) -> Path:
+    """Put the complete output ``tmp`` (a file or directory written beside ``final``, on its file system) at
+    ``final``: the one way every command publishes a result.
+
+    Nothing exists at ``final`` yet: a rename. Something does: without ``force`` :class:`OutputExistsError` (exit
+    3; ``tmp`` is left to the caller); with it, what is there must still be replaceable (an edgeopt output or an
+    empty directory, the rule :func:`check_output` applied before the work), and it is set aside, ``tmp`` renamed
+    into place, and only then the old one deleted; should that rename fail, the old output is put back. At no time
+    is a partial output at ``final``, and the old one stays until the new one is complete.
+    """
+    import shutil
+    import uuid
+
+    out, new = Path(final), Path(tmp)
+    if not os.path.lexists(out):
+        os.replace(new, out)
+        return out
+    if not force:
+        raise OutputExistsError(f"output '{out}' exists", "use --force to replace an earlier edgeopt output")
+    if out.is_symlink() or not out.is_dir() or (any(out.iterdir()) and not is_edgeopt_output(out)):
+        raise OutputExistsError(f"output '{out}' changed during the run: it is no longer an edgeopt output", _FORCE_HINT)
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(out, old)
+    try:
+        os.replace(new, out)
+    except BaseException:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
     return out
 
 

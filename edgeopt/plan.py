@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
-from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
+from edgeopt.converters.base import SEARCH_BUDGET_S, CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision, UnitKind
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
@@ -175,12 +175,13 @@ def _stage_class(name: str):
 def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
     config = cls.configure(options)
     override = options.stage_overrides.get(name)
-    if config is None or not override:
-        return config
-    try:
-        return type(config).model_validate({**config.model_dump(), **override})
-    except ValidationError as err:
-        raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
+    if config is not None and override:
+        try:
+            config = type(config).model_validate({**config.model_dump(), **override})
+        except ValidationError as err:
+            raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
+    settle = getattr(cls, "settle_config", None)  # after the overrides: what they name (TVM: its database's hash)
+    return settle(config) if config is not None and settle is not None else config
 
 
 def _quant_preset(profile) -> tuple[str, str]:
@@ -268,7 +269,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
             per_channel=pick(r.per_channel, True),
             max_accuracy_drop=bound,
             min_cosine=pick(r.min_cosine, None),
-            search_budget_s=pick(r.search_budget, 120.0),
+            search_budget_s=pick(r.search_budget, SEARCH_BUDGET_S),
             min_speedup=pick(r.min_speedup, None),
             threads=pick(r.threads, None),
             backend_settings=dict(target.settings) if target else {},

@@ -93,3 +93,38 @@ def test_bench_and_pipeline_name_the_same_conversion_by_the_same_key(tmp_path, m
 def _build(result) -> dict:
     """cached_convert's answer as a dict (a dict today; a typed model once results are typed)."""
     return result if isinstance(result, dict) else result.model_dump()
+
+
+def _record(db: Path, line: str) -> Path:
+    """A MetaSchedule JSON database dir with one record line (its content is all the plan hashes)."""
+    db.mkdir(parents=True, exist_ok=True)
+    (db / "database_workload.json").write_text('["workload"]\n')
+    (db / "database_tuning_record.json").write_text(line + "\n")
+    return db
+
+
+@pytest.mark.tvm
+def test_a_tvm_tuning_database_is_in_the_plan_and_so_in_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEOPT_CACHE_DIR", str(tmp_path / "cache"))
+    host = load_profile("host")
+
+    def plan(recipe=None):
+        return make_plan(host, backend="tvm", precision="fp32", recipe=recipe)
+
+    untuned = plan()
+    assert untuned.stages[-1].config.tuning_db_sha256 == "none" and plan().hash == untuned.hash
+    cache_db = _record(tmp_path / "cache" / "tvm-tuning" / "0123abcd", "[0, 1]")  # what 'edgeopt tune' writes
+    tuned = plan()
+    assert tuned.stages[-1].config.tuning_db_sha256 != "none" and tuned.hash != untuned.hash
+    assert artifact_key(tuned.hash, "0" * 64) != artifact_key(untuned.hash, "0" * 64)
+    (cache_db / "database_tuning_record.json").write_text("[0, 1]\n[0, 2]\n")  # more trials: another database
+    assert plan().hash != tuned.hash
+    (cache_db / "logs").mkdir()
+    (cache_db / "logs" / "tune.log").write_text("MetaSchedule's log is not the database")
+    assert plan().hash == plan().hash
+    named = _record(tmp_path / "mine", "[7]")  # a recipe's stages.tvm.tuning_db: that database's content only
+    recipe = Recipe(stages={"tvm": {"tuning_db": str(named)}})
+    before = plan(recipe)
+    (named / "database_tuning_record.json").write_text("[8]\n")
+    assert plan(recipe).hash != before.hash
+    assert plan(Recipe(stages={"tvm": {"use_tuning_cache": False}})).stages[-1].config.tuning_db_sha256 == "none"

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures_remote import host_outputs
+from remote_testing import ANY, REST, RecordingTransport
 
 from edgeopt.errors import ExitCode, RemoteError
 from edgeopt.remote import deploy
 from edgeopt.remote.bench import remote_bench
 from edgeopt.remote.inventory import add_device, make_device
-from edgeopt.remote.testing import ANY, REST, RecordingTransport
 from edgeopt.remote.transport import LocalTransport
 
 FAST = ["--min-runs", "3", "--min-seconds", "0", "--warmup", "1"]

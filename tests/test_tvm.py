@@ -352,3 +352,50 @@ def test_pi5_library_runs_under_qemu_with_the_aarch64_runtime_bundle(tmp_path):
 
     want = ort.InferenceSession(str(DIGITS), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
     assert _cosine(np.load(tmp_path / "y.npy"), want) > 0.9999
+
+
+def test_tune_plans_exactly_what_convert_plans_for_the_same_flags_and_recipe(tmp_path, cli, cache_env):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("prune: 0.25\nrecover: false\nprecision: int8\ncalib_method: percentile\n"
+                      "stages: {quantize: {per_channel: false}}\n")
+    flags = ["--profile", "host", "--recipe", str(recipe), "--calib", str(DATA / "digits_calib.npz"),
+             "--max-accuracy-drop", "2", "--dry-run", "--json"]
+    r = cli("tune", str(DIGITS), *flags, env=cache_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    tune_plan = json.loads(r.stdout)["plan"]
+    r = cli("convert", str(DIGITS), "--backend", "tvm", *flags, env=cache_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    convert_plan = json.loads(r.stdout)["plan"]
+    assert tune_plan["plan_hash"] == convert_plan["plan_hash"]
+    stages = {s["name"]: s["config"] for s in tune_plan["stages"]}
+    assert stages["prune"]["ratio"] == 0.25 and stages["quantize"]["per_channel"] is False
+    assert list(stages) == ["normalize", "prune", "quantize", "tvm"]
+
+
+@pytest.mark.slow
+def test_bench_serves_the_tuned_artifact_after_tune(tmp_path, cli, cache_env):
+    """bench's cache keys an artifact by its plan, and the plan carries the tuning database's content hash: the
+    untuned build cached before 'edgeopt tune' is not served after it."""
+    bench = ["bench", str(DIGITS), "--profile", "host", "--backends", "tvm", "--precision", "fp32", "--runs", "1",
+             "--min-seconds", "0", "--warmup", "0", "--no-store", "--json"]
+
+    def tvm_artifact() -> tuple[Path, dict]:
+        r = cli(*bench, env=cache_env, timeout=1200)
+        assert r.returncode == 0, r.stderr[-2000:]
+        row = next(x for x in json.loads(r.stdout)["rows"] if x.get("backend") == "tvm" and "reference" not in
+                   str(x.get("name")))
+        art = Path(row["artifact"])
+        return art, json.loads((art / "manifest.json").read_text())["runtime"]["settings"]["tuning"]
+
+    untuned_dir, untuned = tvm_artifact()
+    assert untuned["tuned"] is False
+    r = cli("tune", str(DIGITS), "--profile", "host", "--precision", "fp32", "--trials", "2", "--json",
+            env=cache_env, timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    tuned_run = json.loads(r.stdout)
+    tuned_dir, tuned = tvm_artifact()
+    assert tuned_dir != untuned_dir, "bench served the artifact it cached before tuning"
+    assert tuned["tuned"] is True and tuned["found_by"] == "cache" and tuned["key"] == tuned_run["key"]
+    assert tuned["database"] == tuned_run["database"] and tuned["sha256"] not in (None, "none")
+    again_dir, _ = tvm_artifact()
+    assert again_dir == tuned_dir  # and the tuned build is the one cached from then on

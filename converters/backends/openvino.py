@@ -23,8 +23,15 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
-from edgeopt.converters.quantize.search import DEFAULT_BUDGET_S
+from edgeopt.converters.base import (
+    SEARCH_BUDGET_S,
+    Backend,
+    ChainContext,
+    ChainOptions,
+    Format,
+    Intermediate,
+    StageConfig,
+)
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import library_prints, require
 from edgeopt.enums import BackendName, Precision, StrEnum
@@ -55,7 +62,7 @@ class OpenVINOConfig(StageConfig):
     ignored_scope: tuple[str, ...] = ()  # OpenVINO op names kept in float
     max_accuracy_drop: float | None = None
     search_fraction: float = 0.5
-    search_budget_s: float = Field(default=DEFAULT_BUDGET_S, gt=0)  # the accuracy-aware search's time budget
+    search_budget_s: float = Field(default=SEARCH_BUDGET_S, gt=0)  # the accuracy-aware search's time budget
     min_speedup: float | None = Field(default=None, gt=0)  # gate: the searched INT8 vs FP32 (quick estimate)
 
 

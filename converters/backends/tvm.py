@@ -7,7 +7,9 @@ is cross-compiled with ``<triple>-g++``.
 
 A MetaSchedule database made by ``edgeopt tune`` for the same backend-input graph and target
 (``$EDGEOPT_CACHE_DIR/tvm-tuning/<key>``), or named by ``tuning_db`` (recipe ``stages: {tvm: {tuning_db: DIR}}``),
-is applied automatically; the manifest says whether the library is tuned and with which database.
+is applied automatically; the manifest says whether the library is tuned and with which database. The plan
+carries the database's content hash (``tuning_db_sha256``: of ``tuning_db``, or of every database in the tuning
+cache), so a cached build made before ``edgeopt tune`` is not served after it.
 
 INT8: TVM's importer maps QuantizeLinear/DequantizeLinear to quantize/dequantize ops, which
 ``tvm.compile`` lowers to float arithmetic around each (de)quantization; there is no integer
@@ -36,6 +38,9 @@ class TVMConfig(StageConfig):
     use_tuning_cache: bool = True  # look for $EDGEOPT_CACHE_DIR/tvm-tuning/<key>
     threads: int | None = None  # runtime threads (the runner's thread pool)
     profile_name: str | None = None  # the planner's: named in the hint to tune an untuned library
+    # content hash of the database(s) the build may apply (tuning_db's, or the whole tuning cache's), "none":
+    # settled by the planner (settle_config), so a new 'edgeopt tune' changes the plan hash and the cache keys
+    tuning_db_sha256: str = tb.NO_DATABASE
 
 
 @register_stage
@@ -64,6 +69,15 @@ class TVMBackend(Backend):
         return TVMConfig(target=s.get("target"), tuning_db=s.get("tuning_db"),
                          threads=options.threads or s.get("threads"), profile_name=options.profile_name)
 
+    @classmethod
+    def settle_config(cls, config: TVMConfig) -> TVMConfig:
+        """The planner's last word, after the recipe's overrides: the identity of the tuning database(s)."""
+        if config.tuning_db:
+            sha = tb.database_sha256(Path(config.tuning_db).expanduser())
+        else:
+            sha = tb.tuning_cache_sha256() if config.use_tuning_cache else tb.NO_DATABASE
+        return config.model_copy(update={"tuning_db_sha256": sha})
+
     def run(self, model: Intermediate, config: TVMConfig, ctx: ChainContext) -> Intermediate:
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
@@ -87,6 +101,7 @@ class TVMBackend(Backend):
 
         tuning = {"tuned": db_dir is not None, "database": str(db_dir) if db_dir else None, "found_by": how,
                   "records": tb.database_records(db_dir) if db_dir else 0,
+                  "sha256": tb.database_sha256(db_dir) if db_dir else None,
                   "key": tb.tuning_key(proto, target_dict)}
         settings = {"target": target_dict, "device": tb.device_kind(target_dict), "threads": config.threads,
                     "arch": tb.target_arch(target_dict), "tuning": tuning,

@@ -10,7 +10,8 @@
   (``compile_relax``); :func:`export` writes ``model.so`` atomically, cross-compiled with
   ``<triple>-g++`` when the target is not this machine (missing compiler → exit 4 naming the apt package).
 * :func:`tuning_key` is the content hash (backend-input graph bytes + canonical target) under
-  which ``edgeopt tune`` saves a database and ``convert`` finds it again.
+  which ``edgeopt tune`` saves a database and ``convert`` finds it again; :func:`database_sha256` and
+  :func:`tuning_cache_sha256` are the databases' content identity, which the plan carries.
 """
 
 from __future__ import annotations
@@ -259,6 +260,36 @@ def tuning_key(proto, target: dict) -> str:
 
 def tuning_dir(key: str) -> Path:
     return cache_subdir(CacheArea.TVM_TUNING) / key
+
+
+NO_DATABASE = "none"
+
+
+def database_sha256(db_dir: Path) -> str:
+    """Content hash of a JSON database's workloads and records; :data:`NO_DATABASE` when it has no records."""
+    from edgeopt.files import file_sha256
+
+    d = Path(db_dir)
+    if database_records(d) == 0:
+        return NO_DATABASE
+    h = hashlib.sha256()
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        f = d / name
+        h.update(f"{name}\0{file_sha256(f) if f.is_file() else ''}\n".encode())
+    return h.hexdigest()
+
+
+def tuning_cache_sha256() -> str:
+    """Content hash of every database in the tuning cache (:data:`NO_DATABASE` when none has records).
+
+    Which of them a build applies is found by :func:`tuning_key` of the backend-input graph, known only once
+    the stages before the backend have run; the planner hashes them all, so any ``edgeopt tune`` that writes
+    to the cache changes the plan (and the cache keys) of every TVM build that might use it.
+    """
+    root = cache_subdir(CacheArea.TVM_TUNING)
+    parts = [f"{d.name}\0{sha}" for d in sorted(root.iterdir()) if d.is_dir()
+             and (sha := database_sha256(d)) != NO_DATABASE] if root.is_dir() else []
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else NO_DATABASE
 
 
 # --------------------------------------------------------------------------- a runtime-only TVM for a device

@@ -169,15 +169,74 @@ def _energy_pass(runner, feeds, meter, seconds: float = 1.0) -> dict:
     return energy
 
 
+def _open_checked(path: str, o: BenchOptions) -> dict:
+    """One artifact verified (sha256), opened and run once on its feeds (``o.outputs`` saved): what measuring needs."""
+    from edgeopt.artifact import verify_artifact
+    from edgeopt.runtime.measure import BadArtifact, check_runs
+
+    rss0 = _rss_mb()
+    verify_artifact(path)  # the files measured are the files converted (sha256), or exit 3
+    runner, manifest, load_ms = _open(path, o.threads)
+    feeds, synthetic = _feeds(manifest, o.inputs)
+    try:
+        check_runs(runner, feeds, path)
+    except BadArtifact as err:
+        raise BadInputError(str(err), "check --inputs against the model's inputs") from err
+    if o.outputs:
+        save_outputs(runner, feeds, o.outputs)
+    rss1 = _rss_mb()
+    return {"path": path, "runner": runner, "manifest": manifest, "load_ms": load_ms, "feeds": feeds,
+            "synthetic": synthetic, "load_rss_mb": round(rss1 - rss0, 1) if rss0 and rss1 else None}
+
+
+def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | None, validation: dict | None,
+            interleaved_with: int) -> RunRecord:
+    """One measured artifact's :class:`RunRecord` (stored when ``o.store``)."""
+    from edgeopt.bench.energy import energy_figures
+    from edgeopt.identity import local_identity
+    from edgeopt.runtime import environment
+    from edgeopt.runtime.measure import run_record
+
+    m["load_ms"] = x["load_ms"]
+    m["threads"] = o.threads or getattr(x["runner"], "threads", None)
+    m["load_rss_mb"] = x["load_rss_mb"]
+    rec = run_record(x["path"], x["manifest"], m, env=env, energy=energy, synthetic=x["synthetic"],
+                     inputs_source=o.inputs)
+    prof = rec.get("profile")
+    built_for = (prof.get("name") if isinstance(prof, dict) else prof) or o.profile
+    ident = local_identity(env, built_for)  # measured here: the host's identity, whatever it was built for
+    tdp, _ = _tdp(ident["profile"])  # energy from the profile of the machine that ran it
+    rec["identity"] = ident
+    rec["device"] = ident["machine"]
+    note_inputs_used(rec, x["manifest"]["inputs"], o.inputs)
+    if (busy := environment.interference_warning(env)):
+        rec.setdefault("warnings", []).append(busy)
+    rec["labels"] = dict(o.labels)
+    rec["name"] = name or Path(x["path"]).name
+    if validation:
+        rec["validation"] = validation
+    rec["interleaved_with"] = interleaved_with
+    rec["energy_figures"] = energy_figures(rec, tdp_w=tdp, price_per_kwh=o.price_per_kwh)
+    if o.per_layer:
+        from edgeopt.bench.per_layer import per_layer_for_artifact
+
+        rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
+                                                  profile=ident["profile"])
+    record = RunRecord.model_validate(rec)
+    if o.store:
+        from edgeopt.results import store_run
+
+        record.run_id = store_run(record, o.db)
+    return record
+
+
 def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | None = None, *,
                     progress: Callable[[float], None] | None = None,
                     names: dict[str, str] | None = None, validations: dict[str, dict] | None = None, keep_going: bool = False) -> dict:
     """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``, each
     measured row a :class:`RunRecord` (a failed one a dict with its error)."""
-    from edgeopt.bench.energy import energy_figures
-    from edgeopt.identity import local_identity
     from edgeopt.runtime import environment
-    from edgeopt.runtime.measure import BadArtifact, check_runs, measure_interleaved, run_record
+    from edgeopt.runtime.measure import measure_interleaved
 
     o = options or BenchOptions()
     if not artifacts:
@@ -187,8 +246,6 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
 
         raise UsageError("--outputs needs one artifact and --inputs (an .npz of the model's inputs)",
                          "edgeopt bench ARTIFACT --inputs in.npz --outputs out.npz")
-    from edgeopt.artifact import verify_artifact
-
     if o.store:  # a store that can't take the result fails now, not after the measurement
         from edgeopt.results import check_store_writable
 
@@ -198,28 +255,14 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
     failed: list[dict] = []
     try:
         for a in artifacts:
-            path = str(a)
-            rss0 = _rss_mb()
             try:
-                verify_artifact(path)  # the files measured are the files converted (sha256), or exit 3
-                runner, manifest, load_ms = _open(path, o.threads)
-                feeds, synthetic = _feeds(manifest, o.inputs)
-                try:
-                    check_runs(runner, feeds, path)
-                except BadArtifact as err:
-                    raise BadInputError(str(err), "check --inputs against the model's inputs") from err
-                if o.outputs:
-                    save_outputs(runner, feeds, o.outputs)
+                opened.append(_open_checked(str(a), o))
             except EdgeoptError as err:
                 if not keep_going:
                     raise
-                name = (names or {}).get(path) or Path(path).name
-                failed.append({"name": name, "backend": name, "artifact": path, "status": "failed",
+                name = (names or {}).get(str(a)) or Path(a).name
+                failed.append({"name": name, "backend": name, "artifact": str(a), "status": "failed",
                                "error": err.one_line()[:300]})
-                continue
-            rss1 = _rss_mb()
-            opened.append({"path": path, "runner": runner, "manifest": manifest, "load_ms": load_ms, "feeds": feeds,
-                           "synthetic": synthetic, "load_rss_mb": round(rss1 - rss0, 1) if rss0 and rss1 else None})
         if not opened:
             raise BadInputError(f"no artifact could be measured: {failed[0]['error'] if failed else ''}")
         measured = measure_interleaved(
@@ -244,39 +287,8 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                 close()
     environment.after(env)
 
-    rows = []
-    for x, m, energy in zip(opened, measured, energies, strict=True):
-        m["load_ms"] = x["load_ms"]
-        m["threads"] = o.threads or getattr(x["runner"], "threads", None)
-        m["load_rss_mb"] = x["load_rss_mb"]
-        rec = run_record(x["path"], x["manifest"], m, env=env, energy=energy, synthetic=x["synthetic"],
-                         inputs_source=o.inputs)
-        prof = rec.get("profile")
-        built_for = (prof.get("name") if isinstance(prof, dict) else prof) or o.profile
-        ident = local_identity(env, built_for)  # measured here: the host's identity, whatever it was built for
-        tdp, _ = _tdp(ident["profile"])  # energy from the profile of the machine that ran it
-        rec["identity"] = ident
-        rec["device"] = ident["machine"]
-        note_inputs_used(rec, x["manifest"]["inputs"], o.inputs)
-        if (busy := environment.interference_warning(env)):
-            rec.setdefault("warnings", []).append(busy)
-        rec["labels"] = dict(o.labels)
-        rec["name"] = (names or {}).get(x["path"]) or Path(x["path"]).name
-        if (validations or {}).get(x["path"]):
-            rec["validation"] = validations[x["path"]]
-        rec["interleaved_with"] = len(opened)
-        rec["energy_figures"] = energy_figures(rec, tdp_w=tdp, price_per_kwh=o.price_per_kwh)
-        if o.per_layer:
-            from edgeopt.bench.per_layer import per_layer_for_artifact
-
-            rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
-                                                      profile=ident["profile"])
-        record = RunRecord.model_validate(rec)
-        if o.store:
-            from edgeopt.results import store_run
-
-            record.run_id = store_run(record, o.db)
-        rows.append(record)
+    rows = [_record(x, m, energy, o, env, (names or {}).get(x["path"]), (validations or {}).get(x["path"]),
+                    len(opened)) for x, m, energy in zip(opened, measured, energies, strict=True)]
     seen: dict[str, int] = {}
     for r in rows:  # the same directory name twice: number them
         seen[r["name"]] = seen.get(r["name"], 0) + 1
@@ -321,9 +333,12 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-ref-"))
     shutil.copyfile(model, tmp / "model.onnx")
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    from edgeopt.errors import OutputExistsError
+    from edgeopt.outputs import publish
+
     try:
-        os.replace(tmp, out)
-    except OSError:  # another process made it first
+        publish(tmp, out)
+    except (OutputExistsError, OSError):  # another process made it first
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 

@@ -8,16 +8,30 @@ import typer
 
 from edgeopt.cli import app
 from edgeopt.cli.options import (
+    CalibMethodOption,
+    CalibOption,
     CtcBlankOption,
+    DryRunOption,
+    EvalOption,
     InputShapeOption,
+    MaxAccuracyDropOption,
     MetricAxisOption,
     MetricOption,
     MetricThresholdOption,
+    MinCosineOption,
     MinSpeedupOption,
     MinSqnrOption,
+    PrecisionOption,
+    PreprocessOption,
     ProfileDirOption,
     ProfileOption,
+    PruneModeOption,
+    PruneOption,
+    RecipeOption,
+    RecoverBudgetOption,
+    RecoverOption,
     SearchBudgetOption,
+    ThreadsOption,
 )
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
@@ -29,21 +43,18 @@ def convert_cmd(
     output: Path = typer.Option(None, "--output", "-o",
                                 help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
     backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
-    precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
-    prune: str = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1), or 'auto': the largest "
-                              "ratio whose recovered model stays within --max-accuracy-drop (needs it and --calib)."),
-    prune_mode: str = typer.Option(None, "--prune-mode", help="channels | 2:4"),
-    recover: bool = typer.Option(None, "--recover/--no-recover",
-                                 help="Distil the pruned model from FP32 on --calib (default: when the train extra is installed)."),
-    recover_budget: float = typer.Option(None, "--recover-budget", min=0.001, help="Seconds for recovery (default 120)."),
-    calib: Path = typer.Option(None, "--calib", help="Calibration data: .npz named after the inputs, or an image folder."),
-    eval_: Path = typer.Option(None, "--eval", help="Evaluation data (.npz with 'labels', or class sub-folders)."),
-    preprocess: str = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,layout=NCHW,channels=RGB,scale=255 or a YAML file."),
-    calib_method: str = typer.Option(None, "--calib-method", help="minmax | percentile"),
+    precision: str = PrecisionOption,
+    prune: str = PruneOption,
+    prune_mode: str = PruneModeOption,
+    recover: bool = RecoverOption,
+    recover_budget: float = RecoverBudgetOption,
+    calib: Path = CalibOption,
+    eval_: Path = EvalOption,
+    preprocess: str = PreprocessOption,
+    calib_method: str = CalibMethodOption,
     input_shape: list[str] = InputShapeOption,
-    max_accuracy_drop: float = typer.Option(None, "--max-accuracy-drop",
-                                            help="Gate: most points of the task metric lost (dB below --min-sqnr-db for sqnr)."),
-    min_cosine: float = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32."),
+    max_accuracy_drop: float = MaxAccuracyDropOption,
+    min_cosine: float = MinCosineOption,
     search_budget: float = SearchBudgetOption,
     min_speedup: float = MinSpeedupOption,
     metric: str = MetricOption,
@@ -51,10 +62,10 @@ def convert_cmd(
     ctc_blank: int = CtcBlankOption,
     metric_threshold: float = MetricThresholdOption,
     min_sqnr_db: float = MinSqnrOption,
-    recipe: Path = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...})."),
-    threads: int = typer.Option(None, "--threads", help="Runtime threads."),
+    recipe: Path = RecipeOption,
+    threads: int = ThreadsOption,
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and stop."),
+    dry_run: bool = DryRunOption,
     from_torch: str = typer.Option(None, "--from-torch", help="package.module:factory building a torch.nn.Module."),
     weights: Path = typer.Option(None, "--weights", help="State dict for --from-torch."),
     profile_dir: list[Path] = ProfileDirOption,
@@ -72,9 +83,7 @@ def convert_cmd(
     if output is None and not dry_run:  # `convert model.onnx --profile jetson-orin` writes model-jetson-orin/
         output = Path(f"{Path(model or from_torch.split(':')[0]).stem}-{Path(profile).stem}")
     if export_c:  # the tflite backend's export_c, passed as a recipe override
-        from edgeopt.converters.c_export import recipe_with_export_c
-
-        recipe = recipe_with_export_c(recipe, Path(model).stem if model else None)
+        recipe = _recipe_with_export_c(recipe, Path(model).stem if model else None)
     options = from_keywords(ConvertOptions, dict(
         backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, recover=recover,
         recover_budget=recover_budget, calib_method=calib_method, max_accuracy_drop=max_accuracy_drop,
@@ -103,6 +112,18 @@ def convert_cmd(
         c.print(_validation_text(v), markup=False)
 
     emit(json_out, payload, human)
+
+
+def _recipe_with_export_c(recipe, name: str | None = None):
+    """A recipe (file path, Recipe or None) with ``stages.tflite.export_c: true`` (and ``c_name``) added."""
+    from edgeopt.plan import Recipe, load_recipe
+
+    r = recipe if isinstance(recipe, Recipe) else load_recipe(recipe) if recipe else Recipe()
+    stages = {k: dict(v) for k, v in r.stages.items()}
+    stages.setdefault("tflite", {})["export_c"] = True
+    if name:
+        stages["tflite"].setdefault("c_name", name)
+    return r.model_copy(update={"stages": stages})
 
 
 def _validation_text(v: dict) -> str:

@@ -12,6 +12,27 @@ InputShapeOption = typer.Option(None, "--input-shape",
                                 help="Fix an input's shape: NAME=DIMS, e.g. input=1x3x224x224 (repeatable).")
 
 
+# The chain options of ``convert`` and ``tune`` (tune's plan is the one convert makes for the same flags).
+PrecisionOption = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's).")
+PruneOption = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1), or 'auto': the largest "
+                           "ratio whose recovered model stays within --max-accuracy-drop (needs it and --calib).")
+PruneModeOption = typer.Option(None, "--prune-mode", help="channels | 2:4")
+RecoverOption = typer.Option(None, "--recover/--no-recover",
+                             help="Distil the pruned model from FP32 on --calib (default: when the train extra is installed).")
+RecoverBudgetOption = typer.Option(None, "--recover-budget", min=0.001, help="Seconds for recovery (default 120).")
+CalibOption = typer.Option(None, "--calib", help="Calibration data: .npz named after the inputs, or an image folder.")
+EvalOption = typer.Option(None, "--eval", help="Evaluation data (.npz with 'labels', or class sub-folders).")
+PreprocessOption = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,"
+                                "layout=NCHW,channels=RGB,scale=255 or a YAML file.")
+CalibMethodOption = typer.Option(None, "--calib-method", help="minmax | percentile")
+MaxAccuracyDropOption = typer.Option(None, "--max-accuracy-drop",
+                                     help="Gate: most points of the task metric lost (dB below --min-sqnr-db for sqnr).")
+MinCosineOption = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32.")
+RecipeOption = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...}).")
+ThreadsOption = typer.Option(None, "--threads", help="Runtime threads.")
+DryRunOption = typer.Option(False, "--dry-run", help="Print the plan and stop.")
+
+
 def _streams(value: str | None) -> int | str | None:
     from edgeopt.runtime.throughput import parse_streams
 

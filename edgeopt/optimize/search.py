@@ -313,6 +313,34 @@ def _installed_backends(profile) -> tuple[list[str], list[str]]:
     return ok, skipped
 
 
+def _check_data(path: Path, specs, shapes: dict, calib, eval, spec) -> None:
+    """Unreadable data, or labels that can't be the model's classes, fail now (naming the file), not in every
+    candidate; so does a custom metric that does not import."""
+    from edgeopt.data import load_data
+    from edgeopt.model import TensorSpec
+    from edgeopt.validate import check_task_metric
+
+    fixed = [TensorSpec(sp.name, shapes[sp.name], sp.dtype) for sp in specs]  # as each build will see them
+    for data_path, role in ((calib, "calib"), (eval, "eval")):
+        if data_path:
+            ds = load_data(data_path, fixed, role=role)
+            if role == "eval":
+                check_task_metric(path, shapes, ds, "eval", spec)
+    if spec is not None and spec.custom and not eval:
+        from edgeopt.metrics.custom import load_callable
+
+        load_callable(spec.custom)
+
+
+def _tvm_tune_note(s: _Search, backends: list[str]) -> str:
+    if "tvm" not in backends:
+        return "tvm-tune: the tvm backend is not installed"
+    if s.left_s() / 60 < TVM_TUNE_MIN_BUDGET_MIN:
+        return (f"tvm-tune: needs >= {TVM_TUNE_MIN_BUDGET_MIN:g} min of budget left ({s.left_s() / 60:.1f} min "
+                "left); run 'edgeopt tune' separately")
+    return "tvm-tune: not run by optimize; tune with 'edgeopt tune' (its database is picked up)"
+
+
 def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budget_min: float = 10.0,
              calib=None, eval=None, output=None, recipe_out=None, force: bool = False,
              on_event: Callable[[str], None] | None = None, search_budget: float | None = None,
@@ -333,26 +361,13 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
 
     out = check_output(output, force=force, inputs=(model, calib, eval, recipe_out)) if output else None
     prof = profile if isinstance(profile, DeviceProfile) else load_profile(str(profile))
+    from edgeopt.metrics import as_metric_spec
+
     path = Path(model)
     specs = graph_inputs(load_onnx(path))
     shapes = {s.name: tuple(d if isinstance(d, int) and d > 0 else 1 for d in s.shape) for s in specs}
-    from edgeopt.data import load_data
-    from edgeopt.model import TensorSpec
-
-    fixed = [TensorSpec(sp.name, shapes[sp.name], sp.dtype) for sp in specs]  # as each build will see them
-    from edgeopt.metrics import as_metric_spec
-    from edgeopt.validate import check_task_metric
-
     spec = as_metric_spec(metric)
-    for data_path, role in ((calib, "calib"), (eval, "eval")):  # unreadable data fails now, naming the file
-        if data_path:
-            ds = load_data(data_path, fixed, role=role)
-            if role == "eval":  # labels that can't be the model's classes fail now, not in every candidate
-                check_task_metric(path, shapes, ds, "eval", spec)
-    if spec is not None and spec.custom and not eval:
-        from edgeopt.metrics.custom import load_callable
-
-        load_callable(spec.custom)
+    _check_data(path, specs, shapes, calib, eval, spec)
     s = _Search(path, prof, max_accuracy_drop, calib, eval, shapes, t0 + time_budget_min * 60, say)
     s.search_budget = search_budget
     s.metric = spec
@@ -361,13 +376,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     env = environment.collect("local")
     try:
         trail = _search(s, backends)
-        if "tvm" in backends and s.left_s() / 60 < TVM_TUNE_MIN_BUDGET_MIN:
-            s.skipped.append(f"tvm-tune: needs >= {TVM_TUNE_MIN_BUDGET_MIN:g} min of budget left "
-                             f"({s.left_s() / 60:.1f} min left); run 'edgeopt tune' separately")
-        elif "tvm" not in backends:
-            s.skipped.append("tvm-tune: the tvm backend is not installed")
-        else:
-            s.skipped.append("tvm-tune: not run by optimize; tune with 'edgeopt tune' (its database is picked up)")
+        s.skipped.append(_tvm_tune_note(s, backends))
         say("final interleaved measurement of every built candidate")
         s.measure(s.candidates, FINAL_MEASURE)
     finally:
@@ -400,14 +409,11 @@ def _copy_artifact(src: Path, out: Path, force: bool) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
+        from edgeopt.outputs import publish
+
         shutil.copytree(src, tmp / "a")
         (tmp / "a").chmod(0o755)
-        if os.path.lexists(out):
-            from edgeopt.outputs import check_output
-
-            check_output(out, force=force)  # still only an edgeopt output or an empty directory
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(tmp / "a", out)
+        publish(tmp / "a", out, force=force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

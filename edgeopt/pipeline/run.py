@@ -26,14 +26,13 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from edgeopt.errors import EdgeoptError, ExitCode, GateFailedError, OutputExistsError, UsageError
+from edgeopt.errors import EdgeoptError, ExitCode, GateFailedError, UsageError
 from edgeopt.pipeline.recipe import LatencySource, LoadedRecipe, Target, load_pipeline_recipe
 
 SUMMARY = "summary.json"
@@ -144,19 +143,6 @@ def _model_sha(lr: LoadedRecipe) -> str:
     return hashlib.sha256(f"{m.from_torch}\0{path_sha256(w)}".encode()).hexdigest()
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    if out.exists():
-        if not (out / SUMMARY).is_file() and any(out.iterdir()):
-            raise OutputExistsError(f"output '{out}' exists and is not an edgeopt dist/ (no {SUMMARY})",
-                                    "choose another 'output' in the recipe or --output, or empty it")
-        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
-
-
 @contextlib.contextmanager
 def _source_date_epoch():
     """``$SOURCE_DATE_EPOCH`` = 0 while the pipeline builds, unless the user set it."""
@@ -179,9 +165,70 @@ def run_pipeline(recipe_path: str | os.PathLike, *, bench: str = "local", output
         return _run_pipeline(recipe_path, bench=bench, output=output, on_event=on_event)
 
 
+def _target_row(lr: LoadedRecipe, t: Target, tmp: Path, model_sha: str, say) -> dict[str, Any]:
+    """One target built (or its failure: one target failing does not stop the others), as a summary row."""
+    from edgeopt.pipeline import dist
+
+    say(f"building {t.name}")
+    row: dict[str, Any] = {"name": t.name, "profile": t.profile, "backend": t.backend, "status": None}
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # library prints must not reach --json's stdout
+            b = _build_target(lr, t, tmp, model_sha, say)
+    except Exception as err:  # noqa: BLE001 - one target failing does not stop the others
+        status = TargetStatus.GATE_FAILED if isinstance(err, GateFailedError) else TargetStatus.BUILD_FAILED
+        code = int(err.exit_code) if isinstance(err, EdgeoptError) else int(ExitCode.INTERNAL)
+        row.update(status=status, error=_error_line(err), exit_code=code)
+        if isinstance(err, GateFailedError):
+            row["failed_gates"] = [err.message]
+        say(f"{t.name}: {row['error']}")
+        return row
+    manifest = json.loads((b["artifact"] / "manifest.json").read_text())
+    size = dist.dir_bytes(b["artifact"])
+    row.update(status=TargetStatus.OK, artifact=b["artifact"], backend=manifest["backend"],
+               precision=manifest["precision"], cached=b["cached"], cache_key=b["key"],
+               plan_hash=b["plan_hash"], build_seconds=b["build_seconds"], artifact_bytes=size,
+               files=manifest["files"], content_hash=dist.content_hash(manifest),
+               determinism=manifest.get("determinism") or dist.determinism(manifest["backend"]),
+               build_facts=b["build_facts"], validation=manifest.get("validation"),
+               warnings=manifest.get("warnings", []), _gates=b["gates"], _profile=b["profile"],
+               _manifest=manifest)
+    return row
+
+
+def _gate_row(x: dict, br: dict | None, lr: LoadedRecipe, notes: list[str]) -> None:
+    """A built target's benchmark figures (``br``: its bench row, if measured) and gates; a missed gate fails it."""
+    from edgeopt.pipeline import gates as gate_mod
+
+    r = lr.recipe
+    if br is not None:
+        lat = br["latency_ms"]
+        x["bench"] = {"p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"], "runs": br["runs"],
+                      "ci95_ms": [lat["ci95_low"], lat["ci95_high"]], "load_ms": br.get("load_ms"),
+                      "load_rss_mb": br.get("load_rss_mb"), "inputs": br.get("inputs"),
+                      "run_id": br.get("run_id"), "location": "local"}
+    g = x["_gates"]
+    est = None
+    local_is_target = gate_mod.measured_here_for(x["_profile"].name)
+    needs_est = (g.max_p99_latency_ms is not None and (br is None or not local_is_target)) \
+        or (g.max_ram_mb is not None and (br or {}).get("load_rss_mb") is None) \
+        or (g.max_p99_latency_ms is not None and g.latency_source == LatencySource.ESTIMATED)
+    if needs_est:
+        try:
+            est = gate_mod.estimate(lr.resolve(r.model.path), x["_profile"], x["precision"],
+                                    {k: tuple(v) for k, v in r.model.inputs.items()}, x["artifact_bytes"])
+            x["estimate"] = est
+        except Exception as err:  # noqa: BLE001 - an estimate that can't be made fails its gate
+            notes.append(f"{x['name']}: no estimate ({_error_line(err)})")
+    results = gate_mod.check(g, validation=x["validation"], bench=x.get("bench"), est=est,
+                             artifact_bytes=x["artifact_bytes"], target_profile=x["_profile"].name)
+    x["gates"] = [gr.model_dump() for gr in results]
+    missed = [gr.line() for gr in results if not gr.passed]
+    if missed:
+        x.update(status=TargetStatus.GATE_FAILED, failed_gates=missed, exit_code=int(ExitCode.GATE_FAILED))
+
+
 def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResult:
     from edgeopt.pipeline import dist
-    from edgeopt.pipeline import gates as gate_mod
     from edgeopt.pipeline.cache import cache_root
 
     t_start = time.perf_counter()
@@ -196,7 +243,7 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
             raise UsageError(f"target '{t.name}': the p99 latency gate is 'measured' but --bench none was given",
                              "use --bench local, or latency_source: estimated")
     out = Path(output) if output is not None else lr.resolve(r.output)
-    from edgeopt.outputs import check_output
+    from edgeopt.outputs import check_output, publish
 
     d = r.data
     check_output(out, force=True, inputs=(lr.path, lr.resolve(r.model.path) if r.model.path else None,
@@ -207,34 +254,8 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     tmp.chmod(0o755)
     notes: list[str] = []
-    rows: list[dict[str, Any]] = []
     try:
-        for t in r.targets:
-            say(f"building {t.name}")
-            row: dict[str, Any] = {"name": t.name, "profile": t.profile, "backend": t.backend, "status": None}
-            try:
-                with contextlib.redirect_stdout(sys.stderr):  # library prints must not reach --json's stdout
-                    b = _build_target(lr, t, tmp, model_sha, say)
-            except Exception as err:  # noqa: BLE001 - one target failing does not stop the others
-                status = TargetStatus.GATE_FAILED if isinstance(err, GateFailedError) else TargetStatus.BUILD_FAILED
-                code = int(err.exit_code) if isinstance(err, EdgeoptError) else int(ExitCode.INTERNAL)
-                row.update(status=status, error=_error_line(err), exit_code=code)
-                if isinstance(err, GateFailedError):
-                    row["failed_gates"] = [err.message]
-                rows.append(row)
-                say(f"{t.name}: {row['error']}")
-                continue
-            manifest = json.loads((b["artifact"] / "manifest.json").read_text())
-            size = dist.dir_bytes(b["artifact"])
-            row.update(status=TargetStatus.OK, artifact=b["artifact"], backend=manifest["backend"],
-                       precision=manifest["precision"], cached=b["cached"], cache_key=b["key"],
-                       plan_hash=b["plan_hash"], build_seconds=b["build_seconds"], artifact_bytes=size,
-                       files=manifest["files"], content_hash=dist.content_hash(manifest),
-                       determinism=manifest.get("determinism") or dist.determinism(manifest["backend"]),
-                       build_facts=b["build_facts"], validation=manifest.get("validation"),
-                       warnings=manifest.get("warnings", []), _gates=b["gates"], _profile=b["profile"],
-                       _manifest=manifest)
-            rows.append(row)
+        rows = [_target_row(lr, t, tmp, model_sha, say) for t in r.targets]
         built = [x for x in rows if x["status"] == TargetStatus.OK]
         bench_rows: dict[str, dict] = {}
         env = None
@@ -249,32 +270,7 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
             for br in res["rows"]:
                 bench_rows[br["name"]] = br
         for x in built:
-            br = bench_rows.get(x["name"])
-            if br is not None:
-                lat = br["latency_ms"]
-                x["bench"] = {"p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"], "runs": br["runs"],
-                              "ci95_ms": [lat["ci95_low"], lat["ci95_high"]], "load_ms": br.get("load_ms"),
-                              "load_rss_mb": br.get("load_rss_mb"), "inputs": br.get("inputs"),
-                              "run_id": br.get("run_id"), "location": "local"}
-            g = x["_gates"]
-            est = None
-            local_is_target = gate_mod.measured_here_for(x["_profile"].name)
-            needs_est = (g.max_p99_latency_ms is not None and (br is None or not local_is_target)) \
-                or (g.max_ram_mb is not None and (br or {}).get("load_rss_mb") is None) \
-                or (g.max_p99_latency_ms is not None and g.latency_source == LatencySource.ESTIMATED)
-            if needs_est:
-                try:
-                    est = gate_mod.estimate(lr.resolve(r.model.path), x["_profile"], x["precision"],
-                                            {k: tuple(v) for k, v in r.model.inputs.items()}, x["artifact_bytes"])
-                    x["estimate"] = est
-                except Exception as err:  # noqa: BLE001 - an estimate that can't be made fails its gate
-                    notes.append(f"{x['name']}: no estimate ({_error_line(err)})")
-            results = gate_mod.check(g, validation=x["validation"], bench=x.get("bench"), est=est,
-                                     artifact_bytes=x["artifact_bytes"], target_profile=x["_profile"].name)
-            x["gates"] = [gr.model_dump() for gr in results]
-            missed = [gr.line() for gr in results if not gr.passed]
-            if missed:
-                x.update(status=TargetStatus.GATE_FAILED, failed_gates=missed, exit_code=int(ExitCode.GATE_FAILED))
+            _gate_row(x, bench_rows.get(x["name"]), lr, notes)
         report = None
         if bench == "local" and bench_rows:
             report = _report(tmp, report_db, [b.get("run_id") for b in bench_rows.values()], notes)
@@ -301,7 +297,7 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
         )
         result.seconds = round(time.perf_counter() - t_start, 3)
         (tmp / SUMMARY).write_text(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
-        _publish(tmp, out)
+        publish(tmp, out, force=True)  # check_output allowed it: dist/ is rebuilt
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

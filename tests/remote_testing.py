@@ -1,4 +1,4 @@
-"""Test helpers: a ``Transport`` that records every call and checks expected commands ran.
+"""Test helper (tests/, not shipped): a ``Transport`` that records every call and checks expected commands ran.
 
 Fabric-style: declare the commands you expect (argv patterns, in order), run the code under
 test, then ``verify()``: it fails naming each expected command that never ran. With ``inner``
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .transport import RunResult, StreamCallback, Transport, check_argv
+from edgeopt.remote.transport import RunResult, StreamCallback, Transport, check_argv
 
 
 class _Any:
