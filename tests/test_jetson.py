@@ -142,3 +142,150 @@ def test_without_pruning_a_gate_failure_blames_no_pruning(tmp_path):
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path, reference_model=DIGITS)
     err = GateFailedError("gate failed: top1 drop 3 > 1", "relax the gate")
     assert blame_pruning(err, ctx, plan.options, digits_datasets()[1]) is err
+
+
+# ------------------------------------------------------------------ the engine is built on the board
+
+
+TRT = "TensorrtExecutionProvider"
+
+
+@pytest.fixture(scope="module")
+def jetson_artifact(tmp_path_factory):
+    """The digits CNN converted for jetson-orin-nano (ONNX Runtime, FP32) by the real converter."""
+    from edgeopt import convert
+
+    out = tmp_path_factory.mktemp("jetson") / "digits-orin"
+    convert(DIGITS, "jetson-orin-nano", out, precision="fp32", eval=DATA / "digits_test.npz")
+    return out
+
+
+@pytest.fixture
+def runner_module(monkeypatch):
+    from edgeopt.runtime.runners import onnxruntime as ort_runner
+
+    monkeypatch.setattr(ort_runner, "_said", set())  # each test sees the runner's one line afresh
+    return ort_runner
+
+
+class FakeTensorrtProvider:
+    """Stands in for ``onnxruntime.InferenceSession`` where the TensorRT execution provider would be (a Jetson):
+    records the providers and options it is handed, says it took TensorRT (``loads=True``) or that TensorRT did not
+    load (``loads=False``), and runs the model on ONNX Runtime's real CPU provider."""
+
+    handed: list = []
+    loads = True
+    real_session = None  # ONNX Runtime's own InferenceSession, which runs the model
+
+    def __init__(self, path, so=None, providers=None):
+        type(self).handed.append(list(providers))
+        self._cpu = type(self).real_session(path, so, providers=["CPUExecutionProvider"])
+        names = [p[0] if isinstance(p, tuple) else p for p in providers]
+        self._used = [n for n in names if n == "CPUExecutionProvider" or (n == TRT and self.loads)]
+
+    def get_providers(self):
+        return self._used
+
+    def __getattr__(self, name):
+        return getattr(self._cpu, name)
+
+
+def _fake_tensorrt(monkeypatch, loads=True):
+    import onnxruntime as ort
+
+    monkeypatch.setattr(FakeTensorrtProvider, "real_session", ort.InferenceSession)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [TRT, "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "InferenceSession", FakeTensorrtProvider)
+    monkeypatch.setattr(FakeTensorrtProvider, "handed", [])
+    monkeypatch.setattr(FakeTensorrtProvider, "loads", loads)
+
+
+def test_the_manifest_names_the_engine_build_on_the_board(jetson_artifact):
+    import json
+
+    runtime = json.loads((jetson_artifact / "manifest.json").read_text())["runtime"]
+    s = runtime["settings"]
+    assert s["provider"] == TRT and s["fallback_providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert s["provider_options"]["trt_engine_cache_enable"] is True
+    assert s["provider_options"]["trt_engine_cache_path"] == "{work_dir}/trt-engines"
+    assert s["provider_options"]["trt_int8_enable"] is True  # the profile's own options are kept
+    build = runtime["engine_build"]
+    assert build["built_here"] is False and "on the device" in build["where"]
+    assert build["cache"] == "{work_dir}/trt-engines" and "first run on the board" in build["when"]
+
+
+@pytest.mark.onnxruntime
+def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artifact, runner_module, monkeypatch,
+                                                                    tmp_path, capsys):
+    from edgeopt.runtime.runners import open_runner
+
+    _fake_tensorrt(monkeypatch)
+    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
+    with open_runner(str(jetson_artifact)) as r:
+        feed = {"input": np.load(DATA / "digits_test.npz")["input"][:1]}
+        assert r.run(feed)["logits"].shape == (1, 10)
+    (trt, options), cpu = FakeTensorrtProvider.handed[0]
+    assert trt == TRT and cpu == "CPUExecutionProvider"  # CUDA is not in this (fake) build: not handed
+    cache = str(tmp_path / "work" / "trt-engines")
+    assert options["trt_engine_cache_enable"] is True and options["trt_engine_cache_path"] == cache
+    assert options["trt_fp16_enable"] is True and Path(cache).is_dir()
+    assert r.provider == TRT and r.execution["engine_cache"] == cache and "why" not in r.execution
+    assert "edgeopt runtime:" not in capsys.readouterr().err
+
+
+@pytest.mark.onnxruntime
+def test_without_the_env_the_cache_is_under_a_devices_default_work_dir(jetson_artifact, runner_module, monkeypatch,
+                                                                       tmp_path):
+    from edgeopt.runtime.runners import open_runner
+
+    _fake_tensorrt(monkeypatch)
+    monkeypatch.delenv("EDGEOPT_WORK_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    open_runner(str(jetson_artifact)).close()
+    options = FakeTensorrtProvider.handed[0][0][1]
+    assert options["trt_engine_cache_path"] == str(tmp_path / ".cache" / "edgeopt-remote" / "trt-engines")
+
+
+@pytest.mark.onnxruntime
+def test_here_the_runner_falls_back_to_the_cpu_and_says_so_once(jetson_artifact, runner_module, capsys):
+    from edgeopt.runtime.runners import open_runner
+
+    for _ in range(2):
+        with open_runner(str(jetson_artifact)) as r:
+            assert r.provider == "CPUExecutionProvider"
+    assert r.execution["target_provider"] == TRT and "not in this ONNX Runtime" in r.execution["why"]
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("edgeopt runtime:")]
+    assert said == [f"edgeopt runtime: onnxruntime ran on CPUExecutionProvider, not the artifact's {TRT}: "
+                    f"{r.execution['why']}"]
+
+
+@pytest.mark.onnxruntime
+def test_a_tensorrt_that_does_not_load_is_named(jetson_artifact, runner_module, monkeypatch, capsys):
+    from edgeopt.runtime.runners import open_runner
+
+    _fake_tensorrt(monkeypatch, loads=False)
+    with open_runner(str(jetson_artifact)) as r:
+        assert r.provider == "CPUExecutionProvider" and "did not load" in r.execution["why"]
+    assert "ran on CPUExecutionProvider, not the artifact's TensorrtExecutionProvider" in capsys.readouterr().err
+
+
+@pytest.mark.onnxruntime
+def test_remote_bench_gives_the_runner_the_devices_work_dir(remote_env, jetson_artifact, tmp_path):
+    """The run on the device is told its work dir (where the engine cache lives); what ran is in the result."""
+    import sys
+
+    from edgeopt.remote.bench import remote_bench
+    from edgeopt.remote.inventory import make_device
+    from edgeopt.remote.testing import ANY, REST, RecordingTransport
+    from edgeopt.remote.transport import LocalTransport
+
+    dev = make_device(name="orin", host="localhost", profile="jetson-orin-nano", python=sys.executable,
+                      work_dir=str(tmp_path / "work"))
+    rec = RecordingTransport(LocalTransport(dev.work_dir))
+    work = rec.work_dir
+    rec.expect("sh", "-c", ANY, "edgeopt-run", ANY, "env", f"EDGEOPT_WORK_DIR={work}", sys.executable, "-m",
+               "edgeopt_runtime", "bench", REST)
+    res = remote_bench(dev, jetson_artifact, transport=rec, store=False, min_runs=3, min_seconds=0, warmup=1,
+                       setup=False)
+    rec.verify()
+    assert any(w.startswith("onnxruntime ran on CPUExecutionProvider, not the artifact's") for w in res["warnings"])
