@@ -122,9 +122,20 @@ class ChainContext:
     warnings: list[str] = field(default_factory=list)
     progress: Any = None  # callable(description, total) -> context manager with .advance(); may be None
     record: StageRecord | None = None  # the running stage's record (stages add checks/report here)
+    # the FP32 model a prune (and recover) stage made, set by the chain once one ran: a gate failure says what
+    # pruning alone cost (converters/prune_blame.py); None: nothing pruned
+    pruned_model: Path | None = None
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def reference_for(self, stage_input) -> Path:
+        """The FP32 model every accuracy search measures against and chooses its metric from: the user's model as
+        normalized (``reference_model``), never a pruning stage's output, which is the quantizer's input
+        (``stage_input``: used only where no reference file with the same inputs and outputs is set, e.g. a stage
+        run on its own)."""
+        ref = Path(self.reference_model) if self.reference_model else None
+        return ref if ref is not None and ref.is_file() and _same_io(ref, Path(stage_input)) else Path(stage_input)
 
     def stage_report(self) -> dict:
         """The running stage's report to add facts to (a throwaway dict when no stage is recorded)."""
@@ -135,6 +146,18 @@ class ChainContext:
         if self.record is not None:
             self.record.checks.update(checks)
         return checks
+
+
+def _same_io(a: Path, b: Path) -> bool:
+    """Whether two ONNX files name the same graph inputs and outputs (weights not read)."""
+    import onnx
+
+    def names(p: Path) -> tuple:
+        g = onnx.load(str(p), load_external_data=False).graph
+        inits = {t.name for t in g.initializer}
+        return tuple(i.name for i in g.input if i.name not in inits), tuple(o.name for o in g.output)
+
+    return a == b or names(a) == names(b)
 
 
 class Stage(ABC):

@@ -12,6 +12,7 @@ report, not a failure; the chain's validation measures the accuracy. The ``recov
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError
 
@@ -67,13 +68,34 @@ class PruneConfig(StageConfig):
     seed: int = 0
 
 
+SPARSE_2_4_ZEROES = "2 of every 4 weights along each layer's reduction axis, the 2 smallest by magnitude"
+SPARSE_2_4_WARNING = (
+    "prune 2:4: half of the covered weights are zeroed by magnitude with no fine-tuning, which loses accuracy "
+    "(NVIDIA's recipe prunes to 2:4, then fine-tunes with the mask fixed); --recover does not fine-tune 2:4 "
+    "models (it distils channel-pruned ones only): judge the result with --eval and --max-accuracy-drop, or drop "
+    "--prune-mode 2:4")
+
+
+class Sparse24Config(StageConfig):
+    """The prune stage in 2:4 mode, as the plan shows it: what is zeroed and that nothing fine-tunes it
+    (2:4 runs only when asked for: ``--prune-mode 2:4`` or ``prune_mode: 2:4`` in a recipe)."""
+
+    mode: Literal[PruneMode.SPARSE_2_4] = PruneMode.SPARSE_2_4
+    zeroes: str = SPARSE_2_4_ZEROES
+    fine_tuned: Literal[False] = False  # no stage fine-tunes a 2:4 model (recover distils channel pruning only)
+    skip: tuple[str, ...] = ()  # layer names left dense
+    # the planner's: the profile's units with sparse tensor cores (None: not known) and its name
+    sparse_units: tuple[str, ...] | None = None
+    profile_name: str | None = None
+
+
 @register_stage
 class Prune(Stage):
     name = "prune"
     Config = PruneConfig
 
     @classmethod
-    def configure(cls, options: ChainOptions) -> PruneConfig | None:
+    def configure(cls, options: ChainOptions) -> PruneConfig | Sparse24Config | None:
         if options.prune_mode == PruneMode.CHANNELS and options.prune_auto:
             from edgeopt.converters.recover import train_extra_missing
 
@@ -83,10 +105,8 @@ class Prune(Stage):
                                auto_recover=options.recover is not False and not train_extra_missing())
         if options.prune_mode == PruneMode.CHANNELS and options.prune == 0:
             return None
-        if options.prune_mode == PruneMode.SPARSE_2_4:  # the profile's sparse tensor cores, settled in the plan
-            multiple, why = options.prune_channel_multiple
-            return PruneConfig(mode=options.prune_mode, round_to=multiple, round_to_reason=why,
-                               sparse_units=options.sparse_units, profile_name=options.profile_name)
+        if options.prune_mode == PruneMode.SPARSE_2_4:  # asked for; the profile's sparse tensor cores, from the plan
+            return Sparse24Config(sparse_units=options.sparse_units, profile_name=options.profile_name)
         try:
             ratio = options.prune if options.prune_mode == PruneMode.CHANNELS else 0.0
             multiple, why = options.prune_channel_multiple
@@ -102,7 +122,7 @@ class Prune(Stage):
 
         from edgeopt.model import load_onnx
 
-        assert isinstance(config, PruneConfig)
+        assert isinstance(config, (PruneConfig, Sparse24Config))
         if ctx.record is None:
             ctx.record = StageRecord(self.name, config.model_dump(mode="json"))
         if config.mode == PruneMode.CHANNELS and config.auto:
@@ -129,6 +149,7 @@ class Prune(Stage):
             from edgeopt.converters.sparsity import sparsify
 
             pruned, report = sparsify(source, config.skip)
+            report["fine_tuned"] = False
             _warn_without_sparse_cores(config, ctx)
         else:
             calib = ctx.calib.feeds(config.calib_samples) if ctx.calib is not None and len(ctx.calib) else None
@@ -143,7 +164,7 @@ class Prune(Stage):
         ctx.record.checks.update(_numeric_check(model.path, out, ctx))
         if config.mode == PruneMode.CHANNELS and report.get("changed"):
             ctx.record.report["latency"] = latency_vs_unpruned(model.path, out, ctx, backend=config.latency_backend)
-        notes = {**model.notes, "prune": {"mode": config.mode.value, "ratio": config.ratio}}
+        notes = {**model.notes, "prune": {"mode": config.mode.value, "ratio": getattr(config, "ratio", None)}}
         return Intermediate(out, model.format, model.precision, notes)
 
 
@@ -385,7 +406,7 @@ def _random_feed(path: Path) -> dict:
     return feed
 
 
-def _warn_without_sparse_cores(config: PruneConfig, ctx: ChainContext) -> None:
+def _warn_without_sparse_cores(config: PruneConfig | Sparse24Config, ctx: ChainContext) -> None:
     if not config.sparse_units:
         name = config.profile_name or "this profile"
         ctx.warn(f"prune 2:4: {name} has no unit with sparse tensor cores; the zeros will not make it faster there")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from edgeopt.enums import Precision
-from edgeopt.errors import EdgeoptError, StageError, is_edgeopt_bug
+from edgeopt.errors import EdgeoptError, GateFailedError, StageError, is_edgeopt_bug
 
 HOLDOUT_FRACTION = 0.2  # of --calib, kept from calibration for validation when there is no --eval
 HOLDOUT_MAX = 256
@@ -96,7 +96,13 @@ def execute(plan, inter, ctx, *, stop_before: str | None = None, on_warning=None
         ctx.record = StageRecord(spec.name, spec.config.model_dump(mode="json"))
         n_warn = len(ctx.warnings)
         t0 = time.perf_counter()
-        inter = run_stage(stage, spec, inter, ctx)
+        try:
+            inter = run_stage(stage, spec, inter, ctx)
+        except GateFailedError as err:  # a search's gate: say what a pruning stage before it cost
+            from edgeopt.converters.prune_blame import blame_pruning
+
+            raise blame_pruning(err, ctx, plan.options, ctx.eval if ctx.eval is not None else ctx.check_samples) \
+                from err
         ctx.record.seconds = round(time.perf_counter() - t0, 3)
         for w in ctx.warnings[n_warn:]:
             if on_warning:
@@ -104,4 +110,6 @@ def execute(plan, inter, ctx, *, stop_before: str | None = None, on_warning=None
         records.append(ctx.record)
         if spec.name == "normalize":
             ctx.reference_model = inter.path
+        elif spec.name in ("prune", "recover") and inter.path != ctx.reference_model:
+            ctx.pruned_model = inter.path  # the pruned FP32 model: what a gate failure measures pruning by
     return inter, records

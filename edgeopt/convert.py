@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, field_serializer
 
 from edgeopt.artifact import Manifest
 from edgeopt.enums import Precision
-from edgeopt.errors import StageError
+from edgeopt.errors import GateFailedError, StageError
 from edgeopt.options import ConvertOptions
 from edgeopt.plan import Plan
 
@@ -171,7 +171,12 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             manifest.validation = validation.model_dump(mode="json")
             manifest.warnings = list(warnings)
             manifest = write_manifest(tmp, manifest)
-            check_gates(validation)
+            try:
+                check_gates(validation)
+            except GateFailedError as err:  # the final gate: say what a pruning stage cost
+                from edgeopt.converters.prune_blame import blame_pruning
+
+                raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
             publish(tmp, out, force=o.force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

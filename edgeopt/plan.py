@@ -240,8 +240,8 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
-    default_mode = PruneMode.SPARSE_2_4 if chain.sparsity_2_4 else PruneMode.CHANNELS
-    mode = _enum(PruneMode, pick(r.prune_mode, default_mode), "--prune-mode")
+    # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
+    mode = _enum(PruneMode, pick(r.prune_mode, PruneMode.CHANNELS), "--prune-mode")
     target = profile.backend(backend_name)
     stage_names = ["normalize", "prune", "recover", "quantize", backend_name.value]
     for key in r.stages:
@@ -291,6 +291,10 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
     pruning = options.prune > 0 or options.prune_auto
     if pruning or options.prune_mode == PruneMode.SPARSE_2_4:
         wanted.append("prune")
+    if options.prune_mode == PruneMode.SPARSE_2_4:
+        from edgeopt.converters.prune import SPARSE_2_4_WARNING
+
+        warnings.append(SPARSE_2_4_WARNING)
     if pruning and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
         from edgeopt.converters.recover import train_extra_missing
 

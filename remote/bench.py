@@ -34,6 +34,7 @@ from .setup import ensure_runtime
 from .transport import Transport
 
 OUTPUTS_FILE = "outputs.npz"  # the runner's outputs for inputs.npz, in the run dir
+RUNNER_NOTE = "edgeopt runtime: "  # a runner's stderr line for the result's warnings (runtime/runners/onnxruntime.py)
 STEP_TEXT = {"convert": "converting the model", "connect": "connecting", "upload": "uploading the artifact",
              "bench": "running the benchmark", "fetch": "fetching the outputs", "store": "storing the result"}
 
@@ -54,6 +55,14 @@ def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threa
     if outputs:
         argv += ["--outputs-out", OUTPUTS_FILE]
     return argv
+
+
+def _with_work_dir(python: list[str], tr: Transport, manifest: dict) -> list[str]:
+    """The runner's command with ``EDGEOPT_WORK_DIR`` set when the artifact keeps files in the device's work dir
+    (``{work_dir}`` in its runtime settings: ONNX Runtime's TensorRT engine cache, built at the first run there)."""
+    if "{work_dir}" not in json.dumps((manifest.get("runtime") or {}).get("settings") or {}):
+        return python
+    return ["env", f"EDGEOPT_WORK_DIR={tr.work_dir}", *python]
 
 
 def _parse_result(device: Device, stdout: str) -> dict:
@@ -249,7 +258,8 @@ def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep
                 "model": str(Path(artifact_or_model).resolve()), "profile": dev.profile,
                 **(convert_options.model_dump(mode="json", exclude_unset=True) if convert_options else {})}
             files = deploy.bundle_files(artifact, runtime_dir, inputs)
-            model_inputs = read_artifact(str(artifact))["inputs"]
+            manifest = read_artifact(str(artifact))
+            model_inputs = manifest["inputs"]
         except BaseException:
             if own:
                 tr.close()
@@ -269,13 +279,18 @@ def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep
             if setup:
                 python = ensure_runtime(tr, dev, python, artifact, wheels)
             cores = core_plan(dev, facts, o.threads)
+            python = _with_work_dir(python, tr, manifest)
             argv = pin_argv(_bench_argv(python, location, inputs=bool(inputs), threads=cores["threads"],
                                         warmup=given("warmup"), min_runs=given("min_runs"),
                                         min_seconds=given("min_seconds"), streams=given("streams"),
                                         batch=given("batch"),
                                         outputs=bool(outputs_to)) + board_lock.runner_args(tr, dev, wait), cores)
 
+            runner_said: list[str] = []
+
             def stream(kind: str, line: str) -> None:
+                if kind == "stderr" and line.startswith(RUNNER_NOTE):  # e.g. which ONNX Runtime provider ran
+                    runner_said.append(line[len(RUNNER_NOTE):].strip())
                 if kind == "stderr" and line.startswith('{"board_lock"') and notify:
                     if (msg := board_lock.waiting_message(dev, line, wait)):
                         notify(msg)
@@ -342,6 +357,7 @@ def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep
                                          facts=facts, built_for=result.get("profile"))
     result["energy_figures"] = _energy(dev, result)
     warnings = result.setdefault("warnings", [])
+    warnings.extend(w for w in runner_said if w not in warnings)
     if (busy := interference_warning(result["environment"])):
         warnings.append(busy)
     if inputs:

@@ -6,6 +6,11 @@ device's own CPU gets its layout transforms; on x86 ALL is ~2x faster than EXTEN
 threads and the execution provider from the profile. With ``save_optimized`` it also writes a model
 optimized at EXTENDED (``model.optimized.onnx``, listed as ``runtime.optimized_model``): a model saved
 at ALL is tied to the CPU it was optimized on, so a saved one stays portable.
+
+With TensorRT's execution provider (the Jetson profiles) no engine is built here: TensorRT engines are not portable
+across GPUs, so ONNX Runtime's TensorRT EP builds one on the board when the session is created. The settings turn its
+engine cache on, under the device's work dir (``{work_dir}``, which the runner fills in), so the first
+``remote-bench`` builds the engine there and later runs load it; the manifest says so (``runtime.engine_build``).
 """
 
 from __future__ import annotations
@@ -32,8 +37,15 @@ ORT_LEVEL = {
 }
 
 
+TRT_PROVIDER = "TensorrtExecutionProvider"
+WORK_DIR = "{work_dir}"  # the device's work dir, filled in by the runner (edgeopt/runtime/runners/onnxruntime.py)
+TRT_ENGINE_CACHE = {"trt_engine_cache_enable": True, "trt_engine_cache_path": f"{WORK_DIR}/trt-engines"}
+
+
 class OnnxRuntimeConfig(StageConfig):
     provider: str = "CPUExecutionProvider"
+    fallback_providers: tuple[str, ...] = ()  # tried in order where ``provider`` is not there; CPU is always last
+    provider_options: dict[str, str | bool | int | float] = {}  # ``provider``'s options (TensorRT: its engine cache)
     threads: int | None = None
     graph_optimization_level: GraphOptLevel = GraphOptLevel.ALL
     save_optimized: bool = False
@@ -60,8 +72,14 @@ class OnnxRuntimeBackend(Backend):
     @classmethod
     def configure(cls, options: ChainOptions) -> OnnxRuntimeConfig:
         s = options.backend_settings
+        provider = s.get("provider", "CPUExecutionProvider")
+        provider_options = dict(s.get("provider_options") or {})
+        if provider == TRT_PROVIDER:  # the engine is built on the board and kept there (the profile may override)
+            provider_options = {**TRT_ENGINE_CACHE, **provider_options}
         return OnnxRuntimeConfig(
-            provider=s.get("provider", "CPUExecutionProvider"),
+            provider=provider,
+            fallback_providers=tuple(s.get("fallback_providers") or ()),
+            provider_options=provider_options,
             threads=options.threads or s.get("threads"),
         )
 
@@ -77,7 +95,12 @@ class OnnxRuntimeBackend(Backend):
             "graph_optimization_level": ORT_LEVEL[config.graph_optimization_level],
             "threads": config.threads,
         }
+        if config.fallback_providers or config.provider_options:
+            settings.update(fallback_providers=list(config.fallback_providers),
+                            provider_options=dict(config.provider_options))
         runtime = {"backend": self.backend.value, "model": target.name, "settings": settings}
+        if config.provider == TRT_PROVIDER:
+            runtime["engine_build"] = engine_build(config)
         # Load it once here: a model ONNX Runtime cannot load must fail the conversion, not the device.
         so = ort.SessionOptions()
         so.log_severity_level = 3
@@ -100,6 +123,22 @@ class OnnxRuntimeBackend(Backend):
         }
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(target, Format.ONNX, model.precision, notes)
+
+
+def engine_build(config: OnnxRuntimeConfig) -> dict:
+    """What the manifest says about the TensorRT engine: built on the board, where, and when."""
+    cache = config.provider_options.get("trt_engine_cache_path") if config.provider_options.get(
+        "trt_engine_cache_enable") else None
+    return {
+        "built_here": False,
+        "where": "on the device: ONNX Runtime's TensorRT execution provider builds the engine when the session is "
+                 "created (TensorRT engines are not portable across GPUs or TensorRT versions)",
+        "cache": cache,
+        "when": ("the first run on the board (remote-bench) builds it, which can take minutes, and keeps it in the "
+                 "cache; later runs load it" if cache else "every session creation builds it (no engine cache)"),
+        "work_dir": f"{WORK_DIR}: the device's work dir (remote-bench sets EDGEOPT_WORK_DIR; else "
+                    "~/.cache/edgeopt-remote)",
+    }
 
 
 BACKEND = OnnxRuntimeBackend

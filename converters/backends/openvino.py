@@ -267,7 +267,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    fp32_run = ort_runner(onnx_path, threads)
+    fp32_run = ort_runner(ctx.reference_for(onnx_path), threads)  # unpruned FP32: the gate's reference
     out_names = [o.name for o in fp32_run.session.get_outputs()]
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                          confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,

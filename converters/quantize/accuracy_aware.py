@@ -67,7 +67,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(search_fraction, seed=0)
-    fp32_run = ort_runner(src, threads)
+    fp32_run = ort_runner(ctx.reference_for(src), threads)  # unpruned FP32: the gate's reference
     variants = _variants(base)
     paths: dict[int, Path] = {}
 

@@ -41,7 +41,7 @@ def search_tflite(backend, model, config, ctx, *, onnx_in, onnx_out, keep, calib
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    fp32_run = ort_runner(model.path, threads)
+    fp32_run = ort_runner(ctx.reference_for(model.path), threads)  # unpruned FP32: the gate's reference
     int8_io = config.io_dtype == IODtype.INT8
     made: dict[str, tuple] = {}
 

@@ -1,12 +1,25 @@
-"""Runner for ``onnxruntime`` artifacts (standard library + numpy + onnxruntime only)."""
+"""Runner for ``onnxruntime`` artifacts (standard library + numpy + onnxruntime only).
+
+The session gets the artifact's provider, then its fallbacks, then the CPU, each only where this ONNX Runtime has
+it, with the artifact's options for its provider (TensorRT: the engine cache under the device's work dir, so the
+engine built at the first session creation on the board is loaded by later runs). Where the artifact's provider did
+not run (no GPU build here, or its libraries failed to load), the runner says which provider did (``execution``,
+and one stderr line per process).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from . import base
+
+CPU = "CPUExecutionProvider"
+WORK_DIR_ENV = "EDGEOPT_WORK_DIR"  # the device's work dir; remote-bench sets it for artifacts that name {work_dir}
+DEFAULT_WORK_DIR = "~/.cache/edgeopt-remote"  # a device's default work dir (remote/inventory.py, the profiles)
+_said: set[tuple[str, str]] = set()
 
 _TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
           "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -27,12 +40,15 @@ class Runner(base.Runner):
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         if self.threads:
             so.intra_op_num_threads = int(self.threads)
-        wanted = settings.get("provider") or "CPUExecutionProvider"
+        wanted = settings.get("provider") or CPU
         available = ort.get_available_providers()
-        self.provider = wanted if wanted in available else "CPUExecutionProvider"
-        providers = [self.provider] + (["CPUExecutionProvider"] if self.provider != "CPUExecutionProvider" else [])
+        providers = session_providers(settings, available)
         path = os.path.join(artifact_dir, self.runtime["model"])
         self.session = ort.InferenceSession(path, so, providers=providers)
+        self.execution = execution_report(wanted, providers, self.session.get_providers(), available)
+        self.provider = self.execution["provider"]
+        if self.execution.get("why"):
+            say_once(wanted, self.provider, self.execution["why"])
         self._in = {i.name: _TYPES.get(i.type) for i in self.session.get_inputs()}
         self._out = [o.name for o in self.session.get_outputs()]
         self._io_in = {io["name"]: io for io in self._io("inputs")}
@@ -51,3 +67,55 @@ class Runner(base.Runner):
 
     def close(self) -> None:
         self.session = None
+
+
+def work_dir() -> str:
+    """The device's work dir: ``EDGEOPT_WORK_DIR`` (remote-bench), else a device's default."""
+    return os.path.expanduser(os.environ.get(WORK_DIR_ENV) or DEFAULT_WORK_DIR)
+
+
+def provider_options(options: dict) -> dict:
+    """The artifact's options for its provider, ``{work_dir}`` filled in (the cache directory made)."""
+    out = {}
+    for key, value in (options or {}).items():
+        if isinstance(value, str) and "{work_dir}" in value:
+            value = value.replace("{work_dir}", work_dir())
+            if key.endswith("cache_path"):
+                os.makedirs(value, exist_ok=True)
+        out[key] = value
+    return out
+
+
+def session_providers(settings: dict, available: list[str]) -> list:
+    """What the session is given: the artifact's provider (with its options) and its fallbacks where this ONNX
+    Runtime has them, the CPU last."""
+    wanted = settings.get("provider") or CPU
+    chain = [wanted, *(settings.get("fallback_providers") or ()), CPU]
+    out: list = []
+    for name in dict.fromkeys(chain):
+        if name not in available and name != CPU:
+            continue
+        options = settings.get("provider_options") if name == wanted and name != CPU else None
+        out.append((name, provider_options(options)) if options else name)
+    return out
+
+
+def execution_report(wanted: str, given: list, used: list[str], available: list[str]) -> dict:
+    """Which provider ran (the session's first), and why it is not the artifact's when it is not."""
+    ran = used[0] if used else CPU
+    report = {"target_provider": wanted, "provider": ran, "session_providers": list(used)}
+    options = next((p[1] for p in given if isinstance(p, tuple) and p[0] == ran), {})
+    if options.get("trt_engine_cache_enable") and options.get("trt_engine_cache_path"):
+        report["engine_cache"] = options["trt_engine_cache_path"]
+    if ran != wanted:
+        report["why"] = (f"{wanted} is not in this ONNX Runtime (it has {', '.join(available)})"
+                         if wanted not in available else f"{wanted} did not load in this ONNX Runtime (its libraries?)")
+    return report
+
+
+def say_once(wanted: str, ran: str, why: str) -> None:
+    """One stderr line per process and provider pair: the artifact's provider did not run, this one did."""
+    if (wanted, ran) in _said:
+        return
+    _said.add((wanted, ran))
+    print(f"edgeopt runtime: onnxruntime ran on {ran}, not the artifact's {wanted}: {why}", file=sys.stderr)
