@@ -89,7 +89,10 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
 
         raise UsageError(f"convert: give the options as ConvertOptions or as keywords, not both ({', '.join(keywords)})")
     o = options if options is not None else from_keywords(ConvertOptions, keywords, where="convert")
-    return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan)
+    from edgeopt.run_tmp import run_temp_dir
+
+    with run_temp_dir():  # the libraries' leftovers (ORT's .ses, TF's autograph files, torch's cache) go with it
+        return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan)
 
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan) -> ConvertResult:

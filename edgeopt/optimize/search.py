@@ -38,6 +38,7 @@ from edgeopt.converters.registry import get_backend
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
 from edgeopt.pipeline.recipe import Gates, Target
+from edgeopt.run_tmp import run_temp_dir
 
 STEP_MEASURE = {"warmup": 3, "min_runs": 20, "min_seconds": 0.3, "block_seconds": 0.1}
 FINAL_MEASURE = {"warmup": 5, "min_runs": 40, "min_seconds": 0.6, "block_seconds": 0.1}
@@ -313,6 +314,7 @@ def _installed_backends(profile) -> tuple[list[str], list[str]]:
     return ok, skipped
 
 
+@run_temp_dir()  # one temp dir for the libraries' leftovers, removed whatever the outcome (edgeopt/run_tmp.py)
 def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budget_min: float = 10.0,
              calib=None, eval=None, output=None, recipe_out=None, force: bool = False,
              on_event: Callable[[str], None] | None = None, search_budget: float | None = None,
