@@ -184,3 +184,77 @@ def test_dry_run_refuses_an_integer_input_where_the_real_run_does(cli, tmp_path)
     line = refused(dry, real.returncode, "needs float inputs", "'ids'")
     assert refused(real, dry.returncode) == line
     assert not (tmp_path / "out").exists()
+
+
+# --- #23 item 5: embeddings told by their values; an "int8" artifact holds quantized ops --------------
+
+def _embedder(path: Path) -> Path:
+    """x[1,16] -> MatMul -> Tanh -> MatMul -> LpNormalization: a unit-norm embedding whose output is named
+    '304', as a torch export names it."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(rng.normal(size=(16, 64)).astype(np.float32) / 4, "w1"),
+             nh.from_array(rng.normal(size=(64, 32)).astype(np.float32) / 8, "w2")]
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["h"]), h.make_node("Tanh", ["h"], ["t"]),
+             h.make_node("MatMul", ["t", "w2"], ["e"]), h.make_node("LpNormalization", ["e"], ["304"], axis=-1, p=2)]
+    g = h.make_graph(nodes, "embed", [h.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+                     [h.make_tensor_value_info("304", T.FLOAT, [1, 32])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(path))
+    return path
+
+
+def test_an_embedding_with_a_numeric_output_name_is_judged_by_cosine(cli, tmp_path):
+    model = _embedder(tmp_path / "embed.onnx")
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(1).normal(size=(40, 1, 16)).astype(np.float32))
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--calib",
+            str(tmp_path / "calib.npz"), "-o", str(tmp_path / "out"), "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["validation"]
+    assert v["metric"] == "cosine_vs_fp32" and "proxy" in v["metric_description"]
+    assert v["units"]["quantized"] == 2 and v["units"]["float"] == 0
+
+
+def test_a_probability_row_is_not_mistaken_for_an_embedding():
+    from edgeopt.metrics import looks_like_embedding
+
+    rng = np.random.default_rng(0)
+    probs = [np.exp(r) / np.exp(r).sum() for r in rng.normal(size=(8, 10))]
+    units = [r / np.linalg.norm(r) for r in rng.normal(size=(8, 32))]
+    assert not looks_like_embedding(probs) and looks_like_embedding(units)
+    assert not looks_like_embedding([r * 3 for r in units])  # logits of a classifier: no unit norm
+
+
+def test_an_int8_artifact_with_no_quantized_op_fails_its_gate(cli, tmp_path):
+    excluded = ["/0/Conv_output_0", "/3/Conv_output_0", "/7/Conv_output_0", "/10/Conv_output_0", "/15/Gemm"]
+    (tmp_path / "r.yaml").write_text(json.dumps({"stages": {"quantize": {"nodes_to_exclude": excluded}}}))
+    r = cli("convert", str(DIGITS), "--profile", "host", "--backend", "onnxruntime", "--calib", str(DIGITS_CALIB),
+            "--eval", str(DIGITS_TEST), "--recipe", str(tmp_path / "r.yaml"), "-o", str(tmp_path / "out"), "--json")
+    refused(r, 5, "labelled int8 but none of the 5 compute ops in model.onnx is quantized")
+    assert json.loads(r.stdout)["error"]["details"]["validation"]["units"] == {"quantized": 0, "float": 5,
+                                                                               "file": "model.onnx"}
+    assert not (tmp_path / "out").exists()
+
+
+def test_units_are_counted_in_every_artifact_format(tmp_path):
+    from fixtures_convert import make_ort_artifact
+
+    from edgeopt.quant_units import count_units
+
+    art = make_ort_artifact(tmp_path / "fp32")
+    assert count_units(art, {"model": "model.onnx"}) == {"quantized": 0, "float": 5, "file": "model.onnx"}
+    assert count_units(art, {"model": "model.so"}) is None  # a compiled library is not read
+
+
+@pytest.mark.openvino
+def test_openvino_int8_units_are_read_from_the_ir(cli, tmp_path):
+    r = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--calib", str(DIGITS_CALIB),
+            "-o", str(tmp_path / "out"), "--json")
+    assert r.returncode == 0, r.stderr
+    units = json.loads(r.stdout)["validation"]["units"]
+    assert units["file"] == "model.xml" and units["quantized"] >= 4
