@@ -75,15 +75,21 @@ def declared_kind(spec):
     return MetricName.SQNR if _given(spec, "min_sqnr_db") else None
 
 
+def check_metric_against_outputs(spec, outputs) -> None:
+    """:func:`check_metric_flags` before FP32 has run: the kind the spec fixes (if any) and the judged output's
+    rank from the graph (``outputs``: ``edgeopt.model.TensorSpec``, batch axis first)."""
+    if spec is None or not outputs:
+        return
+    out = next((o for o in outputs if o.name == spec.output), outputs[0])
+    shape = tuple(out.shape[1:]) if len(out.shape) >= 1 else ()
+    check_metric_flags(spec, declared_kind(spec), shape, out.name)
+
+
 def check_before_work(plan, facts) -> None:
     """Everything this run would refuse later that can be told from the plan, the model's inputs/outputs and
     the data (``facts``: a ``converters.base.RunFacts``): raises the same error the later step would."""
     from edgeopt.chain import stage_class
 
-    spec = plan.options.metric
-    if spec is not None and facts.outputs:
-        out = next((o for o in facts.outputs if o.name == spec.output), facts.outputs[0])
-        shape = tuple(out.shape[1:]) if len(out.shape) >= 1 else ()
-        check_metric_flags(spec, declared_kind(spec), shape, out.name)
+    check_metric_against_outputs(plan.options.metric, facts.outputs)
     for stage in plan.stages:
         stage_class(stage.name, plan).check_before_work(stage.config, facts)

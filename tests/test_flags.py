@@ -95,6 +95,13 @@ def test_min_sqnr_db_with_a_top1_metric_is_refused(cli, proj):
     assert not (proj / "out").exists()
 
 
+def test_optimize_refuses_a_metric_flag_no_build_could_apply(cli, proj):
+    r = cli("optimize", "model.onnx", "--profile", "host", "--max-accuracy-drop", "1", "--calib", "calib.npz",
+            "--metric-axis", "7", "-o", "best", "--json", cwd=str(proj))
+    refused(r, 2, "--metric-axis 7 does not apply")
+    assert not (proj / "best").exists()
+
+
 def test_min_sqnr_db_alone_picks_the_sqnr_metric_and_its_gate():
     rng = np.random.default_rng(0)
     ref = [{"logits": rng.normal(size=(1, 10)).astype(np.float32)} for _ in range(8)]
@@ -258,3 +265,48 @@ def test_openvino_int8_units_are_read_from_the_ir(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     units = json.loads(r.stdout)["validation"]["units"]
     assert units["file"] == "model.xml" and units["quantized"] >= 4
+
+
+@pytest.mark.realmodels
+@pytest.mark.slow
+def test_resemblyzers_speaker_encoder_is_judged_by_cosine_under_its_numeric_output_name(cli, tmp_path):
+    """resemblyzer's pretrained LSTM speaker encoder (3 LSTM + Linear + ReLU + L2 norm), exported by torch: its
+    output gets a number for a name, and it is still judged as an embedding (cosine), never by argmax."""
+    import importlib.util
+
+    import onnx
+
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.find_spec("resemblyzer")
+    if spec is None:
+        pytest.skip("resemblyzer is not installed")
+    weights = Path(next(iter(spec.submodule_search_locations))) / "pretrained.pt"
+
+    class Encoder(torch.nn.Module):  # resemblyzer.VoiceEncoder's layers, rebuilt without its audio imports
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(40, 256, 3, batch_first=True)
+            self.linear = torch.nn.Linear(256, 256)
+            self.relu = torch.nn.ReLU()
+
+        def forward(self, mels):
+            _, (hidden, _) = self.lstm(mels)
+            e = self.relu(self.linear(hidden[-1]))
+            return e / torch.norm(e, dim=1, keepdim=True)
+
+    net = Encoder()
+    state = torch.load(weights, map_location="cpu")["model_state"]
+    net.load_state_dict({k: v for k, v in state.items() if not k.startswith("similarity_")})  # training-only
+    net.eval()
+    model = tmp_path / "encoder.onnx"
+    torch.onnx.export(net, (torch.rand(1, 40, 40),), str(model), input_names=["mels"], dynamo=False, opset_version=17)
+    out_name = onnx.load(str(model)).graph.output[0].name
+    assert out_name.isdigit()  # what the issue saw: "304"
+    mels = np.random.default_rng(0).random((24, 1, 40, 40)).astype(np.float32)  # synthetic mel frames
+    np.savez(tmp_path / "calib.npz", mels=mels)
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "fp32",
+            "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / "out"), "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["validation"]
+    assert v["metric"] == "cosine_vs_fp32" and "proxy" in v["metric_description"]
+    assert v["units"]["float"] >= 4 and v["units"]["quantized"] == 0

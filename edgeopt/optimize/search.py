@@ -320,7 +320,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
              on_event: Callable[[str], None] | None = None, search_budget: float | None = None,
              metric=None) -> OptimizeResult:
     """Search the progressive path for ``model`` on ``profile``; see the module doc."""
-    from edgeopt.model import graph_inputs, load_onnx
+    from edgeopt.model import graph_inputs, graph_outputs, load_onnx
     from edgeopt.optimize.pareto import pareto_front
     from edgeopt.profiles import DeviceProfile, load_profile
     from edgeopt.runtime import environment
@@ -346,6 +346,9 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     from edgeopt.validate import check_task_metric
 
     spec = as_metric_spec(metric)
+    from edgeopt.applicability import check_metric_against_outputs
+
+    check_metric_against_outputs(spec, graph_outputs(load_onnx(path)))  # a flag no build could apply: exit 2 now
     for data_path, role in ((calib, "calib"), (eval, "eval")):  # unreadable data fails now, naming the file
         if data_path:
             ds = load_data(data_path, fixed, role=role)
