@@ -102,7 +102,7 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
     idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
     held, train = calib.subset(np.sort(idx[:held_n])), calib.subset(np.sort(idx[held_n:]))
-    metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), held)
+    metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), held, role="calib")
     grid, left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
         (tuple(sorted(config.auto_ratios)), {})
     work = Path(ctx.work_dir) / "prune-auto"

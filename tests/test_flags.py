@@ -68,6 +68,18 @@ def test_a_user_metric_returning_nan_or_text_is_exit_3_naming_it(cli, proj, fn, 
     assert not (proj / "out").exists()
 
 
+def test_a_user_metric_that_needs_labels_on_unlabelled_data_is_told_why(proj):
+    """What --prune auto's candidates met in optimize: judged on held-back --calib data, which has no labels."""
+    (proj / "pairs.py").write_text("import numpy as np\n"
+                                   "def verification(outputs, labels):\n"
+                                   "    same = np.asarray(labels)[:, None] == np.asarray(labels)[None, :]\n"
+                                   "    return 100.0 * float(same.mean())\n")
+    outs = [{"304": np.full((1, 8), 0.5, np.float32)} for _ in range(4)]
+    with pytest.raises(BadInputError, match=r"raised IndexError: .*labels=None: the calib data") as err:
+        metric_for_outputs(outs, None, MetricSpec(name="pairs:verification"), search_path=[proj], role="calib")
+    assert "None without them" in err.value.hint
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), "97.5", True, np.bool_(False), None,
                                    np.array([1.0, 2.0]), [97.5], {"acc": 1.0}, 1 + 2j])
 def test_checked_value_refuses_anything_but_a_finite_real(value):

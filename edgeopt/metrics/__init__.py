@@ -84,7 +84,7 @@ def metric_context(spec: MetricSpec | None, search_path=()):
         _ACTIVE.reset(token)
 
 
-def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None) -> Metric:
+def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None, role: str = "eval") -> Metric:
     """The metric for ``dataset`` (FP32 run once on it); labels are validated here (exit 3 when they can't
     be what the output means, or when FP32 scores at or below chance with them). ``spec`` None: the one of
     the running :func:`metric_context`, else chosen automatically."""
@@ -92,7 +92,7 @@ def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_pat
         spec, active_path = _ACTIVE.get()
         search_path = search_path if search_path is not None else active_path
     return metric_for_outputs([fp32_run(feed) for feed in dataset.feeds()], dataset.labels, spec,
-                              search_path=search_path)
+                              search_path=search_path, role=role)
 
 
 CTC_BLANK_SHARE = 0.5  # without labels, [N,T,C] whose argmax is the blank at this share of positions: CTC
