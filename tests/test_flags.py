@@ -173,25 +173,33 @@ def test_dry_run_refuses_a_dynamic_batch_without_input_shape(cli, tmp_path):
     assert ok.returncode == 0, ok.stderr
 
 
-def _token_model(path: Path) -> Path:
-    """ids:int64[1,6] -> Gather(embedding 20x8) -> ReduceMean -> Gemm -> logits[1,3]: a model with integer inputs."""
+def _save_graph(path: Path, name: str, nodes, inputs, output: tuple, inits: dict) -> Path:
+    """A one-output ONNX model (opset 18) from helper nodes; ``inputs``: (name, elem type, shape) tuples."""
     import onnx
     from onnx import TensorProto as T
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
-    rng = np.random.default_rng(0)
-    inits = [nh.from_array(rng.normal(size=(20, 8)).astype(np.float32), "emb"),
-             nh.from_array(rng.normal(size=(3, 8)).astype(np.float32), "w"),
-             nh.from_array(np.array([1], np.int64), "axes")]
-    nodes = [h.make_node("Gather", ["emb", "ids"], ["e"]), h.make_node("ReduceMean", ["e", "axes"], ["m"], keepdims=0),
-             h.make_node("Gemm", ["m", "w"], ["logits"], transB=1)]
-    g = h.make_graph(nodes, "tokens", [h.make_tensor_value_info("ids", T.INT64, [1, 6])],
-                     [h.make_tensor_value_info("logits", T.FLOAT, [1, 3])], inits)
+    g = h.make_graph(nodes, name, [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info(output[0], T.FLOAT, output[1])],
+                     [nh.from_array(a, k) for k, a in inits.items()])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
     m.ir_version = 9
     onnx.save(m, str(path))
     return path
+
+
+def _token_model(path: Path) -> Path:
+    """ids:int64[1,6] -> Gather(embedding 20x8) -> ReduceMean -> Gemm -> logits[1,3]: a model with integer inputs."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    rng = np.random.default_rng(0)
+    nodes = [h.make_node("Gather", ["emb", "ids"], ["e"]), h.make_node("ReduceMean", ["e", "axes"], ["m"], keepdims=0),
+             h.make_node("Gemm", ["m", "w"], ["logits"], transB=1)]
+    return _save_graph(path, "tokens", nodes, [("ids", T.INT64, [1, 6])], ("logits", [1, 3]),
+                       {"emb": rng.normal(size=(20, 8)).astype(np.float32),
+                        "w": rng.normal(size=(3, 8)).astype(np.float32), "axes": np.array([1], np.int64)})
 
 
 def test_dry_run_refuses_an_integer_input_where_the_real_run_does(cli, tmp_path):
@@ -210,22 +218,15 @@ def test_dry_run_refuses_an_integer_input_where_the_real_run_does(cli, tmp_path)
 def _embedder(path: Path) -> Path:
     """x[1,16] -> MatMul -> Tanh -> MatMul -> LpNormalization: a unit-norm embedding whose output is named
     '304', as a torch export names it."""
-    import onnx
     from onnx import TensorProto as T
     from onnx import helper as h
-    from onnx import numpy_helper as nh
 
     rng = np.random.default_rng(0)
-    inits = [nh.from_array(rng.normal(size=(16, 64)).astype(np.float32) / 4, "w1"),
-             nh.from_array(rng.normal(size=(64, 32)).astype(np.float32) / 8, "w2")]
     nodes = [h.make_node("MatMul", ["x", "w1"], ["h"]), h.make_node("Tanh", ["h"], ["t"]),
              h.make_node("MatMul", ["t", "w2"], ["e"]), h.make_node("LpNormalization", ["e"], ["304"], axis=-1, p=2)]
-    g = h.make_graph(nodes, "embed", [h.make_tensor_value_info("x", T.FLOAT, [1, 16])],
-                     [h.make_tensor_value_info("304", T.FLOAT, [1, 32])], inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 9
-    onnx.save(m, str(path))
-    return path
+    return _save_graph(path, "embed", nodes, [("x", T.FLOAT, [1, 16])], ("304", [1, 32]),
+                       {"w1": rng.normal(size=(16, 64)).astype(np.float32) / 4,
+                        "w2": rng.normal(size=(64, 32)).astype(np.float32) / 8})
 
 
 def test_an_embedding_with_a_numeric_output_name_is_judged_by_cosine(cli, tmp_path):
