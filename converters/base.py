@@ -160,6 +160,17 @@ def _same_io(a: Path, b: Path) -> bool:
     return a == b or names(a) == names(b)
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What is known before the first stage runs (and in ``--dry-run``): the model's inputs and outputs at the
+    run's shapes (``edgeopt.model.TensorSpec``) and the calibration set the stages will get (None when none;
+    ``synthetic`` when INT8 made one up)."""
+
+    inputs: tuple = ()
+    outputs: tuple = ()
+    calib: Any = None
+
+
 class Stage(ABC):
     """One step of the chain. Subclasses declare ``name``, ``Config``, ``accepts`` and ``produces``."""
 
@@ -172,6 +183,13 @@ class Stage(ABC):
     def configure(cls, options: ChainOptions) -> StageConfig | None:
         """This stage's config for ``options``, or None when the stage is not needed."""
         return cls.Config()
+
+    @classmethod
+    def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:
+        """Raise now what ``run`` would refuse later for these inputs or this data (an integer input it can't
+        take, too few calibration samples): ``edgeopt.applicability`` calls it for every stage of the plan
+        before the first runs, and ``--dry-run`` does too. ``run`` calls the same check."""
+        return None
 
     @abstractmethod
     def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate: ...

@@ -21,6 +21,7 @@ from edgeopt.converters.base import (
     ChainOptions,
     Intermediate,
     PruneMode,
+    RunFacts,
     Stage,
     StageConfig,
     StageRecord,
@@ -116,6 +117,14 @@ class Prune(Stage):
             raise UsageError(
                 f"prune ratio {options.prune} is out of range", "give the fraction of channels to remove, in [0, 1), e.g. 0.3"
             ) from err
+
+    @classmethod
+    def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:
+        assert isinstance(config, PruneConfig)
+        if config.mode == PruneMode.CHANNELS and config.auto:
+            from edgeopt.converters.prune_auto import check_calib
+
+            check_calib(facts.calib)
 
     def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate:
         import onnx

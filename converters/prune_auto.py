@@ -64,6 +64,21 @@ def effective_grid(ratios, kept_at) -> tuple[tuple[float, ...], dict[str, str]]:
     return tuple(grid), left_out
 
 
+def check_calib(calib) -> None:
+    """The search needs real calibration data (part trains each candidate, part judges it): none is a usage
+    error (exit 2), too few samples bad data (exit 3). Called before any work, and by the search itself."""
+    from edgeopt.errors import BadDataError, UsageError
+
+    need = MIN_HELD + MIN_TRAIN
+    if calib is None or getattr(calib, "synthetic", False):
+        raise UsageError(f"--prune auto needs real calibration data (at least {need} samples): "
+                         "part of it trains each candidate, part judges it", "give --calib (no labels needed)")
+    if len(calib) < need:
+        raise BadDataError(f"--prune auto needs at least {need} calibration samples (part trains each candidate, "
+                           f"part judges it); --calib '{calib.source}' has {len(calib)}",
+                           "give more --calib samples (no labels needed), or a fixed --prune RATIO")
+
+
 def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, save, timing,
                  kept_at=None) -> Intermediate:
     """Run the search (see the module doc) and return the chosen student (or ``model`` unchanged when no ratio
@@ -72,15 +87,12 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     -> the pruned-vs-unpruned latency entry; ``kept_at(ratio)`` -> channels kept per group, to try each distinct
     pruning once (:func:`effective_grid`)."""
     from edgeopt.converters.checks import ort_run_fn
-    from edgeopt.errors import UsageError
     from edgeopt.metrics import make_metric
 
     rec = ctx.record
     assert rec is not None
     calib = ctx.calib
-    if calib is None or getattr(calib, "synthetic", False) or len(calib) < MIN_HELD + MIN_TRAIN:
-        raise UsageError(f"--prune auto needs real calibration data (at least {MIN_HELD + MIN_TRAIN} samples): "
-                         "part of it trains each candidate, part judges it", "give --calib (no labels needed)")
+    check_calib(calib)
     if config.auto_recover:  # torch's import is not the search's time (as in the recover stage's own budget)
         from edgeopt.converters.recover import require_train
 
@@ -90,7 +102,7 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
     idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
     held, train = calib.subset(np.sort(idx[:held_n])), calib.subset(np.sort(idx[held_n:]))
-    metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), held)
+    metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), held, role="calib")
     grid, left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
         (tuple(sorted(config.auto_ratios)), {})
     work = Path(ctx.work_dir) / "prune-auto"

@@ -25,17 +25,19 @@ from edgeopt.converters.base import (
     ChainOptions,
     Intermediate,
     PruneMode,
+    RunFacts,
     Stage,
     StageConfig,
     StageRecord,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import version_of
-from edgeopt.errors import MissingDependencyError, StageError, UsageError
+from edgeopt.errors import BadDataError, MissingDependencyError, StageError, UsageError
 from edgeopt.files import atomic_path
 
 TRAIN_MODULES = ("torch", "torchvision", "onnx2torch")
 TRAIN_HINT = "install it with: pip install 'edgeopt[train]' (or convert with --no-recover)"
+MIN_SAMPLES = 4  # fewest real --calib samples recovery distils on
 EXPORT_TOLERANCE = 1e-3  # max |ONNX Runtime - torch| of the exported student, relative to the output's scale
 EXPORT_LOOSE_TOLERANCE = 1e-2  # ... allowed when the outputs agree in direction to EXPORT_MIN_COSINE (deep nets)
 EXPORT_MIN_COSINE = 0.99999
@@ -102,6 +104,22 @@ class Recover(Stage):
             require_train()
         return RecoverConfig(budget_s=options.recover_budget_s, required=bool(options.recover))
 
+    @classmethod
+    def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:
+        """Recovery asked for (``--recover``) needs real calibration data to distil on: none is a usage error
+        (exit 2), too few samples bad data (exit 3); not asked for, the stage skips itself with a warning."""
+        assert isinstance(config, RecoverConfig)
+        calib = facts.calib
+        if not config.required:
+            return
+        if calib is None or getattr(calib, "synthetic", False):
+            raise UsageError("recover needs real calibration data: the student learns the teacher's outputs on it",
+                             "give --calib (no labels needed), or --no-recover")
+        if len(calib) < MIN_SAMPLES:
+            raise BadDataError(f"recover needs at least {MIN_SAMPLES} calibration samples to distil on; "
+                               f"--calib '{calib.source}' has {len(calib)}",
+                               "give more --calib samples (no labels needed), or --no-recover")
+
     def run(self, model: Intermediate, config: StageConfig, ctx: ChainContext) -> Intermediate:
         assert isinstance(config, RecoverConfig)
         if ctx.record is None:
@@ -116,10 +134,8 @@ class Recover(Stage):
                                       "note": "the prune stage's auto search recovered the chosen student; "
                                               "its figures are in the prune stage's report"})
             return model
-        if ctx.calib is None or getattr(ctx.calib, "synthetic", False) or len(ctx.calib) < 4:
-            if config.required:
-                raise UsageError("recover needs real calibration data (at least 4 samples): the student learns the "
-                                 "teacher's outputs on it", "give --calib (no labels needed), or --no-recover")
+        if ctx.calib is None or getattr(ctx.calib, "synthetic", False) or len(ctx.calib) < MIN_SAMPLES:
+            self.check_before_work(config, RunFacts(calib=ctx.calib))
             ctx.warn("recover skipped: no --calib data to distil on (the pruned model is kept as it is)")
             ctx.record.report.update({"changed": False, "skipped": "no calibration data"})
             return model

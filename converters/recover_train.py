@@ -49,7 +49,7 @@ class Job:
         held_idx, train_idx = np.sort(idx[:k]), np.sort(idx[k:])
         held = calib.subset(held_idx)
         ort_teacher = ort_run_fn(reference, ctx.threads)
-        metric = make_metric(ort_teacher, held)
+        metric = make_metric(ort_teacher, held, role="calib")  # held-back --calib samples
         job_labels = None
         if calib.labels is not None and metric.kind == MetricName.TOP1:
             lab = np.asarray(calib.labels)
@@ -124,15 +124,22 @@ class Job:
 
     def score(self, torch, module, teacher_held=None, temperature: float = 4.0) -> tuple[float, float | None]:
         """(the task metric on the held-back samples, the distillation loss there when ``teacher_held`` is given:
-        it breaks ties of a saturated metric, e.g. 100 % agreement with FP32)."""
-        outs = self.held_outputs(torch, module)
-        per_sample = [{nm: o[j : j + 1].numpy() for nm, o in zip(self.output_names, outs, strict=True)}
-                      for j in range(outs[0].shape[0])]
+        it breaks ties of a saturated metric, e.g. 100 % agreement with FP32). The metric gets what every caller
+        of a metric hands it: one ``{output: array}`` per sample, as the model returns it for that sample's feed
+        (never a slice of a batched output, which a model without a free batch axis would cut wrongly)."""
+        module.eval()
+        per_sample = []
+        with torch.no_grad():
+            for i in self.held_idx:
+                per_sample.append(self.forward(module, self.tensors(torch, np.arange(i, i + 1))))
         loss = None
         if teacher_held is not None:
+            outs = [torch.cat([p[k] if p[k].ndim else p[k].reshape(1) for p in per_sample])
+                    for k in range(len(per_sample[0]))]
             with torch.no_grad():
                 loss = float(self.loss(torch, outs, teacher_held, None, temperature))
-        return self.metric.score_outputs(per_sample), loss
+        dicts = [{nm: o.numpy() for nm, o in zip(self.output_names, outs_i, strict=True)} for outs_i in per_sample]
+        return self.metric.score_outputs(dicts), loss
 
 
 def _shift(a: np.ndarray, dy: int, dx: int) -> np.ndarray:

@@ -69,20 +69,18 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
 
         raise UsageError(f"convert: give the options as ConvertOptions or as keywords, not both ({', '.join(keywords)})")
     o = options if options is not None else from_keywords(ConvertOptions, keywords, where="convert")
-    return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan)
+    from edgeopt.run_tmp import run_temp_dir
+
+    with run_temp_dir():  # the libraries' leftovers (ORT's .ses, TF's autograph files, torch's cache) go with it
+        return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan)
 
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan) -> ConvertResult:
-    from edgeopt.chain import check_samples, execute, load_datasets
+    from edgeopt.chain import check_samples, execute
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
     from edgeopt.files import file_sha256
-    from edgeopt.model import (
-        fix_input_shapes,
-        graph_inputs,
-        graph_outputs,
-        load_onnx,
-    )
+    from edgeopt.model import graph_outputs, load_onnx
     from edgeopt.plan import make_plan
     from edgeopt.profiles import DeviceProfile, NameKind, resolve_profile
 
@@ -106,7 +104,9 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     plan = plan or make_plan(prof, o.chain_request(), recipe=recipe, input_shapes=shapes)
     for w in plan.warnings:
         warn(w)
-    if o.dry_run:
+    if o.dry_run:  # the checks the real run makes before its first stage (a torch source is not exported)
+        if model is not None and o.from_torch is None:
+            _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
         return ConvertResult(plan=plan, warnings=warnings, dry_run=True)
     from edgeopt.outputs import check_output, publish
 
@@ -131,18 +131,9 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         else:
             src = Path(model)
             source = {"path": str(src)}
-        proto = fix_input_shapes(load_onnx(src), shapes, origin=src.name)
         source.setdefault("sha256", file_sha256(src))
-        in_specs, out_specs = graph_inputs(proto), graph_outputs(proto)
-        del proto
-        calib_ds, val, val_source = load_datasets(in_specs, calib, eval, pre, plan.precision, warn)
+        in_specs, out_specs, calib_ds, val, val_source, search_path = _before_work(src, shapes, o, plan, pre, warn)
         from edgeopt.metrics import metric_context
-        from edgeopt.validate import check_task_metric
-
-        search_path = _metric_search_path(o.metric_search_path, recipe_path)
-        for note in dict.fromkeys([*(calib_ds.notes if calib_ds is not None else []), *val.notes]):
-            warn(note)
-        check_task_metric(src, shapes, val, val_source, plan.options.metric, search_path, plan.options.threads)
 
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
@@ -185,6 +176,30 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             active_metric.__exit__(None, None, None)
     return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest, plan=plan,
                          validation=manifest.validation, warnings=warnings)
+
+
+def _before_work(src: Path, shapes, o: ConvertOptions, plan, pre, warn):
+    """What the run checks before its first stage (``--dry-run`` too): the model at the run's shapes (dynamic
+    dims without ``--input-shape`` refused), the data loaded and checked, the flags against the plan and the
+    model (:mod:`edgeopt.applicability`), the labels and a user's metric against FP32's outputs. Returns
+    (input specs, output specs, calibration set, validation set, its source, the metric's search path)."""
+    from edgeopt.applicability import check_before_work
+    from edgeopt.chain import load_datasets
+    from edgeopt.converters.base import RunFacts
+    from edgeopt.model import fix_input_shapes, graph_inputs, graph_outputs, load_onnx
+    from edgeopt.validate import check_task_metric
+
+    proto = fix_input_shapes(load_onnx(src), shapes, origin=src.name)
+    in_specs, out_specs = graph_inputs(proto), graph_outputs(proto)
+    del proto
+    calib_ds, val, val_source = load_datasets(in_specs, o.calib, o.eval, pre, plan.precision, warn)
+    recipe_path = o.recipe if isinstance(o.recipe, (str, os.PathLike)) else None
+    search_path = _metric_search_path(o.metric_search_path, recipe_path)
+    for note in dict.fromkeys([*(calib_ds.notes if calib_ds is not None else []), *val.notes]):
+        warn(note)
+    check_before_work(plan, RunFacts(tuple(in_specs), tuple(out_specs), calib_ds))
+    check_task_metric(src, shapes, val, val_source, plan.options.metric, search_path, plan.options.threads)
+    return in_specs, out_specs, calib_ds, val, val_source, search_path
 
 
 def _metric_search_path(given, recipe_path) -> list[str]:

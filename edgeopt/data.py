@@ -89,11 +89,31 @@ def load_data(path, inputs, *, preprocess=None, role: str = "calib", need_labels
 def load_npz(path, *, role: str = "calib") -> Dataset:
     try:
         with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            arrays = {k: _npz_array(z, k, path, role) for k in z.files}
+    except _PythonObjects as err:
+        raise _err(f"--{role} '{path}': array '{err.name}' holds Python objects (dtype=object), which edgeopt "
+                   "never loads (loading them would run code from the file)",
+                   f"store '{err.name}' as numbers: np.asarray(..., dtype=np.float32) (labels: int), then numpy.savez") from err
     except Exception as err:  # noqa: BLE001 - zip/pickle/format errors all mean the same to the user
         raise _err(f"--{role} '{path}' is not a readable .npz ({type(err).__name__})", "write it with numpy.savez") from err
     labels = arrays.pop(LABELS, None)
     return Dataset(arrays, labels, source=str(path))
+
+
+class _PythonObjects(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _npz_array(z, name: str, path, role: str) -> np.ndarray:
+    """One array of an open ``.npz``; an object array (pickled Python objects) is refused by name."""
+    try:
+        return z[name]
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise _PythonObjects(name) from err
+        raise
 
 
 def _sample_shape(arr: np.ndarray, rank: int) -> tuple:

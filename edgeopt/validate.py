@@ -48,6 +48,8 @@ class Validation(BaseModel):
     metric_reference: float | None = None  # FP32 in ONNX Runtime (for sqnr: the target in dB)
     metric_value: float | None = None  # the artifact
     metric_drop: float | None = None  # reference - value
+    # compute units of the artifact's model: {"quantized", "float", "file"} (edgeopt.quant_units); None: not read
+    units: dict | None = None
     gates: dict[str, Gate] = {}
 
     @property
@@ -130,8 +132,20 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         drop = v.accuracy_drop if v.accuracy_drop is not None else None if v.synthetic else v.metric_drop
         gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=drop,
                                           passed=drop is not None and drop <= max_accuracy_drop)
+    v.units = _units_gate(artifact_dir, manifest, gates)
     v.gates = gates
     return v
+
+
+def _units_gate(artifact_dir, manifest: dict | None, gates: dict) -> dict | None:
+    """Count the artifact's quantized and float units (every artifact); one labelled int8 must hold at least one
+    quantized unit (the ``int8_quantized_units`` gate), else it is the FP32 model under an INT8 label."""
+    from edgeopt.quant_units import count_units
+
+    units = count_units(artifact_dir, (manifest or {}).get("runtime") or {})
+    if units is not None and (manifest or {}).get("precision") == "int8" and units["quantized"] + units["float"]:
+        gates["int8_quantized_units"] = Gate(threshold=1, value=units["quantized"], passed=units["quantized"] >= 1)
+    return units
 
 
 def check_gates(v: Validation) -> None:
@@ -146,14 +160,22 @@ def check_gates(v: Validation) -> None:
         elif name == "max_accuracy_drop":
             missed.append(f"{v.metric} drop {g.value:.2f}{unit} > {g.threshold} "
                           f"({v.metric_reference:.2f} -> {v.metric_value:.2f})")
+        elif name == "int8_quantized_units":
+            u = v.units or {}
+            missed.append(f"the artifact is labelled int8 but none of the {u.get('float')} compute ops in "
+                          f"{u.get('file')} is quantized (it is the FP32 model)")
         elif name == "min_sqnr_db":
             missed.append(f"SQNR {g.value:.2f} dB < --min-sqnr-db {g.threshold}")
         else:
             missed.append(f"cosine {g.value if g.value is None else round(g.value, 6)} < {g.threshold}")
+    no_int8 = "int8_quantized_units" in v.gates and not v.gates["int8_quantized_units"].passed
+    hint = ("every compute op was left in float (by the INT8 search or nodes_to_exclude): --precision fp32 gives "
+            "the same model under its true label"
+            if no_int8 else "relax the gate, give better calibration data, or use a higher precision")
     if missed:
         raise GateFailedError(
             "gate failed: " + "; ".join(missed) + f" on {v.samples} {v.data_source} samples",
-            "nothing was written; relax the gate, give better calibration data, or use a higher precision",
+            "nothing was written; " + hint,
             details={"validation": v.model_dump(mode="json")},
         )
 

@@ -361,3 +361,86 @@ def test_mutated_onnx_many(tmp_path_factory, model, edits, cut):
 @given(arrays=npz_arrays(), role=st.sampled_from(["calib", "eval"]))
 def test_npz_many(tmp_path_factory, arrays, role):
     test_npz_files.hypothesis.inner_test(tmp_path_factory, arrays, role)
+
+
+# --- what a user's metric returns, and the names a user profile claims (issue 26) ----------------------
+
+_returns = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8), st.complex_numbers(max_magnitude=10), st.lists(st.floats(-1, 1), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.floats(-1, 1), max_size=2),
+    st.sampled_from([np.float32(97.5), np.float16(np.inf), np.int8(-3), np.bool_(True), np.array(1.5),
+                     np.array([1.0, 2.0]), np.array("97"), np.uint64(2**63), np.float64(np.nan)]))
+
+
+@pytest.fixture(scope="module")
+def returning_metric(tmp_path_factory):
+    """A user's metric module whose function returns whatever ``VALUE`` holds."""
+    import importlib
+    import sys
+
+    d = tmp_path_factory.mktemp("metric")
+    (d / "fuzz_user_metric.py").write_text("VALUE = 0.0\n\ndef score(outputs, labels):\n    return VALUE\n")
+    sys.path.insert(0, str(d))
+    try:
+        yield importlib.import_module("fuzz_user_metric"), d
+    finally:
+        sys.path.remove(str(d))
+        sys.modules.pop("fuzz_user_metric", None)
+
+
+def _is_finite_real(value) -> bool:
+    import math
+
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0 or value.dtype.kind not in "iuf":
+            return False
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return math.isfinite(float(value))
+
+
+@FAST
+@given(value=_returns)
+def test_user_metric_return_values(returning_metric, value):
+    """Exit 0 exactly when the metric returned one finite real number; anything else is exit 3, never 1."""
+    from edgeopt.metrics import MetricSpec, metric_for_outputs
+
+    module, d = returning_metric
+    module.VALUE = value
+    outs = [{"logits": np.eye(10, dtype=np.float32)[i % 10][None]} for i in range(4)]
+    code = exit_code_of(lambda: metric_for_outputs(outs, None, MetricSpec(name="fuzz_user_metric:score"),
+                                                   search_path=[d]))
+    assert code == (0 if _is_finite_real(value) else 3), (value, code)
+
+
+_names = st.sampled_from(["pi5", "rpi5", "raspberry-pi", "jetson-orin", "orin-nano", "intel-npu", "host", "my-board",
+                          "lab-b", "Bad Name", "", "x" * 80]) | st.text(string.ascii_lowercase + "-_.0 /", max_size=12)
+
+
+@FAST
+@given(name=_names, aliases=st.none() | st.lists(_names, max_size=3) | _names, family=st.none() | _names,
+       other=st.none() | st.lists(_names, max_size=2))
+def test_profile_name_fields(tmp_path_factory, name, aliases, family, other):
+    """Any name, aliases and family in a user profile (beside another user profile claiming ``other``): loaded
+    or refused with exit 3, never 1; once it loads, each of its names reaches it and no other profile."""
+    import yaml
+
+    from edgeopt.profiles import load_profile, profile_index
+
+    d = _fresh(tmp_path_factory)
+    data = yaml.safe_load((REPO / "device_profiles" / "pi5.yaml").read_text())
+    for k in ("family", "family_default", "aliases"):
+        data.pop(k, None)
+    mine = {**data, "name": name, **({"aliases": aliases} if aliases is not None else {}),
+            **({"family": family} if family is not None else {})}
+    stem = name if isinstance(name, str) and name and "/" not in name and len(name) < 60 else "p"
+    (d / f"{stem}.yaml").write_text(yaml.safe_dump(mine))
+    if other is not None:
+        (d / "lab-other.yaml").write_text(yaml.safe_dump({**data, "name": "lab-other", "aliases": other}))
+    code = exit_code_of(lambda: load_profile(stem, [d]))
+    assert code in (0, 3), code
+    if code == 0 and isinstance(aliases, list):
+        index = profile_index([d])
+        assert all(index[a].name == name for a in aliases), (aliases, index)

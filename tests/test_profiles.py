@@ -398,11 +398,36 @@ def test_an_alias_naming_two_profiles_is_a_clear_error(cli, tmp_path):
     r = cli("profiles", "show", "rpi5", "--profile-dir", str(d))
     assert r.returncode == 3
     assert "the profile name 'rpi5' is claimed twice: alias of my-pi (" in r.stderr
-    assert "and alias of pi5 (builtin)" in r.stderr and "remove it from one of them" in r.stderr
+    assert "and alias of pi5 (device_profiles/pi5.yaml)" in r.stderr and "remove it from one of them" in r.stderr
     assert "Traceback" not in r.stderr
     r = cli("profiles", "list", "--profile-dir", str(d), "--json")
     assert r.returncode == 3 and json.loads(r.stdout)["error"]["kind"] == "bad_profile"
-    assert load_profile("my-pi", [d]).name == "my-pi"  # an exact name still works
+
+
+@pytest.mark.parametrize(("name", "names", "words"), [
+    ("my-pi", {"aliases": ["rpi5"]}, ["'rpi5' is claimed twice", "my-pi.yaml", "device_profiles/pi5.yaml"]),
+    ("my-pi", {"aliases": ["pi5"]}, ["'pi5' is claimed twice", "my-pi.yaml", "device_profiles/pi5.yaml"]),
+    ("rpi5", {}, ["'rpi5' is claimed twice", "rpi5.yaml", "device_profiles/pi5.yaml"]),
+    ("my-pi", {"family": "pi5"}, ["'pi5' is claimed twice", "my-pi.yaml", "device_profiles/pi5.yaml"]),
+])
+def test_a_user_profile_claiming_a_builtins_name_fails_when_loaded_by_its_own_name(cli, tmp_path, name, names,
+                                                                                  words):
+    d = _declaring(tmp_path, name, **names)
+    with pytest.raises(BadProfileError) as err:
+        load_profile(name, [d])  # not only when someone types the contested name
+    assert all(w in err.value.message for w in words), err.value.message
+    r = cli("convert", "m.onnx", "--profile", name, "--profile-dir", str(d), "--dry-run", "--json")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert json.loads(r.stdout)["error"]["kind"] == "bad_profile"
+    by_path = cli("profiles", "show", str(d / f"{name}.yaml"))
+    assert by_path.returncode == 3 or not names, by_path.stderr  # a file named rpi5.yaml by path replaces nothing
+
+
+def test_two_user_profiles_claiming_one_alias_fail_naming_both_files(tmp_path):
+    d = _declaring(tmp_path, "lab-a", aliases=["bench-board"])
+    _declaring(tmp_path, "lab-b", aliases=["bench-board"])
+    with pytest.raises(BadProfileError, match=r"'bench-board' is claimed twice: .*lab-a.yaml.* and .*lab-b.yaml"):
+        load_profile("lab-a", [d])
 
 
 def test_a_family_without_a_default_asks_for_a_member(tmp_path):

@@ -365,3 +365,51 @@ def test_a_custom_domain_op_is_not_told_to_try_another_backend(cli, tmp_path):
     assert "stage 'normalize' failed" in err["message"] and "com.example:Weird" in err["message"]
     assert "another --backend" not in err["hint"] and "custom-domain" in err["hint"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["custom.onnx"]
+
+
+# --- the libraries' leftovers go with the run (issue 26) ---------------------------------------------
+
+def _own_tmp(tmp_path) -> dict:
+    t = tmp_path / "user-tmp"
+    t.mkdir()
+    return {"TMPDIR": str(t), "TEMP": str(t), "TMP": str(t)}
+
+
+@pytest.mark.onnxruntime
+@pytest.mark.parametrize(("extra", "code"), [((), 0), (("--min-cosine", "0.999999999"), 5)])
+def test_convert_leaves_the_users_temp_dir_empty(cli, tmp_path, proj, mnist_test, extra, code):
+    env = _own_tmp(tmp_path)
+    r = cli("convert", str(proj / "model.onnx"), "--profile", "host", "--backend", "onnxruntime",
+            "--calib", str(proj / "calib.npz"), "--eval", str(mnist_test), "-o", str(tmp_path / "out"), "--json",
+            *extra, env=env)
+    assert r.returncode == code, r.stderr
+    assert list(Path(env["TMPDIR"]).iterdir()) == []  # no .ses (ONNX Runtime's), no work dir
+
+
+def test_the_runs_temp_dir_goes_on_ctrl_c_and_the_environment_comes_back(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from edgeopt.run_tmp import run_temp_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(KeyboardInterrupt):
+        with run_temp_dir() as d:
+            assert os.environ["TMPDIR"] == str(d) and tempfile.gettempdir() == str(d) and d.parent == tmp_path
+            with run_temp_dir() as inner:  # nested runs share it
+                assert inner == d
+            (d / "torchinductor_user").mkdir()
+            raise KeyboardInterrupt
+    assert not d.exists() and list(tmp_path.iterdir()) == []
+    assert os.environ["TMPDIR"] == str(tmp_path) and tempfile.tempdir is None
+
+
+@pytest.mark.tflite
+@pytest.mark.slow
+def test_a_tflite_conversion_leaves_no_autograph_files(cli, tmp_path, proj, mnist_test):
+    env = _own_tmp(tmp_path)
+    r = cli("convert", str(proj / "model.onnx"), "--profile", "host", "--backend", "tflite", "--precision", "int8",
+            "--calib", str(proj / "calib.npz"), "--eval", str(mnist_test), "-o", str(tmp_path / "out"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert list(Path(env["TMPDIR"]).iterdir()) == []

@@ -34,7 +34,15 @@ from edgeopt.converters.backends.tflite_convert import (
     run_onnx2tf,
     tf_name,
 )
-from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.base import (
+    Backend,
+    ChainContext,
+    ChainOptions,
+    Format,
+    Intermediate,
+    RunFacts,
+    StageConfig,
+)
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import BadModelError, MissingDependencyError, StageError, UnsupportedOpError, UsageError
@@ -148,6 +156,15 @@ class TFLiteBackend(Backend):
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(target, Format.TFLITE, config.precision, notes)
 
+    @classmethod
+    def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:
+        """INT8 calibration feeds every input as float: an integer input (token ids, bytes) can't be."""
+        assert isinstance(config, TFLiteConfig)
+        for t in facts.inputs if config.precision == Precision.INT8 else ():
+            if np.dtype(t.dtype).kind != "f":
+                raise UsageError(f"tflite: INT8 calibration needs float inputs; '{t.name}' is {t.dtype}",
+                                 "use --precision fp32 or fp16 with the tflite backend")
+
     # ------------------------------------------------------------------ calibration
     @staticmethod
     def _calibration(onnx_in, keep, config: TFLiteConfig, ctx: ChainContext) -> dict[str, np.ndarray]:
@@ -155,10 +172,8 @@ class TFLiteBackend(Backend):
             raise UsageError("tflite: INT8 needs calibration data", "give --calib FILE.npz")
         feeds = ctx.calib.feeds(min(len(ctx.calib), config.calib_samples))
         out = {}
+        TFLiteBackend.check_before_work(config, RunFacts(inputs=tuple(onnx_in)))
         for t in onnx_in:
-            if np.dtype(t.dtype).kind != "f":
-                raise UsageError(f"tflite: INT8 calibration needs float inputs; '{t.name}' is {t.dtype}",
-                                 "use --precision fp32 or fp16 with the tflite backend")
             arr = np.concatenate([np.asarray(f[t.name], np.float32) for f in feeds], axis=0)
             if len(t.shape) >= 3 and t.name not in keep:
                 arr = np.transpose(arr, channel_last_perm(len(t.shape)))  # NCHW -> NHWC as onnx2tf's -cind wants

@@ -133,6 +133,9 @@ def _validation_text(v: dict) -> str:
     for key in ("cosine_min", "cosine_mean", "max_abs_err", "top1_agreement", "accuracy_reference", "accuracy", "accuracy_drop"):
         if v.get(key) is not None:
             parts.append(f"{key}={v[key]:.6g}")
+    if v.get("units"):
+        u = v["units"]
+        parts.append(f"\nunits in {u['file']}: {u['quantized']} quantized, {u['float']} float")
     if v.get("metric"):
         unit = v.get("metric_unit") or ""
         parts.append(f"\nmetric {v['metric']} ({v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "

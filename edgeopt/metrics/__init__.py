@@ -11,8 +11,10 @@ gave, and picks (unless :class:`MetricSpec` names one):
   chosen automatically for an ``[N,T,C]`` output when the labels are padded sequences (``-1`` padding), or,
   without labels, when FP32's argmax is the blank at half the positions or more (CTC's peaky output);
 * ``map_iou``: one-channel maps with values in [0, 1]: IoU of the maps thresholded at ``threshold``;
-* ``cosine`` (%, vs FP32) and ``sqnr`` (dB, vs FP32) for regression/embeddings (outputs named like
-  embeddings/hidden states are judged by cosine automatically);
+* ``cosine`` (%, vs FP32) and ``sqnr`` (dB, vs FP32) for regression/embeddings (judged by cosine
+  automatically without labels: outputs named like embeddings/hidden states, and any output whose rows have
+  unit L2 norm, whatever its name; cosine to FP32 is a proxy for the task's own figure); ``--min-sqnr-db``
+  alone picks ``sqnr``;
 * ``custom``: ``pkg.module:function`` (:mod:`.custom`).
 
 Every metric is higher-is-better. Its ``drop`` is ``fp32_value - value``: points for % metrics; for ``sqnr``
@@ -26,6 +28,7 @@ from contextvars import ContextVar
 
 import numpy as np
 
+from edgeopt.applicability import check_metric_flags, declared_kind
 from edgeopt.errors import BadDataError
 
 from . import labels as lab
@@ -81,7 +84,7 @@ def metric_context(spec: MetricSpec | None, search_path=()):
         _ACTIVE.reset(token)
 
 
-def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None) -> Metric:
+def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None, role: str = "eval") -> Metric:
     """The metric for ``dataset`` (FP32 run once on it); labels are validated here (exit 3 when they can't
     be what the output means, or when FP32 scores at or below chance with them). ``spec`` None: the one of
     the running :func:`metric_context`, else chosen automatically."""
@@ -89,7 +92,7 @@ def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_pat
         spec, active_path = _ACTIVE.get()
         search_path = search_path if search_path is not None else active_path
     return metric_for_outputs([fp32_run(feed) for feed in dataset.feeds()], dataset.labels, spec,
-                              search_path=search_path)
+                              search_path=search_path, role=role)
 
 
 CTC_BLANK_SHARE = 0.5  # without labels, [N,T,C] whose argmax is the blank at this share of positions: CTC
@@ -101,13 +104,32 @@ def _blank_share(ref: list[np.ndarray], blank: int) -> float:
     return float(np.mean(np.concatenate([np.argmax(y, axis=-1).ravel() == blank for y in ref[:32]])))
 
 
-def _auto(shape: tuple, first: np.ndarray, labels, out_name: str | None, ref=None, blank: int = 0) -> MetricName:
+UNIT_NORM_TOLERANCE = 1e-3
+
+
+def looks_like_embedding(ref: list[np.ndarray]) -> bool:
+    """An embedding told by its values, whatever its output is named (``304`` after a torch export): float
+    vectors of at least 8 values whose rows all have unit L2 norm (an L2-normalised embedding, as speaker
+    encoders and sentence embedders end), never a probability row (non-negative, summing to 1)."""
+    first = np.asarray(ref[0])
+    if first.dtype.kind != "f" or first.ndim != 1 or first.shape[0] < 8:
+        return False
+    rows = np.stack([np.asarray(y, np.float64).ravel() for y in ref[:64] if np.shape(y) == first.shape])
+    if np.all(rows >= 0) and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3):
+        return False
+    return bool(np.all(np.abs(np.linalg.norm(rows, axis=1) - 1.0) <= UNIT_NORM_TOLERANCE))
+
+
+def _auto(shape: tuple, ref: list[np.ndarray], labels, out_name: str | None, ctc_probe: bool,
+          blank: int = 0) -> MetricName:
+    first = ref[0]
     lower = (out_name or "").lower()
+    named_embedding = any(w in lower for w in _EMBEDDING_WORDS)
     if len(shape) <= 1:
-        if labels is None and shape and shape[0] > 1 and any(w in lower for w in _EMBEDDING_WORDS):
+        if labels is None and shape and shape[0] > 1 and (named_embedding or looks_like_embedding(ref)):
             return MetricName.COSINE
         return MetricName.TOP1
-    if any(w in lower for w in _EMBEDDING_WORDS) and labels is None:
+    if named_embedding and labels is None:
         return MetricName.COSINE
     if len(shape) == 3 and (shape[0] == 1 or shape[-1] == 1):  # [N,1,H,W] / [N,H,W,1]
         if np.all((first >= 0) & (first <= 1)):
@@ -117,7 +139,7 @@ def _auto(shape: tuple, first: np.ndarray, labels, out_name: str | None, ref=Non
         arr = labels if isinstance(labels, np.ndarray) else None
         if arr is None or arr.dtype.kind == "O" or (arr.ndim == 2 and arr.shape[1] != shape[0]):
             return MetricName.CTC  # sequences of their own length (-1 padded): CTC, not one label per position
-    if len(shape) == 2 and labels is None and shape[0] >= 8 and shape[1] >= 10 and ref is not None \
+    if len(shape) == 2 and labels is None and shape[0] >= 8 and shape[1] >= 10 and ctc_probe \
             and _blank_share(ref, blank) >= CTC_BLANK_SHARE:
         return MetricName.CTC  # a recogniser: lines read as FP32 reads them, not positions (see README 'Metrics')
     return MetricName.POSITION_AGREEMENT
@@ -135,7 +157,8 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     out_name = spec.output or next(iter(fp32_outputs[0]))
     ref = [sample_of(o, out_name) for o in fp32_outputs]
     shape = tuple(ref[0].shape)
-    kind = spec.name or _auto(shape, ref[0], labels, out_name, ref if spec.axis is None else None, spec.ctc_blank)
+    kind = declared_kind(spec) or _auto(shape, ref, labels, out_name, spec.axis is None, spec.ctc_blank)
+    check_metric_flags(spec, kind, shape, out_name)  # a flag that can't apply to this metric: exit 2, never dropped
     build = BUILDERS[kind]
     m = build(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     if kind != MetricName.SQNR:

@@ -54,7 +54,32 @@ def load_callable(path: str, search_path=None) -> Callable:
     return fn
 
 
-def scorer(fn: Callable, path: str, labels, reference: list[dict] | None) -> Callable[[list[dict]], float]:
+def checked_value(value, path: str) -> float:
+    """A user's metric must return one finite real number: an int, a float or a numpy scalar (or 0-d array)
+    of those; not a bool, a string, None, an array of several values, NaN or infinity (exit 3 naming it)."""
+    import math
+
+    import numpy as np
+
+    arr = value if isinstance(value, np.ndarray) else None
+    if arr is not None and arr.ndim == 0:
+        value = arr[()]
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    if not real:
+        raise BadInputError(f"--metric '{path}' returned {type(value).__name__} {shown}, not a real number",
+                            "return one finite float (or int), higher is better")
+    if not math.isfinite(float(value)):
+        raise BadInputError(f"--metric '{path}' returned {shown}, not a finite number",
+                            "return one finite float, higher is better (check it on your data: empty classes? 0/0?)")
+    return float(value)
+
+
+def scorer(fn: Callable, path: str, labels, reference: list[dict] | None,
+           role: str = "eval") -> Callable[[list[dict]], float]:
+    """The one way a user's metric is called: ``fn(outputs, labels[, reference=])`` with the list of
+    ``{output name: array}`` (one per sample, as the model gives it for one sample) and the labels of the data
+    it is judged on (None when that data has none); its value checked by :func:`checked_value`."""
     try:
         takes_reference = "reference" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -64,12 +89,10 @@ def scorer(fn: Callable, path: str, labels, reference: list[dict] | None) -> Cal
         try:
             value = fn(outputs, labels, reference=reference) if takes_reference else fn(outputs, labels)
         except Exception as err:  # noqa: BLE001 - the user's metric failing is reported as their input
-            raise BadInputError(f"--metric '{path}' raised {type(err).__name__}: {err}",
-                                "it is called as fn(outputs, labels): a list of {output: array} and the labels") from err
-        try:
-            return float(value)
-        except (TypeError, ValueError) as err:
-            raise BadInputError(f"--metric '{path}' returned {type(value).__name__}, not a number",
-                                "return one float, higher is better") from err
+            no_labels = f" (labels=None: the {role} data it was judged on has no labels)" if labels is None else ""
+            raise BadInputError(f"--metric '{path}' raised {type(err).__name__}: {err}{no_labels}",
+                                "it is called as fn(outputs, labels): a list of {output: array}, one per sample, "
+                                "and the labels (None without them: handle that, or give labelled data)") from err
+        return checked_value(value, path)
 
     return score

@@ -117,7 +117,9 @@ def _cosine(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_pa
         return _pct(vals)
 
     return Metric(MetricName.COSINE, "cosine_vs_fp32", "mean cosine similarity to FP32's output, in % "
-                  "(labels not used)", "%", out_name, False, n, score, digest=lambda o: sample_of(o, out_name))
+                  "(labels not used; a proxy for an embedding's task figure, e.g. verification accuracy: "
+                  "give --metric MODULE:FUNCTION for that)", "%", out_name, False, n, score,
+                  digest=lambda o: sample_of(o, out_name))
 
 
 def _sqnr(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
@@ -144,7 +146,7 @@ def _custom(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_pa
     fn = load_callable(spec.custom, search_path)
     unit = str(getattr(fn, "unit", ""))
     return Metric(MetricName.CUSTOM, f"custom:{spec.custom}", f"the user's metric {spec.custom} (higher is better)",
-                  unit, out_name, labels is not None, n, scorer(fn, spec.custom, labels, fp32_outputs))
+                  unit, out_name, labels is not None, n, scorer(fn, spec.custom, labels, fp32_outputs, role))
 
 
 BUILDERS = {MetricName.TOP1: _top1, MetricName.POSITION_AGREEMENT: _positions, MetricName.CTC: _ctc,

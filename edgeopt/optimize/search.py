@@ -38,6 +38,7 @@ from edgeopt.converters.registry import get_backend
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
 from edgeopt.pipeline.recipe import Gates, Target
+from edgeopt.run_tmp import run_temp_dir
 
 STEP_MEASURE = {"warmup": 3, "min_runs": 20, "min_seconds": 0.3, "block_seconds": 0.1}
 FINAL_MEASURE = {"warmup": 5, "min_runs": 40, "min_seconds": 0.6, "block_seconds": 0.1}
@@ -316,10 +317,12 @@ def _installed_backends(profile) -> tuple[list[str], list[str]]:
 def _check_data(path: Path, specs, shapes: dict, calib, eval, spec) -> None:
     """Unreadable data, or labels that can't be the model's classes, fail now (naming the file), not in every
     candidate; so does a custom metric that does not import."""
+    from edgeopt.applicability import check_metric_against_outputs
     from edgeopt.data import load_data
-    from edgeopt.model import TensorSpec
+    from edgeopt.model import TensorSpec, graph_outputs, load_onnx
     from edgeopt.validate import check_task_metric
 
+    check_metric_against_outputs(spec, graph_outputs(load_onnx(path)))  # a flag no build could apply: exit 2 now
     fixed = [TensorSpec(sp.name, shapes[sp.name], sp.dtype) for sp in specs]  # as each build will see them
     for data_path, role in ((calib, "calib"), (eval, "eval")):
         if data_path:
@@ -341,6 +344,7 @@ def _tvm_tune_note(s: _Search, backends: list[str]) -> str:
     return "tvm-tune: not run by optimize; tune with 'edgeopt tune' (its database is picked up)"
 
 
+@run_temp_dir()  # one temp dir for the libraries' leftovers, removed whatever the outcome (edgeopt/run_tmp.py)
 def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budget_min: float = 10.0,
              calib=None, eval=None, output=None, recipe_out=None, force: bool = False,
              on_event: Callable[[str], None] | None = None, search_budget: float | None = None,

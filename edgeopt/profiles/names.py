@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from edgeopt.enums import StrEnum
 from edgeopt.errors import BadProfileError, did_you_mean
 
-from .loading import available_profiles, load_exact
+from .loading import available_profiles, load_exact, search_dirs
 from .model import DeviceProfile
 
 _ANNOUNCED: set[str] = set()  # family names already explained on stderr in this process
@@ -48,8 +48,9 @@ class ProfileChoice:
 def profile_index(profile_dirs: list[str | os.PathLike] | None = None) -> dict[str, ProfileChoice]:
     """Every name a user may type (profile names, aliases, families) -> its :class:`ProfileChoice`.
 
-    Profiles that fail to load are left out (naming them gives their own error). An alias claimed
-    by two profiles, or a family or alias that is also another profile's alias or family, is an error."""
+    Profiles that fail to load are left out (naming them gives their own error). A name claimed twice is an
+    error naming both files: an alias of two profiles, or a profile name, alias or family that is also
+    another profile's name, alias or family (a user file named like a built-in replaces it: not a conflict)."""
     profiles: dict[str, DeviceProfile] = {}
     origins = available_profiles(profile_dirs)
     for name in origins:
@@ -73,15 +74,20 @@ def profile_index(profile_dirs: list[str | os.PathLike] | None = None) -> dict[s
             )
         claimed[word] = owner
 
+    def where(name: str) -> str:
+        origin = origins.get(name, "")
+        return f"device_profiles/{name}.yaml" if origin == "builtin" else origin
+
+    for p in profiles.values():  # a profile's own name: no alias or family of another may take it
+        claim(p.name, f"profile {p.name} ({where(p.name)})")
     families: dict[str, list[DeviceProfile]] = {}
     for p in profiles.values():
-        where = origins.get(p.name, "")
         for a in p.aliases:
-            claim(a, f"alias of {p.name} ({where})")
+            claim(a, f"alias of {p.name} ({where(p.name)})")
         if p.family:
             families.setdefault(p.family, []).append(p)
     for fam, members in families.items():
-        claim(fam, f"family of {', '.join(m.name for m in members)}")
+        claim(fam, f"family of {', '.join(f'{m.name} ({where(m.name)})' for m in members)}")
         defaults = [m.name for m in members if m.family_default]
         if len(defaults) > 1:
             raise BadProfileError(f"profile family '{fam}' has {len(defaults)} default members: {', '.join(defaults)}",
@@ -95,6 +101,22 @@ def profile_index(profile_dirs: list[str | os.PathLike] | None = None) -> dict[s
             if a not in index:
                 index[a] = ProfileChoice(a, p.name, NameKind.ALIAS, p.family)
     return dict(sorted(index.items()))
+
+
+def check_file_names(profile: DeviceProfile, path: str, profile_dirs=None) -> None:
+    """A profile given by its path claims its aliases and family like one in a profile directory: one that is
+    another profile's name or alias is an error naming both files."""
+    index = profile_index(profile_dirs)
+    for word in (*profile.aliases, *([profile.family] if profile.family else [])):
+        other = index.get(word)
+        if other is None or other.name == profile.name or (other.via == NameKind.FAMILY and word == profile.family):
+            continue
+        origin = available_profiles(profile_dirs).get(other.name, "")
+        theirs = f"device_profiles/{other.name}.yaml" if origin == "builtin" else origin
+        raise BadProfileError(f"the profile name '{word}' is claimed twice: {profile.name} ({path}) and "
+                              f"{other.via.value} of {other.name} ({theirs})",
+                              "remove it from one of them (aliases and families must name one profile or family)",
+                              details={"name": word, "claims": [path, theirs]})
 
 
 def load_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None = None) -> DeviceProfile:
@@ -111,11 +133,16 @@ def load_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None
 
 def resolve_profile(name_or_path: str, profile_dirs: list[str | os.PathLike] | None = None
                     ) -> tuple[DeviceProfile, ProfileChoice]:
-    """(the profile, how ``name_or_path`` reached it). Exact names win over aliases and families."""
+    """(the profile, how ``name_or_path`` reached it). Exact names win over aliases and families. With user
+    profiles (``--profile-dir``, ``EDGEOPT_PROFILE_PATH``) every name they claim is checked against the others
+    when they are loaded, whichever name was typed."""
+    index = profile_index(profile_dirs) if search_dirs(profile_dirs) else None
     exact = load_exact(name_or_path, profile_dirs)
     if exact is not None:
+        if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+            check_file_names(exact, name_or_path, profile_dirs)
         return exact, ProfileChoice(name_or_path, exact.name, NameKind.NAME)
-    index = profile_index(profile_dirs)
+    index = index if index is not None else profile_index(profile_dirs)
     choice = index.get(name_or_path)
     if choice is None:
         hint = did_you_mean(name_or_path, index) or f"known profiles: {', '.join(available_profiles(profile_dirs))}"
