@@ -93,7 +93,7 @@ def load_npz(path, *, role: str = "calib") -> Dataset:
     except _PythonObjects as err:
         raise _err(f"--{role} '{path}': array '{err.name}' holds Python objects (dtype=object), which edgeopt "
                    "never loads (loading them would run code from the file)",
-                   f"store '{err.name}' as numbers: np.asarray(..., dtype=np.float32) (labels: int), then numpy.savez") from err
+                   f"store '{err.name}' as numbers (int64 labels, float32 inputs), then numpy.savez") from err
     except Exception as err:  # noqa: BLE001 - zip/pickle/format errors all mean the same to the user
         raise _err(f"--{role} '{path}' is not a readable .npz ({type(err).__name__})", "write it with numpy.savez") from err
     labels = arrays.pop(LABELS, None)

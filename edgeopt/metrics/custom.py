@@ -71,7 +71,7 @@ def checked_value(value, path: str) -> float:
                             "return one finite float (or int), higher is better")
     if not math.isfinite(float(value)):
         raise BadInputError(f"--metric '{path}' returned {shown}, not a finite number",
-                            "return one finite float, higher is better (check it on your data: empty classes? 0/0?)")
+                            "return one finite float, higher is better; check it on your data: an empty class? 0/0?")
     return float(value)
 
 
