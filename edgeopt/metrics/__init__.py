@@ -28,8 +28,8 @@ from contextvars import ContextVar
 
 import numpy as np
 
-from edgeopt.applicability import check_metric_flags, declared_kind
 from edgeopt.errors import BadDataError
+from edgeopt.metrics.flags import check_metric_flags, declared_kind
 
 from . import labels as lab
 from .base import Metric, MetricName, MetricSpec, sample_of
