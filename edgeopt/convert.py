@@ -126,6 +126,10 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     plan = plan or make_plan(prof, o.chain_request(), recipe=recipe, input_shapes=shapes)
     for w in plan.warnings:
         warn(w)
+    if o.verify_on:  # an unknown device, or an emulated one not started, before any work
+        from edgeopt.remote.verify import check_verify_device
+
+        check_verify_device(o.verify_on)
     if o.dry_run:
         return ConvertResult(plan=plan, warnings=warnings, dry_run=True)
     from edgeopt.outputs import check_output
@@ -192,6 +196,12 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             manifest.warnings = list(warnings)
             manifest = write_manifest(tmp, manifest)
             check_gates(validation)
+            if o.verify_on:  # on the device before the rename: a mismatch publishes nothing (exit 5)
+                from edgeopt.remote.verify import verify_on
+
+                manifest.verified_on = verify_on(tmp, o.verify_on, ctx.check_samples, plan.precision.value,
+                                                 threads=plan.options.threads)
+                manifest = write_manifest(tmp, manifest)
             _publish(tmp, out, o.force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
