@@ -10,6 +10,7 @@ there is no artifact. The models are ``bench/real_models.py``'s cases plus ``ben
 (an LSTM speaker encoder, a byte classifier with int32 inputs, a GRU with int64 token ids).
 
     .venv/bin/python bench/device_matrix.py [--models a,b] [--profiles pi5,host] [--budget 60] [--out FILE]
+        [--verify-on pi5-emu]    # ARM cells' artifacts also run on the emulated board (edgeopt emulate start pi5)
 
 Prints one JSON object (and writes it to ``--out``). Not a test: no assertions.
 """
@@ -53,19 +54,27 @@ def prepare(name: str, work: Path) -> dict:
             "held": held, "eval_samples": len(given)}
 
 
-def command(prep: dict, profile: str, out: Path, budget: float) -> list[str]:
+def command(prep: dict, profile: str, out: Path, budget: float, verify_on: str | None = None) -> list[str]:
     case = prep["case"]
     argv = [sys.executable, "-m", "edgeopt", "convert", str(case.model), "--profile", profile, "--precision", "int8",
             "--calib", str(prep["calib"]), "--eval", str(prep["eval"]), "--max-accuracy-drop", f"{BOUND:g}",
             "--search-budget", f"{budget:g}", "--json", "-o", str(out)]
     for inp, shape in case.shapes.items():
         argv += ["--input-shape", f"{inp}={'x'.join(map(str, shape))}"]
+    if verify_on and _arch(profile) == "aarch64":  # an ARM artifact also runs on the (emulated) board's runtime
+        argv += ["--verify-on", verify_on]
     return argv
 
 
-def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float) -> dict:
+def _arch(profile: str) -> str:
+    from edgeopt.profiles import load_profile
+
+    return load_profile(profile).arch
+
+
+def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float, verify_on: str | None) -> dict:
     out = work / f"art-{profile}"
-    argv = command(prep, profile, out, budget)
+    argv = command(prep, profile, out, budget, verify_on)
     cell: dict = {"model": prep["case"].name, "profile": profile,
                   "command": " ".join(["edgeopt", *argv[3:]]).replace(str(work) + "/", "")}
     t0 = time.perf_counter()
@@ -76,7 +85,7 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
         proc, cell["exit_code"] = None, None
         cell["reason"] = f"no result within {timeout:.0f} s (killed)"
     cell["seconds"] = round(time.perf_counter() - t0, 1)
-    payload = _last_json(proc.stdout) if proc is not None else {}
+    payload = _payload(proc.stdout) if proc is not None else {}
     if proc is not None and not payload.get("ok", False):
         err = payload.get("error") or {}
         tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -89,15 +98,13 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
     return cell
 
 
-def _last_json(stdout: str) -> dict:
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return {}
+def _payload(stdout: str) -> dict:
+    """The one JSON object ``--json`` prints on stdout (an exit 1 or a killed run may print none)."""
+    try:
+        obj = json.loads(stdout)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def describe_artifact(art: Path, prep: dict) -> dict:
@@ -105,7 +112,7 @@ def describe_artifact(art: Path, prep: dict) -> dict:
     v = m.get("validation") or {}
     row = {"artifact": True, "backend": m["backend"], "precision": m["precision"],
            "artifact_bytes": sum(p.stat().st_size for p in art.rglob("*") if p.is_file()),
-           "units": count_units(art, m),
+           "units": count_units(art, m), "verified_on": m.get("verified_on"),
            "run_metric": {k: v.get(k) for k in ("metric", "metric_unit", "metric_basis", "metric_reference",
                                                 "metric_value", "metric_drop", "samples", "data_source")}}
     row["held_back"] = held_back_metric(art, prep)
@@ -220,6 +227,25 @@ def environment() -> dict:
     return {"machine": e, "versions": {d: version_of(d) for d in dists}}
 
 
+def table(result: dict) -> str:
+    """The README table of a run's JSON: one row a cell."""
+    rows = ["| model | profile | exit | artifact | metric (held-back): FP32 -> artifact | INT8 / float units | size | s | "
+            "why no artifact |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in result["cells"]:
+        hb, units = c.get("held_back") or {}, c.get("units") or {}
+        metric = f"{hb['metric']}: {hb['fp32']:.4g} -> {hb['artifact']:.4g} {hb['unit']}" if "metric" in hb else \
+            hb.get("error", "")
+        art = f"{c['backend']} {c['precision']}" if c.get("artifact") else "-"
+        if (c.get("verified_on") or {}).get("passed"):
+            art += f", verified on {c['verified_on']['device']}"
+        why = (c.get("reason") or "").replace("|", "/")[:150] if not c.get("artifact") else ""
+        size = f"{c['artifact_bytes'] / 1e6:.2f} MB" if c.get("artifact_bytes") else "-"
+        q = f"{units['quantized']} / {units['float']}" if "quantized" in units else "-"
+        rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {art} | {metric} | {q} | {size} | "
+                    f"{c['seconds']:.0f} | {why} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(CASES), help=f"of: {', '.join(CASES)}")
@@ -227,13 +253,20 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=120.0, help="--search-budget of each cell (seconds)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a cell is killed (default 6x budget + 300)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
+    ap.add_argument("--table", type=Path, help="print the markdown table of an earlier run's JSON and stop")
+    ap.add_argument("--verify-on", help="a device (e.g. pi5-emu, after 'edgeopt emulate start pi5') every aarch64 "
+                    "cell's artifact is also run on (convert --verify-on), compared with this host's run")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
     models, profiles = args.models.split(","), args.profiles.split(",")
     unknown = [m for m in models if m not in CASES]
     if unknown:
         ap.error(f"unknown model {unknown[0]!r}; known: {', '.join(CASES)}")
     timeout = args.timeout or 6 * args.budget + 300
     out = {"bench": "device_matrix", "bound_points": BOUND, "search_budget_s": args.budget, "threads": "default",
+           "verify_on": args.verify_on,
            "held_back_fraction": HELD_BACK, **environment(), "cells": [], "cases": {}}
     with tempfile.TemporaryDirectory(prefix="edgeopt-matrix-") as tmp:
         for name in models:
@@ -248,7 +281,7 @@ def main() -> None:
             out["cases"][name] = {"kind": c.kind, "source": c.model.name, "data": c.data, "calib_samples": len(c.calib),
                                   "eval_samples": prep["eval_samples"], "held_back_samples": len(prep["held"])}
             for profile in profiles:
-                cell = run_cell(prep, profile, work, args.budget, timeout)
+                cell = run_cell(prep, profile, work, args.budget, timeout, args.verify_on)
                 out["cells"].append(cell)
                 print(f"{name} x {profile}: exit {cell['exit_code']} {cell.get('backend', '')} "
                       f"{cell.get('precision', '')} {cell.get('reason', '')[:160]}", file=sys.stderr, flush=True)
