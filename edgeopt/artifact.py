@@ -83,6 +83,7 @@ class Manifest(BaseModel):
     created: str = ""
     determinism: dict | None = None  # {"deterministic": bool | None, "why": str}
     build_facts: str | None = None  # BUILD when the artifact has one: volatile facts, not in ``files``
+    verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
 
 
 def guess_layout(shape) -> str | None:

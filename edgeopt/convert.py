@@ -104,6 +104,10 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     plan = plan or make_plan(prof, o.chain_request(), recipe=recipe, input_shapes=shapes)
     for w in plan.warnings:
         warn(w)
+    if o.verify_on:  # an unknown device, or an emulated one not started, before any work
+        from edgeopt.remote.verify import check_verify_device
+
+        check_verify_device(o.verify_on)
     if o.dry_run:  # the checks the real run makes before its first stage (a torch source is not exported)
         if model is not None and o.from_torch is None:
             _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
@@ -168,6 +172,12 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
                 from edgeopt.converters.prune_blame import blame_pruning
 
                 raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
+            if o.verify_on:  # on the device before the rename: a mismatch publishes nothing (exit 5)
+                from edgeopt.remote.verify import verify_on
+
+                manifest.verified_on = verify_on(tmp, o.verify_on, ctx.check_samples, plan.precision.value,
+                                                 threads=plan.options.threads)
+                manifest = write_manifest(tmp, manifest)
             publish(tmp, out, force=o.force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

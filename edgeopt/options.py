@@ -96,6 +96,7 @@ class ConvertOptions(ChainRequest):
     metric_search_path: list[Path] = []  # where a --metric MODULE:FUNCTION is imported from
     force: bool = False  # replace an existing output
     dry_run: bool = False  # make the plan and stop
+    verify_on: str | None = None  # a device (inventory name): run the artifact there, compare with this host
 
     @field_validator("input_shapes", mode="before")
     @classmethod

@@ -44,7 +44,7 @@ def _location(device: Device) -> RunLocation:
 
 
 def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threads, warmup, min_runs,
-                min_seconds, outputs: bool = False, streams=None, batch=None) -> list[str]:
+                min_seconds, outputs: bool = False, streams=None, batch=None, all_samples: bool = False) -> list[str]:
     argv = [*python, "-m", deploy.RUNTIME_NAME, "bench", "artifact", "--json", "--location", location.value]
     for flag, value in (("--threads", threads), ("--warmup", warmup), ("--min-runs", min_runs),
                         ("--min-seconds", min_seconds), ("--streams", streams), ("--batch", batch)):
@@ -53,7 +53,7 @@ def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threa
     if inputs:
         argv += ["--inputs", "inputs.npz"]
     if outputs:
-        argv += ["--outputs-out", OUTPUTS_FILE]
+        argv += ["--outputs-out", OUTPUTS_FILE] + (["--all-samples"] if all_samples else [])
     return argv
 
 
@@ -198,12 +198,14 @@ def remote_bench(
     cancel: threading.Event | None = None,
     notify=None,
     wait: float = board_lock.DEFAULT_WAIT_S,
+    all_samples: bool = False,
     **measure,
 ) -> RunRecord:
     """Benchmark an artifact (or an .onnx model, converted for the device's profile with ``convert_options``,
     a :class:`edgeopt.options.ConvertOptions`) on ``device``. ``options``: how to measure (a
     :class:`edgeopt.bench.api.BenchOptions`: threads, warmup, min_runs, min_seconds, streams, batch, inputs,
-    outputs, store, db), or the same as keywords (``min_runs=3``; ``outputs_to`` for ``outputs``)."""
+    outputs, store, db), or the same as keywords (``min_runs=3``; ``outputs_to`` for ``outputs``). ``all_samples``:
+    the outputs file holds every sample of ``inputs`` (stacked on a new first axis), not only the first's."""
     o = bench_options(options, measure)
     co = _convert_options(convert_options)
     dev = device if isinstance(device, Device) else get_device(device, devices_path)
@@ -224,14 +226,14 @@ def remote_bench(
                              setup=setup, wheels=wheels, convert_options=co,
                              devices_path=devices_path, transport=transport, runtime_dir=runtime_dir,
                              max_age_hours=max_age_hours, timeout=timeout, cancel=cancel, notify=notify,
-                             listed=listed, wait=wait)
+                             listed=listed, wait=wait, all_samples=all_samples)
     except RemoteError as err:
         raise _plain_error(err, dev, current[0]) from err
 
 
 def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep, accept_new_host_key, setup,
                   wheels, convert_options: ConvertOptions | None, devices_path, transport, runtime_dir,
-                  max_age_hours, timeout, cancel, notify, listed, wait) -> RunRecord:
+                  max_age_hours, timeout, cancel, notify, listed, wait, all_samples=False) -> RunRecord:
     location = _location(dev)
     inputs, outputs_to = o.inputs, o.outputs
 
@@ -284,7 +286,7 @@ def _remote_bench(dev: Device, artifact_or_model, step, o: BenchOptions, *, keep
                                         warmup=given("warmup"), min_runs=given("min_runs"),
                                         min_seconds=given("min_seconds"), streams=given("streams"),
                                         batch=given("batch"),
-                                        outputs=bool(outputs_to)) + board_lock.runner_args(tr, dev, wait), cores)
+                                        outputs=bool(outputs_to), all_samples=all_samples) + board_lock.runner_args(tr, dev, wait), cores)
 
             runner_said: list[str] = []
 

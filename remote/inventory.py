@@ -149,18 +149,32 @@ def load_devices(path: str | os.PathLike | None = None) -> dict[str, Device]:
     return out
 
 
+class UnknownDeviceError(BadInputError):
+    """No device of that name: the one rule of every command that takes a device (remote-bench, devices
+    check/remove, emulate stop, convert --verify-on): exit 3, one line, "did you mean" where it applies."""
+
+    kind = "unknown_device"
+
+
+def unknown_device(name: str, devices: dict[str, Device], where: str, *, add_hint: str | None = None,
+                   example: str = "edgeopt remote-bench {} ARTIFACT") -> UnknownDeviceError:
+    """The error for ``name`` missing among ``devices`` (``where``: the inventory file, or "no emulated
+    device of that name"); ``example``: the command to suggest with the device's name in it."""
+    hint = _same_profile_hint(name, devices, example) or did_you_mean(name, devices) or (
+        f"known: {', '.join(devices)}" if devices else add_hint or "add one with 'edgeopt devices add NAME --host H --profile P'"
+    )
+    return UnknownDeviceError(f"unknown device '{name}' ({where})", hint)
+
+
 def get_device(name: str, path: str | os.PathLike | None = None) -> Device:
     validate_name(name)
     devices = load_devices(path)
     if name not in devices:
-        hint = _same_profile_hint(name, devices) or did_you_mean(name, devices) or (
-            f"known devices: {', '.join(devices)}" if devices else "add one with 'edgeopt devices add NAME --host H --profile P'"
-        )
-        raise BadInputError(f"unknown device '{name}' (in {devices_file(path)})", hint)  # like an unknown profile
+        raise unknown_device(name, devices, f"in {devices_file(path)}")  # like an unknown profile
     return devices[name]
 
 
-def _same_profile_hint(name: str, devices: dict[str, Device]) -> str | None:
+def _same_profile_hint(name: str, devices: dict[str, Device], example: str) -> str | None:
     """When ``name`` is a profile (``pi5``, or an alias/family of one) rather than a device: the devices
     of that profile, e.g. the running emulator ``pi5-emu``."""
     from edgeopt.errors import EdgeoptError
@@ -184,7 +198,7 @@ def _same_profile_hint(name: str, devices: dict[str, Device]) -> str | None:
     if emulated:
         parts.append(f"the emulated {name} runs as {', '.join(emulated)} (timings emulated, not the board's speed)")
     first = (real or emulated)[0]
-    return f"'{name}' is a profile, not a device: {'; '.join(parts)}: e.g. 'edgeopt remote-bench {first} ARTIFACT'"
+    return f"'{name}' is a profile, not a device: {'; '.join(parts)}: e.g. '{example.format(first)}'"
 
 
 # --------------------------------------------------------------------------- writing

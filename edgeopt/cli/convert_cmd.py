@@ -69,6 +69,9 @@ def convert_cmd(
     from_torch: str = typer.Option(None, "--from-torch", help="package.module:factory building a torch.nn.Module."),
     weights: Path = typer.Option(None, "--weights", help="State dict for --from-torch."),
     profile_dir: list[Path] = ProfileDirOption,
+    verify_on: str = typer.Option(None, "--verify-on", help="A device (inventory name, e.g. pi5-emu): run the "
+                                  "artifact there on the check samples and compare with this host's run; a "
+                                  "difference beyond the tolerance is exit 5 and nothing is written."),
     export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware)."),
     json_out: bool = JsonOption,
 ) -> None:
@@ -91,6 +94,7 @@ def convert_cmd(
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
         recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
         from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
+        verify_on=verify_on,
     ), where="convert")
     result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
     plan_json = result.plan.to_json()
@@ -104,12 +108,15 @@ def convert_cmd(
     m = result.manifest
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
                "plan_hash": result.plan.hash, "validation": v, "calibration": m.calibration.model_dump(mode="json"),
-               "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages]}
+               "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
+               "verified_on": m.verified_on}
 
     def human(c):
         c.print(str(result.plan), markup=False)
         c.print(f"wrote {result.artifact_dir}", markup=False)
         c.print(_validation_text(v), markup=False)
+        if m.verified_on:
+            c.print(_verified_text(m.verified_on), markup=False)
 
     emit(json_out, payload, human)
 
@@ -141,3 +148,9 @@ def _validation_text(v: dict) -> str:
         parts.append(f"\nmetric {v['metric']} ({v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
                      f"{v['metric_value']:.4g}{unit} (drop {v['metric_drop']:.4g})")
     return " ".join(parts)
+
+
+def _verified_text(vo: dict) -> str:
+    where = "emulated " if vo.get("emulated") else ""
+    return (f"verified on {where}device {vo['device']} ({vo.get('device_arch') or '?'}, {vo['samples']} samples): "
+            f"max |diff| {vo['max_abs_diff']:.3g} <= tolerance {vo['tolerance']:.3g}")

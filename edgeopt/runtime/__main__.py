@@ -21,6 +21,7 @@ from .measure import (
     check_runs,
     feeds_from_npz,
     measure,
+    npz_samples,
     open_artifact,
     run_record,
     synthetic_feeds,
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--location", choices=("local", "emulated", "remote"), default="local")
     b.add_argument("--samples-out", help="also write the per-run latencies (ms) to this file, one a line")
     b.add_argument("--outputs-out", help="also write the outputs for the (first) input to this .npz (ONNX names)")
+    b.add_argument("--all-samples", action="store_true",
+                   help="with --inputs and --outputs-out: the outputs of every sample, stacked on a new first axis")
     b.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always JSON")
     b.add_argument("--board-lock", help="hold this lock file exclusively for the whole measurement (one per board)")
     b.add_argument("--lock-wait", type=float, default=300.0, help="seconds to wait for the board lock (then exit 75)")
@@ -110,6 +113,15 @@ def bench(args: argparse.Namespace) -> dict:
     return result
 
 
+def _all_outputs(runner, manifest: dict, args: argparse.Namespace) -> dict:
+    """Every sample of --inputs run once; each output stacked over the samples (a new first axis)."""
+    import numpy as np
+
+    runs = [runner.run(feeds_from_npz(manifest["inputs"], args.inputs, i))
+            for i in range(npz_samples(manifest["inputs"], args.inputs))]
+    return {name: np.stack([np.asarray(r[name]) for r in runs]) for name in runs[0]}
+
+
 def _bench(args: argparse.Namespace) -> dict:
     env = environment.collect(args.location)
     t_start = time.time()
@@ -120,7 +132,8 @@ def _bench(args: argparse.Namespace) -> dict:
         feeds, synthetic = synthetic_feeds(manifest["inputs"]), True
     check_runs(runner, feeds, args.artifact_dir)
     if args.outputs_out:
-        save_outputs(runner.run(feeds), args.outputs_out)
+        save_outputs(_all_outputs(runner, manifest, args) if args.all_samples and args.inputs else runner.run(feeds),
+                     args.outputs_out)
     meter = environment.open_power_meter()
     if meter is not None:
         meter.start()

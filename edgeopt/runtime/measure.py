@@ -298,12 +298,9 @@ def synthetic_feeds(inputs: list[dict], seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
-def feeds_from_npz(inputs: list[dict], npz_path: str) -> dict[str, np.ndarray]:
-    """Sample 0 of each array named after an input (a leading sample axis is taken off)."""
-    try:
-        data = np.load(npz_path)
-    except (OSError, ValueError) as err:
-        raise BadArtifact(f"inputs file '{npz_path}' is not a readable .npz ({err})") from err
+def feeds_from_npz(inputs: list[dict], npz_path: str, index: int = 0) -> dict[str, np.ndarray]:
+    """Sample ``index`` (default the first) of each array named after an input (a leading sample axis is taken off)."""
+    data = _load_npz(npz_path)
     feeds = {}
     for spec in inputs:
         name = spec["name"]
@@ -312,13 +309,33 @@ def feeds_from_npz(inputs: list[dict], npz_path: str) -> dict[str, np.ndarray]:
         arr = data[name]
         shape = spec.get("shape") or []
         if arr.ndim == len(shape) and len(shape) > 0:
-            arr = arr[: _dim(shape[0])]  # batch-major: take the first batch
+            b = _dim(shape[0])
+            arr = arr[index * b: (index + 1) * b]  # batch-major: take that batch
         elif arr.ndim == len(shape) + 1:
-            arr = arr[0]
+            arr = arr[index]
         dtype = _DTYPES.get(spec.get("dtype", ""), spec.get("dtype"))
         arr = np.asarray(arr.astype(dtype) if dtype else arr)
         feeds[name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # a 0-d input stays 0-d
     return feeds
+
+
+def _load_npz(npz_path: str):
+    try:
+        return np.load(npz_path)
+    except (OSError, ValueError) as err:
+        raise BadArtifact(f"inputs file '{npz_path}' is not a readable .npz ({err})") from err
+
+
+def npz_samples(inputs: list[dict], npz_path: str) -> int:
+    """How many samples ``npz_path`` holds for ``inputs`` (counted on the first input)."""
+    spec = inputs[0]
+    data = _load_npz(npz_path)
+    if spec["name"] not in data.files:
+        return 1
+    arr, shape = data[spec["name"]], spec.get("shape") or []
+    if arr.ndim == len(shape) and len(shape) > 0:
+        return max(1, len(arr) // _dim(shape[0]))
+    return len(arr) if arr.ndim == len(shape) + 1 else 1
 
 
 def open_artifact(artifact_dir: str, threads: int | None = None) -> tuple[object, dict, float]:

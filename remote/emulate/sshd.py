@@ -16,7 +16,15 @@ from pathlib import Path
 from edgeopt.errors import MissingDependencyError, RemoteError, UsageError
 from edgeopt.host import pid_alive
 
-from ..inventory import add_device, load_devices, make_device, remove_device, validate_name
+from ..inventory import (
+    UnknownDeviceError,
+    add_device,
+    load_devices,
+    make_device,
+    remove_device,
+    unknown_device,
+    validate_name,
+)
 from ..paths import data_dir
 
 LOOPBACK = "127.0.0.1"
@@ -27,9 +35,10 @@ def emulate_root() -> Path:
 
 
 def _sshd() -> str:
-    for p in (shutil.which("sshd"), "/usr/sbin/sshd"):
-        if p and os.path.exists(p):
-            return p
+    from .tools import find_tool
+
+    if (p := find_tool("sshd")):
+        return p
     raise MissingDependencyError("OpenSSH server (sshd) is not installed (needed to emulate a device)",
                                  "install it with: apt-get install openssh-server")
 
@@ -112,7 +121,12 @@ def _device_python(profile: str, d: Path, notify) -> tuple[str, dict[str, str]]:
 def start_emulator(profile: str = "pi5", name: str | None = None, port: int | None = None, *,
                    devices_path=None, notify=None) -> dict:
     """Start an emulated device and add it to the inventory; returns its state."""
+    from edgeopt.profiles import load_profile
+
+    from .tools import check_tools
+
     name = validate_name(name or f"{profile}-emu")
+    check_tools(load_profile(profile).arch)  # every missing system tool named at once, before any work
     d = emulate_root() / name
     old = _read_state(name)
     if old and pid_alive(old.get("pid")):
@@ -216,12 +230,26 @@ def _terminate(pids: list[int], grace_s: float = 2.5) -> None:
                 pass
 
 
+def _not_emulated(name: str, devices_path) -> UnknownDeviceError:
+    """``emulate stop NAME`` of a name no emulator has: exit 3 like any unknown device; a real board of that
+    name is said to be one."""
+    real = load_devices(devices_path).get(name)
+    if real is not None and not real.emulated:
+        return UnknownDeviceError(f"'{name}' is a real device, not an emulated one: there is nothing to stop",
+                                  "'edgeopt emulate status' lists the emulated devices")
+    running = {st["name"]: load_devices(st.get("devices_file") or devices_path).get(st["name"])
+               for st in emulator_status()}
+    return unknown_device(name, {n: d for n, d in running.items() if d is not None}, "no emulated device of that name",
+                          add_hint="no emulated device is running; start one with 'edgeopt emulate start pi5'",
+                          example="edgeopt emulate stop {}")
+
+
 def stop_emulator(name: str | None = None, *, devices_path=None, wait_s: float = 0.0) -> list[dict]:
     """Stop one emulated device (or all of them): its sessions (runs in progress) and its sshd, by PID;
     then drop its inventory entry. With ``wait_s``, first wait that long for running sessions to end."""
     names = [validate_name(name)] if name else [s["name"] for s in emulator_status()]
     if name and _read_state(name) is None:
-        raise UsageError(f"no emulated device named '{name}'", "see 'edgeopt emulate status'")
+        raise _not_emulated(name, devices_path)
     stopped = []
     for n in names:
         st = _read_state(n) or {}

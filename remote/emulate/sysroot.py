@@ -57,7 +57,9 @@ def _locked(name: str):
 
 
 def qemu_binary() -> str:
-    q = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
+    from .tools import find_tool
+
+    q = find_tool("qemu-aarch64-static", "qemu-aarch64")
     if not q:
         raise MissingDependencyError("qemu-aarch64-static is not installed (needed to emulate an aarch64 device)",
                                      "install it with: apt-get install qemu-user-static")
@@ -71,8 +73,12 @@ def _run(argv: list[str], what: str, timeout: float = 900) -> None:
         raise RemoteError(f"{what} failed (exit {proc.returncode}): {tail}")
 
 
+def sysroot_dir() -> Path:
+    return emulate_cache() / f"sysroot-{SUITE}-arm64"
+
+
 def ensure_sysroot(notify=None) -> Path:
-    root = emulate_cache() / f"sysroot-{SUITE}-arm64"
+    root = sysroot_dir()
     with _locked("sysroot"):
         if (root / COMPLETE).is_file():
             return root

@@ -1,0 +1,303 @@
+"""Every built-in device profile x real models from packages, each cell built as a new user types it.
+
+A cell is ``edgeopt convert MODEL --profile P --precision int8 --calib calib.npz --eval eval.npz
+--max-accuracy-drop 2 --json`` through the CLI (a subprocess), with ``--search-budget`` (``--budget``) and
+``--input-shape`` where the model has a dynamic dimension, and nothing else: no metric flag, no recipe.
+Each cell records the exit code, the backend and precision written, the metric the run named and that metric
+vs FP32 on held-back samples the run never saw (``validate_artifact`` on this host, the artifact's own
+runtime), quantized vs float compute units in the artifact, its size, the seconds, and the reason when
+there is no artifact. The models are ``bench/real_models.py``'s cases plus ``bench/matrix_cases.py``'s
+(an LSTM speaker encoder, a byte classifier with int32 inputs, a GRU with int64 token ids).
+
+    .venv/bin/python bench/device_matrix.py [--models a,b] [--profiles pi5,host] [--budget 60] [--out FILE]
+        [--verify-on pi5-emu]    # ARM cells' artifacts also run on the emulated board (edgeopt emulate start pi5)
+
+Prints one JSON object (and writes it to ``--out``). Not a test: no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import matrix_cases  # noqa: E402
+import real_models  # noqa: E402
+
+CASES = {**real_models.CASES, **matrix_cases.CASES}
+PROFILES = ("pi5", "rpi4", "jetson-orin-nano", "jetson-agx-orin", "intel-npu", "host")
+BOUND = 2.0  # --max-accuracy-drop, points
+HELD_BACK = 0.5  # of each case's eval samples, never given to the run
+
+
+def _npz(ds, path: Path) -> Path:
+    np.savez(path, **ds.arrays, **({"labels": ds.labels} if ds.labels is not None else {}))
+    return path
+
+
+def prepare(name: str, work: Path) -> dict:
+    """The case's model and data files: calib.npz, eval.npz (what the run sees) and the held-back Dataset."""
+    case = CASES[name](work)
+    given, held = case.eval.split(HELD_BACK, seed=0)
+    return {"case": case, "calib": _npz(case.calib, work / "calib.npz"), "eval": _npz(given, work / "eval.npz"),
+            "held": held, "eval_samples": len(given)}
+
+
+def command(prep: dict, profile: str, out: Path, budget: float, verify_on: str | None = None) -> list[str]:
+    case = prep["case"]
+    argv = [sys.executable, "-m", "edgeopt", "convert", str(case.model), "--profile", profile, "--precision", "int8",
+            "--calib", str(prep["calib"]), "--eval", str(prep["eval"]), "--max-accuracy-drop", f"{BOUND:g}",
+            "--search-budget", f"{budget:g}", "--json", "-o", str(out)]
+    for inp, shape in case.shapes.items():
+        argv += ["--input-shape", f"{inp}={'x'.join(map(str, shape))}"]
+    if verify_on and _arch(profile) == "aarch64":  # an ARM artifact also runs on the (emulated) board's runtime
+        argv += ["--verify-on", verify_on]
+    return argv
+
+
+def _arch(profile: str) -> str:
+    from edgeopt.profiles import load_profile
+
+    return load_profile(profile).arch
+
+
+def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float, verify_on: str | None) -> dict:
+    out = work / f"art-{profile}"
+    argv = command(prep, profile, out, budget, verify_on)
+    cell: dict = {"model": prep["case"].name, "profile": profile,
+                  "command": " ".join(["edgeopt", *argv[3:]]).replace(str(work) + "/", "")}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=work)
+        cell["exit_code"] = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc, cell["exit_code"] = None, None
+        cell["reason"] = f"no result within {timeout:.0f} s (killed)"
+    cell["seconds"] = round(time.perf_counter() - t0, 1)
+    payload = _payload(proc.stdout) if proc is not None else {}
+    if proc is not None and not payload.get("ok", False):
+        err = payload.get("error") or {}
+        tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        cell["reason"] = err.get("message", tail)[:400] + (f" ({err['hint']})" if err.get("hint") else "")
+        cell["error_kind"] = err.get("kind")
+    if out.is_dir() and (out / "manifest.json").is_file():
+        cell.update(describe_artifact(out, prep))
+    else:
+        cell["artifact"] = None
+    return cell
+
+
+def _payload(stdout: str) -> dict:
+    """The one JSON object ``--json`` prints on stdout (an exit 1 or a killed run may print none)."""
+    try:
+        obj = json.loads(stdout)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def describe_artifact(art: Path, prep: dict) -> dict:
+    m = json.loads((art / "manifest.json").read_text())
+    v = m.get("validation") or {}
+    row = {"artifact": True, "backend": m["backend"], "precision": m["precision"],
+           "artifact_bytes": sum(p.stat().st_size for p in art.rglob("*") if p.is_file()),
+           "units": count_units(art, m), "verified_on": m.get("verified_on"),
+           "run_metric": {k: v.get(k) for k in ("metric", "metric_unit", "metric_basis", "metric_reference",
+                                                "metric_value", "metric_drop", "samples", "data_source")}}
+    row["held_back"] = held_back_metric(art, prep)
+    return row
+
+
+def held_back_metric(art: Path, prep: dict) -> dict:
+    """The artifact vs FP32 (the source model in ONNX Runtime) on samples the run never saw, with the metric
+    chosen as the run chooses it (from the output and the data), on this host's copy of the artifact's runtime."""
+    from edgeopt.validate import validate_artifact
+
+    held = prep["held"]
+    try:
+        v = validate_artifact(art, prep["case"].model, held, data_source="held-back", threads=2)
+    except Exception as err:  # noqa: BLE001 - a runtime that can't run here (an NPU) is said, not fatal
+        return {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    return {"metric": v.metric, "unit": v.metric_unit, "fp32": v.metric_reference, "artifact": v.metric_value,
+            "drop": v.metric_drop, "within_bound": v.metric_drop <= BOUND, "samples": len(held),
+            "on": "held-back samples never given to the run"}
+
+
+ONNX_COMPUTE = {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention"}
+ONNX_INT = {"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM", "QGemm",
+            "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"}
+TFLITE_COMPUTE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV",
+                  "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_LSTM"}
+OV_COMPUTE = {"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData", "LSTMSequence", "GRUSequence",
+              "LSTMCell", "GRUCell", "RNNSequence"}
+
+
+def count_units(art: Path, manifest: dict) -> dict:
+    """Compute units (convolutions, matmuls, recurrent layers) quantized vs left in float, read from the
+    artifact's own model file: a unit is quantized when it is an integer op or its weights come in 8-bit."""
+    model = art / manifest["runtime"]["model"]
+    try:
+        if model.suffix == ".onnx":
+            return _onnx_units(model)
+        if model.suffix == ".tflite":
+            return _tflite_units(model)
+        if model.suffix == ".xml":
+            return _ov_units(model)
+    except Exception as err:  # noqa: BLE001
+        return {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+    return {"error": f"no unit count for {model.suffix} files"}
+
+
+def _onnx_units(path: Path) -> dict:
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    made_by = {o: n.op_type for n in g.node for o in n.output}
+    q = f = 0
+    for n in g.node:
+        if n.op_type in ONNX_INT:
+            q += 1
+        elif n.op_type in ONNX_COMPUTE:
+            weights_dq = len(n.input) > 1 and made_by.get(n.input[1]) == "DequantizeLinear"
+            q, f = (q + 1, f) if weights_dq else (q, f + 1)
+    return {"quantized": q, "float": f, "counted": "ONNX Conv/MatMul/Gemm/LSTM/GRU (QLinear*, *Integer, DQ weights)"}
+
+
+def _tflite_units(path: Path) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(path))
+    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in it.get_tensor_details()}
+    q = f = 0
+    for op in it._get_ops_details():
+        if op["op_name"] in TFLITE_COMPUTE:
+            ins = [i for i in op["inputs"] if i >= 0]
+            w = dtypes.get(ins[1]) if len(ins) > 1 else None
+            q, f = (q + 1, f) if w is not None and w.itemsize == 1 else (q, f + 1)
+    return {"quantized": q, "float": f, "counted": "TFLite conv/fully-connected/matmul/sequence ops (8-bit weights)"}
+
+
+def _ov_units(path: Path) -> dict:
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(path).getroot()
+    layers = {lay.get("id"): lay for lay in root.iter("layer")}
+    src = {}
+    for e in root.iter("edge"):
+        src.setdefault(e.get("to-layer"), []).append(e.get("from-layer"))
+
+    def quantized(lid: str, depth: int = 0) -> bool:  # a FakeQuantize or an 8-bit constant upstream (a few hops)
+        for s in src.get(lid, []):
+            lay = layers[s]
+            kind = lay.get("type")
+            data = lay.find("data")
+            if kind == "FakeQuantize" or (kind == "Const" and data is not None and data.get("element_type") in ("i8", "u8")):
+                return True
+            if depth < 3 and kind in ("Convert", "Subtract", "Multiply", "Reshape", "Transpose"):
+                if quantized(s, depth + 1):
+                    return True
+        return False
+
+    q = f = 0
+    for lid, lay in layers.items():
+        if lay.get("type") in OV_COMPUTE:
+            q, f = (q + 1, f) if quantized(lid) else (q, f + 1)
+    return {"quantized": q, "float": f, "counted": "OpenVINO conv/matmul/recurrent layers (FakeQuantize or 8-bit weights)"}
+
+
+def environment() -> dict:
+    from edgeopt.deps import version_of
+    from edgeopt.runtime import environment as env
+
+    e = env.collect()
+    e.pop("_cpu_counters_before", None)
+    dists = ("edgeopt", "onnx", "onnxruntime", "openvino", "nncf", "ai-edge-litert", "tensorflow", "onnx2tf",
+             "ai-edge-quantizer", "torch", "numpy")
+    return {"machine": e, "versions": {d: version_of(d) for d in dists}}
+
+
+def table(result: dict) -> str:
+    """The README table of a run's JSON: one row a cell."""
+    rows = ["| model | profile | exit | artifact | metric (held-back): FP32 -> artifact | INT8 / float units | size | s | "
+            "why no artifact |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in result["cells"]:
+        hb, units = c.get("held_back") or {}, c.get("units") or {}
+        metric = f"{hb['metric']}: {hb['fp32']:.4g} -> {hb['artifact']:.4g} {hb['unit']}" if "metric" in hb else \
+            hb.get("error", "")
+        art = f"{c['backend']} {c['precision']}" if c.get("artifact") else "-"
+        if (c.get("verified_on") or {}).get("passed"):
+            art += f", verified on {c['verified_on']['device']}"
+        why = (c.get("reason") or "").replace("|", "/")[:150] if not c.get("artifact") else ""
+        size = f"{c['artifact_bytes'] / 1e6:.2f} MB" if c.get("artifact_bytes") else "-"
+        q = f"{units['quantized']} / {units['float']}" if "quantized" in units else "-"
+        rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {art} | {metric} | {q} | {size} | "
+                    f"{c['seconds']:.0f} | {why} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(CASES), help=f"of: {', '.join(CASES)}")
+    ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--budget", type=float, default=120.0, help="--search-budget of each cell (seconds)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds before a cell is killed (default 6x budget + 300)")
+    ap.add_argument("--out", type=Path, help="also write the JSON here")
+    ap.add_argument("--table", type=Path, help="print the markdown table of an earlier run's JSON and stop")
+    ap.add_argument("--verify-on", help="a device (e.g. pi5-emu, after 'edgeopt emulate start pi5') every aarch64 "
+                    "cell's artifact is also run on (convert --verify-on), compared with this host's run")
+    args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
+    models, profiles = args.models.split(","), args.profiles.split(",")
+    unknown = [m for m in models if m not in CASES]
+    if unknown:
+        ap.error(f"unknown model {unknown[0]!r}; known: {', '.join(CASES)}")
+    timeout = args.timeout or 6 * args.budget + 300
+    out = {"bench": "device_matrix", "bound_points": BOUND, "search_budget_s": args.budget, "threads": "default",
+           "verify_on": args.verify_on,
+           "held_back_fraction": HELD_BACK, **environment(), "cells": [], "cases": {}}
+    with tempfile.TemporaryDirectory(prefix="edgeopt-matrix-") as tmp:
+        for name in models:
+            work = Path(tmp) / name
+            work.mkdir()
+            try:
+                prep = prepare(name, work)
+            except Exception as err:  # noqa: BLE001 - a model that can't be prepared is said, the rest run
+                out["cases"][name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-1200:]}
+                continue
+            c = prep["case"]
+            out["cases"][name] = {"kind": c.kind, "source": c.model.name, "data": c.data, "calib_samples": len(c.calib),
+                                  "eval_samples": prep["eval_samples"], "held_back_samples": len(prep["held"])}
+            for profile in profiles:
+                cell = run_cell(prep, profile, work, args.budget, timeout, args.verify_on)
+                out["cells"].append(cell)
+                print(f"{name} x {profile}: exit {cell['exit_code']} {cell.get('backend', '')} "
+                      f"{cell.get('precision', '')} {cell.get('reason', '')[:160]}", file=sys.stderr, flush=True)
+                if args.out:  # what is done so far survives a cell that never ends
+                    _write(args.out, out)
+    out["environment_after"] = environment()["machine"]
+    if args.out:
+        _write(args.out, out)
+    print(json.dumps(out, default=str))
+
+
+def _write(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()
