@@ -289,3 +289,34 @@ def test_remote_bench_gives_the_runner_the_devices_work_dir(remote_env, jetson_a
                        setup=False)
     rec.verify()
     assert any(w.startswith("onnxruntime ran on CPUExecutionProvider, not the artifact's") for w in res["warnings"])
+
+
+# ------------------------------------------------------------------ small parts
+
+
+def test_the_reference_is_the_normalized_model_unless_it_is_another_graph(tmp_path):
+    import shutil
+
+    import onnx
+
+    pruned = shutil.copy(DIGITS, tmp_path / "digits.pruned.onnx")
+    other = onnx.load(str(DIGITS))
+    other.graph.output[0].name = other.graph.node[-1].output[0] = "embedding"
+    onnx.save(other, str(tmp_path / "other.onnx"))
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path, reference_model=DIGITS)
+    assert ctx.reference_for(pruned) == DIGITS  # same inputs and outputs: the unpruned model judges
+    assert ctx.reference_for(tmp_path / "other.onnx") == tmp_path / "other.onnx"  # another graph: not a reference
+    ctx.reference_model = tmp_path  # no file (a stage run on its own): its input is its reference
+    assert ctx.reference_for(pruned) == Path(pruned)
+
+
+@pytest.mark.parametrize("request_kw,flag,what", [
+    ({"prune_mode": "2:4"}, "drop --prune-mode 2:4", "2:4 sparsity"),
+    ({"prune": 0.3}, "--prune 0", "channel pruning (--prune 0.3)"),
+    ({"prune": 0.3, "recover": False}, "drop --no-recover", "channel pruning (--prune 0.3)"),
+])
+def test_the_blame_names_the_flag_of_the_pruning_that_ran(request_kw, flag, what):
+    from edgeopt.converters.prune_blame import turn_off_flag, what_pruned
+
+    options = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", **request_kw).options
+    assert flag in turn_off_flag(options) and what_pruned(options).startswith(what)
