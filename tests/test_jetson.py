@@ -182,6 +182,11 @@ class FakeTensorrtProvider:
         self._cpu = type(self).real_session(path, so, providers=["CPUExecutionProvider"])
         names = [p[0] if isinstance(p, tuple) else p for p in providers]
         self._used = [n for n in names if n == "CPUExecutionProvider" or (n == TRT and self.loads)]
+        options = next((p[1] for p in providers if isinstance(p, tuple) and p[0] == TRT), {})
+        if self.loads and options.get("trt_engine_cache_enable"):  # TensorRT's EP writes its engine once
+            engine = Path(options["trt_engine_cache_path"]) / "TensorrtExecutionProvider_TRTKernel_graph_0_sm87.engine"
+            if not engine.exists():
+                engine.write_bytes(b"fake engine")
 
     def get_providers(self):
         return self._used
@@ -230,7 +235,26 @@ def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artif
     assert options["trt_engine_cache_enable"] is True and options["trt_engine_cache_path"] == cache
     assert options["trt_fp16_enable"] is True and Path(cache).is_dir()
     assert r.provider == TRT and r.execution["engine_cache"] == cache and "why" not in r.execution
-    assert "edgeopt runtime:" not in capsys.readouterr().err
+    assert "ran on" not in capsys.readouterr().err  # TensorRT ran: no fallback to say
+
+
+@pytest.mark.onnxruntime
+def test_the_first_run_builds_the_engine_and_the_next_loads_it(jetson_artifact, runner_module, monkeypatch,
+                                                               tmp_path, capsys):
+    from edgeopt.runtime.runners import open_runner
+
+    _fake_tensorrt(monkeypatch)
+    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
+    with open_runner(str(jetson_artifact)) as first:
+        pass
+    with open_runner(str(jetson_artifact)) as second:
+        pass
+    engine = "TensorrtExecutionProvider_TRTKernel_graph_0_sm87.engine"
+    assert first.execution["engine"]["built_now"] and first.execution["engine"]["files"] == [engine]
+    assert not second.execution["engine"]["built_now"] and second.execution["engine"]["files"] == [engine]
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("edgeopt runtime:")]
+    assert len(said) == 1 and "built the TensorRT engine on this board" in said[0]
+    assert str(tmp_path / "work" / "trt-engines") in said[0]
 
 
 @pytest.mark.onnxruntime
