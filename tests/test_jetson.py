@@ -205,6 +205,14 @@ def _fake_tensorrt(monkeypatch, loads=True):
     monkeypatch.setattr(FakeTensorrtProvider, "loads", loads)
 
 
+@pytest.fixture
+def fake_board(runner_module, monkeypatch, tmp_path):
+    """TensorRT (faked) in this ONNX Runtime, and the device's work dir set as remote-bench sets it."""
+    _fake_tensorrt(monkeypatch)
+    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
+    return tmp_path / "work"
+
+
 def test_the_manifest_names_the_engine_build_on_the_board(jetson_artifact):
     import json
 
@@ -220,18 +228,15 @@ def test_the_manifest_names_the_engine_build_on_the_board(jetson_artifact):
 
 
 @pytest.mark.onnxruntime
-def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artifact, runner_module, monkeypatch,
-                                                                    tmp_path, capsys):
+def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artifact, fake_board, capsys):
     from edgeopt.runtime.runners import open_runner
 
-    _fake_tensorrt(monkeypatch)
-    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
     with open_runner(str(jetson_artifact)) as r:
         feed = {"input": np.load(DATA / "digits_test.npz")["input"][:1]}
         assert r.run(feed)["logits"].shape == (1, 10)
     (trt, options), cpu = FakeTensorrtProvider.handed[0]
     assert trt == TRT and cpu == "CPUExecutionProvider"  # CUDA is not in this (fake) build: not handed
-    cache = str(tmp_path / "work" / "trt-engines")
+    cache = str(fake_board / "trt-engines")
     assert options["trt_engine_cache_enable"] is True and options["trt_engine_cache_path"] == cache
     assert options["trt_fp16_enable"] is True and Path(cache).is_dir()
     assert r.provider == TRT and r.execution["engine_cache"] == cache and "why" not in r.execution
@@ -239,12 +244,9 @@ def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artif
 
 
 @pytest.mark.onnxruntime
-def test_the_first_run_builds_the_engine_and_the_next_loads_it(jetson_artifact, runner_module, monkeypatch,
-                                                               tmp_path, capsys):
+def test_the_first_run_builds_the_engine_and_the_next_loads_it(jetson_artifact, fake_board, capsys):
     from edgeopt.runtime.runners import open_runner
 
-    _fake_tensorrt(monkeypatch)
-    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
     with open_runner(str(jetson_artifact)) as first:
         pass
     with open_runner(str(jetson_artifact)) as second:
@@ -254,7 +256,7 @@ def test_the_first_run_builds_the_engine_and_the_next_loads_it(jetson_artifact, 
     assert not second.execution["engine"]["built_now"] and second.execution["engine"]["files"] == [engine]
     said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("edgeopt runtime:")]
     assert len(said) == 1 and "built the TensorRT engine on this board" in said[0]
-    assert str(tmp_path / "work" / "trt-engines") in said[0]
+    assert str(fake_board / "trt-engines") in said[0]
 
 
 @pytest.mark.onnxruntime
