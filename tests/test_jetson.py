@@ -302,18 +302,23 @@ def test_remote_bench_gives_the_runner_the_devices_work_dir(remote_env, jetson_a
 
     from edgeopt.remote.bench import remote_bench
     from edgeopt.remote.inventory import make_device
-    from edgeopt.remote.testing import ANY, REST, RecordingTransport
     from edgeopt.remote.transport import LocalTransport
+
+    class SeenTransport(LocalTransport):  # this machine as the device, keeping the commands it ran
+        seen: list = []
+
+        def run(self, argv, timeout, stream=None):
+            self.seen.append(list(argv))
+            return super().run(argv, timeout, stream)
 
     dev = make_device(name="orin", host="localhost", profile="jetson-orin-nano", python=sys.executable,
                       work_dir=str(tmp_path / "work"))
-    rec = RecordingTransport(LocalTransport(dev.work_dir))
-    work = rec.work_dir
-    rec.expect("sh", "-c", ANY, "edgeopt-run", ANY, "env", f"EDGEOPT_WORK_DIR={work}", sys.executable, "-m",
-               "edgeopt_runtime", "bench", REST)
-    res = remote_bench(dev, jetson_artifact, transport=rec, store=False, min_runs=3, min_seconds=0, warmup=1,
+    tr = SeenTransport(dev.work_dir)
+    res = remote_bench(dev, jetson_artifact, transport=tr, store=False, min_runs=3, min_seconds=0, warmup=1,
                        setup=False)
-    rec.verify()
+    bench = next(a for a in tr.seen if "edgeopt_runtime" in a)
+    at = bench.index("env")
+    assert bench[at:at + 3] == ["env", f"EDGEOPT_WORK_DIR={tr.work_dir}", sys.executable]
     assert any(w.startswith("onnxruntime ran on CPUExecutionProvider, not the artifact's") for w in res["warnings"])
 
 
