@@ -182,6 +182,11 @@ class FakeTensorrtProvider:
         self._cpu = type(self).real_session(path, so, providers=["CPUExecutionProvider"])
         names = [p[0] if isinstance(p, tuple) else p for p in providers]
         self._used = [n for n in names if n == "CPUExecutionProvider" or (n == TRT and self.loads)]
+        options = next((p[1] for p in providers if isinstance(p, tuple) and p[0] == TRT), {})
+        if self.loads and options.get("trt_engine_cache_enable"):  # TensorRT's EP writes its engine once
+            engine = Path(options["trt_engine_cache_path"]) / "TensorrtExecutionProvider_TRTKernel_graph_0_sm87.engine"
+            if not engine.exists():
+                engine.write_bytes(b"fake engine")
 
     def get_providers(self):
         return self._used
@@ -200,6 +205,14 @@ def _fake_tensorrt(monkeypatch, loads=True):
     monkeypatch.setattr(FakeTensorrtProvider, "loads", loads)
 
 
+@pytest.fixture
+def fake_board(runner_module, monkeypatch, tmp_path):
+    """TensorRT (faked) in this ONNX Runtime, and the device's work dir set as remote-bench sets it."""
+    _fake_tensorrt(monkeypatch)
+    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
+    return tmp_path / "work"
+
+
 def test_the_manifest_names_the_engine_build_on_the_board(jetson_artifact):
     import json
 
@@ -215,22 +228,35 @@ def test_the_manifest_names_the_engine_build_on_the_board(jetson_artifact):
 
 
 @pytest.mark.onnxruntime
-def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artifact, runner_module, monkeypatch,
-                                                                    tmp_path, capsys):
+def test_the_runner_hands_tensorrt_its_engine_cache_in_the_work_dir(jetson_artifact, fake_board, capsys):
     from edgeopt.runtime.runners import open_runner
 
-    _fake_tensorrt(monkeypatch)
-    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path / "work"))
     with open_runner(str(jetson_artifact)) as r:
         feed = {"input": np.load(DATA / "digits_test.npz")["input"][:1]}
         assert r.run(feed)["logits"].shape == (1, 10)
     (trt, options), cpu = FakeTensorrtProvider.handed[0]
     assert trt == TRT and cpu == "CPUExecutionProvider"  # CUDA is not in this (fake) build: not handed
-    cache = str(tmp_path / "work" / "trt-engines")
+    cache = str(fake_board / "trt-engines")
     assert options["trt_engine_cache_enable"] is True and options["trt_engine_cache_path"] == cache
     assert options["trt_fp16_enable"] is True and Path(cache).is_dir()
     assert r.provider == TRT and r.execution["engine_cache"] == cache and "why" not in r.execution
-    assert "edgeopt runtime:" not in capsys.readouterr().err
+    assert "ran on" not in capsys.readouterr().err  # TensorRT ran: no fallback to say
+
+
+@pytest.mark.onnxruntime
+def test_the_first_run_builds_the_engine_and_the_next_loads_it(jetson_artifact, fake_board, capsys):
+    from edgeopt.runtime.runners import open_runner
+
+    with open_runner(str(jetson_artifact)) as first:
+        pass
+    with open_runner(str(jetson_artifact)) as second:
+        pass
+    engine = "TensorrtExecutionProvider_TRTKernel_graph_0_sm87.engine"
+    assert first.execution["engine"]["built_now"] and first.execution["engine"]["files"] == [engine]
+    assert not second.execution["engine"]["built_now"] and second.execution["engine"]["files"] == [engine]
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("edgeopt runtime:")]
+    assert len(said) == 1 and "built the TensorRT engine on this board" in said[0]
+    assert str(fake_board / "trt-engines") in said[0]
 
 
 @pytest.mark.onnxruntime
@@ -276,16 +302,52 @@ def test_remote_bench_gives_the_runner_the_devices_work_dir(remote_env, jetson_a
 
     from edgeopt.remote.bench import remote_bench
     from edgeopt.remote.inventory import make_device
-    from edgeopt.remote.testing import ANY, REST, RecordingTransport
     from edgeopt.remote.transport import LocalTransport
+
+    class SeenTransport(LocalTransport):  # this machine as the device, keeping the commands it ran
+        seen: list = []
+
+        def run(self, argv, timeout, stream=None):
+            self.seen.append(list(argv))
+            return super().run(argv, timeout, stream)
 
     dev = make_device(name="orin", host="localhost", profile="jetson-orin-nano", python=sys.executable,
                       work_dir=str(tmp_path / "work"))
-    rec = RecordingTransport(LocalTransport(dev.work_dir))
-    work = rec.work_dir
-    rec.expect("sh", "-c", ANY, "edgeopt-run", ANY, "env", f"EDGEOPT_WORK_DIR={work}", sys.executable, "-m",
-               "edgeopt_runtime", "bench", REST)
-    res = remote_bench(dev, jetson_artifact, transport=rec, store=False, min_runs=3, min_seconds=0, warmup=1,
+    tr = SeenTransport(dev.work_dir)
+    res = remote_bench(dev, jetson_artifact, transport=tr, store=False, min_runs=3, min_seconds=0, warmup=1,
                        setup=False)
-    rec.verify()
+    bench = next(a for a in tr.seen if "edgeopt_runtime" in a)
+    at = bench.index("env")
+    assert bench[at:at + 3] == ["env", f"EDGEOPT_WORK_DIR={tr.work_dir}", sys.executable]
     assert any(w.startswith("onnxruntime ran on CPUExecutionProvider, not the artifact's") for w in res["warnings"])
+
+
+# ------------------------------------------------------------------ small parts
+
+
+def test_the_reference_is_the_normalized_model_unless_it_is_another_graph(tmp_path):
+    import shutil
+
+    import onnx
+
+    pruned = shutil.copy(DIGITS, tmp_path / "digits.pruned.onnx")
+    other = onnx.load(str(DIGITS))
+    other.graph.output[0].name = other.graph.node[-1].output[0] = "embedding"
+    onnx.save(other, str(tmp_path / "other.onnx"))
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path, reference_model=DIGITS)
+    assert ctx.reference_for(pruned) == DIGITS  # same inputs and outputs: the unpruned model judges
+    assert ctx.reference_for(tmp_path / "other.onnx") == tmp_path / "other.onnx"  # another graph: not a reference
+    ctx.reference_model = tmp_path  # no file (a stage run on its own): its input is its reference
+    assert ctx.reference_for(pruned) == Path(pruned)
+
+
+@pytest.mark.parametrize("request_kw,flag,what", [
+    ({"prune_mode": "2:4"}, "drop --prune-mode 2:4", "2:4 sparsity"),
+    ({"prune": 0.3}, "--prune 0", "channel pruning (--prune 0.3)"),
+    ({"prune": 0.3, "recover": False}, "drop --no-recover", "channel pruning (--prune 0.3)"),
+])
+def test_the_blame_names_the_flag_of_the_pruning_that_ran(request_kw, flag, what):
+    from edgeopt.converters.prune_blame import turn_off_flag, what_pruned
+
+    options = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", **request_kw).options
+    assert flag in turn_off_flag(options) and what_pruned(options).startswith(what)

@@ -4,13 +4,15 @@ The session gets the artifact's provider, then its fallbacks, then the CPU, each
 it, with the artifact's options for its provider (TensorRT: the engine cache under the device's work dir, so the
 engine built at the first session creation on the board is loaded by later runs). Where the artifact's provider did
 not run (no GPU build here, or its libraries failed to load), the runner says which provider did (``execution``,
-and one stderr line per process).
+and one stderr line per process); where TensorRT ran, whether this session built the engine (the first run on the
+board: said on stderr) or loaded it from the cache (``execution["engine"]``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -44,11 +46,16 @@ class Runner(base.Runner):
         available = ort.get_available_providers()
         providers = session_providers(settings, available)
         path = os.path.join(artifact_dir, self.runtime["model"])
+        cache = _engine_cache(providers)
+        before, t0 = _files(cache), time.perf_counter()
         self.session = ort.InferenceSession(path, so, providers=providers)
         self.execution = execution_report(wanted, providers, self.session.get_providers(), available)
         self.provider = self.execution["provider"]
         if self.execution.get("why"):
-            say_once(wanted, self.provider, self.execution["why"])
+            say_once((wanted, self.provider), f"onnxruntime ran on {self.provider}, not the artifact's {wanted}: "
+                                              f"{self.execution['why']}")
+        if cache and self.execution.get("engine_cache"):
+            self.execution["engine"] = engine_fact(cache, before, _files(cache), time.perf_counter() - t0)
         self._in = {i.name: _TYPES.get(i.type) for i in self.session.get_inputs()}
         self._out = [o.name for o in self.session.get_outputs()]
         self._io_in = {io["name"]: io for io in self._io("inputs")}
@@ -113,9 +120,30 @@ def execution_report(wanted: str, given: list, used: list[str], available: list[
     return report
 
 
-def say_once(wanted: str, ran: str, why: str) -> None:
-    """One stderr line per process and provider pair: the artifact's provider did not run, this one did."""
-    if (wanted, ran) in _said:
+def _engine_cache(providers: list) -> str | None:
+    options = next((p[1] for p in providers if isinstance(p, tuple)), {})
+    return options.get("trt_engine_cache_path") if options.get("trt_engine_cache_enable") else None
+
+
+def _files(folder: str | None) -> set[str]:
+    return set(os.listdir(folder)) if folder and os.path.isdir(folder) else set()
+
+
+def engine_fact(cache: str, before: set[str], after: set[str], seconds: float) -> dict:
+    """Whether this session built the TensorRT engine (new files in the cache: the first run on this board) or
+    loaded it from the cache (a later run), and how long the session took to create."""
+    built = sorted(after - before)
+    fact = {"cache": cache, "session_seconds": round(seconds, 3),
+            "built_now": bool(built), "files": built or sorted(after)}
+    if built:
+        say_once(("engine", cache), f"built the TensorRT engine on this board in {seconds:.1f} s (session "
+                                    f"creation); kept in {cache} for the next run")
+    return fact
+
+
+def say_once(key: tuple[str, str], line: str) -> None:
+    """One stderr line per process and ``key`` (e.g. the artifact's provider and the one that ran)."""
+    if key in _said:
         return
-    _said.add((wanted, ran))
-    print(f"edgeopt runtime: onnxruntime ran on {ran}, not the artifact's {wanted}: {why}", file=sys.stderr)
+    _said.add(key)
+    print(f"edgeopt runtime: {line}", file=sys.stderr)
