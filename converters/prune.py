@@ -120,8 +120,8 @@ class Prune(Stage):
 
     @classmethod
     def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:
-        assert isinstance(config, PruneConfig)
-        if config.mode == PruneMode.CHANNELS and config.auto:
+        assert isinstance(config, (PruneConfig, Sparse24Config))
+        if isinstance(config, PruneConfig) and config.mode == PruneMode.CHANNELS and config.auto:
             from edgeopt.converters.prune_auto import check_calib
 
             check_calib(facts.calib)
