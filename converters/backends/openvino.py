@@ -74,6 +74,7 @@ class OpenVINOBackend(Backend):
     preflight_check = "edgeopt.analyze.preflight:check_openvino"
     per_layer_profiler = "edgeopt.bench.per_layer:profile_openvino"
     quantizes_itself = True
+    quantizer = "edgeopt.converters.quantize.openvino_quantizer:OpenVINOQuantizer"
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 
     @classmethod

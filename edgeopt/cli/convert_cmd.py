@@ -30,6 +30,9 @@ def convert_cmd(
                                 help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
     backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
     precision: str = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's)."),
+    quant_mode: str = typer.Option(None, "--quant-mode",
+                                   help="static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
+                                   "--max-accuracy-drop the fastest that fits the graph and holds the bound)."),
     prune: str = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1), or 'auto': the largest "
                               "ratio whose recovered model stays within --max-accuracy-drop (needs it and --calib)."),
     prune_mode: str = typer.Option(None, "--prune-mode", help="channels | 2:4"),
@@ -76,7 +79,7 @@ def convert_cmd(
 
         recipe = recipe_with_export_c(recipe, Path(model).stem if model else None)
     options = from_keywords(ConvertOptions, dict(
-        backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, recover=recover,
+        backend=backend, precision=precision, quant_mode=quant_mode, prune=prune, prune_mode=prune_mode, recover=recover,
         recover_budget=recover_budget, calib_method=calib_method, max_accuracy_drop=max_accuracy_drop,
         min_cosine=min_cosine, search_budget=search_budget, min_speedup=min_speedup, threads=threads,
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
