@@ -27,7 +27,7 @@ from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format,
 from edgeopt.converters.quantize.search import DEFAULT_BUDGET_S
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import library_prints, require
-from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.enums import BackendName, Precision, QuantMode, StrEnum
 from edgeopt.errors import GateFailedError, StageError, UsageError
 
 
@@ -44,6 +44,7 @@ class NNCFPreset(StrEnum):
 
 class OpenVINOConfig(StageConfig):
     precision: Precision = Precision.FP32
+    mode: QuantMode = QuantMode.AUTO  # --quant-mode: static (nncf.quantize) or weights (nncf.compress_weights)
     device: str = "CPU"
     inference_precision: InferencePrecision = InferencePrecision.F32
     threads: int | None = None
@@ -80,7 +81,7 @@ class OpenVINOBackend(Backend):
     @classmethod
     def configure(cls, options: ChainOptions) -> OpenVINOConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "max_accuracy_drop": options.max_accuracy_drop,
+        kw = {"precision": options.precision, "mode": options.quant_mode, "max_accuracy_drop": options.max_accuracy_drop,
               "threads": options.threads or s.get("threads"), "search_budget_s": options.search_budget_s,
               "min_speedup": options.min_speedup}
         for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
@@ -106,7 +107,13 @@ class OpenVINOBackend(Backend):
         if config.device not in ("CPU", "AUTO") and config.device not in ov.Core().available_devices:
             ctx.warn(f"openvino: device {config.device} is not on this machine; the artifact is checked on CPU")
         if config.precision == Precision.INT8:
-            ov_model = self._int8(ov_model, onnx_in, config, ctx, model, report)
+            from edgeopt.converters.quantize.openvino_quantizer import count_units
+
+            ov_model = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
+            n_q, n_f = count_units(ov_model)
+            report.setdefault("mode", QuantMode.STATIC.value)
+            report["quantized"] = {"mode": report["mode"], "backend": self.backend.value, "quantized_units": n_q,
+                                   "float_units": n_f, "units": "ops with weights (Convolution, MatMul, LSTM, ...)"}
         settings = {
             "device": config.device,
             "inference_precision": config.inference_precision.value,
@@ -145,7 +152,7 @@ class OpenVINOBackend(Backend):
         return Intermediate(ctx.artifact_dir / "model.xml", Format.OPENVINO_IR, config.precision, notes)
 
     # ------------------------------------------------------------------ INT8
-    def _int8(self, ov_model, onnx_in, config, ctx, model, report):
+    def _int8(self, ov_model, onnx_in, config, ctx, model, report, proto):
         nncf = require("nncf", "OpenVINO INT8 quantization")
         if ctx.calib is None or len(ctx.calib) == 0:
             raise UsageError("openvino: INT8 needs calibration data", "give --calib FILE.npz")
@@ -169,6 +176,11 @@ class OpenVINOBackend(Backend):
                                                                       "synthetic": getattr(ctx.calib, "synthetic", False)})
         try:
             with library_prints(), _nncf_logs_follow_prints():  # stdout is the CLI's output
+                if config.mode == QuantMode.WEIGHTS or (config.mode == QuantMode.AUTO and
+                                                        config.max_accuracy_drop is not None):
+                    q = self._modes(ov_model, config, ctx, model, report, proto, common)
+                    if q is not None:
+                        return q
                 if config.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common)
                 q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
@@ -180,6 +192,29 @@ class OpenVINOBackend(Backend):
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise StageError(f"openvino: NNCF INT8 quantization failed: {type(err).__name__}: {first}",
                              "try --precision fp32 for OpenVINO, or the onnxruntime backend") from err
+
+    @staticmethod
+    def _modes(ov_model, config, ctx, model, report, proto, common):
+        """Weight-only (pinned), or the mode search where weight-only fits the graph; None: go on with static."""
+        from edgeopt.converters.quantize.dynamic import dynamic_decision
+        from edgeopt.converters.quantize.modes import WeightsMode
+        from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
+        from edgeopt.converters.quantize.ov_modes import search_ov_modes
+
+        pinned = config.mode == QuantMode.WEIGHTS
+        if pinned and config.max_accuracy_drop is None:
+            report.update(mode=QuantMode.WEIGHTS.value, method="nncf.compress_weights INT8 (weights only)")
+            return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode())
+        pays, why, mix = dynamic_decision(proto)
+        report.update(op_mix=mix, mode_reason=why)
+        if not pays and not pinned:
+            report["mode_reason"] += "; static INT8 (weight-only not tried)"
+            return None
+        q = search_ov_modes(ov_model, ctx.calib, {k: v for k, v in common.items() if v is not None}, config, ctx,
+                            model.path, report, pinned=pinned)
+        if q is None:
+            report["mode_reason"] += "; no mode held the bound as built: static INT8 with its options and units in float"
+        return q
 
     # ------------------------------------------------------------------ check
     def _check(self, onnx_path, ctx: ChainContext, runtime: dict) -> dict:
