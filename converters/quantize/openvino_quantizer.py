@@ -90,7 +90,7 @@ class OpenVINOQuantizer(Quantizer):
     @staticmethod
     def quantize_model(ov_model, mode, *, calib=None, input_names: list[str] | None = None,
                        keep_float: tuple[str, ...] = (), common: dict | None = None):
-        """The quantized ``ov.Model`` (the OpenVINO backend calls this on its converted model)."""
+        """The quantized ``ov.Model`` (the OpenVINO backend calls this on its converted model, which stays as it was)."""
         nncf = require("nncf", "OpenVINO INT8 quantization")
         names = input_names or [p.get_any_name() for p in ov_model.inputs]
         scope = nncf.IgnoredScope(names=list(keep_float), validate=False) if keep_float else None
@@ -110,11 +110,12 @@ class OpenVINOQuantizer(Quantizer):
 
                     kw["advanced_parameters"] = AdvancedQuantizationParameters(
                         weights_quantization_params=QuantizationParameters(per_channel=False))
-                return nncf.quantize(ov_model, nncf_dataset(nncf, calib, names, kw["subset_size"]), **kw)
+                return nncf.quantize(ov_model.clone(), nncf_dataset(nncf, calib, names, kw["subset_size"]), **kw)
             if mode.kind == QuantMode.WEIGHTS:
                 if mode.granularity == Granularity.PER_TENSOR:
                     raise UsageError("openvino: NNCF's INT8 weight compression is per output channel only",
                                      "use weights per-channel, or static INT8")
-                return nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM, ignored_scope=scope)
+                # on a copy: NNCF compresses an OpenVINO model's weights in place
+                return nncf.compress_weights(ov_model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM, ignored_scope=scope)
         raise UsageError("openvino: dynamic INT8 is not offered by OpenVINO",
                          "use --quant-mode weights (INT8 weights, float activations) or static")
