@@ -14,7 +14,7 @@ Every candidate is built once by the backend's quantizer (no search), then all a
 (each runtime's calls back to back, blocks alternating over rounds; ONNX Runtime sessions with
 ``session.intra_op.allow_spinning`` 0), 2 threads. ``choice`` runs the CLI as a user would.
 
-    .venv/bin/python bench/quant_modes.py [--models lstm,cnn] [--bound 1] [--rounds 7] > out.json
+    .venv/bin/python bench/quant_modes.py [--models lstm,cnn] [--bound 1] [--rounds 7] [--threads 2] > out.json
 
 Prints one JSON object. Not a test: no assertions.
 """
@@ -149,7 +149,7 @@ def digits_data(work: Path) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------- candidates
-def candidates(model: Path, calib: Dataset, work: Path) -> list[dict]:
+def candidates(model: Path, calib: Dataset, work: Path, threads: int) -> list[dict]:
     """Each (backend, mode) built once, with its run function and op counts."""
     import openvino as ov
 
@@ -159,23 +159,23 @@ def candidates(model: Path, calib: Dataset, work: Path) -> list[dict]:
     from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer, count_units
     from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer, read_model
 
-    rows = [{"backend": "onnxruntime", "mode": "fp32", "run": ort_runner(model, 2, spinning=False),
+    rows = [{"backend": "onnxruntime", "mode": "fp32", "run": ort_runner(model, threads, spinning=False),
              "units": count_units(model)}]
     names = [o.name for o in rows[0]["run"].session.get_outputs()]
     oq = OnnxRuntimeQuantizer()
     for mode in (StaticMode(), DynamicMode(), DynamicMode(granularity=Granularity.PER_TENSOR)):
         q = oq.quantize(model, mode, work / f"ort-{mode.kind.value}-{mode.granularity.value}.onnx", calib=calib)
-        rows.append({"backend": "onnxruntime", "mode": mode.label(), "run": ort_runner(q.path, 2, spinning=False),
+        rows.append({"backend": "onnxruntime", "mode": mode.label(), "run": ort_runner(q.path, threads, spinning=False),
                      "units": (q.quantized_units, q.float_units)})
     core, vq = ov.Core(), OpenVINOQuantizer()
     fp32 = read_model(model)
     ins = [p.get_any_name() for p in fp32.inputs]
-    rows.append({"backend": "openvino", "mode": "fp32 (f32 hint)", "run": compiled_run(core, fp32, ins, names, 2),
+    rows.append({"backend": "openvino", "mode": "fp32 (f32 hint)", "run": compiled_run(core, fp32, ins, names, threads),
                  "units": (0, sum(count_units(model)))})
     for mode in (StaticMode(), WeightsMode()):
         q = vq.quantize(model, mode, work / f"ov-{mode.kind.value}.xml", calib=calib)
         rows.append({"backend": "openvino", "mode": mode.label(),
-                     "run": compiled_run(core, core.read_model(str(q.path)), ins, names, 2),
+                     "run": compiled_run(core, core.read_model(str(q.path)), ins, names, threads),
                      "units": (q.quantized_units, q.float_units)})
     return rows
 
@@ -188,13 +188,12 @@ def score(run, ds: Dataset, metric) -> float:
     return float(metric(outputs, ds.labels))
 
 
-def choice(model: Path, files: dict, backend: str, bound: float, metric: str | None, shapes: list[str],
-           work: Path) -> dict:
+def choice(model: Path, files: dict, backend: str, bound: float, metric: str | None, threads: int, work: Path) -> dict:
     """``edgeopt convert --precision int8 --max-accuracy-drop`` as a user runs it; the mode it chose and why."""
     out = work / f"chosen-{backend}"
     cmd = [sys.executable, "-m", "edgeopt", "convert", str(model), "--profile", "host", "--backend", backend,
            "--precision", "int8", "--calib", str(files["calib"]), "--eval", str(files["eval"]),
-           "--max-accuracy-drop", str(bound), "-o", str(out), "--json", *[a for s in shapes for a in ("--input-shape", s)]]
+           "--max-accuracy-drop", str(bound), "--threads", str(threads), "-o", str(out), "--json"]
     if metric:
         cmd += ["--metric", metric]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO / "bench", timeout=900)
@@ -212,25 +211,32 @@ def choice(model: Path, files: dict, backend: str, bound: float, metric: str | N
     return row
 
 
-def run_model(name: str, work: Path, bound: float, rounds: int) -> dict:
+def _chosen_label(c: dict) -> str:
+    """The bench row of the mode convert chose: the mode search's chosen label, else the stage's mode, per-channel."""
+    return (c.get("mode_search") or {}).get("chosen") or f"{c['mode']} per-channel"
+
+
+def run_model(name: str, work: Path, bound: float, rounds: int, threads: int) -> dict:
+    import os
+
     from edgeopt.converters.quantize.search import blocked_latency_ms
 
     if name == "lstm":
         sys.path.insert(0, str(REPO / "bench"))
         from speaker_metric import verification
 
-        model, files, metric, shapes = speaker_encoder(work), speaker_data(work), verification, []
+        model, files, metric = speaker_encoder(work), speaker_data(work), verification
         user_metric, data = "speaker_metric:verification", "espeak-ng speech, 12 voices as speakers (labels by construction)"
     else:
-        model, files, metric, shapes = REPO / "fixtures" / "models" / "digits_cnn.onnx", digits_data(work), "top1", []
+        model, files, metric = REPO / "fixtures" / "models" / "digits_cnn.onnx", digits_data(work), "top1"
         user_metric, data = None, "sklearn digits, human labels"
     calib, test = load_npz(files["calib"]), load_npz(files["test"])
     rank = {"lstm": 3, "cnn": 4}[name]
     calib.ranks = test.ranks = {k: rank for k in calib.arrays}
-    rows = candidates(model, calib, work)
+    rows = candidates(model, calib, work, threads)
     for r in rows:
         r["metric_unseen"] = round(score(r["run"], test, metric), 3)
-    feed = test.feed(0)
+    feed, load_before = test.feed(0), os.getloadavg()
     latency = blocked_latency_ms({f"{r['backend']} {r['mode']}": r["run"] for r in rows}, feed, calls=30,
                                  rounds=rounds, target_s=None)
     ref = latency["onnxruntime fp32"]
@@ -243,8 +249,17 @@ def run_model(name: str, work: Path, bound: float, rounds: int) -> dict:
         del r["run"], r["units"]
     int8 = [r for r in rows if "fp32" not in r["mode"] and r["within_bound"]]
     best = max(int8, key=lambda r: r["x_vs_ort_fp32"], default=None)
-    chosen = {b: choice(model, files, b, bound, user_metric, shapes, work) for b in ("onnxruntime", "openvino")}
-    return {"model": name, "data": data, "metric": "100 - EER % of speaker verification (user metric)" if name == "lstm" else "top1 %",
+    load_after = os.getloadavg()
+    chosen = {b: choice(model, files, b, bound, user_metric, threads, work) for b in ("onnxruntime", "openvino")}
+    for b, c in chosen.items():
+        row = next((r for r in rows if r["backend"] == b and c.get("mode") and r["mode"] == _chosen_label(c)), None)
+        if row is not None and best is not None:
+            c["bench_row"] = {k: row[k] for k in ("mode", "metric_unseen", "drop", "p50_ms", "x_vs_ort_fp32")}
+            c["speed_vs_best_single_candidate"] = round(row["x_vs_ort_fp32"] / best["x_vs_ort_fp32"], 3)
+    return {"model": name, "data": data, "threads": threads,
+            "load_avg_during_timing": {"before": [round(x, 2) for x in load_before],
+                                       "after": [round(x, 2) for x in load_after]},
+            "metric": "100 - EER % of speaker verification (user metric)" if name == "lstm" else "top1 %",
             "samples": {"calib": len(calib), "unseen": len(test)}, "bound_points": bound, "rows": rows,
             "best_single_candidate_within_bound": best and {k: best[k] for k in ("backend", "mode", "x_vs_ort_fp32")},
             "chosen": chosen}
@@ -255,6 +270,7 @@ def main() -> None:
     ap.add_argument("--models", default="lstm,cnn")
     ap.add_argument("--bound", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     from edgeopt.runtime import environment
 
@@ -265,7 +281,7 @@ def main() -> None:
         for name in args.models.split(","):
             work = Path(d) / name
             work.mkdir()
-            out["models"].append(run_model(name, work, args.bound, args.rounds))
+            out["models"].append(run_model(name, work, args.bound, args.rounds, args.threads))
     print(json.dumps(out, indent=1, default=str))
 
 

@@ -13,17 +13,16 @@ The runtime settings name ``INFERENCE_PRECISION_HINT`` explicitly: ``f32`` unles
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 from pydantic import Field
 
 from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.quantize.openvino_quantizer import nncf_logs_follow_prints
 from edgeopt.converters.quantize.search import DEFAULT_BUDGET_S
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import library_prints, require
@@ -175,7 +174,7 @@ class OpenVINOBackend(Backend):
                                                                       "source": getattr(ctx.calib, "source", ""),
                                                                       "synthetic": getattr(ctx.calib, "synthetic", False)})
         try:
-            with library_prints(), _nncf_logs_follow_prints():  # stdout is the CLI's output
+            with library_prints(), nncf_logs_follow_prints():  # stdout is the CLI's output
                 if config.mode == QuantMode.WEIGHTS or (config.mode == QuantMode.AUTO and
                                                         config.max_accuracy_drop is not None):
                     q = self._modes(ov_model, config, ctx, model, report, proto, common)
@@ -255,24 +254,6 @@ def stable_layer_names(xml_path, keep: set[str]) -> int:
 
     Path(xml_path).write_text(_LAYER.sub(sub, text))
     return count
-
-
-@contextlib.contextmanager
-def _nncf_logs_follow_prints():
-    """NNCF's logger writes INFO lines to the stdout it saw at import, through its own handler (at INFO, set by
-    NNCF's import, after the CLI quieted it): point it where ``library_prints`` sends prints meanwhile, stderr
-    with --verbose, else nowhere (its ignored_scope rebuild printed 76 lines of node names without it)."""
-    import logging
-
-    moved = []
-    for h in logging.getLogger("nncf").handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            moved.append((h, h.setStream(sys.stdout)))
-    try:
-        yield
-    finally:
-        for h, stream in moved:
-            h.setStream(stream)
 
 
 def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOConfig, ctx, onnx_path):

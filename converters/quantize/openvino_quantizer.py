@@ -12,6 +12,8 @@ input is an INT8 constant (NNCF's decompression chain) or passes a FakeQuantize.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,24 @@ def nncf_dataset(nncf, calib, input_names: list[str], limit: int | None = None):
     return nncf.Dataset(calib.feeds(n), lambda feed: {k: v for k, v in feed.items() if k in input_names})
 
 
+@contextlib.contextmanager
+def nncf_logs_follow_prints():
+    """NNCF's logger writes INFO lines to the stdout it saw at import, through its own handler (at INFO, set by
+    NNCF's import, after the CLI quieted it): point it where ``library_prints`` sends prints meanwhile, stderr
+    with --verbose, else nowhere (its ignored_scope rebuild printed 76 lines of node names without it)."""
+    import logging
+
+    moved = []
+    for h in logging.getLogger("nncf").handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            moved.append((h, h.setStream(sys.stdout)))
+    try:
+        yield
+    finally:
+        for h, stream in moved:
+            h.setStream(stream)
+
+
 class OpenVINOQuantizer(Quantizer):
     modes = (QuantMode.STATIC, QuantMode.WEIGHTS)
 
@@ -94,7 +114,7 @@ class OpenVINOQuantizer(Quantizer):
         nncf = require("nncf", "OpenVINO INT8 quantization")
         names = input_names or [p.get_any_name() for p in ov_model.inputs]
         scope = nncf.IgnoredScope(names=list(keep_float), validate=False) if keep_float else None
-        with library_prints():
+        with library_prints(), nncf_logs_follow_prints():  # stdout is the CLI's output
             if mode.kind == QuantMode.STATIC:
                 if calib is None or len(calib) == 0:
                     raise UsageError("openvino: static INT8 needs calibration data", "give --calib FILE.npz")

@@ -309,18 +309,24 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
 QUICK_S = 1.5  # the speed check's quick timing: about this many seconds of rounds for fast models
 
 
-def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20,
-                           target_s: float | None = None, max_repeats: int = 2000) -> dict:
-    """Quick interleaved latency (p50, after one warm-up): an estimate, not a benchmark. ``repeats`` rounds;
-    with ``target_s``, more for fast models (about ``target_s`` in all, at most ``max_repeats``): 20 calls of
-    a 0.1 ms model are 2 ms of samples, which one scheduler hiccup on a loaded machine decides."""
-    times: dict[str, list[float]] = {k: [] for k in runs}
+def _one_call_each_s(runs: dict[str, Callable], feed: dict) -> float:
+    """Seconds of one call of every run, after a warm-up call of each."""
     one = 0.0
     for r in runs.values():
         r(feed)
         t0 = time.perf_counter()
         r(feed)
         one += time.perf_counter() - t0
+    return one
+
+
+def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20,
+                           target_s: float | None = None, max_repeats: int = 2000) -> dict:
+    """Quick interleaved latency (p50, after one warm-up): an estimate, not a benchmark. ``repeats`` rounds;
+    with ``target_s``, more for fast models (about ``target_s`` in all, at most ``max_repeats``): 20 calls of
+    a 0.1 ms model are 2 ms of samples, which one scheduler hiccup on a loaded machine decides."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    one = _one_call_each_s(runs, feed)
     rounds = repeats if target_s is None else max(repeats, min(max_repeats, int(target_s / max(one, 1e-6))))
     for _ in range(rounds):
         for k, r in runs.items():
@@ -336,12 +342,7 @@ def blocked_latency_ms(runs: dict[str, Callable], feed: dict, *, calls: int = 20
     alternating over ``rounds``: what one runtime leaves behind (ONNX Runtime's spinning pool threads, OpenMP)
     falls on its own next call, not on another runtime's. With ``target_s``, more calls a block for fast models
     (about ``target_s`` in all). Returns the p50 per run (ms): an estimate, not a benchmark."""
-    one = 0.0
-    for r in runs.values():
-        r(feed)
-        t0 = time.perf_counter()
-        r(feed)
-        one += time.perf_counter() - t0
+    one = _one_call_each_s(runs, feed)
     if target_s is not None:
         calls = max(calls, min(500, int(target_s / max(one, 1e-6) / rounds)))
     times: dict[str, list[float]] = {k: [] for k in runs}
