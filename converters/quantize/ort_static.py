@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +67,25 @@ def calibration_reader(dataset, input_names: list[str], limit: int | None = None
 
 
 def pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
-    """``quant_pre_process`` (shape inference + ORT basic optimisation); on failure the input, and why."""
+    """``quant_pre_process`` (shape inference + ORT basic optimisation); on failure the input, and why. It runs
+    with ``dst``'s folder as the current directory: when symbolic shape inference fails, ONNX Runtime writes
+    ``sym_shape_infer_temp.onnx`` and an external-data file into the current directory (the user's)."""
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    with _cwd(dst.parent):
+        return _pre_process(src, dst)
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
