@@ -262,7 +262,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     result is timed against FP32. Returns (quantized model, report)."""
     import openvino as ov
 
-    from edgeopt.converters.quantize.accuracy_aware import ort_runner
+    from edgeopt.converters.quantize.bound import prepare
     from edgeopt.converters.quantize.nncf_search import compiled_run, search_nncf
     from edgeopt.converters.quantize.search import (
         QUICK_S,
@@ -272,12 +272,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     )
 
     bound = float(config.max_accuracy_drop)
-    if ctx.eval is None or len(ctx.eval) < 4:
-        raise UsageError("openvino: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
-                         "give an .npz with the model's inputs (and 'labels' if you have them)")
-    threads = ctx.threads or 2
-    search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    fp32_run = ort_runner(onnx_path, threads)
+    b = prepare(ctx, "openvino", onnx_path, config.search_fraction)
+    threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     out_names = [o.name for o in fp32_run.session.get_outputs()]
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                          confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,
