@@ -136,6 +136,44 @@ def test_choose_mode_keeps_the_fastest_within_the_bound_and_says_why_others_were
     json.dumps(choice.report)
 
 
+def test_the_users_metric_drives_the_mode_choice(tmp_path):
+    """Two candidates: a fast one whose outputs are FP32's times 10 (the same argmax: the default agreement metric
+    sees no difference) and a slow exact one. With the default metric the fast one is kept; with the user's metric
+    (``--metric my_metric:closeness``, read through the conversion's metric context), which scores how close the
+    outputs are to FP32's, the fast one is over the bound and the slow one is kept."""
+    from edgeopt.converters.quantize.bound import Bounded, ModeCandidate, choose_mode
+    from edgeopt.converters.quantize.modes import QuantizedModel
+    from edgeopt.metrics import as_metric_spec, metric_context
+
+    (tmp_path / "my_metric.py").write_text(
+        "import numpy as np\n"
+        "def closeness(outputs, labels, reference):\n"
+        "    err = [np.abs(o['y'] - r['y']).max() / np.abs(r['y']).max() for o, r in zip(outputs, reference)]\n"
+        "    return 100.0 * float(np.mean(np.asarray(err) < 0.01))\n")
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 4))
+    search, confirm = Dataset({"x": rng.normal(size=(40, 8)).astype(np.float32)}, ranks={"x": 1}).split(0.5, seed=0)
+
+    def fp32(feed):
+        return {"y": feed["x"] @ w}
+
+    def slow(feed):
+        time.sleep(0.005)
+        return fp32(feed)
+
+    def choose():
+        cands = [ModeCandidate(label, lambda lb=label, run=run: (lb, run, QuantizedModel(None, DynamicMode(), 1, 0)))
+                 for label, run in (("scaled", lambda f: {"y": 10 * fp32(f)["y"]}), ("exact", slow))]
+        return choose_mode(cands, b=Bounded(search, confirm, fp32, 2), bound=1.0, budget_s=60, fp32_timed=fp32,
+                           backend="onnxruntime")
+
+    assert choose().label == "scaled"
+    with metric_context(as_metric_spec("my_metric:closeness"), [tmp_path]):
+        mine = choose()
+    assert mine.label == "exact" and mine.report["metric"].endswith("my_metric:closeness")
+    assert mine.report["candidates"][0]["why"].startswith("over the bound: drop 100.00")
+
+
 def _quantize_report(art: Path, stage: str) -> dict:
     manifest = json.loads((art / "manifest.json").read_text())
     return next(s["report"] for s in manifest["stages"] if s["name"] == stage)
