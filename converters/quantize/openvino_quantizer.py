@@ -84,7 +84,8 @@ def nncf_logs_follow_prints():
     moved = []
     for h in logging.getLogger("nncf").handlers:
         if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            moved.append((h, h.setStream(sys.stdout)))
+            moved.append((h, h.stream))  # setStream returns None, not the stream, when it is unchanged (nested)
+            h.setStream(sys.stdout)
     try:
         yield
     finally:
