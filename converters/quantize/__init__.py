@@ -51,6 +51,15 @@ class QuantizeConfig(StageConfig):
     min_cosine: float | None = None
 
 
+def _auto_reason(pays: bool, why: str, mix: dict, bounded: bool) -> str:
+    """Why ``--quant-mode auto`` went the way it did (the stage report's ``mode_reason``)."""
+    if pays and bounded:
+        return why + ": dynamic (per-channel, per-tensor) and static tried, the fastest within the bound kept"
+    reason = why if pays or mix["nodes"]["dynamic"] else \
+        "convolutional model: static INT8 (dynamic INT8 is ~10x slower than FP32 on CNNs here)"
+    return reason + ("; dynamic not tried" if bounded else "")
+
+
 @register_stage
 class QuantizeStage(Stage):
     name = "quantize"
@@ -104,13 +113,7 @@ class QuantizeStage(Stage):
             if mode == QuantMode.DYNAMIC and not pays:
                 raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
             if mode == QuantMode.AUTO:
-                report["mode_reason"] = (why if pays or mix["nodes"]["dynamic"] else "convolutional model: static "
-                                         "INT8 (dynamic INT8 is ~10x slower than FP32 on CNNs here)")
-                if pays and config.max_accuracy_drop is not None:
-                    report["mode_reason"] = why + ": dynamic (per-channel, per-tensor) and static tried, the fastest "
-                    report["mode_reason"] += "within the bound kept"
-                elif not pays and config.max_accuracy_drop is not None:
-                    report["mode_reason"] += "; dynamic not tried"
+                report["mode_reason"] = _auto_reason(pays, why, mix, config.max_accuracy_drop is not None)
         if config.precision == Precision.FP16:
             from .fp16 import convert_fp16
 
