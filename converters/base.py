@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.enums import BackendName, Precision, QuantMode, StrEnum
 from edgeopt.metrics.base import MetricSpec
 
 
@@ -60,6 +60,7 @@ class ChainOptions(StageConfig):
 
     backend: BackendName
     precision: Precision
+    quant_mode: QuantMode = QuantMode.AUTO  # --quant-mode: the kind of 8-bit (converters/quantize/modes.py)
     prune: float = 0.0  # fraction of channels (mode channels) to remove
     prune_auto: bool = False  # --prune auto: the largest ratio within max_accuracy_drop (converters/prune_auto.py)
     prune_mode: PruneMode = PruneMode.CHANNELS
@@ -219,6 +220,9 @@ class Backend(Stage):
     # ``(onnx model, BackendTarget) -> [PreflightIssue]`` and the per-op profiler of an artifact
     preflight_check: ClassVar[str | None] = None
     per_layer_profiler: ClassVar[str | None] = None
+    # "module:Class" of its 8-bit quantizer (a ``converters.quantize.modes.Quantizer``: the modes it offers and
+    # how it quantizes one model file in one mode), imported only when used; None: it does not quantize
+    quantizer: ClassVar[str | None] = None
 
     @classmethod
     def available(cls) -> bool:

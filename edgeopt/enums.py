@@ -16,6 +16,16 @@ class Precision(StrEnum):
     INT8 = "int8"
 
 
+class QuantMode(StrEnum):
+    """The kind of 8-bit quantization (``--quant-mode``): what is quantized, not a precision
+    (``converters/quantize/modes.py`` has the typed configs)."""
+
+    AUTO = "auto"  # the search picks among the modes that fit the graph
+    STATIC = "static"
+    DYNAMIC = "dynamic"
+    WEIGHTS = "weights"
+
+
 class UnitKind(StrEnum):
     CPU = "cpu"
     GPU = "gpu"

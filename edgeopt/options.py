@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from edgeopt.converters.base import CalibMethod, PruneMode
-from edgeopt.enums import Precision
+from edgeopt.enums import Precision, QuantMode
 from edgeopt.errors import UsageError, did_you_mean
 from edgeopt.metrics.base import MetricSpec
 
@@ -34,6 +34,8 @@ class ChainRequest(BaseModel):
 
     backend: str | None = None  # a BackendName value (a plugin's too); default: the profile's first installed
     precision: Precision | None = None
+    # the kind of 8-bit (static | dynamic | weights | auto: the search picks what pays and holds the bound)
+    quant_mode: QuantMode | None = None
     # fraction of channels (mode channels) to remove, or "auto": the largest within --max-accuracy-drop
     prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = None
     prune_mode: PruneMode | None = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
 from edgeopt.converters.base import SEARCH_BUDGET_S, CalibMethod, ChainOptions, PruneMode, StageConfig
-from edgeopt.enums import BackendName, Precision, UnitKind
+from edgeopt.enums import BackendName, Precision, QuantMode, UnitKind
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
 from edgeopt.options import ChainRequest
@@ -208,6 +208,23 @@ def _enum(cls, value, flag: str):
                          did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
 
 
+def _check_quant_mode(bcls, backend_name, prec: Precision, mode: QuantMode, warnings: list[str]) -> None:
+    """A pinned ``--quant-mode`` must be one the backend's quantizer offers (and only means something for INT8)."""
+    if mode == QuantMode.AUTO:
+        return
+    if prec != Precision.INT8:
+        warnings.append(f"--quant-mode {mode.value} does nothing at --precision {prec.value} (it picks the kind of INT8)")
+        return
+    from edgeopt.converters.registry import resolve
+
+    offered = resolve(bcls.quantizer).modes if bcls.quantizer else ()
+    if mode not in offered:
+        names = [m.value for m in offered] + [QuantMode.AUTO.value]
+        raise UsageError(f"--quant-mode {mode.value}: backend '{backend_name.value}' does not offer {mode.value} INT8 "
+                         f"(it offers {', '.join(names)})",
+                         f"use --quant-mode {' or '.join(names)}, or another --backend")
+
+
 def _prune_value(value) -> tuple[float, bool]:
     """(ratio, auto) from the request's ``prune`` (already 'auto' or a number: ChainRequest parses it) or the
     profile's default ratio."""
@@ -240,6 +257,8 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
+    _check_quant_mode(bcls, backend_name, prec, _enum(QuantMode, pick(r.quant_mode, QuantMode.AUTO), "--quant-mode"),
+                      warnings)
     # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
     mode = _enum(PruneMode, pick(r.prune_mode, PruneMode.CHANNELS), "--prune-mode")
     target = profile.backend(backend_name)
@@ -260,6 +279,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
         options = ChainOptions(
             backend=backend_name,
             precision=prec,
+            quant_mode=_enum(QuantMode, pick(r.quant_mode, QuantMode.AUTO), "--quant-mode"),
             prune=prune_value,
             prune_auto=prune_auto,
             prune_mode=mode,

@@ -200,7 +200,7 @@ def test_accuracy_aware_recovers_outlier_model_and_reports(tmp_path):
     assert any("differs from FP32" in w for w in naive_ctx.warnings)
 
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", max_accuracy_drop=1.0), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["metric"] == "top1_accuracy"
     assert aa["search_samples"] + aa["confirm_samples"] == len(ev)
@@ -226,7 +226,7 @@ def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeyp
     protos = outlier_classifier(model)
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", max_accuracy_drop=1.0), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert not isolated and aa["sensitivity"]["method"] == sensitivity.LOCAL_METHOD
     assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0

@@ -284,6 +284,24 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg
 
 
+def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
+    """One option's build raises the quantizer's StageError (a library crash on a valid model): the search
+    reports it under options_skipped and goes on to the next option, which meets the bound (#23)."""
+    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.errors import StageError
+
+    _, _, search, confirm, fp32_run = _linear_model_search_data()
+
+    def crash():
+        raise StageError("quantize: onnxruntime static INT8 failed: ValueError: The truth value of an array …")
+
+    result = run_search(options=[("preset", crash), ("per-tensor", lambda: (None, fp32_run))], rank=None,
+                        with_float=None, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=60)
+    assert result.best is not None and result.report["quantizer_options"]["chosen"] == "per-tensor"
+    assert result.report["options_skipped"] == [{"what": "preset", "why": "failed: quantize: onnxruntime static INT8 "
+                                                 "failed: ValueError: The truth value of an array …"}]
+
+
 @pytest.mark.parametrize("mixed_scale, built_fbc, skipped_fbc, why", [
     (2.0, "preset mixed + fast_bias_correction=False", "fast_bias_correction=False", "scored below preset mixed"),
     (None, "fast_bias_correction=False", "preset mixed + fast_bias_correction=False", "scored no better than"),

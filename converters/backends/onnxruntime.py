@@ -67,6 +67,7 @@ class OnnxRuntimeBackend(Backend):
     preflight_check = "edgeopt.analyze.preflight:check_onnxruntime"
     per_layer_profiler = "edgeopt.bench.per_layer:profile_onnxruntime"
     quantizes_itself = False
+    quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 
     @classmethod

@@ -13,11 +13,9 @@ The runtime settings name ``INFERENCE_PRECISION_HINT`` explicitly: ``f32`` unles
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +30,10 @@ from edgeopt.converters.base import (
     Intermediate,
     StageConfig,
 )
+from edgeopt.converters.quantize.openvino_quantizer import nncf_logs_follow_prints
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import library_prints, require
-from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.enums import BackendName, Precision, QuantMode, StrEnum
 from edgeopt.errors import GateFailedError, StageError, UsageError
 
 
@@ -51,6 +50,7 @@ class NNCFPreset(StrEnum):
 
 class OpenVINOConfig(StageConfig):
     precision: Precision = Precision.FP32
+    mode: QuantMode = QuantMode.AUTO  # --quant-mode: static (nncf.quantize) or weights (nncf.compress_weights)
     device: str = "CPU"
     inference_precision: InferencePrecision = InferencePrecision.F32
     threads: int | None = None
@@ -81,12 +81,13 @@ class OpenVINOBackend(Backend):
     preflight_check = "edgeopt.analyze.preflight:check_openvino"
     per_layer_profiler = "edgeopt.bench.per_layer:profile_openvino"
     quantizes_itself = True
+    quantizer = "edgeopt.converters.quantize.openvino_quantizer:OpenVINOQuantizer"
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 
     @classmethod
     def configure(cls, options: ChainOptions) -> OpenVINOConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "max_accuracy_drop": options.max_accuracy_drop,
+        kw = {"precision": options.precision, "mode": options.quant_mode, "max_accuracy_drop": options.max_accuracy_drop,
               "threads": options.threads or s.get("threads"), "search_budget_s": options.search_budget_s,
               "min_speedup": options.min_speedup}
         for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
@@ -112,7 +113,13 @@ class OpenVINOBackend(Backend):
         if config.device not in ("CPU", "AUTO") and config.device not in ov.Core().available_devices:
             ctx.warn(f"openvino: device {config.device} is not on this machine; the artifact is checked on CPU")
         if config.precision == Precision.INT8:
-            ov_model = self._int8(ov_model, onnx_in, config, ctx, model, report)
+            from edgeopt.converters.quantize.openvino_quantizer import count_units
+
+            ov_model = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
+            n_q, n_f = count_units(ov_model)
+            report.setdefault("mode", QuantMode.STATIC.value)
+            report["quantized"] = {"mode": report["mode"], "backend": self.backend.value, "quantized_units": n_q,
+                                   "float_units": n_f, "units": "ops with weights (Convolution, MatMul, LSTM, ...)"}
         settings = {
             "device": config.device,
             "inference_precision": config.inference_precision.value,
@@ -151,7 +158,7 @@ class OpenVINOBackend(Backend):
         return Intermediate(ctx.artifact_dir / "model.xml", Format.OPENVINO_IR, config.precision, notes)
 
     # ------------------------------------------------------------------ INT8
-    def _int8(self, ov_model, onnx_in, config, ctx, model, report):
+    def _int8(self, ov_model, onnx_in, config, ctx, model, report, proto):
         nncf = require("nncf", "OpenVINO INT8 quantization")
         if ctx.calib is None or len(ctx.calib) == 0:
             raise UsageError("openvino: INT8 needs calibration data", "give --calib FILE.npz")
@@ -174,7 +181,12 @@ class OpenVINOBackend(Backend):
                                                                       "source": getattr(ctx.calib, "source", ""),
                                                                       "synthetic": getattr(ctx.calib, "synthetic", False)})
         try:
-            with library_prints(), _nncf_logs_follow_prints():  # stdout is the CLI's output
+            with library_prints(), nncf_logs_follow_prints():  # stdout is the CLI's output
+                if config.mode == QuantMode.WEIGHTS or (config.mode == QuantMode.AUTO and
+                                                        config.max_accuracy_drop is not None):
+                    q = self._modes(ov_model, config, ctx, model, report, proto, common)
+                    if q is not None:
+                        return q
                 if config.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common)
                 q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
@@ -186,6 +198,29 @@ class OpenVINOBackend(Backend):
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise StageError(f"openvino: NNCF INT8 quantization failed: {type(err).__name__}: {first}",
                              "try --precision fp32 for OpenVINO, or the onnxruntime backend") from err
+
+    @staticmethod
+    def _modes(ov_model, config, ctx, model, report, proto, common):
+        """Weight-only (pinned), or the mode search where weight-only fits the graph; None: go on with static."""
+        from edgeopt.converters.quantize.dynamic import dynamic_decision
+        from edgeopt.converters.quantize.modes import WeightsMode
+        from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
+        from edgeopt.converters.quantize.ov_modes import search_ov_modes
+
+        pinned = config.mode == QuantMode.WEIGHTS
+        if pinned and config.max_accuracy_drop is None:
+            report.update(mode=QuantMode.WEIGHTS.value, method="nncf.compress_weights INT8 (weights only)")
+            return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode())
+        pays, why, mix = dynamic_decision(proto)
+        report.update(op_mix=mix, mode_reason=why)
+        if not pays and not pinned:
+            report["mode_reason"] += "; static INT8 (weight-only not tried)"
+            return None
+        q = search_ov_modes(ov_model, ctx.calib, {k: v for k, v in common.items() if v is not None}, config, ctx,
+                            model.path, report, pinned=pinned)
+        if q is None:
+            report["mode_reason"] += "; no mode held the bound as built: static INT8 with its options and units in float"
+        return q
 
     # ------------------------------------------------------------------ check
     def _check(self, onnx_path, ctx: ChainContext, runtime: dict) -> dict:
@@ -228,31 +263,13 @@ def stable_layer_names(xml_path, keep: set[str]) -> int:
     return count
 
 
-@contextlib.contextmanager
-def _nncf_logs_follow_prints():
-    """NNCF's logger writes INFO lines to the stdout it saw at import, through its own handler (at INFO, set by
-    NNCF's import, after the CLI quieted it): point it where ``library_prints`` sends prints meanwhile, stderr
-    with --verbose, else nowhere (its ignored_scope rebuild printed 76 lines of node names without it)."""
-    import logging
-
-    moved = []
-    for h in logging.getLogger("nncf").handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            moved.append((h, h.setStream(sys.stdout)))
-    try:
-        yield
-    finally:
-        for h, stream in moved:
-            h.setStream(stream)
-
-
 def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOConfig, ctx, onnx_path):
     """The budgeted accuracy-aware search over ``nncf.quantize`` (:mod:`edgeopt.converters.quantize.nncf_search`)
     on one part of the eval data, each hit confirmed on the other part (never seen by the search); then the
     result is timed against FP32. Returns (quantized model, report)."""
     import openvino as ov
 
-    from edgeopt.converters.quantize.accuracy_aware import ort_runner
+    from edgeopt.converters.quantize.bound import prepare
     from edgeopt.converters.quantize.nncf_search import compiled_run, search_nncf
     from edgeopt.converters.quantize.search import (
         QUICK_S,
@@ -262,12 +279,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     )
 
     bound = float(config.max_accuracy_drop)
-    if ctx.eval is None or len(ctx.eval) < 4:
-        raise UsageError("openvino: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
-                         "give an .npz with the model's inputs (and 'labels' if you have them)")
-    threads = ctx.threads or 2
-    search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    fp32_run = ort_runner(ctx.reference_for(onnx_path), threads)  # unpruned FP32: the gate's reference
+    b = prepare(ctx, "openvino", onnx_path, config.search_fraction)
+    threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     out_names = [o.name for o in fp32_run.session.get_outputs()]
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                          confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,

@@ -61,6 +61,7 @@ class TVMBackend(Backend):
     preflight_check = "edgeopt.analyze.preflight:check_tvm"
     per_layer_profiler = "edgeopt.bench.per_layer:profile_tvm"
     quantizes_itself = False
+    quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"  # the quantize stage's QDQ
     precisions = (Precision.FP32, Precision.INT8)
 
     @classmethod

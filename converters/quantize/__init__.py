@@ -32,7 +32,8 @@ from .search import DEFAULT_BUDGET_S
 
 class QuantizeConfig(StageConfig):
     precision: Precision = Precision.INT8
-    mode: QuantMode = QuantMode.AUTO
+    mode: QuantMode = QuantMode.AUTO  # --quant-mode (the planner's)
+    backend: str | None = None  # the backend the result is for (named in the report)
     preset: str | None = None  # a name in presets.PRESETS, asked for; None: the profile's (below)
     # the planner's choice for the profile's ISA, and why: in the plan, its hash and --dry-run
     profile_preset: str | None = None
@@ -50,6 +51,15 @@ class QuantizeConfig(StageConfig):
     min_cosine: float | None = None
 
 
+def _auto_reason(pays: bool, why: str, mix: dict, bounded: bool) -> str:
+    """Why ``--quant-mode auto`` went the way it did (the stage report's ``mode_reason``)."""
+    if pays and bounded:
+        return why + ": dynamic (per-channel, per-tensor) and static tried, the fastest within the bound kept"
+    reason = why if pays or mix["nodes"]["dynamic"] else \
+        "convolutional model: static INT8 (dynamic INT8 is ~10x slower than FP32 on CNNs here)"
+    return reason + ("; dynamic not tried" if bounded else "")
+
+
 @register_stage
 class QuantizeStage(Stage):
     name = "quantize"
@@ -65,6 +75,8 @@ class QuantizeStage(Stage):
             return None
         preset, why = options.quant_preset
         return QuantizeConfig(
+            mode=options.quant_mode,
+            backend=options.backend.value,
             profile_preset=preset,
             profile_preset_reason=why,
             profile_has_gpu=options.profile_has_gpu,
@@ -92,16 +104,16 @@ class QuantizeStage(Stage):
             raise BadModelError(f"quantize: cannot read '{model.path}': {type(err).__name__}") from err
         self._check_loads(model.path)
 
-        mode = config.mode
-        if config.precision == Precision.INT8 and mode == QuantMode.AUTO:
+        mode, pays = config.mode, False
+        if config.precision == Precision.INT8 and mode in (QuantMode.AUTO, QuantMode.DYNAMIC):
             from .dynamic import dynamic_decision
 
             pays, why, mix = dynamic_decision(fp32)
-            mode = QuantMode.DYNAMIC if pays and config.max_accuracy_drop is None else QuantMode.STATIC
-            report.update(op_mix=mix, mode=mode.value, mode_reason=why if pays or mix["nodes"]["dynamic"] else
-                          "convolutional model: static INT8 (dynamic INT8 is ~10x slower than FP32 on CNNs here)")
-            if pays and config.max_accuracy_drop is not None:
-                report["mode_reason"] = why + "; but --max-accuracy-drop searches static INT8, so static was used"
+            report.update(op_mix=mix, dynamic_decision=why)
+            if mode == QuantMode.DYNAMIC and not pays:
+                raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
+            if mode == QuantMode.AUTO:
+                report["mode_reason"] = _auto_reason(pays, why, mix, config.max_accuracy_drop is not None)
         if config.precision == Precision.FP16:
             from .fp16 import convert_fp16
 
@@ -110,20 +122,32 @@ class QuantizeStage(Stage):
                          "through casts, so expect no speed-up over FP32")
             convert_fp16(Path(model.path), out)
             report.update(method="fp16 (onnxruntime.transformers.float16, keep_io_types)")
-        elif mode == QuantMode.DYNAMIC:
-            from .dynamic import dynamic_decision, quantize_dynamic
-
-            pays, why, mix = dynamic_decision(fp32)
-            report.update(op_mix=mix, dynamic_decision=why)
-            if not pays:
-                raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
-            quantize_dynamic(Path(model.path), out)
-            report.update(method="dynamic int8 (weights int8, activations at run time)")
         elif mode == QuantMode.WEIGHTS:
-            raise UsageError("quantize: weight-only INT8 is not available on ONNX Runtime yet",
+            raise UsageError("quantize: weight-only INT8 is not available on ONNX Runtime",
                              "use mode static or dynamic (or auto, the default)")
+        elif config.max_accuracy_drop is not None and (mode == QuantMode.DYNAMIC or pays):
+            from .ort_modes import search_ort_modes
+
+            static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
+            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, pinned=mode == QuantMode.DYNAMIC,
+                                    static=static):
+                report["mode_reason"] += "; none held the bound as built: static INT8 with its options and ops in float"
+                self._static(model, config, ctx, fp32, out, work, report, setup=static)
+        elif mode == QuantMode.DYNAMIC or pays:
+            from .dynamic import quantize_dynamic
+
+            quantize_dynamic(Path(model.path), out, per_channel=config.per_channel is not False)
+            report.update(mode=QuantMode.DYNAMIC.value, method="dynamic int8 (weights int8, activations at run time), "
+                          + ("per-channel" if config.per_channel is not False else "per-tensor"))
         else:
             self._static(model, config, ctx, fp32, out, work, report)
+        if config.precision == Precision.INT8:
+            from .onnxruntime_quantizer import count_units
+
+            n_q, n_f = count_units(out)
+            report.setdefault("mode", QuantMode.STATIC.value)
+            report["quantized"] = {"mode": report["mode"], "backend": config.backend, "quantized_units": n_q,
+                                   "float_units": n_f, "units": "ops with weights (Conv, MatMul, Gemm, LSTM, GRU, ...)"}
 
         checks = self._check(Path(model.path), out, ctx)
         ctx.record_checks(checks)
@@ -138,8 +162,33 @@ class QuantizeStage(Stage):
         return Intermediate(out, model.format, config.precision, dict(model.notes))
 
     # ------------------------------------------------------------------ helpers
-    def _static(self, model, config, ctx, fp32, out, work, report) -> None:
-        from .ort_static import StaticSettings, count_ops, ensure_opset, pre_process, quantize_static
+    def _static(self, model, config, ctx, fp32, out, work, report, setup=None) -> None:
+        from .ort_modes import warn_retry
+        from .ort_static import count_ops, quantize_static
+
+        src, settings, input_names, _, _ = setup or self._static_setup(model, config, ctx, fp32, work, report)
+        if config.max_accuracy_drop is not None:
+            from .accuracy_aware import accuracy_aware
+
+            path, aa = accuracy_aware(src, work, settings, ctx, config.max_accuracy_drop, input_names,
+                                      config.calib_samples, config.search_fraction, config.search_budget_s,
+                                      config.min_speedup, fp16_hint=bool(config.profile_has_gpu))
+            report["accuracy_aware"] = aa
+            shutil.copyfile(path, out)
+        else:
+            notes: dict = {}
+            quantize_static(src, out, settings, ctx.calib, input_names, config.calib_samples, notes=notes)
+            report["settings"] = settings.model_dump(mode="json")
+            if notes:
+                report["per_tensor_retry"] = notes["per_tensor_retry"]
+                warn_retry(ctx, notes, "static INT8")
+        ops = count_ops(out)
+        report["quantize_linear_nodes"] = ops.get("QuantizeLinear", 0)
+        report["dequantize_linear_nodes"] = ops.get("DequantizeLinear", 0)
+
+    def _static_setup(self, model, config, ctx, fp32, work, report) -> tuple:
+        """(pre-processed source, StaticSettings, input names, calibration data, samples) of static INT8."""
+        from .ort_static import StaticSettings, ensure_opset, pre_process
 
         if ctx.calib is None or len(ctx.calib) == 0:
             raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
@@ -175,20 +224,7 @@ class QuantizeStage(Stage):
                       calibration={"samples": min(len(ctx.calib), config.calib_samples or len(ctx.calib)),
                                    "source": getattr(ctx.calib, "source", ""),
                                    "synthetic": getattr(ctx.calib, "synthetic", False)})
-        if config.max_accuracy_drop is not None:
-            from .accuracy_aware import accuracy_aware
-
-            path, aa = accuracy_aware(src, work, settings, ctx, config.max_accuracy_drop, input_names,
-                                      config.calib_samples, config.search_fraction, config.search_budget_s,
-                                      config.min_speedup, fp16_hint=bool(config.profile_has_gpu))
-            report["accuracy_aware"] = aa
-            shutil.copyfile(path, out)
-        else:
-            quantize_static(src, out, settings, ctx.calib, input_names, config.calib_samples)
-            report["settings"] = settings.model_dump(mode="json")
-        ops = count_ops(out)
-        report["quantize_linear_nodes"] = ops.get("QuantizeLinear", 0)
-        report["dequantize_linear_nodes"] = ops.get("DequantizeLinear", 0)
+        return src, settings, input_names, ctx.calib, config.calib_samples
 
     @staticmethod
     def _check_loads(path) -> None:

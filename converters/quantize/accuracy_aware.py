@@ -16,21 +16,24 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.base import CalibMethod
-from edgeopt.errors import UsageError
 
 from . import sensitivity
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .search import DEFAULT_BUDGET_S, QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
-def ort_runner(model, threads: int | None = 2):
-    """A run function for an ONNX path or ModelProto (first output's name order kept)."""
+def ort_runner(model, threads: int | None = 2, spinning: bool = True):
+    """A run function for an ONNX path or ModelProto (first output's name order kept). ``spinning=False``: the
+    pool threads sleep after a call instead of spinning (``session.intra_op.allow_spinning`` 0), as any speed
+    check that alternates ONNX Runtime with another runtime needs (spinning threads steal its cores)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
     sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
@@ -62,18 +65,18 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     saw, within ``budget_s`` seconds (:mod:`.search`); returns (path, report)."""
     import onnx
 
-    if ctx.eval is None or len(ctx.eval) < 4:
-        raise UsageError("quantize: --max-accuracy-drop needs evaluation data (--eval FILE.npz, ≥ 4 samples)",
-                         "give an .npz with the model's inputs (and 'labels' if you have them)")
-    threads = ctx.threads or 2
-    search, confirm = ctx.eval.split(search_fraction, seed=0)
-    fp32_run = ort_runner(ctx.reference_for(src), threads)  # unpruned FP32: the gate's reference
+    from .bound import prepare
+
+    b = prepare(ctx, "quantize", src, search_fraction)
+    threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     variants = _variants(base)
     paths: dict[int, Path] = {}
 
+    retry: dict = {}
+
     def build(i: int, settings: StaticSettings, name: str):
         def go():
-            paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples)
+            paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples, notes=retry)
             return paths[i], ort_runner(paths[i], threads)
         return go
 
@@ -102,6 +105,11 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
         budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
         sensitivity_method=sensitivity.ISOLATED_METHOD)
     report = result.report
+    if retry:
+        from .ort_modes import warn_retry
+
+        report["per_tensor_retry"] = retry["per_tensor_retry"]
+        warn_retry(ctx, retry, "static INT8")
     if "sensitivity" in report:
         report["sensitivity"]["method"] = method[0]
     chosen_i = next(i for i, (label, _) in enumerate(variants) if label == report["quantizer_options"]["chosen"])

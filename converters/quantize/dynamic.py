@@ -72,12 +72,12 @@ def dynamic_decision(model) -> tuple[bool, str, dict]:
                    "(~10x slower than FP32 on a CNN here) and gains nothing elsewhere: use static INT8"), mix
 
 
-def quantize_dynamic(src: Path, dst: Path, per_channel: bool = False) -> Path:
+def quantize_dynamic(src: Path, dst: Path, per_channel: bool = False, nodes_to_exclude: tuple[str, ...] = ()) -> Path:
     q = require("onnxruntime.quantization", "dynamic INT8 quantization")
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
     try:
         q.quantize_dynamic(str(src), str(tmp), op_types_to_quantize=list(DYNAMIC_OPS), per_channel=per_channel,
-                           weight_type=q.QuantType.QInt8)
+                           weight_type=q.QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude) or None)
     except Exception as err:  # noqa: BLE001
         raise StageError(f"quantize: dynamic INT8 failed: {type(err).__name__}: {str(err)[:200]}",
                          "use static INT8 or --precision fp32") from err

@@ -22,14 +22,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgeopt.enums import StrEnum
+from edgeopt.enums import QuantMode, StrEnum
 
-
-class QuantMode(StrEnum):
-    AUTO = "auto"  # the search picks among the modes that fit the graph (``--quant-mode auto``)
-    STATIC = "static"
-    DYNAMIC = "dynamic"
-    WEIGHTS = "weights"
+__all__ = ["QuantMode", "Granularity", "StaticMode", "DynamicMode", "WeightsMode", "ModeConfig", "MODE_TYPES",
+           "QuantizedModel", "Quantizer"]
 
 
 class Granularity(StrEnum):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +67,25 @@ def calibration_reader(dataset, input_names: list[str], limit: int | None = None
 
 
 def pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
-    """``quant_pre_process`` (shape inference + ORT basic optimisation); on failure the input, and why."""
+    """``quant_pre_process`` (shape inference + ORT basic optimisation); on failure the input, and why. It runs
+    with ``dst``'s folder as the current directory: when symbolic shape inference fails, ONNX Runtime writes
+    ``sym_shape_infer_temp.onnx`` and an external-data file into the current directory (the user's)."""
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    with _cwd(dst.parent):
+        return _pre_process(src, dst)
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
@@ -81,8 +101,58 @@ def pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
 
 
 def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input_names: list[str],
-                    calib_samples: int | None = None) -> Path:
-    """Run ``quantize_static`` with ``settings``; any library failure becomes a StageError."""
+                    calib_samples: int | None = None, notes: dict | None = None) -> Path:
+    """Run ``quantize_static`` with ``settings``. A crash of the quantizer with per-channel weights (ORT 1.32 on
+    some valid models: ``_adjust_weight_scale_for_int32_bias``) is retried with the failing weight per-tensor
+    (named in ``notes['per_tensor_retry']``), else with every weight per-tensor; any other library failure
+    becomes a StageError."""
+    overrides: dict[str, list] = {}
+    retried: list[dict] = []
+    current = settings
+    for _ in range(16):
+        try:
+            _quantize_static_once(src, dst, current, calib, input_names, calib_samples, overrides)
+            break
+        except Exception as err:  # noqa: BLE001 - the quantizer raises anything on odd graphs
+            failing = _failing_weight(err) if current.per_channel else None
+            if failing and failing[1] not in overrides:
+                overrides[failing[1]] = [{}]  # a per-tensor override of that one weight
+                retried.append({"node": failing[0], "weight": failing[1], "error": _first_line(err),
+                                "retried": "this weight per-tensor"})
+                continue
+            if current.per_channel and not type(err).__module__.startswith("onnxruntime.capi"):  # not a run error
+                retried.append({"node": failing[0] if failing else None, "weight": failing[1] if failing else None,
+                                "error": _first_line(err), "retried": "every weight per-tensor"})
+                current, overrides = current.model_copy(update={"per_channel": False}), {}
+                continue
+            raise StageError(f"quantize: onnxruntime static INT8 ({settings.label()}) failed: {_first_line(err)}",
+                             "try --precision fp32, or a recipe that excludes the failing nodes") from err
+    if notes is not None and retried:
+        notes["per_tensor_retry"] = retried
+    return dst
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+
+
+def _failing_weight(err: Exception) -> tuple[str | None, str] | None:
+    """(node, weight initializer) the quantizer was working on when it crashed, read from its frames' locals."""
+    found = None
+    tb = err.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        info = local.get("bias_info")
+        if info is not None and getattr(info, "weight_name", None):
+            found = (getattr(info, "node_name", None), info.weight_name)
+        elif isinstance(local.get("weight_name"), str) and "quantization" in tb.tb_frame.f_code.co_filename:
+            found = (found[0] if found else None, local["weight_name"])
+        tb = tb.tb_next
+    return found
+
+
+def _quantize_static_once(src: Path, dst: Path, settings: StaticSettings, calib, input_names: list[str],
+                          calib_samples: int | None, overrides: dict) -> None:
     q = require("onnxruntime.quantization", "INT8 quantization")
     qtype = {QType.QUINT8: q.QuantType.QUInt8, QType.QINT8: q.QuantType.QInt8}
     method = {CalibMethod.MINMAX: q.CalibrationMethod.MinMax, CalibMethod.PERCENTILE: q.CalibrationMethod.Percentile}
@@ -92,30 +162,26 @@ def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input
         "CalibMovingAverage": settings.moving_average,
         "QuantizeBias": settings.quantize_bias,
     }
+    if overrides:
+        extra["TensorQuantOverrides"] = overrides
     if settings.calib_method == CalibMethod.PERCENTILE:
         extra["CalibPercentile"] = settings.percentile
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
-    try:
-        # the calibrators print progress on stdout, which belongs to the CLI's output
-        with library_prints():
-            q.quantize_static(
-                str(src), str(tmp), calibration_reader(calib, input_names, calib_samples),
-                quant_format=q.QuantFormat.QDQ,
-                op_types_to_quantize=list(settings.op_types_to_quantize) if settings.op_types_to_quantize else None,
-                per_channel=settings.per_channel,
-                reduce_range=settings.reduce_range,
-                activation_type=qtype[settings.activation_type],
-                weight_type=qtype[settings.weight_type],
-                nodes_to_exclude=list(settings.nodes_to_exclude) or None,
-                calibrate_method=method[settings.calib_method],
-                extra_options=extra,
-            )
-    except Exception as err:  # noqa: BLE001 - the quantizer raises anything on odd graphs
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise StageError(f"quantize: onnxruntime static INT8 ({settings.label()}) failed: {type(err).__name__}: {first}",
-                         "try --precision fp32, or a recipe that excludes the failing nodes") from err
+    # the calibrators print progress on stdout, which belongs to the CLI's output
+    with library_prints():
+        q.quantize_static(
+            str(src), str(tmp), calibration_reader(calib, input_names, calib_samples),
+            quant_format=q.QuantFormat.QDQ,
+            op_types_to_quantize=list(settings.op_types_to_quantize) if settings.op_types_to_quantize else None,
+            per_channel=settings.per_channel,
+            reduce_range=settings.reduce_range,
+            activation_type=qtype[settings.activation_type],
+            weight_type=qtype[settings.weight_type],
+            nodes_to_exclude=list(settings.nodes_to_exclude) or None,
+            calibrate_method=method[settings.calib_method],
+            extra_options=extra,
+        )
     tmp.replace(dst)
-    return dst
 
 
 def count_ops(path: Path) -> dict[str, int]:

@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.errors import GateFailedError
+from edgeopt.converters.base import SEARCH_BUDGET_S
+from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 
 from .sensitivity import UNRANKED
 
-DEFAULT_BUDGET_S = 120.0
+DEFAULT_BUDGET_S = SEARCH_BUDGET_S  # declared once, in converters/base.py
 OPTIONS_SHARE = 0.5  # the quantizer's options may use half the budget; the float fallback gets the rest
 
 Rank = Callable[[Any, float], list]  # (option's artifact, deadline on time.perf_counter()) -> [(op, score)], best first
@@ -196,7 +197,15 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
         if why:  # an option made pointless by the ones scored before it (e.g. bias correction on the worse preset)
             report.setdefault("options_skipped", []).append({"what": label, "why": why})
             continue
-        c = s.evaluate(label, build)
+        try:
+            c = s.evaluate(label, build)
+        except (GateFailedError, UsageError):
+            raise
+        except EdgeoptError as err:  # the quantizer crashing on one option drops that option, not the search
+            if i == len(options) - 1 and not results:
+                raise
+            report.setdefault("options_skipped", []).append({"what": label, "why": f"failed: {err.message}"})
+            continue
         results[i] = c
         if c.met:
             report["quantizer_options"] = {"chosen": label}
@@ -301,24 +310,50 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
 QUICK_S = 1.5  # the speed check's quick timing: about this many seconds of rounds for fast models
 
 
-def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20,
-                           target_s: float | None = None, max_repeats: int = 2000) -> dict:
-    """Quick interleaved latency (p50, after one warm-up): an estimate, not a benchmark. ``repeats`` rounds;
-    with ``target_s``, more for fast models (about ``target_s`` in all, at most ``max_repeats``): 20 calls of
-    a 0.1 ms model are 2 ms of samples, which one scheduler hiccup on a loaded machine decides."""
-    times: dict[str, list[float]] = {k: [] for k in runs}
+def _one_call_each_s(runs: dict[str, Callable], feed: dict) -> float:
+    """Seconds of one call of every run, after a warm-up call of each."""
     one = 0.0
     for r in runs.values():
         r(feed)
         t0 = time.perf_counter()
         r(feed)
         one += time.perf_counter() - t0
+    return one
+
+
+def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int = 20,
+                           target_s: float | None = None, max_repeats: int = 2000) -> dict:
+    """Quick interleaved latency (p50, after one warm-up): an estimate, not a benchmark. ``repeats`` rounds;
+    with ``target_s``, more for fast models (about ``target_s`` in all, at most ``max_repeats``): 20 calls of
+    a 0.1 ms model are 2 ms of samples, which one scheduler hiccup on a loaded machine decides."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    one = _one_call_each_s(runs, feed)
     rounds = repeats if target_s is None else max(repeats, min(max_repeats, int(target_s / max(one, 1e-6))))
     for _ in range(rounds):
         for k, r in runs.items():
             t0 = time.perf_counter()
             r(feed)
             times[k].append((time.perf_counter() - t0) * 1e3)
+    return {k: round(float(np.median(v)), 4) for k, v in times.items()}
+
+
+def blocked_latency_ms(runs: dict[str, Callable], feed: dict, *, calls: int = 20, rounds: int = 5,
+                       target_s: float | None = QUICK_S) -> dict:
+    """Each run timed in its own block of ``calls`` back-to-back calls (after one warm-up call), the blocks
+    alternating over ``rounds``: what one runtime leaves behind (ONNX Runtime's spinning pool threads, OpenMP)
+    falls on its own next call, not on another runtime's. With ``target_s``, more calls a block for fast models
+    (about ``target_s`` in all). Returns the p50 per run (ms): an estimate, not a benchmark."""
+    one = _one_call_each_s(runs, feed)
+    if target_s is not None:
+        calls = max(calls, min(500, int(target_s / max(one, 1e-6) / rounds)))
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, r in runs.items():
+            r(feed)
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                r(feed)
+                times[k].append((time.perf_counter() - t0) * 1e3)
     return {k: round(float(np.median(v)), 4) for k, v in times.items()}
 
 

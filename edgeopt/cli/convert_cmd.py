@@ -44,6 +44,9 @@ def convert_cmd(
                                 help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
     backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
     precision: str = PrecisionOption,
+    quant_mode: str = typer.Option(None, "--quant-mode",
+                                   help="static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
+                                   "--max-accuracy-drop the fastest that fits the graph and holds the bound)."),
     prune: str = PruneOption,
     prune_mode: str = PruneModeOption,
     recover: bool = RecoverOption,
@@ -88,7 +91,7 @@ def convert_cmd(
     if export_c:  # the tflite backend's export_c, passed as a recipe override
         recipe = _recipe_with_export_c(recipe, Path(model).stem if model else None)
     options = from_keywords(ConvertOptions, dict(
-        backend=backend, precision=precision, prune=prune, prune_mode=prune_mode, recover=recover,
+        backend=backend, precision=precision, quant_mode=quant_mode, prune=prune, prune_mode=prune_mode, recover=recover,
         recover_budget=recover_budget, calib_method=calib_method, max_accuracy_drop=max_accuracy_drop,
         min_cosine=min_cosine, search_budget=search_budget, min_speedup=min_speedup, threads=threads,
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),

@@ -1,0 +1,121 @@
+"""What every accuracy-aware INT8 search shares (ONNX Runtime, OpenVINO, TFLite), and the search over modes.
+
+:func:`prepare` is the common start: the eval data checked, split into the part the search sees and the part
+held back, and the FP32 reference run. :func:`choose_mode` is the first level of ``--precision int8`` with
+``--quant-mode auto`` and a bound: each mode that fits the graph is built once, scored on the search part
+(confirmed on the held-back part when within the bound), the ones within the bound are timed on the backend
+against FP32 in blocks, and the fastest is kept. Every other candidate is reported with why it was dropped
+(over the bound, slower, or failed to build), with its figures. When no mode holds the bound as it is, the
+caller goes on with its options and per-op float search (:mod:`.search`) on the static mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
+
+from .search import BudgetedSearch, blocked_latency_ms
+
+Build = Callable[[], tuple[Any, Callable, Any]]  # () -> (artifact, run function, QuantizedModel)
+
+
+@dataclass
+class Bounded:
+    search: Any  # the part of --eval the search sees
+    confirm: Any  # the part held back, which only confirms a hit
+    fp32_run: Callable
+    threads: int
+
+
+def prepare(ctx, prefix: str, onnx_path, fraction: float = 0.5) -> Bounded:
+    """The eval data checked and split, and the FP32 ONNX model's run (the reference of every metric)."""
+    from .accuracy_aware import ort_runner
+
+    if ctx.eval is None or len(ctx.eval) < 4:
+        raise UsageError(f"{prefix}: --max-accuracy-drop needs evaluation data (--eval FILE.npz, ≥ 4 samples)",
+                         "give an .npz with the model's inputs (and 'labels' if you have them)")
+    threads = ctx.threads or 2
+    search, confirm = ctx.eval.split(fraction, seed=0)
+    # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
+    return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads)
+
+
+@dataclass
+class ModeCandidate:
+    label: str  # "dynamic per-channel"
+    build: Build
+
+
+@dataclass
+class ModeChoice:
+    label: str | None  # the chosen candidate (None: none held the bound)
+    artifact: Any = None
+    quantized: Any = None  # its QuantizedModel
+    report: dict = field(default_factory=dict)
+    latency: dict = field(default_factory=dict)  # p50 ms per candidate timed, and "fp32"
+
+
+def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, budget_s: float, fp32_timed: Callable,
+                backend: str, progress=None, feed: dict | None = None) -> ModeChoice:
+    """The fastest candidate within ``bound`` on both parts, timed on the backend against ``fp32_timed``."""
+    s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
+                       progress=progress, what=f"INT8 mode search ({backend})")
+    built: dict[str, tuple[Any, Callable, Any]] = {}
+    rows: list[dict] = []
+    try:
+        for cand in candidates:
+            row = {"mode": cand.label, "backend": backend}
+            rows.append(row)
+
+            def build(cand=cand):
+                built[cand.label] = cand.build()
+                return built[cand.label][:2]
+
+            try:
+                c = s.evaluate(cand.label, build)
+            except (GateFailedError, UsageError):
+                raise
+            except EdgeoptError as err:  # a quantizer failing on this mode drops the mode, not the search
+                row.update(verdict="dropped", why=f"failed to build: {err.message}")
+                continue
+            q = built[cand.label][2]
+            row.update(quantized_units=q.quantized_units, float_units=q.float_units,
+                       search_value=round(c.search_value, 4), search_drop_points=round(s.drop(c.search_value), 3))
+            if c.confirm_value is not None:
+                row.update(confirm_value=round(c.confirm_value, 4),
+                           confirm_drop_points=round(s.drop(c.confirm_value, True), 3))
+            if q.notes.get("per_tensor_retry"):
+                row["per_tensor_retry"] = q.notes["per_tensor_retry"]
+            if not c.met:
+                part = "held-back" if c.confirm_value is not None else "search"
+                drop = s.drop(c.confirm_value, True) if c.confirm_value is not None else s.drop(c.search_value)
+                row.update(verdict="dropped", why=f"over the bound: drop {drop:.2f} points on the {part} part "
+                                                  f"(bound {bound:g})")
+            elif q.quantized_units == 0:
+                row.update(verdict="dropped", why="quantizes nothing (every op with weights stayed float)")
+    finally:
+        s.close()
+    within = [r["mode"] for r in rows if "verdict" not in r]
+    report = {"metric": s.report["metric"], "metric_unit": s.report["metric_unit"], "bound_points": bound,
+              "fp32": s.report["fp32"], "backend": backend, "candidates": rows,
+              "search_samples": len(b.search), "confirm_samples": len(b.confirm)}
+    if not within:
+        return ModeChoice(None, report=report)
+    runs = {"fp32": fp32_timed, **{label: built[label][1] for label in within}}
+    latency = blocked_latency_ms(runs, feed if feed is not None else b.search.feed(0))
+    best = min(within, key=lambda label: latency[label])
+    for r in rows:
+        if r["mode"] in latency:
+            r.update(latency_ms=latency[r["mode"]], speedup_vs_fp32=round(latency["fp32"] / latency[r["mode"]], 3))
+        if r["mode"] == best:
+            r.update(verdict="chosen", why="the fastest within the bound")
+        elif r["mode"] in within:
+            r.update(verdict="dropped", why=f"slower: {latency[r['mode']]:.3g} ms vs {latency[best]:.3g} ms "
+                                            f"({best})")
+    report.update(chosen=best, timing=f"p50 ms, each in its own block of calls, {b.threads} threads, vs FP32 "
+                                      f"{latency['fp32']:.3g} ms on the same backend (a quick estimate)")
+    artifact, _, quantized = built[best]
+    return ModeChoice(best, artifact, quantized, report, latency)

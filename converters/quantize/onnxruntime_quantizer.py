@@ -1,0 +1,89 @@
+"""ONNX Runtime's 8-bit quantizer (the ``quantize`` stage's, for the onnxruntime and TVM backends).
+
+- static: ``quantize_static`` in QDQ format with the profile's preset (:mod:`.ort_static`); the mode's
+  granularity sets per-channel weights;
+- dynamic: ``quantize_dynamic`` (INT8 weights, activations quantized per call), per-channel from the mode;
+  ONNX Runtime's kernels cover MatMul/Gemm/LSTM/Attention (DynamicQuantizeLSTM), not GRU, which stays float;
+- weights: not offered. ONNX Runtime has no INT8 weight-only path for these ops: its weight-only quantizer
+  (``MatMulNBits``) covers MatMul only and was made for 4-bit LLM weights; LSTM/GRU/Conv would stay float.
+
+Units are the ops that carry weights (Conv, ConvTranspose, MatMul, Gemm, LSTM, GRU, Attention): a unit is
+quantized when its integer form is in the graph (QDQ-fed, MatMulInteger, DynamicQuantizeLSTM, ...).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgeopt.enums import QuantMode
+
+from .modes import DynamicMode, Granularity, QuantizedModel, Quantizer, StaticMode, WeightsMode
+
+WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "Attention")
+INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger", "DynamicQuantizeMatMul",
+               "DynamicQuantizeLSTM", "QAttention", "MatMulIntegerToFloat", "MatMulNBits")
+
+
+def count_units(path: Path) -> tuple[int, int]:
+    """(quantized, float) weighted ops of an ONNX file (see the module doc)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    dq_of_init = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits}
+    dq_any = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+    quantized = floating = 0
+    for n in graph.node:
+        if n.op_type in INTEGER_OPS:
+            quantized += 1
+        elif n.op_type in WEIGHT_OPS:
+            if any(i in dq_of_init for i in n.input) or (any(i in dq_any for i in n.input)
+                                                          and not any(i in inits for i in n.input)):
+                quantized += 1
+            elif any(i in inits for i in n.input):
+                floating += 1
+    return quantized, floating
+
+
+class OnnxRuntimeQuantizer(Quantizer):
+    modes = (QuantMode.STATIC, QuantMode.DYNAMIC)
+
+    def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
+                 calib: Any = None, keep_float: tuple[str, ...] = (), settings: Any = None,
+                 input_names: list[str] | None = None, calib_samples: int | None = None) -> QuantizedModel:
+        """``settings``: the static mode's :class:`.ort_static.StaticSettings` (default: this machine's preset);
+        ``input_names``/``calib_samples``: what calibration feeds (default: the model's inputs, all samples)."""
+        from edgeopt.errors import UsageError
+
+        notes: dict[str, Any] = {}
+        per_channel = mode.granularity == Granularity.PER_CHANNEL
+        if mode.kind == QuantMode.STATIC:
+            from .ort_static import StaticSettings, quantize_static
+            from .presets import preset_for_profile
+
+            if calib is None or len(calib) == 0:
+                raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
+            base = settings or StaticSettings.from_preset(preset_for_profile(None)[0])
+            settings = base.model_copy(update={"per_channel": per_channel,
+                                               "nodes_to_exclude": tuple(base.nodes_to_exclude) + tuple(keep_float)})
+            quantize_static(Path(model), Path(out), settings, calib, input_names or _inputs(model), calib_samples,
+                            notes=notes)
+            notes["settings"] = settings.label()
+        elif mode.kind == QuantMode.DYNAMIC:
+            from .dynamic import quantize_dynamic
+
+            quantize_dynamic(Path(model), Path(out), per_channel=per_channel, nodes_to_exclude=keep_float)
+        else:
+            raise UsageError("quantize: ONNX Runtime offers no weight-only INT8 for these ops",
+                             "use --quant-mode dynamic (INT8 weights, activations per call) or static")
+        q, f = count_units(Path(out))
+        return QuantizedModel(Path(out), mode, q, f, tuple(keep_float), notes)
+
+
+def _inputs(model: Path) -> list[str]:
+    import onnx
+
+    g = onnx.load(str(model), load_external_data=False).graph
+    inits = {i.name for i in g.initializer}
+    return [i.name for i in g.input if i.name not in inits]

@@ -1,0 +1,142 @@
+"""OpenVINO's 8-bit quantizer (NNCF on the converted OpenVINO model).
+
+- static: ``nncf.quantize`` (INT8 weights and activations, calibrated on the user's data); per-tensor weights
+  through NNCF's advanced weight parameters;
+- weights: ``nncf.compress_weights`` INT8 (weights only, activations stay float; NNCF's INT8 weight
+  compression is per output channel, so per-tensor is refused);
+- dynamic: not offered (OpenVINO has no dynamic-activation INT8 mode for CPU models).
+
+Units are the ops that carry weights (Convolution, MatMul, LSTM/GRU sequences, ...): quantized when a weight
+input is an INT8 constant (NNCF's decompression chain) or passes a FakeQuantize.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgeopt.deps import library_prints, require
+from edgeopt.enums import QuantMode
+from edgeopt.errors import UsageError
+
+from .modes import DynamicMode, Granularity, QuantizedModel, Quantizer, StaticMode, WeightsMode
+
+WEIGHT_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData", "MatMul",
+              "LSTMSequence", "GRUSequence", "RNNSequence", "LSTMCell", "GRUCell", "RNNCell", "Gather")
+_CONST_CHAIN = {"Constant", "Convert", "Multiply", "Subtract", "Reshape", "Transpose", "Unsqueeze", "Squeeze",
+                "FakeQuantize"}
+
+
+def _constant_fed(node, depth: int = 0) -> tuple[bool, bool]:
+    """(computed from constants only, passes a FakeQuantize or an integer constant on the way)."""
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return True, node.get_output_element_type(0).is_integral()
+    if kind not in _CONST_CHAIN or depth > 6:
+        return False, False
+    found = [_constant_fed(i.get_source_output().get_node(), depth + 1) for i in node.inputs()]
+    if not all(const for const, _ in found):
+        return False, False
+    return True, kind == "FakeQuantize" or any(q for _, q in found)
+
+
+def count_units(ov_model) -> tuple[int, int]:
+    """(quantized, float) ops with weights in an OpenVINO model (see the module doc)."""
+    quantized = floating = 0
+    for op in ov_model.get_ordered_ops():
+        if op.get_type_name() not in WEIGHT_OPS:
+            continue
+        fed = [_constant_fed(i.get_source_output().get_node()) for i in op.inputs()]
+        weights = [q for const, q in fed if const]
+        if op.get_type_name() == "Gather":  # an embedding table, or an index lookup in a shape computation
+            if not weights or op.get_input_partial_shape(0).rank.get_length() < 2:
+                continue
+            weights = weights[:1]
+        if not weights or all(const for const, _ in fed):
+            continue  # no weight, or a constant-folded subgraph
+        if any(weights):
+            quantized += 1
+        else:
+            floating += 1
+    return quantized, floating
+
+
+def read_model(path: Path):
+    """An OpenVINO model from an IR (``.xml``) or an ONNX file."""
+    ov = require("openvino", "OpenVINO INT8 quantization")
+    return ov.Core().read_model(str(path)) if Path(path).suffix == ".xml" else ov.convert_model(str(path))
+
+
+def nncf_dataset(nncf, calib, input_names: list[str], limit: int | None = None):
+    n = len(calib) if limit is None else min(limit, len(calib))
+    return nncf.Dataset(calib.feeds(n), lambda feed: {k: v for k, v in feed.items() if k in input_names})
+
+
+@contextlib.contextmanager
+def nncf_logs_follow_prints():
+    """NNCF's logger writes INFO lines to the stdout it saw at import, through its own handler (at INFO, set by
+    NNCF's import, after the CLI quieted it): point it where ``library_prints`` sends prints meanwhile, stderr
+    with --verbose, else nowhere (its ignored_scope rebuild printed 76 lines of node names without it)."""
+    import logging
+
+    moved = []
+    for h in logging.getLogger("nncf").handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            moved.append((h, h.stream))  # setStream returns None, not the stream, when it is unchanged (nested)
+            h.setStream(sys.stdout)
+    try:
+        yield
+    finally:
+        for h, stream in moved:
+            h.setStream(stream)
+
+
+class OpenVINOQuantizer(Quantizer):
+    modes = (QuantMode.STATIC, QuantMode.WEIGHTS)
+
+    def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
+                 calib: Any = None, keep_float: tuple[str, ...] = (), common: dict | None = None) -> QuantizedModel:
+        """``model``: ONNX or OpenVINO IR; writes IR to ``out`` (``.xml``, exact weights). ``common``: more
+        ``nncf.quantize`` arguments (preset, subset size, ...) for the static mode."""
+        ov = require("openvino", "OpenVINO INT8 quantization")
+        ov_model = read_model(Path(model))
+        names = [p.get_any_name() for p in ov_model.inputs]
+        q = self.quantize_model(ov_model, mode, calib=calib, input_names=names, keep_float=keep_float, common=common)
+        ov.save_model(q, str(out), compress_to_fp16=False)
+        n_q, n_f = count_units(q)
+        return QuantizedModel(Path(out), mode, n_q, n_f, tuple(keep_float))
+
+    @staticmethod
+    def quantize_model(ov_model, mode, *, calib=None, input_names: list[str] | None = None,
+                       keep_float: tuple[str, ...] = (), common: dict | None = None):
+        """The quantized ``ov.Model`` (the OpenVINO backend calls this on its converted model, which stays as it was)."""
+        nncf = require("nncf", "OpenVINO INT8 quantization")
+        names = input_names or [p.get_any_name() for p in ov_model.inputs]
+        scope = nncf.IgnoredScope(names=list(keep_float), validate=False) if keep_float else None
+        with library_prints(), nncf_logs_follow_prints():  # stdout is the CLI's output
+            if mode.kind == QuantMode.STATIC:
+                if calib is None or len(calib) == 0:
+                    raise UsageError("openvino: static INT8 needs calibration data", "give --calib FILE.npz")
+                kw = dict(common or {})
+                kw.setdefault("subset_size", min(len(calib), 300))
+                if scope is not None:
+                    kw["ignored_scope"] = scope
+                if mode.granularity == Granularity.PER_TENSOR:
+                    from nncf.quantization.advanced_parameters import (
+                        AdvancedQuantizationParameters,
+                        QuantizationParameters,
+                    )
+
+                    kw["advanced_parameters"] = AdvancedQuantizationParameters(
+                        weights_quantization_params=QuantizationParameters(per_channel=False))
+                return nncf.quantize(ov_model.clone(), nncf_dataset(nncf, calib, names, kw["subset_size"]), **kw)
+            if mode.kind == QuantMode.WEIGHTS:
+                if mode.granularity == Granularity.PER_TENSOR:
+                    raise UsageError("openvino: NNCF's INT8 weight compression is per output channel only",
+                                     "use weights per-channel, or static INT8")
+                # on a copy: NNCF compresses an OpenVINO model's weights in place
+                return nncf.compress_weights(ov_model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM, ignored_scope=scope)
+        raise UsageError("openvino: dynamic INT8 is not offered by OpenVINO",
+                         "use --quant-mode weights (INT8 weights, float activations) or static")

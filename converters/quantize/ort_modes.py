@@ -1,0 +1,91 @@
+"""ONNX Runtime's modes under a bound: dynamic per-channel, dynamic per-tensor and static QDQ, each built once
+with :class:`.onnxruntime_quantizer.OnnxRuntimeQuantizer`, the fastest within the bound kept
+(:func:`.bound.choose_mode`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
+and for a pinned ``--quant-mode dynamic``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from edgeopt.errors import GateFailedError
+
+from .bound import ModeCandidate, choose_mode, prepare
+from .modes import DynamicMode, Granularity, StaticMode
+from .onnxruntime_quantizer import OnnxRuntimeQuantizer
+from .search import speed_verdict
+
+RUNTIME = "onnxruntime (CPUExecutionProvider)"
+
+
+def ort_candidates(src: Path, work: Path, threads: int, *, dynamic: tuple[Granularity, ...],
+                   static=None) -> list[ModeCandidate]:
+    """``static``: (preprocessed source, StaticSettings, input names, calib, calib_samples), or None."""
+    from .accuracy_aware import ort_runner
+
+    quantizer = OnnxRuntimeQuantizer()
+
+    def build(mode, path: Path, source: Path, **kw):
+        def go():
+            q = quantizer.quantize(source, mode, path, **kw)
+            return path, ort_runner(path, threads), q
+        return go
+
+    out = [ModeCandidate(DynamicMode(granularity=g).label(), build(DynamicMode(granularity=g), work / f"dynamic-{g.value}.onnx", src))
+           for g in dynamic]
+    if static is not None:
+        source, settings, names, calib, samples = static
+        mode = StaticMode(granularity=Granularity.PER_CHANNEL if settings.per_channel else Granularity.PER_TENSOR)
+        out.append(ModeCandidate(mode.label(), build(mode, work / "static.onnx", source, calib=calib,
+                                                      settings=settings, input_names=names, calib_samples=samples)))
+    return out
+
+
+def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, pinned: bool,
+                     static=None) -> bool:
+    """Choose among the modes into ``out``; True when one held the bound (``report['mode_search']`` says what
+    was tried and why each other was dropped). Pinned (``--quant-mode dynamic``): only dynamic, at the
+    requested granularity, and missing the bound is exit 5."""
+    from .accuracy_aware import ort_runner
+
+    b = prepare(ctx, "quantize", model_path, config.search_fraction)
+    if pinned:
+        grains = (Granularity.PER_TENSOR if config.per_channel is False else Granularity.PER_CHANNEL,)
+    else:
+        grains = (Granularity.PER_CHANNEL, Granularity.PER_TENSOR)
+    choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, dynamic=grains, static=static), b=b,
+                         bound=float(config.max_accuracy_drop), budget_s=config.search_budget_s,
+                         fp32_timed=ort_runner(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
+                         feed=(ctx.check_samples or b.search).feed(0))
+    report["mode_search"] = choice.report
+    for row in choice.report["candidates"]:
+        if row.get("per_tensor_retry"):
+            _warn_retry(ctx, row["mode"], row["per_tensor_retry"])
+    if choice.label is None:
+        if pinned:
+            best = max((r for r in choice.report["candidates"] if "search_value" in r),
+                       key=lambda r: r["search_value"], default=None)
+            raise GateFailedError(f"quantize: dynamic INT8 misses --max-accuracy-drop {config.max_accuracy_drop:g}"
+                                  + (f": {best['why']}" if best else ""),
+                                  "use --quant-mode auto (static INT8 with its search), relax the bound, or "
+                                  "--precision fp32", details=choice.report)
+        return False
+    shutil.copyfile(choice.artifact, out)
+    report.update(mode=choice.quantized.mode.kind.value, method=f"{choice.label} INT8 (onnxruntime.quantization), "
+                  "the fastest mode within the bound")
+    report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
+                                    min_speedup=config.min_speedup, ctx=ctx, prefix="quantize", threads=b.threads)
+    return True
+
+
+def _warn_retry(ctx, what: str, retried: list[dict]) -> None:
+    nodes = [r.get("node") or r.get("weight") or "?" for r in retried]
+    how = retried[-1]["retried"]
+    ctx.warn(f"quantize: ONNX Runtime's quantizer crashed with per-channel weights ({retried[0]['error'][:120]}); "
+             f"{what} retried with {how} for {', '.join(nodes[:4])}" + (" …" if len(nodes) > 4 else ""))
+
+
+def warn_retry(ctx, notes: dict, what: str) -> None:
+    if notes.get("per_tensor_retry"):
+        _warn_retry(ctx, what, notes["per_tensor_retry"])
+

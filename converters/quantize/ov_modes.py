@@ -1,0 +1,53 @@
+"""OpenVINO's modes under a bound: NNCF weight-only INT8 (``compress_weights``) and static INT8
+(``nncf.quantize``), each built once on the converted model, the fastest within the bound on OpenVINO kept
+(:func:`.bound.choose_mode`). Used by the OpenVINO backend where weight-only fits the graph (MatMul/LSTM-heavy)
+and for a pinned ``--quant-mode weights``."""
+
+from __future__ import annotations
+
+from edgeopt.errors import GateFailedError
+
+from .bound import ModeCandidate, choose_mode, prepare
+from .modes import QuantizedModel, StaticMode, WeightsMode
+from .openvino_quantizer import OpenVINOQuantizer, count_units
+from .search import speed_verdict
+
+RUNTIME = "openvino CPU (INFERENCE_PRECISION_HINT f32)"
+
+
+def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, report: dict, *, pinned: bool):
+    """The chosen quantized ``ov.Model``, or None when no mode held the bound (pinned: exit 5 instead)."""
+    import openvino as ov
+
+    from .nncf_search import compiled_run
+
+    b = prepare(ctx, "openvino", onnx_path, config.search_fraction)
+    core = ov.Core()
+    in_names = [p.get_any_name() for p in ov_model.inputs]
+    out_names = [o.name for o in b.fp32_run.session.get_outputs()]
+
+    def build(mode):
+        def go():
+            q = OpenVINOQuantizer.quantize_model(ov_model, mode, calib=calib, input_names=in_names, common=common)
+            n_q, n_f = count_units(q)
+            return q, compiled_run(core, q, in_names, out_names, b.threads), QuantizedModel(None, mode, n_q, n_f)
+        return go
+
+    modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
+    choice = choose_mode([ModeCandidate(m.label(), build(m)) for m in modes], b=b, bound=float(config.max_accuracy_drop),
+                         budget_s=config.search_budget_s, backend="openvino", progress=ctx.progress,
+                         fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
+                         feed=(ctx.check_samples or b.search).feed(0))
+    report["mode_search"] = choice.report
+    if choice.label is None:
+        if pinned:
+            row = choice.report["candidates"][0]
+            raise GateFailedError(f"openvino: weight-only INT8 misses --max-accuracy-drop {config.max_accuracy_drop:g}: "
+                                  f"{row.get('why', '')}", "use --quant-mode auto, relax the bound, or --precision fp32",
+                                  details=choice.report)
+        return None
+    report.update(mode=choice.quantized.mode.kind.value,
+                  method=f"{choice.label} INT8 (NNCF), the fastest mode within the bound")
+    report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
+                                    min_speedup=config.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads)
+    return choice.artifact

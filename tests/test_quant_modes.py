@@ -1,0 +1,273 @@
+"""INT8 modes (static, dynamic, weight-only) per backend, ``--quant-mode``, the mode search under a bound, and
+ONNX Runtime's per-channel crash retried per-tensor (issues 24 and 23).
+
+Models: a small LSTM + Linear built here with ``onnx.helper`` (random weights, so its metric is agreement with
+FP32), the digits CNN and its human-labelled data, and magika's real byte classifier (the crash).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
+from edgeopt.data import Dataset
+from edgeopt.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
+
+
+def tiny_lstm(path: Path, steps: int = 20, feat: int = 16, hidden: int = 32, out: int = 8, seed: int = 0) -> Path:
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(seed)
+    w = {"W": rng.normal(0, 0.3, (1, 4 * hidden, feat)), "R": rng.normal(0, 0.3, (1, 4 * hidden, hidden)),
+         "B": rng.normal(0, 0.1, (1, 8 * hidden)), "L": rng.normal(0, 0.3, (hidden, out))}
+    nodes = [h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2], name="tr"),
+             h.make_node("LSTM", ["xt", "W", "R", "B"], ["Y", "Yh"], hidden_size=hidden, name="lstm"),
+             h.make_node("Squeeze", ["Yh", "ax"], ["hs"], name="sq"),
+             h.make_node("MatMul", ["hs", "L"], ["y"], name="fc")]
+    inits = [nh.from_array(v.astype(np.float32), k) for k, v in w.items()] + [nh.from_array(np.array([0]), "ax")]
+    graph = h.make_graph(nodes, "tiny_lstm", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, steps, feat])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, out])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def lstm_data(n: int, seed: int) -> Dataset:
+    x = np.random.default_rng(seed).normal(size=(n, 1, 20, 16)).astype(np.float32)
+    return Dataset({"x": x}, ranks={"x": 3})
+
+
+def _ctx(tmp_path, calib, ev=None):
+    (tmp_path / "art").mkdir(exist_ok=True)
+    return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=tmp_path,
+                        calib=calib, eval=ev, check_samples=calib.subset(np.arange(4)), threads=2,
+                        record=StageRecord("quantize", {}))
+
+
+# --------------------------------------------------------------------------- each mode, each backend
+@pytest.mark.onnxruntime
+def test_onnxruntime_quantizer_static_and_dynamic_count_units_and_refuse_weights(tmp_path):
+    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+
+    model, q = tiny_lstm(tmp_path / "lstm.onnx"), OnnxRuntimeQuantizer()
+    calib = lstm_data(16, 1)
+    static = q.quantize(model, StaticMode(), tmp_path / "s.onnx", calib=calib)
+    assert (static.quantized_units, static.float_units) == (1, 1)  # QDQ quantizes the MatMul; the LSTM stays float
+    for g in Granularity:
+        dyn = q.quantize(model, DynamicMode(granularity=g), tmp_path / f"d-{g.value}.onnx")
+        assert (dyn.quantized_units, dyn.float_units) == (2, 0)  # DynamicQuantizeLSTM and the MatMul
+    kept = q.quantize(model, DynamicMode(), tmp_path / "k.onnx", keep_float=("fc",))
+    assert (kept.quantized_units, kept.float_units) == (1, 1)
+    with pytest.raises(UsageError, match="no weight-only INT8"):
+        q.quantize(model, WeightsMode(), tmp_path / "w.onnx")
+
+
+@pytest.mark.openvino
+def test_openvino_quantizer_static_and_weights_count_units_and_refuse_dynamic(tmp_path):
+    import openvino as ov
+
+    from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
+
+    q, calib = OpenVINOQuantizer(), lstm_data(16, 1)
+    model = tiny_lstm(tmp_path / "lstm.onnx")
+    static = q.quantize(model, StaticMode(), tmp_path / "s.xml", calib=calib)
+    assert (static.quantized_units, static.float_units) == (2, 0)
+    weights = q.quantize(model, WeightsMode(), tmp_path / "w.xml")
+    assert weights.quantized_units >= 1 and weights.quantized_units + weights.float_units == 2
+    assert ov.Core().read_model(str(weights.path)).get_ordered_ops()  # written, readable
+    cnn = q.quantize(DIGITS, WeightsMode(), tmp_path / "c.xml")
+    assert cnn.quantized_units == 5 and cnn.float_units == 0
+    with pytest.raises(UsageError, match="dynamic INT8 is not offered"):
+        q.quantize(model, DynamicMode(), tmp_path / "d.xml")
+    with pytest.raises(UsageError, match="per output channel only"):
+        q.quantize(model, WeightsMode(granularity=Granularity.PER_TENSOR), tmp_path / "t.xml")
+
+
+# --------------------------------------------------------------------------- the mode search
+def test_choose_mode_keeps_the_fastest_within_the_bound_and_says_why_others_were_dropped(tmp_path):
+    """Three candidates on a 4-class agreement metric: one over the bound, one within it but slow (it sleeps
+    5 ms a call), one within it and fast. The fast one is kept; the others are dropped with their reasons."""
+    from edgeopt.converters.quantize.bound import Bounded, ModeCandidate, choose_mode
+    from edgeopt.converters.quantize.modes import QuantizedModel
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 4))
+    data = Dataset({"x": rng.normal(size=(40, 8)).astype(np.float32)}, ranks={"x": 1})
+    search, confirm = data.split(0.5, seed=0)
+
+    def fp32(feed):
+        return {"y": feed["x"] @ w}
+
+    def noisy(scale, delay=0.0):
+        def run(feed):
+            if delay:
+                time.sleep(delay)
+            return {"y": feed["x"] @ w + scale * rng.normal(size=(1, 4))}
+        return run
+
+    def cand(label, run, mode):
+        return ModeCandidate(label, lambda: (label, run, QuantizedModel(None, mode, 2, 0)))
+
+    choice = choose_mode([cand("dynamic per-tensor", noisy(50.0), DynamicMode(granularity=Granularity.PER_TENSOR)),
+                          cand("static per-channel", noisy(0.0, 0.005), StaticMode()),
+                          cand("dynamic per-channel", noisy(0.0), DynamicMode())],
+                         b=Bounded(search, confirm, fp32, 2), bound=1.0, budget_s=60, fp32_timed=fp32,
+                         backend="onnxruntime")
+    rows = {r["mode"]: r for r in choice.report["candidates"]}
+    assert choice.label == "dynamic per-channel" and rows["dynamic per-channel"]["verdict"] == "chosen"
+    assert rows["dynamic per-tensor"]["verdict"] == "dropped"
+    assert rows["dynamic per-tensor"]["why"].startswith("over the bound: drop")
+    assert rows["dynamic per-tensor"]["search_drop_points"] > 1.0 and "latency_ms" not in rows["dynamic per-tensor"]
+    assert rows["static per-channel"]["why"].startswith("slower:")
+    assert rows["static per-channel"]["latency_ms"] > rows["dynamic per-channel"]["latency_ms"]
+    json.dumps(choice.report)
+
+
+def test_the_users_metric_drives_the_mode_choice(tmp_path):
+    """Two candidates: a fast one whose outputs are FP32's times 10 (the same argmax: the default agreement metric
+    sees no difference) and a slow exact one. With the default metric the fast one is kept; with the user's metric
+    (``--metric my_metric:closeness``, read through the conversion's metric context), which scores how close the
+    outputs are to FP32's, the fast one is over the bound and the slow one is kept."""
+    from edgeopt.converters.quantize.bound import Bounded, ModeCandidate, choose_mode
+    from edgeopt.converters.quantize.modes import QuantizedModel
+    from edgeopt.metrics import as_metric_spec, metric_context
+
+    (tmp_path / "my_metric.py").write_text(
+        "import numpy as np\n"
+        "def closeness(outputs, labels, reference):\n"
+        "    err = [np.abs(o['y'] - r['y']).max() / np.abs(r['y']).max() for o, r in zip(outputs, reference)]\n"
+        "    return 100.0 * float(np.mean(np.asarray(err) < 0.01))\n")
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 4))
+    search, confirm = Dataset({"x": rng.normal(size=(40, 8)).astype(np.float32)}, ranks={"x": 1}).split(0.5, seed=0)
+
+    def fp32(feed):
+        return {"y": feed["x"] @ w}
+
+    def slow(feed):
+        time.sleep(0.005)
+        return fp32(feed)
+
+    def choose():
+        cands = [ModeCandidate(label, lambda lb=label, run=run: (lb, run, QuantizedModel(None, DynamicMode(), 1, 0)))
+                 for label, run in (("scaled", lambda f: {"y": 10 * fp32(f)["y"]}), ("exact", slow))]
+        return choose_mode(cands, b=Bounded(search, confirm, fp32, 2), bound=1.0, budget_s=60, fp32_timed=fp32,
+                           backend="onnxruntime")
+
+    assert choose().label == "scaled"
+    with metric_context(as_metric_spec("my_metric:closeness"), [tmp_path]):
+        mine = choose()
+    assert mine.label == "exact" and mine.report["metric"].endswith("my_metric:closeness")
+    assert mine.report["candidates"][0]["why"].startswith("over the bound: drop 100.00")
+
+
+def _quantize_report(art: Path, stage: str) -> dict:
+    manifest = json.loads((art / "manifest.json").read_text())
+    return next(s["report"] for s in manifest["stages"] if s["name"] == stage)
+
+
+@pytest.mark.openvino
+def test_auto_with_a_bound_tries_weight_only_on_a_recurrent_model_and_only_static_on_a_cnn(tmp_path, cli):
+    """OpenVINO: on the LSTM, weight-only and static are both built; static INT8 of this LSTM's activations is
+    far over the bound (dropped, with its figures) and weight-only is kept. On the digits CNN only static is
+    tried. The manifest names the mode, the backend and the quantized/float op counts."""
+    model = tiny_lstm(tmp_path / "lstm.onnx")
+    np.savez(tmp_path / "cal.npz", x=lstm_data(64, 1).arrays["x"][:, 0])
+    np.savez(tmp_path / "ev.npz", x=lstm_data(64, 2).arrays["x"][:, 0])
+    r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
+            "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "5",
+            "-o", str(tmp_path / "ov"), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = _quantize_report(tmp_path / "ov", "openvino")
+    rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
+    assert set(rows) == {"weights per-channel", "static per-channel"}
+    assert rows["static per-channel"]["verdict"] == "dropped" and "over the bound" in rows["static per-channel"]["why"]
+    assert rep["mode"] == "weights" and rows["weights per-channel"]["verdict"] == "chosen"
+    assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
+    data = REPO / "fixtures" / "data"
+    r = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
+            "--calib", str(data / "digits_calib.npz"), "--eval", str(data / "digits_test.npz"),
+            "--max-accuracy-drop", "1", "-o", str(tmp_path / "cnn"), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = _quantize_report(tmp_path / "cnn", "openvino")
+    assert rep["mode"] == "static" and "mode_search" not in rep and "weight-only not tried" in rep["mode_reason"]
+    assert rep["quantized"]["quantized_units"] == 5 and rep["quantized"]["float_units"] == 0
+
+
+@pytest.mark.onnxruntime
+def test_pinned_quant_mode_on_the_cli_and_a_mode_the_backend_lacks(tmp_path, cli):
+    model = tiny_lstm(tmp_path / "lstm.onnx")
+    np.savez(tmp_path / "cal.npz", x=lstm_data(32, 1).arrays["x"][:, 0])
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+            "--quant-mode", "dynamic", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "d"), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = _quantize_report(tmp_path / "d", "quantize")
+    assert rep["mode"] == "dynamic" and rep["quantized"] == {**rep["quantized"], "quantized_units": 2, "float_units": 0}
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+            "--quant-mode", "static", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "s"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert _quantize_report(tmp_path / "s", "quantize")["quantized"]["float_units"] == 1  # its LSTM stays float
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+            "--quant-mode", "weights", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "w"))
+    assert r.returncode == 2 and "does not offer weights INT8" in r.stderr and "--quant-mode static" in r.stderr
+    r = cli("convert", str(model), "--profile", "host", "--quant-mode", "dynamc", "--dry-run")
+    assert r.returncode == 2 and "--quant-mode 'dynamc'" in r.stderr
+
+
+@pytest.mark.onnxruntime
+def test_auto_with_a_bound_on_a_recurrent_model_tries_dynamic_and_static_on_onnxruntime(tmp_path):
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+
+    model = tiny_lstm(tmp_path / "lstm.onnx")
+    ctx = _ctx(tmp_path, lstm_data(32, 1), lstm_data(64, 2))
+    QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=50.0, backend="onnxruntime"), ctx)
+    rep = ctx.record.report
+    rows = rep["mode_search"]["candidates"]
+    assert [r["mode"] for r in rows] == ["dynamic per-channel", "dynamic per-tensor", "static per-channel"]
+    chosen = [r for r in rows if r["verdict"] == "chosen"]
+    assert len(chosen) == 1 and chosen[0]["latency_ms"] == min(r["latency_ms"] for r in rows if "latency_ms" in r)
+    assert rep["mode"] == chosen[0]["mode"].split()[0] and rep["quantized"]["backend"] == "onnxruntime"
+    assert rep["speed"]["speedup_vs_fp32"] is not None
+
+
+# --------------------------------------------------------------------------- the per-channel crash (#23)
+@pytest.mark.onnxruntime
+@pytest.mark.realmodels
+def test_per_channel_crash_on_magika_is_retried_per_tensor_for_the_failing_weight(tmp_path, monkeypatch):
+    """ORT 1.32's quantize_static(per_channel=True) crashes on magika's byte classifier (ValueError in
+    _adjust_weight_scale_for_int32_bias); the stage retries that weight per-tensor, names it, and goes on. Its
+    symbolic shape inference fails too, and ONNX Runtime then writes temp files into the current directory:
+    the user's folder stays as it was."""
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from fixtures.real_models import package_dir
+
+    root = package_dir("magika")
+    model = root / "models" / "standard_v3_3" / "model.onnx" if root else None
+    if model is None or not model.is_file():
+        pytest.skip("magika is not installed")
+    rng = np.random.default_rng(0)
+    data = Dataset({"bytes": rng.integers(0, 257, size=(16, 1, 2048)).astype(np.int32)}, ranks={"bytes": 2})
+    user = tmp_path / "user"
+    user.mkdir()
+    monkeypatch.chdir(user)
+    ctx = _ctx(tmp_path, data)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", calib_samples=8), ctx)
+    assert list(user.iterdir()) == []
+    retry = ctx.record.report["per_tensor_retry"]
+    assert retry[0]["error"].startswith("ValueError") and retry[0]["node"] and retry[0]["retried"] == "this weight per-tensor"
+    assert any("retried with this weight per-tensor for " + retry[0]["node"] in w for w in ctx.warnings)
+    assert ctx.record.report["quantized"]["quantized_units"] >= 1 and out.path.is_file()
+
