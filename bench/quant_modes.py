@@ -153,7 +153,7 @@ def candidates(model: Path, calib: Dataset, work: Path, threads: int) -> list[di
     """Each (backend, mode) built once, with its run function and op counts."""
     import openvino as ov
 
-    from edgeopt.converters.quantize.accuracy_aware import ort_runner
+    from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
     from edgeopt.converters.quantize.nncf_search import compiled_run
     from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer, count_units

@@ -45,7 +45,7 @@ def analyze(model, profile="host", *, input_shapes=None, profile_dirs=None):
 # The other verbs' API functions live beside their logic; they are re-exported here (lazily, so that
 # ``import edgeopt`` stays light) so that ``edgeopt.api`` is the one place a Python user looks.
 _LAZY = {
-    "convert": ("edgeopt.convert", "convert"),
+    "convert": ("edgeopt.convert_on_device", "convert"),  # edgeopt.convert.convert + --verify-on
     "load_artifact": ("edgeopt.artifact", "load_artifact"),
     "make_plan": ("edgeopt.plan", "make_plan"),
     "bench_artifacts": ("edgeopt.bench.api", "bench_artifacts"),

@@ -54,14 +54,17 @@ def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
 
 
 def convert(model, profile, output, options: ConvertOptions | None = None, *, progress=None, on_warning=None,
-            plan=None, **keywords) -> ConvertResult:
+            plan=None, verifier=None, **keywords) -> ConvertResult:
     """Convert ``model`` for ``profile`` into the artifact directory ``output`` (see the module doc).
     ``options``: a :class:`edgeopt.options.ConvertOptions` (the chain options, the data, the recipe, ``force``,
     ``dry_run``...), or the same fields as keywords (``precision="int8"``; an unknown one is exit 2 with
     "did you mean"). ``metric``: the task metric (a :class:`edgeopt.metrics.MetricSpec`, a name such as
     ``"ctc"`` or ``"pkg.module:function"``, or a mapping); None: the recipe's, else chosen from the output
     and labels. ``plan``: an :class:`edgeopt.plan.Plan` the caller already made for ``profile`` (a cache keyed
-    by its hash converts exactly that plan); the chain options are then not used."""
+    by its hash converts exactly that plan); the chain options are then not used. ``verifier``: what
+    ``verify_on`` runs (``edgeopt/convert_on_device.py`` makes it: this module never imports ``remote``, whose
+    remote-bench converts through it): ``check()`` before any work, ``verify(artifact_dir, samples, precision,
+    threads)`` before the artifact is published."""
     from edgeopt.options import from_keywords
 
     if options is not None and keywords:
@@ -69,13 +72,18 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
 
         raise UsageError(f"convert: give the options as ConvertOptions or as keywords, not both ({', '.join(keywords)})")
     o = options if options is not None else from_keywords(ConvertOptions, keywords, where="convert")
+    if o.verify_on and verifier is None:
+        from edgeopt.errors import UsageError
+
+        raise UsageError("verify_on needs the device verifier", "call edgeopt.convert (the API) or the CLI")
     from edgeopt.run_tmp import run_temp_dir
 
     with run_temp_dir():  # the libraries' leftovers (ORT's .ses, TF's autograph files, torch's cache) go with it
-        return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan)
+        return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan,
+                        verifier=verifier)
 
 
-def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan) -> ConvertResult:
+def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None) -> ConvertResult:
     from edgeopt.chain import check_samples, execute
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
@@ -104,10 +112,8 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     plan = plan or make_plan(prof, o.chain_request(), recipe=recipe, input_shapes=shapes)
     for w in plan.warnings:
         warn(w)
-    if o.verify_on:  # an unknown device, or an emulated one not started, before any work
-        from edgeopt.remote.verify import check_verify_device
-
-        check_verify_device(o.verify_on)
+    if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work
+        verifier.check()
     if o.dry_run:  # the checks the real run makes before its first stage (a torch source is not exported)
         if model is not None and o.from_torch is None:
             _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
@@ -172,11 +178,9 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
                 from edgeopt.converters.prune_blame import blame_pruning
 
                 raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
-            if o.verify_on:  # on the device before the rename: a mismatch publishes nothing (exit 5)
-                from edgeopt.remote.verify import verify_on
-
-                manifest.verified_on = verify_on(tmp, o.verify_on, ctx.check_samples, plan.precision.value,
-                                                 threads=plan.options.threads)
+            if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
+                manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
+                                                       threads=plan.options.threads)
                 manifest = write_manifest(tmp, manifest)
             publish(tmp, out, force=o.force)
         except BaseException:

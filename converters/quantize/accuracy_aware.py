@@ -13,37 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from edgeopt.converters.base import CalibMethod
 
 from . import sensitivity
+from .bound import ort_runner
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .search import DEFAULT_BUDGET_S, QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
-
-
-def ort_runner(model, threads: int | None = 2, spinning: bool = True):
-    """A run function for an ONNX path or ModelProto (first output's name order kept). ``spinning=False``: the
-    pool threads sleep after a call instead of spinning (``session.intra_op.allow_spinning`` 0), as any speed
-    check that alternates ONNX Runtime with another runtime needs (spinning threads steal its cores)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    if not spinning:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    inputs = {i.name for i in sess.get_inputs()}
-
-    def run(feed):
-        return dict(zip(names, sess.run(names, {k: np.asarray(v) for k, v in feed.items() if k in inputs}), strict=True))
-
-    run.session = sess
-    return run
 
 
 def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 
 from .search import BudgetedSearch, blocked_latency_ms
@@ -30,10 +32,32 @@ class Bounded:
     threads: int
 
 
+def ort_runner(model, threads: int | None = 2, spinning: bool = True):
+    """A run function for an ONNX path or ModelProto (first output's name order kept). ``spinning=False``: the
+    pool threads sleep after a call instead of spinning (``session.intra_op.allow_spinning`` 0), as any speed
+    check that alternates ONNX Runtime with another runtime needs (spinning threads steal its cores)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    inputs = {i.name for i in sess.get_inputs()}
+
+    def run(feed):
+        return dict(zip(names, sess.run(names, {k: np.asarray(v) for k, v in feed.items() if k in inputs}), strict=True))
+
+    run.session = sess
+    return run
+
+
 def prepare(ctx, prefix: str, onnx_path, fraction: float = 0.5) -> Bounded:
     """The eval data checked and split, and the FP32 ONNX model's run (the reference of every metric)."""
-    from .accuracy_aware import ort_runner
-
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError(f"{prefix}: --max-accuracy-drop needs evaluation data (--eval FILE.npz, ≥ 4 samples)",
                          "give an .npz with the model's inputs (and 'labels' if you have them)")

@@ -21,7 +21,7 @@ RUNTIME = "onnxruntime (CPUExecutionProvider)"
 def ort_candidates(src: Path, work: Path, threads: int, *, dynamic: tuple[Granularity, ...],
                    static=None) -> list[ModeCandidate]:
     """``static``: (preprocessed source, StaticSettings, input names, calib, calib_samples), or None."""
-    from .accuracy_aware import ort_runner
+    from .bound import ort_runner
 
     quantizer = OnnxRuntimeQuantizer()
 
@@ -46,7 +46,7 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     """Choose among the modes into ``out``; True when one held the bound (``report['mode_search']`` says what
     was tried and why each other was dropped). Pinned (``--quant-mode dynamic``): only dynamic, at the
     requested granularity, and missing the bound is exit 5."""
-    from .accuracy_aware import ort_runner
+    from .bound import ort_runner
 
     b = prepare(ctx, "quantize", model_path, config.search_fraction)
     if pinned:

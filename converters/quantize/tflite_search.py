@@ -34,7 +34,7 @@ def search_tflite(backend, model, config, ctx, *, onnx_in, onnx_out, keep, calib
     """Returns (runtime, checks, report) of the chosen conversion, whose file is then at ``target``."""
     from edgeopt.converters.backends.tflite_convert import MODEL_FILE, IODtype, int8_file, run_onnx2tf
 
-    from .accuracy_aware import ort_runner
+    from .bound import ort_runner
 
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError("tflite: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",

@@ -80,7 +80,7 @@ def convert_cmd(
 ) -> None:
     """Convert a model for a device profile into a validated artifact directory."""
     from edgeopt.cli.options import metric_spec
-    from edgeopt.convert import convert
+    from edgeopt.convert_on_device import convert
     from edgeopt.errors import UsageError
     from edgeopt.options import ConvertOptions, from_keywords
 

@@ -123,10 +123,12 @@ def start_emulator(profile: str = "pi5", name: str | None = None, port: int | No
     """Start an emulated device and add it to the inventory; returns its state."""
     from edgeopt.profiles import load_profile
 
+    from .sysroot import COMPLETE, sysroot_dir
     from .tools import check_tools
 
     name = validate_name(name or f"{profile}-emu")
-    check_tools(load_profile(profile).arch)  # every missing system tool named at once, before any work
+    # every missing system tool named at once, before any work (mmdebstrap only while the sysroot isn't built)
+    check_tools(load_profile(profile).arch, sysroot_built=(sysroot_dir() / COMPLETE).is_file())
     d = emulate_root() / name
     old = _read_state(name)
     if old and pid_alive(old.get("pid")):

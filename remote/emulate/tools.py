@@ -24,22 +24,21 @@ def find_tool(*names: str) -> str | None:
     return None
 
 
-def needed_tools(arch: str, host_arch: str | None = None) -> dict[tuple[str, ...], str]:
+def needed_tools(arch: str, host_arch: str | None = None, *, sysroot_built: bool = False) -> dict[tuple[str, ...], str]:
     """The tools an emulated device of ``arch`` needs here: sshd and ssh-keygen always; for another
-    architecture qemu-user, and mmdebstrap while the sysroot is not built yet."""
-    from .sysroot import COMPLETE, sysroot_dir
-
+    architecture qemu-user, and mmdebstrap while the sysroot is not built yet (``sysroot_built``)."""
     tools = dict(SSH_TOOLS)
     if arch != (host_arch or os.uname().machine):
         tools.update(QEMU)
-        if not (sysroot_dir() / COMPLETE).is_file():
+        if not sysroot_built:
             tools.update(SYSROOT_BUILDER)
     return tools
 
 
-def check_tools(arch: str) -> None:
+def check_tools(arch: str, *, sysroot_built: bool = False) -> None:
     """Exit 4 naming every missing tool at once, with the one apt command that installs them all."""
-    missing = {names: pkg for names, pkg in needed_tools(arch).items() if not find_tool(*names)}
+    missing = {names: pkg for names, pkg in needed_tools(arch, sysroot_built=sysroot_built).items()
+               if not find_tool(*names)}
     if not missing:
         return
     what = ", ".join(f"{names[0]} (package {pkg})" for names, pkg in missing.items())
