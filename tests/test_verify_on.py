@@ -100,7 +100,7 @@ def test_a_mismatch_is_exit_5_naming_the_output_and_writes_nothing(emulated_x86,
     import shutil
 
     import edgeopt.runtime
-    from edgeopt.convert import convert
+    from edgeopt.convert_on_device import convert  # the public convert: it runs --verify-on
     from edgeopt.errors import GateFailedError
     from edgeopt.remote import verify
 
