@@ -183,7 +183,7 @@ class TFLiteBackend(Backend):
             shutil.copyfile(made.path, tmp)
         report.update(method=f"ai-edge-quantizer {version_of('ai-edge-quantizer')}: {made.mode.label()}",
                       quantized_ops=made.quantized_units, float_ops=made.float_units,
-                      kept_in_float=list(made.kept_float))
+                      kept_in_float=list(made.kept_float), forced_float=made.notes.get("forced_float", []))
         return self.checks(model.path, runtime, ctx)
 
     # ------------------------------------------------------------------ io map and check

@@ -31,6 +31,9 @@ SIGNATURE = "serving_default"
 _INT_TYPES = {3, 7, 9}  # flatbuffer TensorType UINT8, INT16, INT8
 _FLOAT_TYPES = {0, 1}  # FLOAT32, FLOAT16
 _QDQ = {6, 114}  # BuiltinOperator DEQUANTIZE, QUANTIZE
+SMOKE_SAMPLES = 16  # calibration samples a quantized model must run on (no delegate) before it is used
+MAX_REPAIRS = 8  # ops kept float because their INT8 kernel failed on those samples
+_FAILED = re.compile(r"Node number (\d+) \((\w+)\) failed to (?:invoke|prepare)")
 
 
 def _scope(sg, op) -> str:
@@ -94,6 +97,7 @@ class TFLiteQuantizer(Quantizer):
 
     def __init__(self, io_inputs: list[dict], *, samples: int = 200, float_io: bool = True):
         self.io_inputs, self.samples, self.float_io = list(io_inputs), int(samples), bool(float_io)
+        self._calibrated: dict[str, dict] = {}
 
     def recipe(self, mode: StaticMode | DynamicMode | WeightsMode, keep_float: tuple[str, ...] = ()) -> list[dict]:
         from ai_edge_quantizer import qtyping, recipe_manager
@@ -104,6 +108,8 @@ class TFLiteQuantizer(Quantizer):
         every = qtyping.TFLOperationName.ALL_SUPPORTED
         if mode.kind == QuantMode.STATIC:
             rm.add_static_config(".*", every, activation_num_bits=8, weight_num_bits=mode.bits, weight_granularity=gran)
+            # LiteRT's INT8 DIV fails at run time when a divisor quantizes to its zero point: divisions stay float
+            rm.add_quantization_config(".*", qtyping.TFLOperationName.DIV, None, "no_quantize")
             if self.float_io:
                 for io in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):
                     rm.add_quantization_config(".*", io, None, "no_quantize")
@@ -117,34 +123,63 @@ class TFLiteQuantizer(Quantizer):
 
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
                  calib: Any = None, keep_float: tuple[str, ...] = ()) -> QuantizedModel:
+        """Quantize, then run the result on a few calibration samples without a delegate: an op whose INT8
+        kernel fails there (a DIV whose divisor quantizes to zero, say) is kept float and the model
+        quantized again (``notes['forced_float']`` names each, with LiteRT's reason)."""
+        keep, forced = list(keep_float), []
+        feeds = self.signature_feeds(model, calib)[:SMOKE_SAMPLES] if calib is not None and len(calib) else []
+        for _ in range(MAX_REPAIRS + 1):
+            self._once(model, mode, out, calib, tuple(keep))
+            bad = _failing_op(out, feeds)
+            if bad is None:
+                counts = op_counts(out)
+                return QuantizedModel(Path(out), mode, counts["quantized_ops"], counts["float_ops"], tuple(keep_float),
+                                      notes={**counts, "forced_float": forced})
+            if bad["scope"] in keep:
+                break
+            forced.append(bad)
+            keep.append(bad["scope"])
+        raise StageError(f"tflite: the {mode.label()} INT8 model does not run: op {bad['op']} failed ({bad['why']})",
+                         "try --precision fp16, or another --backend")
+
+    def _once(self, model: Path, mode, out: Path, calib, keep_float: tuple[str, ...]) -> None:
         from edgeopt.deps import require
+        from edgeopt.files import atomic_path
 
         quantizer = require("ai_edge_quantizer.quantizer", "INT8 for the TFLite backend")
-        q = quantizer.Quantizer(str(model), self.recipe(mode, tuple(keep_float)))
+        q = quantizer.Quantizer(str(model), self.recipe(mode, keep_float))
         calibration = None
         if q.need_calibration:
-            if calib is None or len(calib) == 0:
-                raise StageError("tflite: static INT8 needs calibration data", "give --calib FILE.npz")
-            try:
-                feeds = self.signature_feeds(model, calib)
-                with _silenced():
-                    calibration = q.calibrate({SIGNATURE: feeds}, num_threads=1)
-            except (ValueError, RuntimeError) as err:
-                raise StageError(f"tflite: ai-edge-quantizer could not calibrate the model: {_first(err)}",
-                                 "try --precision fp16, or another --backend") from err
+            calibration = self.calibrate(model, calib)
         try:
             with _silenced():
                 result = q.quantize(calibration, enable_progress_report=False)
         except (ValueError, RuntimeError, KeyError) as err:
             raise StageError(f"tflite: ai-edge-quantizer failed ({mode.label()}): {_first(err)}",
                              "try --precision fp16, or another --backend") from err
-        from edgeopt.files import atomic_path
-
         with atomic_path(out) as tmp:
             tmp.write_bytes(bytes(result.quantized_model))
-        counts = op_counts(out)
-        return QuantizedModel(Path(out), mode, counts["quantized_ops"], counts["float_ops"], tuple(keep_float),
-                              notes=counts)
+
+    def calibrate(self, model: Path, calib) -> dict:
+        """Activation ranges of every tensor, from the full static recipe: computed once per float model and
+        reused by every candidate (keeping ops float, or the other weight granularity, changes no range)."""
+        from edgeopt.deps import require
+
+        key = str(Path(model).resolve())
+        if key in self._calibrated:
+            return self._calibrated[key]
+        if calib is None or len(calib) == 0:
+            raise StageError("tflite: static INT8 needs calibration data", "give --calib FILE.npz")
+        quantizer = require("ai_edge_quantizer.quantizer", "INT8 for the TFLite backend")
+        q = quantizer.Quantizer(str(model), self.recipe(StaticMode()))
+        try:
+            feeds = self.signature_feeds(model, calib)
+            with _silenced():
+                self._calibrated[key] = q.calibrate({SIGNATURE: feeds}, num_threads=1)
+        except (ValueError, RuntimeError) as err:
+            raise StageError(f"tflite: ai-edge-quantizer could not calibrate the model: {_first(err)}",
+                             "try --precision fp16, or another --backend") from err
+        return self._calibrated[key]
 
     def signature_feeds(self, model: Path, data) -> list[dict[str, np.ndarray]]:
         """Samples of ``data`` (ONNX names and layout) as the signature's inputs (names, layout, dtype)."""
@@ -162,6 +197,31 @@ class TFLiteQuantizer(Quantizer):
                 one[entry["runtime_name"]] = np.ascontiguousarray(arr.astype(details[entry["runtime_name"]]["dtype"]))
             feeds.append(one)
         return feeds
+
+
+def _failing_op(path: Path, feeds: list[dict]) -> dict | None:
+    """The op (scope, type, LiteRT's reason) whose kernel fails on one of ``feeds``, or None when all run."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from edgeopt.runtime.runners.tflite import quantize
+
+    if not feeds:
+        return None
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    sig = it.get_signature_runner(SIGNATURE)
+    ins = dict(sig.get_input_details())
+    for feed in feeds:
+        try:
+            sig(**{k: quantize(v, ins[k]) for k, v in feed.items()})
+        except RuntimeError as err:
+            m = _FAILED.search(str(err))
+            _, ops = read_ops(path)
+            if not m or int(m.group(1)) >= len(ops):
+                raise StageError(f"tflite: the INT8 model does not run: {_first(err)}",
+                                 "try --precision fp16, or another --backend") from err
+            op = ops[int(m.group(1))]
+            return {"scope": op["scope"], "op": op["type"], "why": _first(err).split("Node number")[0].strip()}
+    return None
 
 
 @contextlib.contextmanager
