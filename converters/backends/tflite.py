@@ -158,7 +158,7 @@ class TFLiteBackend(Backend):
               runtime: dict, report: dict) -> dict:
         """Quantize the float ``.tflite`` into ``target`` (static INT8 on ``--calib``; with
         ``--max-accuracy-drop`` the search of :mod:`..quantize.tflite_search`); returns the checks vs ONNX."""
-        from edgeopt.converters.quantize.modes import Granularity, StaticMode
+        from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode
         from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
         from edgeopt.deps import version_of
 
@@ -177,8 +177,14 @@ class TFLiteBackend(Backend):
             made, report["accuracy_aware"] = search_tflite(self, quantizer, float_tflite, model, config, ctx,
                                                            runtime=runtime, granularity=gran)
         else:
-            made = quantizer.quantize(float_tflite, StaticMode(granularity=gran), ctx.work_dir / "int8.tflite",
-                                      calib=ctx.calib)
+            try:
+                made = quantizer.quantize(float_tflite, StaticMode(granularity=gran), ctx.work_dir / "int8.tflite",
+                                          calib=ctx.calib)
+            except StageError as err:  # e.g. a recurrent layer's WHILE loop, which static INT8 cannot calibrate
+                ctx.warn(f"tflite: static INT8 could not be made ({err.message.removeprefix('tflite: ')}); "
+                         "wrote dynamic-range INT8 (INT8 weights, activations quantized at run time)")
+                report["static_failed"] = err.message
+                made = quantizer.quantize(float_tflite, DynamicMode(), ctx.work_dir / "int8.tflite")
         with atomic_path(target) as tmp:
             shutil.copyfile(made.path, tmp)
         report.update(method=f"ai-edge-quantizer {version_of('ai-edge-quantizer')}: {made.mode.label()}",

@@ -237,8 +237,9 @@ def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: 
     for name in keep_channel_last:
         args += ["-kt", name]
     argv = [sys.executable, "-c", DRIVER, str(tflite_out.resolve()), "1" if fp16 else "0", *args]
+    (work_dir / "tmp").mkdir(exist_ok=True)  # TensorFlow's autograph files go there, removed with the work dir
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1",
-           "NO_COLOR": "1"}
+           "NO_COLOR": "1", "TMPDIR": str((work_dir / "tmp").resolve())}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     bar = progress("onnx2tf: " + ("FP16" if fp16 else "FP32"), None) if progress else nullcontext()
     with open(log_path, "ab") as log, bar as tick:

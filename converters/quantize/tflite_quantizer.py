@@ -49,12 +49,18 @@ def _name(tensor) -> str:
 
 
 def read_ops(path: Path) -> tuple[Any, list[dict]]:
-    """(model, ops of the main subgraph): each op's index, type name, scope, inputs, outputs, whether it is
-    a quantize/dequantize op."""
+    """(model, ops of the main subgraph): see :func:`subgraph_ops`."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
 
     model = fu.read_model(Path(path).read_bytes())
-    sg = model.subgraphs[0]
+    return model, subgraph_ops(model, 0)
+
+
+def subgraph_ops(model, subgraph: int) -> list[dict]:
+    """Each op of one subgraph: index, type name, scope, inputs, outputs, whether it is a quantize/dequantize op."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
+
+    sg = model.subgraphs[subgraph]
     ops = []
     for i, op in enumerate(sg.operators):
         code = model.operatorCodes[op.opcodeIndex]
@@ -63,27 +69,28 @@ def read_ops(path: Path) -> tuple[Any, list[dict]]:
         ops.append({"index": i, "type": str(getattr(kind, "value", kind) or f"op{builtin}"), "scope": _scope(sg, op),
                     "inputs": [int(t) for t in op.inputs if t >= 0], "outputs": [int(t) for t in op.outputs if t >= 0],
                     "qdq": builtin in _QDQ})
-    return model, ops
+    return ops
 
 
 def op_counts(path: Path) -> dict:
-    """Ops of the main subgraph that compute on 8-bit data (or read INT8 weights) vs those that stay float;
-    quantize/dequantize ops are counted apart."""
-    model, ops = read_ops(path)
-    tensors = model.subgraphs[0].tensors
-    dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
-                   if any(int(tensors[i].type) in _INT_TYPES for i in op["inputs"])}
-    quantized = floating = 0
-    for op in ops:
-        if op["qdq"]:
-            continue
-        types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
-        if types & _INT_TYPES or dequantized & set(op["inputs"]):
-            quantized += 1
-        elif types & _FLOAT_TYPES:
-            floating += 1
-    return {"quantized_ops": quantized, "float_ops": floating,
-            "quantize_dequantize_ops": sum(1 for op in ops if op["qdq"])}
+    """Ops of every subgraph (a recurrent layer's WHILE body included) that compute on 8-bit data or read
+    INT8 weights vs those that stay float; quantize/dequantize ops are counted apart."""
+    model, _ = read_ops(path)
+    quantized = floating = qdq = 0
+    for k, sg in enumerate(model.subgraphs):
+        ops, tensors = subgraph_ops(model, k), sg.tensors
+        dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
+                       if any(int(tensors[i].type) in _INT_TYPES for i in op["inputs"])}
+        for op in ops:
+            types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
+            if op["qdq"]:
+                qdq += 1
+            elif types & _INT_TYPES or dequantized & set(op["inputs"]):
+                quantized += 1
+            elif types & _FLOAT_TYPES:
+                floating += 1
+    return {"quantized_ops": quantized, "float_ops": floating, "quantize_dequantize_ops": qdq,
+            "subgraphs": len(model.subgraphs)}
 
 
 class TFLiteQuantizer(Quantizer):

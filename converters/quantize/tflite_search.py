@@ -5,7 +5,8 @@ The search of :mod:`.search` over :class:`.tflite_quantizer.TFLiteQuantizer`:
 1. the quantizer's options: static INT8 with the configured weight granularity, then dynamic-range INT8
    (INT8 weights, activations quantized at run time: what recurrent, MatMul-heavy and normalisation-heavy
    graphs keep best), then static with the other granularity. Static calibration runs once, before the
-   search's clock starts (its seconds are reported apart), and every static candidate reuses its ranges;
+   search's clock starts (its seconds are reported apart), and every static candidate reuses its ranges
+   (where it fails, e.g. on a recurrent layer's WHILE loop, only the other modes are tried); weight-only last;
 2. then ops kept in float over the best option, by per-op recipe (``no_quantize`` for the op's scope): the
    quantized ops are ranked **once** by their own quantization noise (:func:`rank_ops`: the noise of an
    op's output relative to the float model's, minus the worst noise it already received on its inputs, on
@@ -24,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import StageError, UsageError
 
-from .modes import DynamicMode, Granularity, StaticMode
+from .modes import DynamicMode, Granularity, QuantMode, StaticMode, WeightsMode
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 from .tflite_quantizer import read_ops
 
@@ -56,9 +57,14 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
     other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
-    modes = [StaticMode(granularity=granularity), DynamicMode(), StaticMode(granularity=other)]
+    modes = [StaticMode(granularity=granularity), DynamicMode(), StaticMode(granularity=other), WeightsMode()]
     t0 = time.perf_counter()
-    quantizer.calibrate(float_tflite, ctx.calib)  # once, before the clock: every static candidate reuses it
+    static_failed = None
+    try:
+        quantizer.calibrate(float_tflite, ctx.calib)  # once, before the clock: every static candidate reuses it
+    except StageError as err:  # e.g. a recurrent layer's WHILE loop: the other modes need no calibration
+        static_failed = err.message
+        modes = [m for m in modes if m.kind != QuantMode.STATIC]
     calibration_s = time.perf_counter() - t0
     work = ctx.work_dir / "tflite_search"
     work.mkdir(exist_ok=True)
@@ -83,6 +89,8 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs")
     report = result.report
     report["calibration_seconds"] = round(calibration_s, 2)
+    if static_failed:
+        report["static_failed"] = static_failed
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
         err = gate_failure("tflite", result, config.max_accuracy_drop)
