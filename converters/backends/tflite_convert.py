@@ -7,7 +7,9 @@ model keeps the signature (onnx2tf's own float files have none). INT8 is made fr
 ``ai-edge-quantizer`` (``converters/quantize/tflite_quantizer.py``), not by onnx2tf's ``-oiqt``.
 
 Traps handled here (see /work/shared/pitfalls.md): onnx2tf overwrites its input (it gets a copy in its
-own work dir, with the rewrites of :func:`prepare_onnx`); on a conversion error it would try for minutes
+own work dir, with the rewrites of :func:`prepare_onnx`); it downloads a sample calibration file (even
+for a float conversion, on some models) unless one named ``calibration_image_sample_data_20x128x128x3_float32.npy``
+is in its working directory; on a conversion error it would try for minutes
 to "auto-generate" a parameter-replacement JSON unless one is given (``-prf`` with no operations); a
 crash is named with its signal (:func:`failure`). Its output goes to a log file, never to our stdout.
 """
@@ -41,6 +43,7 @@ class IODtype(StrEnum):
 
 
 ONNX2TF_PIN = "1.28.8"
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 OUT_DIR = "saved_model"
 
 # Runs in the subprocess. argv: tflite_out fp16 (0/1) then onnx2tf's own arguments.
@@ -232,6 +235,7 @@ def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: 
     work_dir.mkdir(parents=True, exist_ok=True)
     model = work_dir / "model.onnx"
     prepare_onnx(onnx_path, model)
+    np.save(work_dir / SAMPLE_FILE, np.zeros((1, 8, 8, 3), np.float32))  # else onnx2tf downloads one, even for float
     (work_dir / "no_replacement.json").write_text('{"format_version": 1, "operations": []}')
     args = ["-i", model.name, "-o", OUT_DIR, "-osd", "-nuo", "-prf", "no_replacement.json", "-v", "info"]
     for name in keep_channel_last:
