@@ -251,18 +251,21 @@ def test_wrong_output_shape_caught_naming_output(tmp_path, cli):
 
 
 def _one_fragile_layer(path: Path) -> Path:
-    """x [1,32] -> Gemm -> Relu -> Gemm -> [1,10]. Hidden unit 0 is dead (bias -1000), and the second layer's
-    weights from it are 1000: FP32 never sees them, but any INT8 weight scale of that layer is set by them and
-    rounds every other weight to 0. Only keeping that one op float holds the bound."""
+    """x [1,32] -> Gemm -> Relu -> Gemm -> [1,10], classifying 10 well-separated clusters (input k -> hidden
+    k+1 -> class k, a wide margin). Hidden unit 0 is dead (bias -1000), and the second layer's weights from it
+    are 1000: FP32 never sees them, but any INT8 weight scale of that layer is set by them and rounds every
+    other weight of it to 0. Only keeping that one op float holds the bound."""
     from onnx import TensorProto as T
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
     rng = np.random.default_rng(0)
-    w1 = rng.standard_normal((32, 16)).astype(np.float32) * 0.3
+    w1 = (rng.standard_normal((32, 16)) * 0.01).astype(np.float32)
+    w2 = (rng.standard_normal((16, 10)) * 0.01).astype(np.float32)
+    for k in range(10):
+        w1[k, k + 1] = w2[k + 1, k] = 1.0
     b1 = np.zeros(16, np.float32)
     b1[0] = -1000.0
-    w2 = rng.standard_normal((16, 10)).astype(np.float32) * 0.5
     w2[0, :] = 1000.0
     inits = [nh.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (np.zeros(10, np.float32), "b2"))]
     nodes = [h.make_node("Gemm", ["x", "w1", "b1"], ["a"]), h.make_node("Relu", ["a"], ["r"]),
@@ -272,12 +275,18 @@ def _one_fragile_layer(path: Path) -> Path:
     return _save(graph, path)
 
 
+def _clusters(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, 32)) * 0.1).astype(np.float32)
+    x[np.arange(n), rng.integers(0, 10, n)] += 4.0
+    return x
+
+
 @pytest.mark.slow
 def test_search_keeps_one_op_float(tmp_path, cli):
     model = _one_fragile_layer(tmp_path / "fragile.onnx")
-    rng = np.random.default_rng(2)
-    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((64, 32)).astype(np.float32))
-    np.savez(tmp_path / "test.npz", x=rng.standard_normal((200, 32)).astype(np.float32))
+    np.savez(tmp_path / "calib.npz", x=_clusters(64, 1))
+    np.savez(tmp_path / "test.npz", x=_clusters(200, 2))
     out = tmp_path / "int8"
     proc = cli("convert", str(model), "--profile", "pi5", "--precision", "int8", "--calib", str(tmp_path / "calib.npz"),
                "--eval", str(tmp_path / "test.npz"), "--max-accuracy-drop", "2", "-o", str(out), "--json")

@@ -79,8 +79,8 @@ def op_counts(path: Path) -> dict:
     quantized = floating = qdq = 0
     for k, sg in enumerate(model.subgraphs):
         ops, tensors = subgraph_ops(model, k), sg.tensors
-        dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
-                       if any(int(tensors[i].type) in _INT_TYPES for i in op["inputs"])}
+        dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]  # INT8 weights (weight-only mode)
+                       if any(int(tensors[i].type) in _INT_TYPES and _constant(model, tensors[i]) for i in op["inputs"])}
         for op in ops:
             types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
             if op["qdq"]:
@@ -91,6 +91,11 @@ def op_counts(path: Path) -> dict:
                 floating += 1
     return {"quantized_ops": quantized, "float_ops": floating, "quantize_dequantize_ops": qdq,
             "subgraphs": len(model.subgraphs)}
+
+
+def _constant(model, tensor) -> bool:
+    buf = model.buffers[tensor.buffer] if 0 < tensor.buffer < len(model.buffers) else None
+    return buf is not None and (buf.data is not None and len(buf.data) > 0 or bool(getattr(buf, "size", 0)))
 
 
 class TFLiteQuantizer(Quantizer):

@@ -4,9 +4,10 @@ The search of :mod:`.search` over :class:`.tflite_quantizer.TFLiteQuantizer`:
 
 1. the quantizer's options: static INT8 with the configured weight granularity, then dynamic-range INT8
    (INT8 weights, activations quantized at run time: what recurrent, MatMul-heavy and normalisation-heavy
-   graphs keep best), then static with the other granularity. Static calibration runs once, before the
-   search's clock starts (its seconds are reported apart), and every static candidate reuses its ranges
-   (where it fails, e.g. on a recurrent layer's WHILE loop, only the other modes are tried); weight-only last;
+   graphs keep best), weight-only INT8 (activations float: the most accurate, rarely faster), then static
+   with the other granularity. Static calibration runs once, before the search's clock starts (its seconds
+   are reported apart), and every static candidate reuses its ranges (where it fails, e.g. on a recurrent
+   layer's WHILE loop, only the other modes are tried);
 2. then ops kept in float over the best option, by per-op recipe (``no_quantize`` for the op's scope): the
    quantized ops are ranked **once** by their own quantization noise (:func:`rank_ops`: the noise of an
    op's output relative to the float model's, minus the worst noise it already received on its inputs, on
@@ -57,7 +58,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
     other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
-    modes = [StaticMode(granularity=granularity), DynamicMode(), StaticMode(granularity=other), WeightsMode()]
+    modes = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
     t0 = time.perf_counter()
     static_failed = None
     try:
