@@ -188,7 +188,7 @@ class TFLiteQuantizer(Quantizer):
             feeds = self.signature_feeds(model, calib)
             with _silenced():
                 self._calibrated[key] = q.calibrate({SIGNATURE: feeds}, num_threads=1)
-        except (ValueError, RuntimeError) as err:
+        except (ValueError, RuntimeError, KeyError) as err:
             raise StageError(f"tflite: ai-edge-quantizer could not calibrate the model: {_first(err)}",
                              "try --precision fp16, or another --backend") from err
         return self._calibrated[key]

@@ -80,7 +80,11 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
 
     def rank(made, deadline: float) -> list[tuple[str, float]]:
         feeds = quantizer.signature_feeds(float_tflite, search)[:RANK_SAMPLES]
-        return rank_ops(float_tflite, made.path, feeds, deadline)
+        try:
+            return rank_ops(float_tflite, made.path, feeds, deadline)
+        except (ValueError, RuntimeError) as err:  # LiteRT could not keep every tensor: no ranking, say why
+            ctx.warn(f"tflite: the INT8 ops could not be ranked ({type(err).__name__}: {err}); none kept in float")
+            return []
 
     result = run_search(
         options=[(f"ai-edge-quantizer {m.label()}", build(i)) for i, m in enumerate(modes)],
