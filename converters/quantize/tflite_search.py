@@ -32,7 +32,7 @@ from .modes import DynamicMode, Granularity, QuantMode, StaticMode, WeightsMode
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 from .tflite_quantizer import read_ops
 
-RANK_SAMPLES = 8
+RANK_SAMPLES = 4  # enough to order ops by their own noise; each costs two all-tensor runs
 
 
 def _runner(model_file: Path, runtime: dict, threads: int | None):
