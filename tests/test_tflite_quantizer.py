@@ -305,3 +305,31 @@ def test_cli_module_keeps_tensorflow_out():
     code = ("import sys; import edgeopt.converters.quantize.tflite_quantizer, edgeopt.converters.quantize.tflite_search\n"
             "assert 'tensorflow' not in sys.modules and 'ai_edge_quantizer' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_wrap_tflite_keeps_old_output_until_new_is_complete(tmp_path, monkeypatch):
+    """The new artifact failing to move into place leaves the earlier one as it was (it used to be deleted
+    before the rename)."""
+    from edgeopt.converters.backends import tflite
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(b"not read: specs are faked")
+    out = tmp_path / "art"
+    out.mkdir()
+    (out / "manifest.json").write_text("{}")
+    spec = {"name": "x", "shape": [1, 4], "dtype": "float32"}
+    monkeypatch.setattr(tflite, "tflite_specs", lambda path: ([spec], [dict(spec, name="y")], "fp32"))
+    real_replace = os.replace
+
+    def failing_replace(a, b):
+        if ".tmp-" in Path(a).name and Path(b) == out:
+            raise OSError(28, "No space left on device")
+        return real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        tflite.wrap_tflite(src, out)
+    assert (out / "manifest.json").read_text() == "{}" and not list(tmp_path.glob("*.tmp-*"))
+    monkeypatch.setattr(os, "replace", real_replace)
+    tflite.wrap_tflite(src, out)
+    assert (out / "model.tflite").read_bytes() == src.read_bytes() and not list(tmp_path.glob("art.old-*"))
