@@ -101,6 +101,8 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         err = gate_failure("tflite", result, config.max_accuracy_drop)
         if not report.get("stopped_by_budget"):  # the budget was not what stopped it: don't send the user there
             err.hint = "relax --max-accuracy-drop, or keep FP32 (--precision fp32) or FP16 (--precision fp16)"
+        for scope in result.closest.kept[:3]:  # an op's scope joins its fused tensors' names: name its first
+            err.message = err.message.replace(scope, scope.split(";")[0])
         raise err
     made = result.best.artifact
     report["kept_in_float"] = list(made.kept_float)
