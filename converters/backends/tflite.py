@@ -1,16 +1,18 @@
-"""Backend ``tflite``: ONNX -> TFLite (LiteRT) FP32 / FP16 / full-integer INT8 with onnx2tf.
+"""Backend ``tflite``: ONNX -> TFLite (LiteRT) FP32 / FP16 with onnx2tf, INT8 with ai-edge-quantizer.
 
 The conversion runs onnx2tf in a subprocess (:mod:`.tflite_convert`; TensorFlow never enters this
-process), on a copy of the model, with its output streamed to ``onnx2tf.log`` in the artifact.
-INT8 is onnx2tf's full-integer quantization calibrated on the user's data (``ctx.calib``, written NHWC
-as onnx2tf's ``-cind`` expects, mean 0 / std 1 so the data passes unchanged); ``io_dtype`` picks float32
-or int8 model inputs/outputs. onnx2tf turns channel-first inputs into channel-last ones: the layout
-change is recorded per tensor in ``runtime.io`` (``transpose``) and the runner applies it, so users feed
-the arrays they feed the ONNX model (the transposes are read from the TFLite shapes and, where a shape
-leaves it open, chosen by agreement with ONNX Runtime on the check samples). Inputs that already look
-channel-last (e.g. from tf2onnx) get onnx2tf's ``-kt`` hint; Slice nodes with unsorted constant ``axes`` are
-reordered first (onnx2tf 1.28.8 turns them into no-ops otherwise, e.g. in tf2onnx exports).
-``export_c`` also writes ``model_data.h``/``.c`` (firmware C array).
+process), on a copy of the model, with its output streamed to ``onnx2tf.log`` in the artifact; on any
+failure that log is kept beside the output (``<output>.onnx2tf.log``) and the message says so. The
+``.tflite``'s output shapes are checked against the ONNX outputs first (:func:`check_output_shapes`).
+INT8 quantizes that float ``.tflite`` with ``ai-edge-quantizer`` (:mod:`..quantize.tflite_quantizer`):
+static INT8 calibrated on the user's data, fed through the model's signature, so integer inputs (token
+ids, bytes) stay integer; ``io_dtype`` picks float32 (quantize/dequantize inside) or int8 model
+inputs/outputs; with ``--max-accuracy-drop`` the search (:mod:`..quantize.tflite_search`) keeps named ops
+float. onnx2tf turns channel-first inputs into channel-last ones: the layout change is recorded per
+tensor in ``runtime.io`` (``transpose``) and the runner applies it, so users feed the arrays they feed
+the ONNX model (the transposes are read from the TFLite shapes and, where a shape leaves it open, chosen
+by agreement with ONNX Runtime on the check samples). Inputs that already look channel-last (e.g. from
+tf2onnx) get onnx2tf's ``-kt`` hint. ``export_c`` also writes ``model_data.h``/``.c`` (firmware C array).
 
 :func:`wrap_tflite` turns an existing ``.tflite`` file into an artifact (for bench/validation).
 """
@@ -26,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.backends.tflite_convert import (
+    LOG_HINT,
     MODEL_FILE,
     IODtype,
     channel_last_perm,
-    int8_file,
     looks_channel_last,
     run_onnx2tf,
     tf_name,
@@ -40,12 +42,18 @@ from edgeopt.converters.base import (
     ChainOptions,
     Format,
     Intermediate,
-    RunFacts,
     StageConfig,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision
-from edgeopt.errors import BadModelError, MissingDependencyError, StageError, UnsupportedOpError, UsageError
+from edgeopt.errors import (
+    BadModelError,
+    EdgeoptError,
+    MissingDependencyError,
+    StageError,
+    UnsupportedOpError,
+    UsageError,
+)
 from edgeopt.files import atomic_path
 
 LOG_FILE = "onnx2tf.log"
@@ -57,7 +65,7 @@ class TFLiteConfig(StageConfig):
     threads: int | None = None
     delegate: str = "xnnpack"  # LiteRT's default CPU delegate
     per_channel: bool = True
-    calib_samples: int = 200  # most calibration samples given to onnx2tf
+    calib_samples: int = 200  # most calibration samples given to the quantizer
     keep_layout: tuple[str, ...] | None = None  # inputs onnx2tf must not transpose (None: those that look NHWC)
     export_c: bool = False
     c_name: str = "model"  # C symbols g_<c_name>_model_data[_len] (--export-c uses the model's file name)
@@ -76,8 +84,9 @@ class TFLiteBackend(Backend):
     accepts = (Format.ONNX,)
     produces = Format.TFLITE
     extra = "tflite"
-    requires = ("ai_edge_litert", "onnx2tf", "tensorflow")
-    libraries = (("ai_edge_litert", "ai-edge-litert"), ("onnx2tf", "onnx2tf"), ("tensorflow", "tensorflow"))
+    requires = ("ai_edge_litert", "onnx2tf", "tensorflow", "ai_edge_quantizer")
+    libraries = (("ai_edge_litert", "ai-edge-litert"), ("onnx2tf", "onnx2tf"), ("tensorflow", "tensorflow"),
+                 ("ai_edge_quantizer", "ai-edge-quantizer"))
     device_runtime = ("ai_edge_litert", "ai-edge-litert")
     deterministic = (False, "model.tflite was byte-identical across two clean builds (checked by hand on the digits "
                      "CNN), but the artifact keeps onnx2tf.log, which carries timestamps")
@@ -98,6 +107,14 @@ class TFLiteBackend(Backend):
         return TFLiteConfig(**kw)
 
     def run(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext) -> Intermediate:
+        """Convert, then quantize; any failure keeps onnx2tf's log beside the output and says where."""
+        try:
+            return self._run(model, config, ctx)
+        except EdgeoptError as err:
+            _keep_log(err, ctx)
+            raise
+
+    def _run(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext) -> Intermediate:
         from edgeopt.deps import install_hint, require, version_of
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
@@ -116,39 +133,26 @@ class TFLiteBackend(Backend):
         keep = config.keep_layout if config.keep_layout is not None else tuple(
             t.name for t in onnx_in if looks_channel_last(t.shape))
         int8 = config.precision == Precision.INT8
-        calib = self._calibration(onnx_in, keep, config, ctx) if int8 else None
-        work = ctx.work_dir / "onnx2tf"
-        log = ctx.artifact_dir / LOG_FILE
-        float_out = None if int8 else work / "float.tflite"
-        folder = run_onnx2tf(model.path, work, log, tflite_out=float_out, fp16=config.precision == Precision.FP16,
-                             calib=calib, int8_io=config.io_dtype == IODtype.INT8, per_channel=config.per_channel,
-                             keep_channel_last=keep, progress=ctx.progress, timeout_s=config.timeout_s)
-        produced = int8_file(folder, config.io_dtype == IODtype.INT8) if int8 else float_out
+        float_out = ctx.work_dir / "onnx2tf" / "float.tflite"
+        run_onnx2tf(model.path, ctx.work_dir / "onnx2tf", ctx.artifact_dir / LOG_FILE, tflite_out=float_out,
+                    fp16=config.precision == Precision.FP16, keep_channel_last=keep, progress=ctx.progress,
+                    timeout_s=config.timeout_s)
+        check_output_shapes(float_out, onnx_out)  # before anything else: a wrong shape is a wrong model
         target = ctx.artifact_dir / MODEL_FILE
         with atomic_path(target) as tmp:
-            shutil.copyfile(produced, tmp)
-
+            shutil.copyfile(float_out, tmp)
         runtime = {"backend": self.backend.value, "model": MODEL_FILE,
                    "settings": {"threads": config.threads, "delegate": config.delegate, "signature": "serving_default",
-                                "io_dtype": config.io_dtype.value if int8 else "float32"}}
+                                "io_dtype": "float32"}}
         runtime["io"], checks = self._io_map(model.path, target, onnx_in, onnx_out, keep, ctx, runtime)
         report = ctx.stage_report()
-        if int8 and config.max_accuracy_drop is not None:
-            from edgeopt.converters.quantize.tflite_search import search_tflite
-
-            runtime, checks, report["accuracy_aware"] = search_tflite(
-                self, model, config, ctx, onnx_in=onnx_in, onnx_out=onnx_out, keep=keep, calib=calib, folder=folder,
-                target=target, runtime=runtime, checks=checks)
-        ctx.record_checks(checks)
-        report.update(converter=f"onnx2tf {version_of('onnx2tf')} (subprocess)", log=LOG_FILE,
-                      tflite_bytes=target.stat().st_size, kept_layout=list(keep),
-                      weights={"fp32": "float32", "fp16": "float16", "int8": "int8 (full integer)"}[config.precision.value])
+        report.update(converter=f"onnx2tf {version_of('onnx2tf')} (subprocess)", log=LOG_FILE, kept_layout=list(keep),
+                      weights={"fp32": "float32", "fp16": "float16", "int8": "int8"}[config.precision.value])
         if int8:
-            report.update(method=f"onnx2tf -oiqt ({'per-channel' if config.per_channel else 'per-tensor'})",
-                          io_dtype=config.io_dtype.value,
-                          calibration={"samples": len(next(iter(calib.values()))),
-                                       "source": getattr(ctx.calib, "source", ""),
-                                       "synthetic": bool(getattr(ctx.calib, "synthetic", False))})
+            runtime["settings"]["io_dtype"] = config.io_dtype.value
+            checks = self._int8(model, config, ctx, float_out, target, runtime, report)
+        ctx.record_checks(checks)
+        report["tflite_bytes"] = target.stat().st_size
         if config.export_c:
             from edgeopt.converters.c_export import write_c_array
 
@@ -156,48 +160,50 @@ class TFLiteBackend(Backend):
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(target, Format.TFLITE, config.precision, notes)
 
-    @classmethod
-    def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:
-        """INT8 calibration feeds every input as float: an integer input (token ids, bytes) can't be."""
-        assert isinstance(config, TFLiteConfig)
-        for t in facts.inputs if config.precision == Precision.INT8 else ():
-            if np.dtype(t.dtype).kind != "f":
-                raise UsageError(f"tflite: INT8 calibration needs float inputs; '{t.name}' is {t.dtype}",
-                                 "use --precision fp32 or fp16 with the tflite backend")
+    # ------------------------------------------------------------------ INT8 (ai-edge-quantizer)
+    def _int8(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext, float_tflite: Path, target: Path,
+              runtime: dict, report: dict) -> dict:
+        """Quantize the float ``.tflite`` into ``target`` (static INT8 on ``--calib``; with
+        ``--max-accuracy-drop`` the search of :mod:`..quantize.tflite_search`); returns the checks vs ONNX."""
+        from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode
+        from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
+        from edgeopt.deps import version_of
 
-    # ------------------------------------------------------------------ calibration
-    @staticmethod
-    def _calibration(onnx_in, keep, config: TFLiteConfig, ctx: ChainContext) -> dict[str, np.ndarray]:
         if ctx.calib is None or len(ctx.calib) == 0:
             raise UsageError("tflite: INT8 needs calibration data", "give --calib FILE.npz")
-        feeds = ctx.calib.feeds(min(len(ctx.calib), config.calib_samples))
-        out = {}
-        TFLiteBackend.check_before_work(config, RunFacts(inputs=tuple(onnx_in)))
-        for t in onnx_in:
-            arr = np.concatenate([np.asarray(f[t.name], np.float32) for f in feeds], axis=0)
-            if len(t.shape) >= 3 and t.name not in keep:
-                arr = np.transpose(arr, channel_last_perm(len(t.shape)))  # NCHW -> NHWC as onnx2tf's -cind wants
-            out[t.name] = arr
-        return out
+        quantizer = TFLiteQuantizer(runtime["io"]["inputs"], samples=config.calib_samples,
+                                    float_io=config.io_dtype == IODtype.FLOAT32)
+        report["calibration"] = {"samples": min(len(ctx.calib), config.calib_samples),
+                                 "source": getattr(ctx.calib, "source", ""),
+                                 "synthetic": bool(getattr(ctx.calib, "synthetic", False))}
+        report["io_dtype"] = config.io_dtype.value
+        gran = Granularity.PER_CHANNEL if config.per_channel else Granularity.PER_TENSOR
+        if config.max_accuracy_drop is not None:
+            from edgeopt.converters.quantize.tflite_search import search_tflite
+
+            made, report["accuracy_aware"] = search_tflite(self, quantizer, float_tflite, model, config, ctx,
+                                                           runtime=runtime, granularity=gran)
+        else:
+            try:
+                made = quantizer.quantize(float_tflite, StaticMode(granularity=gran), ctx.work_dir / "int8.tflite",
+                                          calib=ctx.calib)
+            except StageError as err:  # e.g. a recurrent layer's WHILE loop, which static INT8 cannot calibrate
+                ctx.warn(f"tflite: static INT8 could not be made ({err.message.removeprefix('tflite: ')}); "
+                         "wrote dynamic-range INT8 (INT8 weights, activations quantized at run time)")
+                report["static_failed"] = err.message
+                made = quantizer.quantize(float_tflite, DynamicMode(), ctx.work_dir / "int8.tflite")
+        with atomic_path(target) as tmp:
+            shutil.copyfile(made.path, tmp)
+        report.update(method=f"ai-edge-quantizer {version_of('ai-edge-quantizer')}: {made.mode.label()}",
+                      quantized_ops=made.quantized_units, float_ops=made.float_units,
+                      kept_in_float=list(made.kept_float), forced_float=made.notes.get("forced_float", []))
+        return self.checks(model.path, runtime, ctx)
 
     # ------------------------------------------------------------------ io map and check
     def _io_map(self, onnx_path, tflite_path, onnx_in, onnx_out, keep, ctx: ChainContext, runtime: dict):
-        from edgeopt.runtime.runners.tflite import open_interpreter, unresolved_op
-
-        try:
-            interp = open_interpreter(str(tflite_path))
-        except RuntimeError as err:
-            op = unresolved_op(str(err))
-            if op:
-                raise UnsupportedOpError(f"tflite: the converted model needs op '{op}', which LiteRT cannot run",
-                                         "use another --backend") from err
-            raise
-        sigs = interp.get_signature_list()
-        if "serving_default" not in sigs:
-            raise StageError("tflite: the converted model has no 'serving_default' signature", "see onnx2tf.log")
-        sig = interp.get_signature_runner("serving_default")
+        sig = _signature(tflite_path)
         ins, outs = dict(sig.get_input_details()), dict(sig.get_output_details())
-        del sig, interp
+        del sig
         in_names = list(ins)
         inputs = []
         for i, t in enumerate(onnx_in):
@@ -206,15 +212,71 @@ class TFLiteBackend(Backend):
                 rt = in_names[i] if len(in_names) == len(onnx_in) else None
             if rt is None:
                 raise StageError(f"tflite: cannot find ONNX input '{t.name}' in the TFLite signature ({in_names})",
-                                 "see onnx2tf.log")
+                                 LOG_HINT)
             inputs.append((t, rt, _perms(t.shape, ins[rt]["shape"], prefer_transposed=t.name not in keep)))
-        outputs = []
-        for i, t in enumerate(onnx_out):
-            rt = f"output_{i}"
-            if rt not in outs:
-                raise StageError(f"tflite: the signature has no '{rt}' for ONNX output '{t.name}'", "see onnx2tf.log")
-            outputs.append((t, rt, _perms(t.shape, outs[rt]["shape"], prefer_transposed=False)))
+        outputs = [(t, f"output_{i}", _perms(t.shape, outs[f"output_{i}"]["shape"], prefer_transposed=False))
+                   for i, t in enumerate(onnx_out)]
         return _choose(onnx_path, inputs, outputs, ctx, runtime)
+
+    @staticmethod
+    def checks(onnx_path, runtime: dict, ctx: ChainContext) -> dict:
+        """The artifact's model (``runtime``'s io map) against ONNX Runtime on the check samples."""
+        data = ctx.check_samples or ctx.calib
+        feeds = data.feeds(8) if data is not None else []
+        if not feeds:
+            return {"skipped": "no check samples"}
+        return _compare(onnx_path, runtime, runtime["io"], ctx, feeds)
+
+
+def _signature(tflite_path):
+    from edgeopt.runtime.runners.tflite import open_interpreter, unresolved_op
+
+    try:
+        interp = open_interpreter(str(tflite_path))
+    except RuntimeError as err:
+        op = unresolved_op(str(err))
+        if op:
+            raise UnsupportedOpError(f"tflite: the converted model needs op '{op}', which LiteRT cannot run",
+                                     "use another --backend") from err
+        raise
+    if "serving_default" not in interp.get_signature_list():
+        raise StageError("tflite: the converted model has no 'serving_default' signature", LOG_HINT)
+    return interp.get_signature_runner("serving_default")
+
+
+def check_output_shapes(tflite_path, onnx_out) -> None:
+    """Each ONNX output against the ``.tflite``'s ``output_<i>``: the same shape, or its channel-last form;
+    anything else is exit 3 naming the output and both shapes."""
+    outs = dict(_signature(tflite_path).get_output_details())
+    if len(outs) != len(onnx_out):
+        raise StageError(f"tflite: the .tflite has {len(outs)} outputs where the ONNX model has {len(onnx_out)}",
+                         LOG_HINT)
+    for i, t in enumerate(onnx_out):
+        got = [int(d) for d in outs[f"output_{i}"]["shape"]] if f"output_{i}" in outs else None
+        want = [int(d) if isinstance(d, int) else -1 for d in t.shape]
+        ok = got is not None and len(got) == len(want) and any(
+            all(w in (-1, g) for w, g in zip(p, got, strict=True))
+            for p in (want, [want[k] for k in channel_last_perm(len(want))] if len(want) >= 3 else want))
+        if not ok:
+            raise StageError(f"tflite: output '{t.name}' has shape {got} in the .tflite but {want} in the ONNX model "
+                             "(onnx2tf converted it wrongly)", f"use another --backend; {LOG_HINT}")
+
+
+def _keep_log(err: EdgeoptError, ctx: ChainContext) -> None:
+    """The artifact's temporary dir goes on failure: keep onnx2tf's log beside the output
+    (``<output>.onnx2tf.log``) and make the error's hint say so."""
+    log = ctx.artifact_dir / LOG_FILE
+    if not log.is_file() or LOG_HINT not in f"{err.hint}":
+        return
+    name = ctx.artifact_dir.name
+    kept = ctx.artifact_dir.with_name(f"{name.rsplit('.tmp-', 1)[0]}.{LOG_FILE}" if ".tmp-" in name else f"{name}.{LOG_FILE}")
+    try:
+        with atomic_path(kept) as tmp:
+            shutil.copyfile(log, tmp)
+    except OSError:
+        err.hint = err.hint.replace(LOG_HINT, "onnx2tf's log could not be kept")
+        return
+    err.hint = err.hint.replace(LOG_HINT, f"onnx2tf's log: {kept}")
 
 
 def _importable(module: str) -> bool:
@@ -236,15 +298,12 @@ def _perms(onnx_shape, tfl_shape, prefer_transposed: bool) -> list:
         cands.insert(0 if not prefer_transposed else len(cands), None)
     if not cands:
         raise StageError(f"tflite: TFLite tensor shape {tfl_shape} does not match ONNX shape {onnx_shape}",
-                         "see onnx2tf.log; try keep_layout in the recipe's stages.tflite")
+                         f"{LOG_HINT}; for an input already channel-last, name it in keep_layout (recipe stages.tflite)")
     return cands
 
 
 def _choose(onnx_path, inputs, outputs, ctx: ChainContext, runtime: dict):
     """Pick the io map (transposes) whose outputs agree best with ONNX Runtime, then check it."""
-    from edgeopt.converters.checks import compare, ort_run_fn
-    from edgeopt.runtime.runners.tflite import Runner
-
     data = ctx.check_samples or ctx.calib
     feeds = data.feeds(8) if data is not None else []
     combos = list(itertools.islice(itertools.product(*[c for _, _, c in inputs + outputs]), 16))
@@ -258,15 +317,12 @@ def _choose(onnx_path, inputs, outputs, ctx: ChainContext, runtime: dict):
 
     if not feeds:
         return io_of(combos[0]), {"skipped": "no check samples"}
-    ref = ort_run_fn(Path(onnx_path))
     best, last = None, None
     for combo in combos:
         io = io_of(combo)
-        manifest = {"runtime": {**runtime, "io": io}, "inputs": [], "outputs": []}
         try:
-            runner = Runner(str(ctx.artifact_dir), manifest, threads=ctx.threads)
-            result = compare(ref, lambda f, r=runner: r.run({k: np.asarray(v) for k, v in f.items()}), feeds)
-        except Exception as err:  # noqa: BLE001 - a wrong transpose fails to run: try the next
+            result = _compare(onnx_path, runtime, io, ctx, feeds)
+        except StageError as err:  # a wrong transpose fails to run: try the next
             last = err
             continue
         if best is None or (result["cosine_min"] or -1) > (best[1]["cosine_min"] or -1):
@@ -274,9 +330,23 @@ def _choose(onnx_path, inputs, outputs, ctx: ChainContext, runtime: dict):
         if len(combos) == 1:
             break
     if best is None:
-        first = (str(last).strip().splitlines() or [type(last).__name__])[0][:200]
-        raise StageError(f"tflite: the converted model does not run: {first}", "see onnx2tf.log")
+        raise last
     return best[0], best[1]
+
+
+def _compare(onnx_path, runtime: dict, io: dict, ctx: ChainContext, feeds) -> dict:
+    """The artifact's model with ``io`` against ONNX Runtime on ``feeds`` (``converters.checks.compare``)."""
+    from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.runtime.runners.tflite import Runner
+
+    manifest = {"runtime": {**runtime, "io": io}, "inputs": [], "outputs": []}
+    try:
+        runner = Runner(str(ctx.artifact_dir), manifest, threads=ctx.threads)
+        return compare(ort_run_fn(Path(onnx_path)), lambda f: runner.run({k: np.asarray(v) for k, v in f.items()}),
+                       feeds)
+    except Exception as err:  # noqa: BLE001 - LiteRT's own errors: one line naming the stage
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise StageError(f"tflite: the converted model does not run: {first}", LOG_HINT) from err
 
 
 # --------------------------------------------------------------------------- existing .tflite files
@@ -324,6 +394,7 @@ def wrap_tflite(path: str | os.PathLike, out_dir: str | os.PathLike, *, threads:
 
     from edgeopt import __version__
     from edgeopt.artifact import Calibration, Manifest, SourceModel, TensorInfo, guess_layout, write_manifest
+    from edgeopt.convert import _publish as publish
     from edgeopt.deps import version_of
     from edgeopt.files import file_sha256
 
@@ -349,9 +420,7 @@ def wrap_tflite(path: str | os.PathLike, out_dir: str | os.PathLike, *, threads:
     try:
         shutil.copyfile(src, tmp / MODEL_FILE)
         write_manifest(tmp, manifest)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        publish(tmp, out, force=True)  # the old output stays until the new one is complete
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,24 +1,24 @@
-"""onnx2tf in a subprocess: ONNX -> TensorFlow SavedModel -> ``.tflite`` (FP32, FP16 or full-integer INT8).
+"""onnx2tf in a subprocess: ONNX -> TensorFlow SavedModel -> float ``.tflite`` (FP32 or FP16 weights).
 
 TensorFlow is imported only in that subprocess (``python -c DRIVER``), which runs onnx2tf's own CLI
-(``onnx2tf.main`` with its argv) and then, for float models, converts the SavedModel onnx2tf wrote
-(``-osd``: with the ``serving_default`` signature) to ``.tflite`` with ``TFLiteConverter.from_saved_model``
-so that the float model keeps the signature too (onnx2tf's own float files have none). INT8 is
-onnx2tf's ``-oiqt`` with the user's calibration data (``-cind NAME FILE [0.0] [1.0]``: mean 0 / std 1,
-so the data passes through unchanged), read from its signature-carrying ``*_integer_quant.tflite``
-(float I/O) or ``*_full_integer_quant.tflite`` (int8 I/O).
+(``onnx2tf.main`` with its argv) and then converts the SavedModel onnx2tf wrote (``-osd``: with the
+``serving_default`` signature) to ``.tflite`` with ``TFLiteConverter.from_saved_model``, so that the
+model keeps the signature (onnx2tf's own float files have none). INT8 is made from that float file by
+``ai-edge-quantizer`` (``converters/quantize/tflite_quantizer.py``), not by onnx2tf's ``-oiqt``.
 
 Traps handled here (see /work/shared/pitfalls.md): onnx2tf overwrites its input (it gets a copy in its
-own work dir); with ``-oiqt`` it would download a sample calibration file unless one named
-``calibration_image_sample_data_20x128x128x3_float32.npy`` is in its working directory; on a conversion
-error it would try for minutes to "auto-generate" a parameter-replacement JSON unless one is given
-(``-prf`` with no operations). Its output goes to a log file, never to our stdout.
+own work dir, with the rewrites of :func:`prepare_onnx`); it downloads a sample calibration file (even
+for a float conversion, on some models) unless one named ``calibration_image_sample_data_20x128x128x3_float32.npy``
+is in its working directory; on a conversion error it would try for minutes
+to "auto-generate" a parameter-replacement JSON unless one is given (``-prf`` with no operations); a
+crash is named with its signal (:func:`failure`). Its output goes to a log file, never to our stdout.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +30,8 @@ import numpy as np
 from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UnsupportedOpError
 
+LOG_HINT = "see onnx2tf.log"  # replaced by where the log was kept (the backend keeps it beside the output)
+
 MODEL_FILE = "model.tflite"  # the artifact's model file
 
 
@@ -39,11 +41,12 @@ class IODtype(StrEnum):
     FLOAT32 = "float32"
     INT8 = "int8"
 
+
 ONNX2TF_PIN = "1.28.8"
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 OUT_DIR = "saved_model"
 
-# Runs in the subprocess. argv: tflite_out ("" for INT8) fp16 (0/1) then onnx2tf's own arguments.
+# Runs in the subprocess. argv: tflite_out fp16 (0/1) then onnx2tf's own arguments.
 DRIVER = r"""
 import sys
 out, fp16, args = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
@@ -103,24 +106,77 @@ def _tail(log_path: Path, n: int = 400_000) -> str:
 
 
 def failure(log_path: Path, rc: int, onnx_types: dict[str, str]) -> Exception:
-    """The one-line error for a failed onnx2tf run, read from its log (UnsupportedOpError when an op is named)."""
+    """The one-line error for a failed onnx2tf run, read from its log (UnsupportedOpError when an op is named).
+    A crash (killed by a signal) is named as such: the log's last lines are then whatever onnx2tf printed
+    before it died (its ImageNet mean/std defaults, say), not a cause. Its hint is :data:`LOG_HINT`."""
+    if rc is not None and rc < 0:
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = f"signal {-rc}"
+        return StageError(f"tflite: onnx2tf crashed ({sig}, exit {rc}) while converting the model to TensorFlow",
+                          f"use another --backend, or --precision fp16; {LOG_HINT}")
     text = _tail(log_path)
     m = _NOT_IMPLEMENTED.search(text)
-    hint_log = f"onnx2tf's log: {log_path}"
     if m:
         return UnsupportedOpError(f"tflite: onnx2tf cannot convert the ONNX op '{m.group(1)}' (not implemented in "
-                                  f"onnx2tf {ONNX2TF_PIN})", f"use another --backend; {hint_log}")
+                                  f"onnx2tf {ONNX2TF_PIN})", f"use another --backend; {LOG_HINT}")
+    errors = [ln.strip() for ln in text.splitlines() if re.match(r"\s*[\w.]*(Error|Exception):", ln)]
     node = _OP_FAILED.search(text)
     if node:
         name = node.group(1).strip()
-        op = onnx_types.get(name) or (_OP_TYPE.search(text).group(1) if _OP_TYPE.search(text) else "?")
-        lines = [ln.strip() for ln in text.splitlines() if re.match(r"\s*\w*Error:", ln)]
-        why = lines[-1][:160] if lines else "conversion error"
-        return UnsupportedOpError(f"tflite: onnx2tf failed on op '{op}' (node '{name[:80]}'): {why}",
-                                  f"use another --backend, or fix the input layout; {hint_log}")
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "I0000" not in ln]
-    last = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else f"exit status {rc}")
-    return StageError(f"tflite: onnx2tf failed (exit {rc}): {last[:200]}", hint_log)
+        found = _OP_TYPE.search(text)
+        op = onnx_types.get(name) or (found.group(1) if found else None)
+        why = errors[-1][:160] if errors else "conversion error"
+        where = f"op '{op}' (node '{name[:80]}')" if op else f"node '{name[:80]}'"
+        return UnsupportedOpError(f"tflite: onnx2tf failed on {where}: {why}",
+                                  f"use another --backend, or fix the input layout; {LOG_HINT}")
+    if rc == 0:
+        return StageError("tflite: onnx2tf exited 0 but wrote no .tflite", LOG_HINT)
+    why = errors[-1][:200] if errors else "no error named in its log"
+    return StageError(f"tflite: onnx2tf failed (exit {rc}): {why}", LOG_HINT)
+
+
+def pick_from_concat(model) -> int:
+    """Replace ``Gather(Concat(x_0, …, x_n, axis=a), constant scalar i, axis=a)`` with ``Squeeze(x_i, a)``
+    where every ``x`` is 1 wide along ``a`` (in place; returns the count). The same values, one op fewer.
+
+    A torch-exported multi-layer LSTM picks ``h[-1]`` this way from the layers' stacked final states;
+    onnx2tf 1.28.8 drops that Gather and the ``.tflite`` then outputs every layer's state (``[3, H]`` where
+    ONNX says ``[1, H]``).
+    """
+    from onnx import helper, numpy_helper, shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - no shapes, no rewrite
+        return 0
+    dims = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+            for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    consts.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    producer = {o: n for n in model.graph.node for o in n.output}
+    changed = 0
+    for node in list(model.graph.node):
+        if node.op_type != "Gather" or node.input[1] not in consts or consts[node.input[1]].ndim != 0:
+            continue
+        concat = producer.get(node.input[0])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if concat is None or concat.op_type != "Concat" or next(a.i for a in concat.attribute if a.name == "axis") != axis:
+            continue
+        shapes = [dims.get(x) for x in concat.input]
+        if any(s is None or axis >= len(s) or s[axis] != 1 for s in shapes) or axis < 0:
+            continue
+        picked = concat.input[int(consts[node.input[1]])]
+        axes = numpy_helper.from_array(np.array([axis], np.int64), f"{node.name or node.output[0]}__picked_axes")
+        model.graph.initializer.append(axes)
+        squeeze = helper.make_node("Squeeze", [picked, axes.name], list(node.output), name=f"{node.name}__picked")
+        at = list(model.graph.node).index(node)
+        model.graph.node.remove(node)
+        model.graph.node.insert(at, squeeze)
+        changed += 1
+    return changed
 
 
 def sort_slice_axes(model) -> int:
@@ -153,80 +209,70 @@ def sort_slice_axes(model) -> int:
     return changed
 
 
-def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: Path | None = None,
-                fp16: bool = False, calib: dict[str, np.ndarray] | None = None, int8_io: bool = False,
-                per_channel: bool = True, keep_channel_last: tuple[str, ...] = (), progress=None,
-                timeout_s: float = 3600.0) -> Path:
-    """Run onnx2tf on a copy of ``onnx_path`` in ``work_dir``; returns the SavedModel folder.
-
-    Float (``calib`` None): also writes ``tflite_out`` (FP32, or FP16 weights with ``fp16``).
-    INT8 (``calib``: NHWC float32 arrays by ONNX input name): onnx2tf's ``-oiqt`` files in the folder.
-    """
+def prepare_onnx(onnx_path: Path, dest: Path) -> dict:
+    """Copy the model to ``dest`` for onnx2tf (it overwrites its input), with the graph rewrites it needs;
+    returns how many of each were made."""
     import shutil
 
     import onnx
 
+    proto = onnx.load(str(onnx_path))
+    made = {"slice_axes_sorted": sort_slice_axes(proto), "gather_of_concat": pick_from_concat(proto)}
+    if any(made.values()):
+        onnx.save(proto, str(dest))
+    else:
+        shutil.copyfile(onnx_path, dest)
+    return made
+
+
+def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: Path, fp16: bool = False,
+                keep_channel_last: tuple[str, ...] = (), progress=None, timeout_s: float = 3600.0) -> Path:
+    """Run onnx2tf on a prepared copy of ``onnx_path`` in ``work_dir`` and write the float ``tflite_out``
+    (FP32, or FP16 weights with ``fp16``); returns the SavedModel folder. A failure raises the error
+    :func:`failure` reads from the log, whose hint points at ``log_path`` (:data:`LOG_HINT`)."""
+    import onnx
+
     work_dir.mkdir(parents=True, exist_ok=True)
     model = work_dir / "model.onnx"
-    proto = onnx.load(str(onnx_path))
-    if sort_slice_axes(proto):
-        onnx.save(proto, str(model))
-    else:
-        shutil.copyfile(onnx_path, model)  # onnx2tf overwrites its input: it gets a copy
-    del proto
-    np.save(work_dir / SAMPLE_FILE, np.zeros((1, 8, 8, 3), np.float32))  # never downloaded: calib is ours
+    prepare_onnx(onnx_path, model)
+    np.save(work_dir / SAMPLE_FILE, np.zeros((1, 8, 8, 3), np.float32))  # else onnx2tf downloads one, even for float
     (work_dir / "no_replacement.json").write_text('{"format_version": 1, "operations": []}')
     args = ["-i", model.name, "-o", OUT_DIR, "-osd", "-nuo", "-prf", "no_replacement.json", "-v", "info"]
     for name in keep_channel_last:
         args += ["-kt", name]
-    if calib is not None:
-        io = "int8" if int8_io else "float32"
-        args += ["-oiqt", "-qt", "per-channel" if per_channel else "per-tensor", "-iqd", io, "-oqd", io]
-        for i, (name, arr) in enumerate(calib.items()):
-            f = work_dir / f"calib_{i}.npy"
-            np.save(f, np.ascontiguousarray(arr, np.float32))
-            args += ["-cind", tf_name(name), f.name, "[0.0]", "[1.0]"]
-    argv = [sys.executable, "-c", DRIVER, str(tflite_out.resolve()) if tflite_out else "", "1" if fp16 else "0", *args]
+    argv = [sys.executable, "-c", DRIVER, str(tflite_out.resolve()), "1" if fp16 else "0", *args]
+    (work_dir / "tmp").mkdir(exist_ok=True)  # TensorFlow's autograph files go there, removed with the work dir
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1",
-           "NO_COLOR": "1"}
+           "NO_COLOR": "1", "TMPDIR": str((work_dir / "tmp").resolve())}
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    what = "onnx2tf: " + ("INT8 (calibrating)" if calib is not None else "FP16" if fp16 else "FP32")
-    bar = progress(what, None) if progress else nullcontext()
+    bar = progress("onnx2tf: " + ("FP16" if fp16 else "FP32"), None) if progress else nullcontext()
     with open(log_path, "ab") as log, bar as tick:
         log.write(f"$ python -m onnx2tf {' '.join(args)}\n".encode())
         log.flush()
         proc = subprocess.Popen(argv, cwd=work_dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env)
-        t0 = time.monotonic()
-        try:
-            while proc.poll() is None:
-                if time.monotonic() - t0 > timeout_s:
-                    proc.kill()
-                    proc.wait()
-                    raise StageError(f"tflite: onnx2tf ran longer than {timeout_s:.0f} s", f"see {log_path}")
-                time.sleep(0.5)
-                if tick is not None:
-                    tick.advance(0)
-        except BaseException:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            raise
-    if proc.returncode != 0 or (tflite_out is not None and not tflite_out.is_file()):
+        _wait(proc, timeout_s, tick)
+    if proc.returncode != 0 or not tflite_out.is_file():
         types = {n.name: n.op_type for n in onnx.load(str(onnx_path), load_external_data=False).graph.node}
-        import tempfile
-
-        # the artifact's temporary dir is removed on failure: keep the log where the error message can point
-        kept = Path(tempfile.gettempdir()) / f"edgeopt-onnx2tf-{os.getpid()}-{int(time.time())}.log"
-        shutil.copyfile(log_path, kept)
-        raise failure(kept, proc.returncode, types)
+        raise failure(log_path, proc.returncode, types)
     return work_dir / OUT_DIR
 
 
-def int8_file(folder: Path, int8_io: bool) -> Path:
-    """onnx2tf's INT8 file: full-integer with int8 I/O, or integer-quantized with float I/O."""
-    suffix = "_full_integer_quant.tflite" if int8_io else "_integer_quant.tflite"
-    found = sorted(folder.glob(f"*{suffix}"))
-    if not found:
-        raise StageError(f"tflite: onnx2tf wrote no '*{suffix}' file", "see the onnx2tf log in the artifact")
-    return found[0]
+def _wait(proc: subprocess.Popen, timeout_s: float, tick) -> None:
+    t0 = time.monotonic()
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - t0 > timeout_s:
+                proc.kill()
+                proc.wait()
+                raise StageError(f"tflite: onnx2tf ran longer than {timeout_s:.0f} s", LOG_HINT)
+            time.sleep(0.5)
+            if tick is not None:
+                tick.advance(0)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+
+

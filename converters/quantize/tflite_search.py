@@ -1,39 +1,55 @@
-"""Accuracy-aware INT8 for TFLite (onnx2tf full-integer quantization), within ``--search-budget``.
+"""Accuracy-aware INT8 for TFLite: the float ``.tflite`` quantized by ai-edge-quantizer, within ``--search-budget``.
 
-onnx2tf's INT8 is *full-integer*: every op runs in int8, so there is no per-op float fallback to
-search (a mixed float/int8 TFLite model would need the TensorFlow converter's selective quantization,
-which onnx2tf does not expose). The search is therefore the quantizer's own options only, in the order
-of :mod:`.search`: the conversion the stage already made (per-channel weights, the default), then the
-other weight granularity, each scored on the search part and confirmed on the held-back part. A miss
-is exit 5 naming the best metric. The result is then timed against the FP32 ``.tflite`` onnx2tf wrote
-beside it (same run, same converter), interleaved: a quick estimate, labelled so.
+The search of :mod:`.search` over :class:`.tflite_quantizer.TFLiteQuantizer`:
+
+1. the quantizer's options: static INT8 with the configured weight granularity, then dynamic-range INT8
+   (INT8 weights, activations quantized at run time: what recurrent, MatMul-heavy and normalisation-heavy
+   graphs keep best), weight-only INT8 (activations float: the most accurate, rarely faster), then static
+   with the other granularity. Static calibration runs once, before the search's clock starts (its seconds
+   are reported apart), and every static candidate reuses its ranges (where it fails, e.g. on a recurrent
+   layer's WHILE loop, only the other modes are tried);
+2. then ops kept in float over the best option, by per-op recipe (``no_quantize`` for the op's scope): the
+   quantized ops are ranked **once** by their own quantization noise (:func:`rank_ops`: the noise of an
+   op's output relative to the float model's, minus the worst noise it already received on its inputs, on
+   a few search samples), and the float set grows 1, 2, 4, … and is bisected over that ranking.
+
+Every candidate is scored on the search part and confirmed on the held-back part. A miss is exit 5 naming
+the best metric. The result is then timed against the float ``.tflite`` (same conversion), interleaved: a
+quick estimate, labelled so.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import StageError, UsageError
 
+from .modes import DynamicMode, Granularity, QuantMode, StaticMode, WeightsMode
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .tflite_quantizer import read_ops
+
+RANK_SAMPLES = 4  # enough to order ops by their own noise; each costs two all-tensor runs
 
 
-def _runner(folder: Path, runtime: dict, threads: int | None):
+def _runner(model_file: Path, runtime: dict, threads: int | None):
+    """A run function for ``model_file`` with the artifact's io map (a folder of its own, as the runner reads)."""
+    from edgeopt.converters.backends.tflite_convert import MODEL_FILE
     from edgeopt.runtime.runners.tflite import Runner
 
+    folder = model_file.parent / f"{model_file.stem}.dir"
+    folder.mkdir(exist_ok=True)
+    shutil.copyfile(model_file, folder / MODEL_FILE)
     r = Runner(str(folder), {"runtime": runtime, "inputs": [], "outputs": []}, threads=threads)
     return lambda feed: r.run({k: np.asarray(v) for k, v in feed.items()})
 
 
-def search_tflite(backend, model, config, ctx, *, onnx_in, onnx_out, keep, calib, folder: Path, target: Path,
-                  runtime: dict, checks: dict) -> tuple[dict, dict, dict]:
-    """Returns (runtime, checks, report) of the chosen conversion, whose file is then at ``target``."""
-    from edgeopt.converters.backends.tflite_convert import MODEL_FILE, IODtype, int8_file, run_onnx2tf
-
+def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *, runtime: dict,
+                  granularity: Granularity):
+    """Returns (the chosen ``QuantizedModel``, the search report)."""
     from .bound import ort_runner
 
     if ctx.eval is None or len(ctx.eval) < 4:
@@ -41,93 +57,118 @@ def search_tflite(backend, model, config, ctx, *, onnx_in, onnx_out, keep, calib
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    fp32_run = ort_runner(ctx.reference_for(model.path), threads)  # unpruned FP32: the gate's reference
-    int8_io = config.io_dtype == IODtype.INT8
-    made: dict[str, tuple] = {}
+    other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
+    modes = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
+    t0 = time.perf_counter()
+    static_failed = None
+    try:
+        quantizer.calibrate(float_tflite, ctx.calib)  # once, before the clock: every static candidate reuses it
+    except StageError as err:  # e.g. a recurrent layer's WHILE loop: the other modes need no calibration
+        static_failed = err.message
+        modes = [m for m in modes if m.kind != QuantMode.STATIC]
+    calibration_s = time.perf_counter() - t0
+    work = ctx.work_dir / "tflite_search"
+    work.mkdir(exist_ok=True)
+    count = iter(range(1 << 30))
 
-    def granularity(per_channel: bool) -> str:
-        return "per-channel weights" if per_channel else "per-tensor weights"
+    def build(i: int, kept: tuple[str, ...] = ()):
+        def go():
+            made = quantizer.quantize(float_tflite, modes[i], work / f"cand{next(count)}.tflite", calib=ctx.calib,
+                                      keep_float=kept)
+            return made, _runner(made.path, runtime, threads)
+        return go
 
-    def done():
-        made["first"] = (target, runtime, checks)
-        return "first", _runner(ctx.artifact_dir, runtime, threads)
-
-    def other():
-        work = ctx.work_dir / "onnx2tf_other"
-        alt = run_onnx2tf(model.path, work, ctx.work_dir / "onnx2tf_other.log", calib=calib, int8_io=int8_io,
-                          per_channel=not config.per_channel, keep_channel_last=keep, progress=None,
-                          timeout_s=config.timeout_s)
-        cand = ctx.work_dir / "tflite_other"
-        cand.mkdir(exist_ok=True)
-        shutil.copyfile(int8_file(alt, int8_io), cand / MODEL_FILE)
-        rt = {**runtime}
-        rt["io"], chk = backend._io_map(model.path, cand / MODEL_FILE, onnx_in, onnx_out, keep,
-                                        dataclasses.replace(ctx, artifact_dir=cand), rt)
-        made["other"] = (cand / MODEL_FILE, rt, chk)
-        return "other", _runner(cand, rt, threads)
+    def rank(made, deadline: float) -> list[tuple[str, float]]:
+        feeds = quantizer.signature_feeds(float_tflite, search)[:RANK_SAMPLES]
+        try:
+            return rank_ops(float_tflite, made.path, feeds, deadline)
+        except (ValueError, RuntimeError) as err:  # LiteRT could not keep every tensor: no ranking, say why
+            ctx.warn(f"tflite: the INT8 ops could not be ranked ({type(err).__name__}: {err}); none kept in float")
+            return []
 
     result = run_search(
-        options=[(f"onnx2tf -oiqt, {granularity(config.per_channel)}", done),
-                 (f"onnx2tf -oiqt, {granularity(not config.per_channel)}", other)],
-        rank=None, with_float=None, fp32_run=fp32_run, search=search, confirm=confirm,
-        bound=config.max_accuracy_drop, budget_s=config.search_budget_s, progress=ctx.progress,
-        what="INT8 search (tflite/onnx2tf)")
+        options=[(f"ai-edge-quantizer {m.label()}", build(i)) for i, m in enumerate(modes)],
+        rank=rank, with_float=lambda i, kept: build(i, kept), fp32_run=ort_runner(ctx.reference_for(model.path), threads),  # unpruned FP32
+        search=search, confirm=confirm, bound=config.max_accuracy_drop, budget_s=config.search_budget_s,
+        progress=ctx.progress, what="INT8 search (tflite/ai-edge-quantizer)",
+        sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs")
     report = result.report
-    report["float_fallback"] = ("none: onnx2tf's INT8 is full-integer (every op int8), so no op can be kept in "
-                                "float; only the quantizer's options were searched")
+    report["calibration_seconds"] = round(calibration_s, 2)
+    if static_failed:
+        report["static_failed"] = static_failed
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
-        raise gate_failure("tflite", result, config.max_accuracy_drop)
-    path, runtime, checks = made[result.best.artifact]
-    if path != target:
-        shutil.copyfile(path, target)
-    report["speed"] = _speed(folder, runtime, ctx, config, threads, search)
-    return runtime, checks, report
+        err = gate_failure("tflite", result, config.max_accuracy_drop)
+        if not report.get("stopped_by_budget"):  # the budget was not what stopped it: don't send the user there
+            err.hint = "relax --max-accuracy-drop, or keep FP32 (--precision fp32) or FP16 (--precision fp16)"
+        for scope in result.closest.kept[:3]:  # an op's scope joins its fused tensors' names: name its first
+            err.message = err.message.replace(scope, scope.split(";")[0])
+        raise err
+    made = result.best.artifact
+    report["kept_in_float"] = list(made.kept_float)
+    report["ops"] = {"quantized": made.quantized_units, "float": made.float_units}
+    report["speed"] = _speed(float_tflite, made.path, runtime, ctx, config, threads, search)
+    return made, report
 
 
-def _speed(folder: Path, runtime: dict, ctx, config, threads: int, search) -> dict:
-    """The INT8 artifact against onnx2tf's FP32 .tflite of the same conversion, interleaved."""
-    from edgeopt.converters.backends.tflite_convert import MODEL_FILE
+def rank_ops(float_path: Path, quant_path: Path, feeds: list[dict], deadline: float) -> list[tuple[str, float]]:
+    """Quantized ops (by scope), most harmful first: each op's output noise (mean squared error over the
+    float model's mean square, on ``feeds``) minus the largest noise among its inputs."""
+    ref = _tensors(float_path, feeds)
+    got = _tensors(quant_path, feeds)
+    model, ops = read_ops(quant_path)
+    tensors = model.subgraphs[0].tensors
 
-    floats = sorted(folder.glob("*_float32.tflite"))
-    if not floats:
-        entry = {"note": "not timed: onnx2tf wrote no float32 .tflite beside the INT8 one; use edgeopt bench"}
-        ctx.warn("tflite: the INT8 result was not timed against FP32 (no float32 .tflite from onnx2tf)")
-        return entry
-    fdir = ctx.work_dir / "tflite_fp32"
-    fdir.mkdir(exist_ok=True)
-    shutil.copyfile(floats[0], fdir / MODEL_FILE)
-    try:
-        runs = {"fp32": _float_runner(fdir / MODEL_FILE, runtime, threads),
-                "int8_final": _runner(ctx.artifact_dir, runtime, threads)}
-        feed = (ctx.check_samples or search).feed(0)
-        latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
-    except Exception as err:  # noqa: BLE001 - the float file's io may differ: say it was not timed
-        ctx.warn(f"tflite: the INT8 result was not timed against FP32 ({type(err).__name__})")
-        return {"note": f"not timed: onnx2tf's float32 .tflite did not run with the INT8 io map ({type(err).__name__})"}
+    def noise(index: int) -> float:
+        name = tensors[index].name
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        if name not in ref or name not in got:
+            return 0.0
+        errs = [float(np.mean((g - r) ** 2) / (np.mean(r ** 2) + 1e-12))
+                for r, g in zip(ref[name], got[name], strict=True) if r.shape == g.shape]
+        return float(np.mean(errs)) if errs else 0.0
+
+    scores = []
+    for op in ops:
+        if op["qdq"] or not op["scope"] or time.perf_counter() > deadline:
+            continue
+        out = max((noise(t) for t in op["outputs"]), default=0.0)
+        before = max((noise(t) for t in op["inputs"]), default=0.0)
+        if any(int(tensors[t].type) in (3, 7, 9) for t in op["inputs"] + op["outputs"]):
+            scores.append((op["scope"], out - before))
+    scores.sort(key=lambda s: -s[1])
+    return scores
+
+
+def _tensors(path: Path, feeds: list[dict]) -> dict[str, list[np.ndarray]]:
+    """Every tensor of the main subgraph after each feed, dequantized, by name (LiteRT without a delegate,
+    all tensors preserved)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from edgeopt.runtime.runners.tflite import dequantize, quantize
+
+    it = Interpreter(model_path=str(path), experimental_preserve_all_tensors=True,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    sig = it.get_signature_runner("serving_default")
+    ins = dict(sig.get_input_details())
+    out: dict[str, list[np.ndarray]] = {}
+    details = it.get_tensor_details()
+    for feed in feeds:
+        sig(**{k: quantize(v, ins[k]) for k, v in feed.items()})
+        for d in details:
+            try:
+                arr = it.get_tensor(d["index"])
+            except ValueError:
+                continue
+            if arr.dtype.kind in "fiu" and arr.size:
+                out.setdefault(d["name"], []).append(np.asarray(dequantize(arr, d), np.float64))
+    return out
+
+
+def _speed(float_tflite: Path, final: Path, runtime: dict, ctx, config, threads: int, search) -> dict:
+    """The INT8 result against the float ``.tflite`` it was made from, interleaved."""
+    runs = {"fp32": _runner(float_tflite, runtime, threads), "int8_final": _runner(final, runtime, threads)}
+    latency = interleaved_latency_ms(runs, (ctx.check_samples or search).feed(0), target_s=QUICK_S)
     return speed_verdict(latency, final_key="int8_final", runtime="LiteRT (XNNPACK)", min_speedup=config.min_speedup,
                          ctx=ctx, prefix="tflite", threads=threads)
-
-
-def _float_runner(path: Path, runtime: dict, threads: int | None):
-    """onnx2tf's float32 file has no signature: feed its inputs by shape (the INT8 io map's transposes),
-    invoke, read nothing back (this run is for timing only)."""
-    from edgeopt.runtime.runners.tflite import open_interpreter
-
-    it = open_interpreter(str(path), threads)
-    details = it.get_input_details()
-    ios = runtime["io"]["inputs"]
-
-    def run(feed):
-        used = set()
-        for io in ios:
-            x = np.asarray(feed[io["name"]], np.float32)
-            if io.get("transpose"):
-                x = np.transpose(x, io["transpose"])
-            d = next(d for d in details if d["index"] not in used and tuple(d["shape"]) == x.shape)
-            used.add(d["index"])
-            it.set_tensor(d["index"], x)
-        it.invoke()
-        return {}
-
-    return run
