@@ -122,6 +122,24 @@ def test_a_cpu_preset_for_the_orin_gpu_fails_the_stage_naming_nodes(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_nodes_kept_in_float_are_named_not_refused(tmp_path):
+    """What the INT8 search does (nodes_to_exclude): the excluded Conv and Gemm get a DQ'd input and a float
+    weight. TensorRT runs them in float; the artifact is written and the warning names them."""
+    from edgeopt import convert
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text('stages:\n  quantize: {nodes_to_exclude: ["/4/Conv_output_0", "/16/Gemm"]}\n')
+    out = tmp_path / "out"
+    convert(MNIST, "jetson-orin", out, precision="int8", recipe=recipe, calib=DATA / "mnist_calib.npz")
+    manifest = json.loads((out / "manifest.json").read_text())
+    facts = _stage(manifest, "onnxruntime")["report"]["tensorrt_qdq"]
+    assert facts["violations"] == [] and facts["quantized_linear_ops"] == 3
+    assert sorted(p["node"] for p in facts["placement"]) == ["/16/Gemm", "/4/Conv_output_0"]
+    assert any("will run in float on TensorRT" in w and "/16/Gemm" in w for w in manifest["warnings"])
+
+
 # ------------------------------------------------------------------ rule-breaking graphs, made here
 
 
@@ -173,12 +191,15 @@ def test_a_weight_scale_on_the_wrong_axis_is_caught():
     assert rules == {"w_DequantizeLinear": {TrtRule.PER_CHANNEL_WEIGHT}}
 
 
-def test_a_conv_with_a_float_weight_next_to_a_dq_input_is_caught():
+def test_a_conv_with_a_float_weight_next_to_a_dq_input_is_named_as_running_in_float():
+    """A node the INT8 search kept in float gets its data through DQ and a float weight: legal, and said."""
     model = _conv_qdq()
     conv = model.graph.node[3]
     conv.input[1] = "w_float"
     model.graph.initializer.append(numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w_float"))
-    assert _rules(model) == {"conv1": {TrtRule.INPUTS_THROUGH_DQ}}
+    report = check_tensorrt_qdq(model)
+    assert report.passed and report.quantized_linear_ops == 0
+    assert [(p.node, p.rule) for p in report.placement] == [("conv1", TrtRule.INPUTS_THROUGH_DQ)]
 
 
 def test_a_per_tensor_weight_is_counted_not_refused():

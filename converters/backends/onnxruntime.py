@@ -142,6 +142,9 @@ def tensorrt_preflight(path, ctx: ChainContext) -> None:
     facts = result.model_dump(mode="json")
     ctx.record_checks({"tensorrt_qdq_passed": result.passed, "tensorrt_qdq_violations": len(result.violations)})
     ctx.stage_report()["tensorrt_qdq"] = facts
+    if result.placement:
+        ctx.warn(f"onnxruntime: {len(result.placement)} linear op(s) will run in float on TensorRT, not INT8: "
+                 f"{result.summary(placement=True)}")
     if not result.passed:
         raise StageError(f"onnxruntime: the QDQ model breaks TensorRT's explicit-quantization rules at "
                          f"{len(result.nodes())} node(s): {result.summary()}",

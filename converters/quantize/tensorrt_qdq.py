@@ -3,9 +3,10 @@
 TensorRT (docs: "Explicit Quantization", ``IQuantizeLayer``/``IDequantizeLayer``) builds an engine from Q/DQ
 only with symmetric quantization: the zero point must hold only zeros, INT8 is signed (``[-128, 127]``), scales
 are strictly positive; activations are quantized per tensor (a scalar scale) and weights may be per channel (a 1-D
-scale as long as the quantization axis). The linear operators (Conv, Gemm, MatMul) fuse with the Q/DQ around them
-when their data and weight inputs both come through a DequantizeLinear. A model that breaks these rules fails at
-engine build on the board, or runs its layers in float: this check says so here, before anything is shipped.
+scale as long as the quantization axis). Those are ``violations``: the engine build on the board fails on them.
+The linear operators (Conv, Gemm, MatMul) fuse with the Q/DQ around them, and run in INT8, only when their data and
+weight inputs both come through a DequantizeLinear; one with only one of them through DQ (a node the INT8 search or
+``nodes_to_exclude`` kept in float) is legal and runs in float: ``placement`` names those, it does not refuse them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class TrtRule(StrEnum):
     POSITIVE_SCALE = "positive-scale"
     PER_TENSOR_ACTIVATION = "per-tensor-activation"
     PER_CHANNEL_WEIGHT = "per-channel-weight"  # axis set and a scale vector over the output channels
-    INPUTS_THROUGH_DQ = "inputs-through-dq"  # a quantized Conv/Gemm/MatMul gets data and weight through DQ
+    INPUTS_THROUGH_DQ = "inputs-through-dq"  # Conv/Gemm/MatMul in INT8 needs data and weight through DQ (placement)
 
 
 class QdqViolation(BaseModel):
@@ -43,7 +44,8 @@ class TrtQdqReport(BaseModel):
     quantized_linear_ops: int  # Conv/Gemm/MatMul with both inputs through DQ
     float_linear_ops: int  # left in float (TensorRT runs them in float: allowed)
     per_tensor_weights: tuple[str, ...] = ()  # weight DQs with one scale: TensorRT takes them, less accurately
-    violations: tuple[QdqViolation, ...] = ()
+    violations: tuple[QdqViolation, ...] = ()  # what the engine build fails on
+    placement: tuple[QdqViolation, ...] = ()  # linear ops with one input through DQ: they run in float on TensorRT
 
     @property
     def passed(self) -> bool:
@@ -56,10 +58,11 @@ class TrtQdqReport(BaseModel):
             out.setdefault(v.node, []).append(v)
         return out
 
-    def summary(self, examples: int = 2) -> str:
-        """One line: each broken rule, how many nodes break it and the first of them, with why."""
+    def summary(self, examples: int = 2, placement: bool = False) -> str:
+        """One line: each broken rule, how many nodes break it and the first of them, with why (``placement``: of the
+        placement notes instead)."""
         by_rule: dict[TrtRule, list[QdqViolation]] = {}
-        for v in self.violations:
+        for v in self.placement if placement else self.violations:
             by_rule.setdefault(v.rule, []).append(v)
         parts = []
         for rule, vs in by_rule.items():
@@ -116,6 +119,7 @@ def check_tensorrt_qdq(model) -> TrtQdqReport:
                                     detail=f"activation scale has {scale.size} values"))
     quantized = floating = 0
     per_tensor: list[str] = []
+    placement: list[QdqViolation] = []
     for i, n in enumerate(g.node):
         if n.op_type not in LINEAR_OPS or len(n.input) < 2:
             continue
@@ -127,8 +131,9 @@ def check_tensorrt_qdq(model) -> TrtQdqReport:
         quantized += all(through)
         if not all(through):
             which = "data" if not through[0] else "weight"
-            out.append(QdqViolation(node=_name(n, i), rule=TrtRule.INPUTS_THROUGH_DQ,
-                                    detail=f"its {which} input does not come through DequantizeLinear"))
+            placement.append(QdqViolation(node=_name(n, i), rule=TrtRule.INPUTS_THROUGH_DQ,
+                                          detail=f"its {which} input does not come through DequantizeLinear: it "
+                                                 "runs in float"))
             continue
         bad = _weight_rule(n, dqs[1][1], inits)
         if bad == PER_TENSOR:
@@ -137,7 +142,7 @@ def check_tensorrt_qdq(model) -> TrtQdqReport:
             out.append(QdqViolation(node=_name(dqs[1][1], dqs[1][0]), rule=TrtRule.PER_CHANNEL_WEIGHT,
                                     detail=f"weight of {_name(n, i)}: {bad}"))
     return TrtQdqReport(qdq_nodes=len(qdq), quantized_linear_ops=quantized, float_linear_ops=floating,
-                        per_tensor_weights=tuple(per_tensor), violations=tuple(out))
+                        per_tensor_weights=tuple(per_tensor), violations=tuple(out), placement=tuple(placement))
 
 
 PER_TENSOR = "per-tensor"
