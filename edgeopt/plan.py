@@ -184,11 +184,13 @@ def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
     return settle(config) if config is not None and settle is not None else config
 
 
-def _quant_preset(profile) -> tuple[str, str]:
-    """The INT8 preset for the profile's ISA (x86 VNNI or AVX2, Arm dot-product...), and why."""
+def _quant_preset(profile, target) -> tuple[str, str]:
+    """The INT8 preset for the engine that runs the model (TensorRT's execution provider: ``tensorrt``), else for the
+    profile's ISA (x86 VNNI or AVX2, Arm dot-product...), and why."""
     from edgeopt.converters.quantize.presets import preset_for_profile
 
-    preset, why = preset_for_profile(profile)
+    provider = dict(target.settings).get("provider") if target is not None else None
+    preset, why = preset_for_profile(profile, provider)
     return preset.name, why
 
 
@@ -297,7 +299,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
             input_shapes=dict(input_shapes or {}),
             metric=pick(r.metric, None),
             prune_channel_multiple=_channel_multiple(profile, target, prec),
-            quant_preset=_quant_preset(profile),
+            quant_preset=_quant_preset(profile, target),
             profile_name=profile.name,
             profile_has_gpu=profile.unit(UnitKind.GPU) is not None,
             sparse_units=tuple(u.kind.value for u in profile.compute_units if u.sparse_peak_gops is not None),

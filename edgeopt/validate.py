@@ -28,6 +28,17 @@ class Gate(BaseModel):
     passed: bool
 
 
+class CheckedOn(BaseModel):
+    """Where the artifact was validated: the provider that ran it here and the one it is built for (ONNX Runtime's
+    runner records both); ``why`` says why they differ (e.g. no TensorRT on this machine), None when they don't."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    target: str
+    why: str | None = None
+
+
 class Validation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +61,7 @@ class Validation(BaseModel):
     metric_drop: float | None = None  # reference - value
     # compute units of the artifact's model: {"quantized", "float", "file"} (edgeopt.quant_units); None: not read
     units: dict | None = None
+    checked_on: CheckedOn | None = None  # the runner's provider vs the artifact's (None: the runner records none)
     gates: dict[str, Gate] = {}
 
     @property
@@ -102,6 +114,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
                 got_outs.append(_judged(seen["got"], judged))
                 if tick is not None:
                     tick.advance()
+        checked_on = _checked_on(getattr(runner, "execution", None))
     v = Validation(
         samples=n,
         data_source=data_source,
@@ -110,6 +123,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         cosine_mean=float(np.mean(cos_means)) if cos_means else None,
         max_abs_err=max_abs,
         top1_agreement=float(np.mean(agree)) if agree else None,
+        checked_on=checked_on,
     )
     m = metric_for_outputs(ref_outs, data.labels, metric, search_path=search_path,
                            role="eval" if data_source == "eval" else "calib")
@@ -135,6 +149,14 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     v.units = _units_gate(artifact_dir, manifest, gates)
     v.gates = gates
     return v
+
+
+def _checked_on(execution: dict | None) -> CheckedOn | None:
+    """From the runner's ``execution`` record (edgeopt/runtime/runners/onnxruntime.py): which provider ran it."""
+    if not execution or not execution.get("provider"):
+        return None
+    return CheckedOn(provider=execution["provider"], target=execution.get("target_provider") or execution["provider"],
+                     why=execution.get("why"))
 
 
 def _units_gate(artifact_dir, manifest: dict | None, gates: dict) -> dict | None:

@@ -296,6 +296,21 @@ def test_a_tensorrt_that_does_not_load_is_named(jetson_artifact, runner_module, 
 
 
 @pytest.mark.onnxruntime
+def test_the_validation_names_the_provider_that_checked_it(jetson_artifact, runner_module, monkeypatch):
+    """Here: the CPU provider, for a TensorRT artifact, and why; where TensorRT runs (faked), TensorRT itself."""
+    import json
+
+    from edgeopt.validate import validate_artifact
+
+    on = json.loads((jetson_artifact / "manifest.json").read_text())["validation"]["checked_on"]
+    assert on["provider"] == "CPUExecutionProvider" and on["target"] == TRT and "not in this ONNX Runtime" in on["why"]
+    _fake_tensorrt(monkeypatch)
+    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(jetson_artifact.parent / "work"))
+    v = validate_artifact(jetson_artifact, jetson_artifact / "model.onnx", digits_datasets()[1], data_source="eval")
+    assert v.checked_on.model_dump() == {"provider": TRT, "target": TRT, "why": None}
+
+
+@pytest.mark.onnxruntime
 def test_remote_bench_gives_the_runner_the_devices_work_dir(remote_env, jetson_artifact, tmp_path):
     """The run on the device is told its work dir (where the engine cache lives); what ran is in the result."""
     import sys

@@ -11,6 +11,8 @@ With TensorRT's execution provider (the Jetson profiles) no engine is built here
 across GPUs, so ONNX Runtime's TensorRT EP builds one on the board when the session is created. The settings turn its
 engine cache on, under the device's work dir (``{work_dir}``, which the runner fills in), so the first
 ``remote-bench`` builds the engine there and later runs load it; the manifest says so (``runtime.engine_build``).
+A QDQ model for TensorRT is checked against its explicit-quantization rules first
+(:mod:`edgeopt.converters.quantize.tensorrt_qdq`): the result is on the stage's checks, and a violation fails the stage.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class OnnxRuntimeBackend(Backend):
                             provider_options=dict(config.provider_options))
         runtime = {"backend": self.backend.value, "model": target.name, "settings": settings}
         if config.provider == TRT_PROVIDER:
+            tensorrt_preflight(model.path, ctx)
             runtime["engine_build"] = engine_build(config)
         # Load it once here: a model ONNX Runtime cannot load must fail the conversion, not the device.
         so = ort.SessionOptions()
@@ -124,6 +127,30 @@ class OnnxRuntimeBackend(Backend):
         }
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(target, Format.ONNX, model.precision, notes)
+
+
+def tensorrt_preflight(path, ctx: ChainContext) -> None:
+    """A QDQ model TensorRT will build: its Q/DQ checked against TensorRT's rules (on the stage's checks and
+    report); a violation is a StageError naming the nodes."""
+    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq, has_qdq
+    from edgeopt.errors import StageError
+    from edgeopt.model import load_onnx
+
+    proto = load_onnx(path, check=False)
+    if not has_qdq(proto):
+        return
+    result = check_tensorrt_qdq(proto)
+    facts = result.model_dump(mode="json")
+    ctx.record_checks({"tensorrt_qdq_passed": result.passed, "tensorrt_qdq_violations": len(result.violations)})
+    ctx.stage_report()["tensorrt_qdq"] = facts
+    if result.placement:
+        ctx.warn(f"onnxruntime: {len(result.placement)} linear op(s) will run in float on TensorRT, not INT8: "
+                 f"{result.summary(placement=True)}")
+    if not result.passed:
+        raise StageError(f"onnxruntime: the QDQ model breaks TensorRT's explicit-quantization rules at "
+                         f"{len(result.nodes())} node(s): {result.summary()}",
+                         "quantize it with the tensorrt preset (symmetric signed INT8, per-channel weights: the "
+                         "jetson profiles' default), or use --precision fp16", details={"tensorrt_qdq": facts})
 
 
 def engine_build(config: OnnxRuntimeConfig) -> dict:

@@ -4,7 +4,9 @@ The numbers behind the choices (seen on this machine, see pitfalls.md): QDQ form
 activations QUInt8, weights QInt8 and per-channel weights lets every Conv fuse to QLinearConv
 in ONNX Runtime's CPU provider; S8 activations left 12 of 27 convs in FP32 and ran slower than FP32.
 On x86 without VNNI the u8*s8 multiply (vpmaddubsw) can saturate, so ``reduce_range`` (7-bit
-weights) is the documented remedy there. TensorRT-style GPU INT8 is symmetric S8/S8.
+weights) is the documented remedy there. TensorRT reads explicit QDQ only as symmetric signed INT8 (zero point 0)
+for activations and weights, per-tensor activations and per-channel weights: the ``tensorrt`` preset, chosen for a
+backend whose provider is ONNX Runtime's TensorRT execution provider (the Jetson profiles), whatever the board's CPU.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class QuantizerOptions(BaseModel):
     calib_method: CalibMethod = CalibMethod.MINMAX
     activation_symmetric: bool = False
     weight_symmetric: bool = True
+    quantize_bias: bool = True  # False: biases stay float (TensorRT's DequantizeLinear takes no int32 bias)
 
 
 class HardwarePreset(QuantizerOptions):
@@ -61,10 +64,14 @@ PRESETS: dict[str, HardwarePreset] = {
             description="Arm64 without dot-product: U8 activations, S8 per-channel weights",
         ),
         HardwarePreset(
-            name="gpu-symmetric",
-            description="GPU INT8 (TensorRT style): symmetric S8 activations and S8 per-channel weights",
+            name="tensorrt",
+            description="TensorRT explicit quantization: symmetric S8 activations (zero point 0) and S8 per-channel "
+                        "weights, QDQ; biases float (TensorRT's parser rejects an int32 bias DequantizeLinear)",
             activation_type=QType.QINT8,
             activation_symmetric=True,
+            weight_symmetric=True,
+            per_channel=True,
+            quantize_bias=False,
         ),
     )
 }
@@ -76,8 +83,15 @@ def get_preset(name: str) -> HardwarePreset:
     return PRESETS[name]
 
 
-def preset_for_profile(profile) -> tuple[HardwarePreset, str]:
-    """The preset for the profile's CPU ISA, and why (a sentence for the report)."""
+def preset_for_profile(profile, provider: str | None = None) -> tuple[HardwarePreset, str]:
+    """The preset for the engine that runs the model (``provider``: the backend's execution provider, TensorRT's
+    gets ``tensorrt``), else for the profile's CPU ISA; and why (a sentence for the report)."""
+    from edgeopt.converters.backends.onnxruntime import TRT_PROVIDER
+
+    if provider == TRT_PROVIDER:
+        where = f"profile {profile.name}" if profile is not None else "the backend"
+        return PRESETS["tensorrt"], (f"{where}: ONNX Runtime's TensorRT execution provider runs it, and TensorRT reads "
+                                     "QDQ as symmetric signed INT8 (zero point 0) with per-channel weights")
     if profile is None:  # no target named: quantize for the machine that runs it
         from edgeopt.profiles import load_profile
 

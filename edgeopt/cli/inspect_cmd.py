@@ -43,6 +43,11 @@ def inspect_cmd(
         if v:
             figures = ", ".join(f"{k}={v[k]:.6g}" for k in ("cosine_min", "max_abs_err", "top1_agreement", "accuracy", "accuracy_drop") if v.get(k) is not None)
             c.print(f"validation ({v['samples']} {v['data_source']} samples): {figures}", markup=False)
+            on = v.get("checked_on")
+            if on:
+                where = on["provider"] if on["provider"] == on["target"] else (
+                    f"{on['provider']}, not the artifact's {on['target']}" + (f": {on['why']}" if on.get("why") else ""))
+                c.print(f"checked on {where}", markup=False)
             if v.get("metric"):
                 unit = v.get("metric_unit") or ""
                 c.print(f"metric {v['metric']} (vs {v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
