@@ -69,11 +69,10 @@ def test_core_plan_pins_only_emulated_devices_with_spare_cores(tmp_path):
 
 
 def _one_core_profile(tmp_path: Path) -> Path:
+    import re
     from importlib.resources import files
 
     from edgeopt.profiles import load_profile
-
-    import re
 
     text = (files("edgeopt.device_profiles") / "x86-avx512.yaml").read_text().replace("name: x86-avx512", "name: x86-1core").replace("cores: 56", "cores: 1")
     text = re.sub(r"(?m)^(aliases|family|family_default):.*$", "", text)  # its names stay x86-avx512's alone

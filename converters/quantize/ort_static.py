@@ -22,7 +22,6 @@ class StaticSettings(QuantizerOptions):
     """One complete set of quantizer options (a preset plus overrides)."""
 
     moving_average: bool = False
-    quantize_bias: bool = True
     percentile: float = 99.999
     op_types_to_quantize: tuple[str, ...] | None = None
     nodes_to_exclude: tuple[str, ...] = ()
