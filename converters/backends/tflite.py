@@ -394,9 +394,9 @@ def wrap_tflite(path: str | os.PathLike, out_dir: str | os.PathLike, *, threads:
 
     from edgeopt import __version__
     from edgeopt.artifact import Calibration, Manifest, SourceModel, TensorInfo, guess_layout, write_manifest
-    from edgeopt.convert import _publish as publish
     from edgeopt.deps import version_of
     from edgeopt.files import file_sha256
+    from edgeopt.outputs import publish
 
     src, out = Path(path), Path(out_dir)
     if not src.is_file():
