@@ -368,3 +368,25 @@ def test_openvino_search_through_the_cli_keeps_nncf_logs_off_stderr(tagger, tmp_
                   if s["name"] == "openvino")["report"]["accuracy_aware"]
     assert report["kept_in_float_count"] >= 1  # the rebuild with ignored_scope ran
     assert "nncf" not in proc.stderr.lower() and json.loads(proc.stdout)["ok"] is True
+
+
+def _failed_search(stopped_by_budget: bool):
+    from edgeopt.converters.quantize.search import Candidate, SearchResult
+
+    tried = [{"what": "plain", "kept_in_float": 0}, {"what": "+1 float", "kept_in_float": 1},
+             {"what": "+2 float", "kept_in_float": 2}, {"what": "+4 float", "kept_in_float": 4}]
+    report = {"metric": "top1", "metric_unit": "%", "candidates": 4, "budget_s": 120.0, "tried": tried,
+              "stopped_by_budget": stopped_by_budget, "quantized_ops_ranked": 358,
+              "fp32": {"search": 90.0, "confirm": 90.0}}
+    return SearchResult(best=None, closest=Candidate("plain", (), search_value=80.0), report=report)
+
+
+@pytest.mark.parametrize("stopped_by_budget", [False, True])
+def test_a_gate_failure_says_what_was_tried_and_names_the_budget_only_when_it_stopped_the_search(stopped_by_budget):
+    """Issue 26: '0 of 358 ops kept in float' was printed after candidates with 1, 2 and 4 float ops were tried,
+    and 'raise --search-budget' was suggested when the budget was not what stopped the search."""
+    from edgeopt.converters.quantize.search import gate_failure
+
+    err = gate_failure("quantize", _failed_search(stopped_by_budget), 1.0)
+    assert "0 of 358 ops kept in float; candidates with up to 4 ops in float were tried and scored lower" in err.message
+    assert ("--search-budget" in err.hint) == stopped_by_budget

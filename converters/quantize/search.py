@@ -297,13 +297,17 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
         kept += " (" + ", ".join(c.kept[:3]) + (f" and {len(c.kept) - 3} more" if len(c.kept) > 3 else "") + ")"
     held = ("" if c.confirm_value is None else
             f", held-back {c.confirm_value:.2f}{unit} vs {r['fp32']['confirm']:.2f}{unit}")
+    most = max((t.get("kept_in_float", 0) for t in r.get("tried", ())), default=0)
+    if most > len(c.kept):  # the best was not the one with most ops in float: say what else was tried
+        kept += f"; candidates with up to {most} ops in float were tried and scored lower"
     if r.get("only_all_float_meets"):
         kept += "; only with every op in float (the FP32 model) was the bound met"
+    budget_hint = "raise --search-budget, " if r.get("stopped_by_budget") else ""  # only when the budget stopped it
     return GateFailedError(
         f"{prefix}: INT8 misses --max-accuracy-drop {bound:g} {where}: best {r['metric']} "
         f"{c.search_value:.2f}{unit} vs FP32 {r['fp32']['search']:.2f}{unit} on the search part "
         f"(drop {r['fp32']['search'] - c.search_value:.2f}){held}, with {kept}",
-        "raise --search-budget, relax --max-accuracy-drop, or keep FP32 (--precision fp32)", details=r)
+        f"{budget_hint}relax --max-accuracy-drop, or keep FP32 (--precision fp32)", details=r)
 
 
 # ---------------------------------------------------------------------- faster, or say so
