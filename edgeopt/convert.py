@@ -79,11 +79,40 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
     from edgeopt.run_tmp import run_temp_dir
 
     with run_temp_dir():  # the libraries' leftovers (ORT's .ses, TF's autograph files, torch's cache) go with it
-        return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan,
-                        verifier=verifier)
+        if plan is not None or o.backend is not None or o.recipe is not None or o.dry_run:
+            return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan,
+                            verifier=verifier)
+        return _convert_in_order(model, profile, output, o, progress=progress, on_warning=on_warning,
+                                 verifier=verifier)
 
 
-def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None) -> ConvertResult:
+def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> ConvertResult:
+    """The profile's backends in order: the next when one can't hold the bound (``edgeopt/backend_fallback.py``)."""
+    from edgeopt.backend_fallback import FALLBACK_ON, backend_order, fallbacks, left_because
+
+    order = backend_order(profile, o.profile_dirs)
+    if not order:  # none installed: the plain path says which extra to install
+        return _convert(model, profile, output, o, plan=None, **kw)
+    left: list[dict] = []
+    for i, backend in enumerate([order[0], *fallbacks(order)]):
+        try:
+            return _convert(model, profile, output, o.model_copy(update={"backend": backend.value}), plan=None,
+                            fallback=tuple(left), **kw)
+        except FALLBACK_ON as err:
+            nxt = ([order[0], *fallbacks(order)] + [None])[i + 1]
+            if nxt is None:
+                if left:
+                    err.message += " (also tried: " + "; ".join(f"{e['backend']}: exit {e['exit_code']}" for e in left) + ")"
+                raise
+            left.append(left_because(backend, err))
+            if kw.get("on_warning"):
+                kw["on_warning"](f"convert: {backend.value} could not hold this model ({err.message}); trying "
+                                 f"{nxt.value}, the profile's next backend")
+    raise AssertionError("unreachable")
+
+
+def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
+             fallback: tuple[dict, ...] = ()) -> ConvertResult:
     from edgeopt.chain import check_samples, execute
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
@@ -171,6 +200,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
                                            metric=plan.options.metric, search_path=search_path)
             manifest.validation = validation.model_dump(mode="json")
             manifest.warnings = list(warnings)
+            manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why
             manifest = write_manifest(tmp, manifest)
             try:
                 check_gates(validation)

@@ -1,0 +1,56 @@
+"""Backends in the profile's order of preference (issue 22): when the first cannot hold the bound on this model,
+the next is tried.
+
+A profile lists its backends in order (pi5: TFLite, then ONNX Runtime for aarch64, then TVM). ``convert`` without
+``--backend`` builds with the first installed one; when that build fails its gate (exit 5: the accuracy bound or
+``--min-speedup`` not met) or its converter fails on the model (exit 3: an op it can't take, a crash), the next
+installed backend of the list is tried, saying why on stderr, and the artifact's manifest keeps every backend
+tried and why it was left (``backend_fallback``). TVM is never a fallback: untuned, it is slower than the others
+(``edgeopt tune``, then ``--backend tvm``). A backend the user names (``--backend``, a recipe's ``backend:``) is
+never replaced.
+
+For now this is the ARM boards' rule (profiles with ``arch: aarch64``: pi5, rpi4, the Jetsons), where the first
+backend (TFLite, TensorRT) fails on models the next one holds; the x86 profiles keep their one backend until the
+same is measured there.
+"""
+
+from __future__ import annotations
+
+from edgeopt.enums import BackendName
+from edgeopt.errors import GateFailedError, StageError, UnsupportedOpError
+
+# the failures a next backend may not have: the gate, and the converter failing on this model
+FALLBACK_ON = (GateFailedError, StageError, UnsupportedOpError)
+NEVER_A_FALLBACK = (BackendName.TVM,)
+FALLBACK_ARCHES = ("aarch64",)
+
+
+def backend_order(profile, profile_dirs=None) -> list[BackendName]:
+    """The installed backends of ``profile`` (a name or a DeviceProfile) in its order of preference ([] where
+    the profile falls back to none: the plain path)."""
+    from edgeopt.converters.registry import get_backend
+    from edgeopt.profiles import DeviceProfile, resolve_profile
+
+    prof = profile if isinstance(profile, DeviceProfile) else resolve_profile(str(profile), profile_dirs or None)[0]
+    if prof.arch not in FALLBACK_ARCHES:
+        return []
+    order = []
+    for target in prof.backends:
+        try:
+            installed = get_backend(target.name).available()
+        except Exception:  # noqa: BLE001 - a backend edgeopt doesn't know here is simply not a candidate
+            installed = False
+        if installed and target.name not in order:
+            order.append(target.name)
+    return order
+
+
+def fallbacks(order: list[BackendName]) -> list[BackendName]:
+    """The backends tried after the first when it can't hold the bound."""
+    return [b for b in order[1:] if b not in NEVER_A_FALLBACK]
+
+
+def left_because(backend: BackendName, err: Exception) -> dict:
+    """One entry of the manifest's ``backend_fallback``: the backend, its exit code and the one-line reason."""
+    message = getattr(err, "message", str(err))
+    return {"backend": backend.value, "exit_code": int(getattr(err, "exit_code", 1)), "reason": message}
