@@ -121,13 +121,22 @@ def test_onnx2tf_crash_cli_keeps_log_beside_output(tmp_path, cli):
                                [h.make_tensor_value_info("y", T.FLOAT, [1, 4])]), tmp_path / "relu.onnx")
     out = tmp_path / "art"
     env = {"PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = cli("convert", str(model), "--profile", "pi5", "--precision", "fp32", "-o", str(out), "--json", env=env)
+    proc = cli("convert", str(model), "--profile", "pi5", "--backend", "tflite", "--precision", "fp32", "-o", str(out),
+               "--json", env=env)
     assert proc.returncode == 3, proc.stderr[-2000:]
     err = _json(proc)["error"]
     assert "onnx2tf crashed (SIGSEGV, exit -11)" in err["message"] and "0.485" not in err["message"]
     kept = tmp_path / "art.onnx2tf.log"
     assert str(kept) in err["hint"] and "quant_norm_mean" in kept.read_text()
     assert not out.exists() and "Traceback" not in proc.stderr
+    # without --backend the pi5 profile's next backend (ONNX Runtime for aarch64) builds it, saying why
+    proc = cli("convert", str(model), "--profile", "pi5", "--precision", "fp32", "-o", str(out), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tflite could not hold this model" in proc.stderr and "trying onnxruntime" in proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["backend"] == "onnxruntime"
+    assert [e["backend"] for e in manifest["backend_fallback"]] == ["tflite"]
+    assert "onnx2tf crashed (SIGSEGV" in manifest["backend_fallback"][0]["reason"]
 
 
 # ----------------------------------------------------------------------------- conversions (slow)
@@ -316,7 +325,8 @@ def test_wrap_tflite_keeps_old_output_until_new_is_complete(tmp_path, monkeypatc
     src.write_bytes(b"not read: specs are faked")
     out = tmp_path / "art"
     out.mkdir()
-    (out / "manifest.json").write_text("{}")
+    old = '{"edgeopt_version": "0.1.0"}'  # an earlier edgeopt output: the one kind publish may replace
+    (out / "manifest.json").write_text(old)
     spec = {"name": "x", "shape": [1, 4], "dtype": "float32"}
     monkeypatch.setattr(tflite, "tflite_specs", lambda path: ([spec], [dict(spec, name="y")], "fp32"))
     real_replace = os.replace
@@ -329,7 +339,7 @@ def test_wrap_tflite_keeps_old_output_until_new_is_complete(tmp_path, monkeypatc
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError):
         tflite.wrap_tflite(src, out)
-    assert (out / "manifest.json").read_text() == "{}" and not list(tmp_path.glob("*.tmp-*"))
+    assert (out / "manifest.json").read_text() == old and not list(tmp_path.glob("*.tmp-*"))
     monkeypatch.setattr(os, "replace", real_replace)
     tflite.wrap_tflite(src, out)
     assert (out / "model.tflite").read_bytes() == src.read_bytes() and not list(tmp_path.glob("art.old-*"))
