@@ -22,66 +22,17 @@ import numpy as np
 from real_models import Case, _pkg_file
 
 from edgeopt.data import Dataset
-
-SR, N_FFT, HOP, N_MELS, FRAMES = 16000, 400, 160, 40, 160  # resemblyzer's hparams
-
-
-def _slaney_mel(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
-    """librosa's default mel filterbank (Slaney scale and area normalisation), [n_mels, n_fft//2+1]."""
-    def hz_to_mel(f):
-        f = np.asarray(f, np.float64)
-        lin = f / (200.0 / 3)
-        log = 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
-        return np.where(f >= 1000.0, log, lin)
-
-    def mel_to_hz(m):
-        m = np.asarray(m, np.float64)
-        return np.where(m >= 15.0, 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0)), m * (200.0 / 3))
-
-    freqs = np.linspace(0, sr / 2, n_fft // 2 + 1)
-    edges = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2))
-    fb = np.zeros((n_mels, len(freqs)))
-    for i in range(n_mels):
-        lo, mid, hi = edges[i], edges[i + 1], edges[i + 2]
-        fb[i] = np.maximum(0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
-        fb[i] *= 2.0 / (hi - lo)
-    return fb.astype(np.float32)
-
-
-def mel_frames(wav: np.ndarray) -> np.ndarray:
-    """[T, 40] mel power frames, centred windows (reflect padding) as librosa's melspectrogram."""
-    pad = np.pad(wav, N_FFT // 2, mode="reflect")
-    n = 1 + (len(pad) - N_FFT) // HOP
-    win = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
-    frames = np.stack([pad[i * HOP:i * HOP + N_FFT] * win for i in range(n)])
-    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
-    return (power @ _slaney_mel(SR, N_FFT, N_MELS).T).astype(np.float32)
+from fixtures.speaker_encoder import FRAMES, N_MELS, SR, export_speaker_encoder  # noqa: F401
+from fixtures.speaker_encoder import mel_power_frames as mel_frames
 
 
 def case_resemblyzer(work: Path) -> Case:
-    import torch
 
     from fixtures.datasets import _VAD_TEXT, espeak
 
     out = work / "resemblyzer_lstm.onnx"
     if not out.is_file():
-        state = torch.load(_pkg_file("resemblyzer", "pretrained.pt"), map_location="cpu")["model_state"]
-
-        class SpeakerEncoder(torch.nn.Module):  # resemblyzer.VoiceEncoder's forward
-            def __init__(self):
-                super().__init__()
-                self.lstm = torch.nn.LSTM(N_MELS, 256, 3, batch_first=True)
-                self.linear = torch.nn.Linear(256, 256)
-
-            def forward(self, mels):
-                _, (hidden, _) = self.lstm(mels)
-                e = torch.relu(self.linear(hidden[-1]))
-                return e / torch.norm(e, dim=1, keepdim=True)
-
-        net = SpeakerEncoder()
-        net.load_state_dict({k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))})
-        torch.onnx.export(net.eval(), (torch.zeros(1, FRAMES, N_MELS),), str(out), dynamo=False, opset_version=17,
-                          input_names=["mels"], output_names=["embedding"])
+        export_speaker_encoder(out)
     windows = []
     for text in _VAD_TEXT:
         for voice in ("en", "en-us"):

@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from edgeopt.data import Dataset, load_npz  # noqa: E402
+from fixtures.speaker_encoder import FRAMES, N_MELS, SR  # noqa: E402,F401  resemblyzer's hparams
 
-SR, N_FFT, HOP, N_MELS, FRAMES = 16000, 400, 160, 40, 160
 VOICES = [f"en+{v}" for v in ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5")]
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -59,60 +59,20 @@ SENTENCES = [
 
 # ---------------------------------------------------------------------------------- the speaker encoder
 def speaker_encoder(work: Path) -> Path:
-    import torch
+    from fixtures.speaker_encoder import export_speaker_encoder
 
-    from fixtures.real_models import package_dir
-
-    root = package_dir("resemblyzer")
-    if root is None or not (root / "pretrained.pt").is_file():
-        raise SystemExit("resemblyzer is not installed (pip install --no-deps resemblyzer)")
-
-    class Encoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lstm = torch.nn.LSTM(N_MELS, 256, 3, batch_first=True)
-            self.linear = torch.nn.Linear(256, 256)
-
-        def forward(self, mels):
-            _, (hidden, _) = self.lstm(mels)
-            raw = torch.relu(self.linear(hidden[-1]))
-            return raw / torch.norm(raw, dim=1, keepdim=True)
-
-    net = Encoder().eval()
-    state = torch.load(root / "pretrained.pt", map_location="cpu", weights_only=False)
-    state = state.get("model_state", state)
-    net.load_state_dict({k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))})  # not the GE2E loss's
-    path = work / "speaker_encoder.onnx"
-    torch.onnx.export(net, torch.zeros(1, FRAMES, N_MELS), str(path), input_names=["mels"], output_names=["embed"],
-                      opset_version=17, dynamo=False)
-    return path
-
-
-def _mel_filters() -> np.ndarray:
-    """librosa's default (Slaney) mel filterbank, [n_mels, n_fft // 2 + 1]."""
-    def hz_to_mel(f):
-        f = np.asarray(f, np.float64)
-        return np.where(f >= 1000, 15 + np.log(np.maximum(f, 1e-10) / 1000) / (np.log(6.4) / 27), f / (200 / 3))
-
-    def mel_to_hz(m):
-        m = np.asarray(m, np.float64)
-        return np.where(m >= 15, 1000 * np.exp((np.log(6.4) / 27) * (m - 15)), m * (200 / 3))
-
-    freqs = np.linspace(0, SR / 2, N_FFT // 2 + 1)
-    pts = mel_to_hz(np.linspace(hz_to_mel(0), hz_to_mel(SR / 2), N_MELS + 2))
-    diff, ramps = np.diff(pts), pts[:, None] - freqs[None, :]
-    lower, upper = -ramps[:-2] / diff[:-1, None], ramps[2:] / diff[1:, None]
-    weights = np.maximum(0, np.minimum(lower, upper))
-    return (weights * (2.0 / (pts[2:] - pts[:-2]))[:, None]).astype(np.float32)
+    try:
+        return export_speaker_encoder(work / "speaker_encoder.onnx", output_name="embed")
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from err
 
 
 def mel_frames(audio: np.ndarray) -> np.ndarray:
     """[FRAMES, 40] power mel frames (resemblyzer's wav_to_mel_spectrogram) of the loudest 1.6 s."""
+    from fixtures.speaker_encoder import mel_power_frames
+
     audio = audio / (np.sqrt(np.mean(audio ** 2)) + 1e-9) * 10 ** (-30 / 20)  # its -30 dBFS normalisation
-    pad = np.pad(audio, N_FFT // 2, mode="reflect")
-    n = 1 + (len(pad) - N_FFT) // HOP
-    frames = np.stack([pad[i * HOP:i * HOP + N_FFT] for i in range(n)]) * np.hanning(N_FFT + 1)[:-1]
-    mel = (np.abs(np.fft.rfft(frames, axis=1)) ** 2) @ _mel_filters().T
+    mel = mel_power_frames(audio)
     if len(mel) < FRAMES:
         mel = np.pad(mel, ((0, FRAMES - len(mel)), (0, 0)))
     energy = np.convolve(mel.sum(axis=1), np.ones(FRAMES), mode="valid")

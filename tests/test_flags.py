@@ -274,34 +274,15 @@ def test_openvino_int8_units_are_read_from_the_ir(cli, tmp_path):
 def test_resemblyzers_speaker_encoder_is_judged_by_cosine_under_its_numeric_output_name(cli, tmp_path):
     """resemblyzer's pretrained LSTM speaker encoder (3 LSTM + Linear + ReLU + L2 norm), exported by torch: its
     output gets a number for a name, and it is still judged as an embedding (cosine), never by argmax."""
-    import importlib.util
-
     import onnx
 
-    torch = pytest.importorskip("torch")
-    spec = importlib.util.find_spec("resemblyzer")
-    if spec is None:
+    pytest.importorskip("torch")
+    from fixtures.speaker_encoder import export_speaker_encoder
+
+    try:  # torch names the output itself (a number), as a plain export does
+        model = export_speaker_encoder(tmp_path / "encoder.onnx", output_name=None, frames=40)
+    except FileNotFoundError:
         pytest.skip("resemblyzer is not installed")
-    weights = Path(next(iter(spec.submodule_search_locations))) / "pretrained.pt"
-
-    class Encoder(torch.nn.Module):  # resemblyzer.VoiceEncoder's layers, rebuilt without its audio imports
-        def __init__(self):
-            super().__init__()
-            self.lstm = torch.nn.LSTM(40, 256, 3, batch_first=True)
-            self.linear = torch.nn.Linear(256, 256)
-            self.relu = torch.nn.ReLU()
-
-        def forward(self, mels):
-            _, (hidden, _) = self.lstm(mels)
-            e = self.relu(self.linear(hidden[-1]))
-            return e / torch.norm(e, dim=1, keepdim=True)
-
-    net = Encoder()
-    state = torch.load(weights, map_location="cpu")["model_state"]
-    net.load_state_dict({k: v for k, v in state.items() if not k.startswith("similarity_")})  # training-only
-    net.eval()
-    model = tmp_path / "encoder.onnx"
-    torch.onnx.export(net, (torch.rand(1, 40, 40),), str(model), input_names=["mels"], dynamo=False, opset_version=17)
     out_name = onnx.load(str(model)).graph.output[0].name
     assert out_name.isdigit()  # what the issue saw: "304"
     mels = np.random.default_rng(0).random((24, 1, 40, 40)).astype(np.float32)  # synthetic mel frames
