@@ -66,6 +66,7 @@ def blame_pruning(err: GateFailedError, ctx, options: ChainOptions, data, *, sea
                               details={**err.details, "pruning": share})
     else:
         verdict = "over the bound by itself" if drop > bound else f"{drop / bound:.0%} of the {bound:g} allowed"
+        share["main_cause"] = True  # another backend would fail the same way (edgeopt/backend_fallback.py)
         out = GateFailedError(f"{err.message}; the loss comes from the pruning stage: {figures}, {verdict}",
                               f"turn the pruning off: {share['turn_off']}", details={**err.details, "pruning": share})
     return out

@@ -50,6 +50,13 @@ def fallbacks(order: list[BackendName]) -> list[BackendName]:
     return [b for b in order[1:] if b not in NEVER_A_FALLBACK]
 
 
+def another_backend_may_hold(err: Exception) -> bool:
+    """False when the failure is the pruning's (``converters/prune_blame.py`` found it the main cause): the same
+    pruned model would miss the bound on any backend, and the error already names the flag to turn it off."""
+    details = getattr(err, "details", None) or {}
+    return not (isinstance(details.get("pruning"), dict) and details["pruning"].get("main_cause"))
+
+
 def left_because(backend: BackendName, err: Exception) -> dict:
     """One entry of the manifest's ``backend_fallback``: the backend, its exit code and the one-line reason."""
     message = getattr(err, "message", str(err))

@@ -88,7 +88,13 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
 
 def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> ConvertResult:
     """The profile's backends in order: the next when one can't hold the bound (``edgeopt/backend_fallback.py``)."""
-    from edgeopt.backend_fallback import FALLBACK_ON, backend_order, fallbacks, left_because
+    from edgeopt.backend_fallback import (
+        FALLBACK_ON,
+        another_backend_may_hold,
+        backend_order,
+        fallbacks,
+        left_because,
+    )
 
     order = backend_order(profile, o.profile_dirs)
     if not order:  # none installed: the plain path says which extra to install
@@ -99,7 +105,7 @@ def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> Conver
             return _convert(model, profile, output, o.model_copy(update={"backend": backend.value}), plan=None,
                             fallback=tuple(left), **kw)
         except FALLBACK_ON as err:
-            nxt = ([order[0], *fallbacks(order)] + [None])[i + 1]
+            nxt = ([order[0], *fallbacks(order)] + [None])[i + 1] if another_backend_may_hold(err) else None
             if nxt is None:
                 if left:
                     err.message += " (also tried: " + "; ".join(f"{e['backend']}: exit {e['exit_code']}" for e in left) + ")"

@@ -93,3 +93,14 @@ def test_x86_profiles_and_tvm_are_not_fallbacks():
 
     assert backend_order("host") == []  # the x86 profiles keep their one backend (module doc)
     assert [b.value for b in fallbacks(backend_order("pi5"))] == ["onnxruntime"]  # TVM untuned is never one
+
+
+def test_a_failure_the_pruning_caused_is_not_retried_on_another_backend():
+    """The same pruned model misses on every backend: the error names the flag that turns the pruning off."""
+    from edgeopt.backend_fallback import another_backend_may_hold
+
+    pruned = GateFailedError("quantize: INT8 misses …; the loss comes from the pruning stage: …",
+                             details={"pruning": {"drop": 20.0, "main_cause": True}})
+    minor = GateFailedError("quantize: INT8 misses …; … not the main cause", details={"pruning": {"drop": 0.1}})
+    assert not another_backend_may_hold(pruned)
+    assert another_backend_may_hold(minor) and another_backend_may_hold(GateFailedError("misses"))
