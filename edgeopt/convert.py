@@ -87,25 +87,36 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
 
 
 def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> ConvertResult:
-    """The profile's backends in order: the next when one can't hold the bound (``edgeopt/backend_fallback.py``)."""
-    from edgeopt.backend_fallback import (
-        FALLBACK_ON,
-        another_backend_may_hold,
-        backend_order,
-        fallbacks,
-        left_because,
-    )
+    """The profile's backends in order: the next when one can't hold the bound (``edgeopt/backend_fallback.py``);
+    when INT8 holds on none of them, the best float precision that holds (``edgeopt/float_precisions.py``),
+    labelled in the manifest's ``precision`` and ``precision_fallback``. ``--no-fallback``: the first backend only."""
+    from edgeopt.backend_fallback import FALLBACK_ON, another_backend_may_hold, backend_order
 
-    order = backend_order(profile, o.profile_dirs)
-    if not order:  # none installed: the plain path says which extra to install
+    order = backend_order(profile, o.profile_dirs) if o.fallback else []
+    if not order:  # none installed (the plain path says which extra to install), or --no-fallback
         return _convert(model, profile, output, o, plan=None, **kw)
+    try:
+        return _try_backends(model, profile, output, o, order, **kw)
+    except FALLBACK_ON as err:
+        asked = o.precision or _profile_of(profile, o).default_chain.precision
+        if Precision(asked) != Precision.INT8 or not another_backend_may_hold(err):
+            raise
+        return _convert_in_float(model, profile, output, o, order, err, **kw)
+
+
+def _try_backends(model, profile, output, o: ConvertOptions, order, precision_fallback=None, **kw) -> ConvertResult:
+    """``o`` built with each backend of ``order`` (TVM never a fallback) until one holds; the last failure
+    otherwise, naming the backends also tried."""
+    from edgeopt.backend_fallback import FALLBACK_ON, another_backend_may_hold, fallbacks, left_because
+
     left: list[dict] = []
-    for i, backend in enumerate([order[0], *fallbacks(order)]):
+    candidates = [order[0], *fallbacks(order)]
+    for i, backend in enumerate(candidates):
         try:
             return _convert(model, profile, output, o.model_copy(update={"backend": backend.value}), plan=None,
-                            fallback=tuple(left), **kw)
+                            fallback=tuple(left), precision_fallback=precision_fallback, **kw)
         except FALLBACK_ON as err:
-            nxt = ([order[0], *fallbacks(order)] + [None])[i + 1] if another_backend_may_hold(err) else None
+            nxt = (candidates + [None])[i + 1] if another_backend_may_hold(err) else None
             if nxt is None:
                 if left:
                     err.message += " (also tried: " + "; ".join(f"{e['backend']}: exit {e['exit_code']}" for e in left) + ")"
@@ -117,8 +128,35 @@ def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> Conver
     raise AssertionError("unreachable")
 
 
+def _convert_in_float(model, profile, output, o: ConvertOptions, order, int8_err, **kw) -> ConvertResult:
+    """No INT8 held on any backend: the float precisions the device runs natively, fastest first (FP16 where
+    native, FP32 last), each with the same backends in order; the first that holds is written, labelled."""
+    from edgeopt.backend_fallback import FALLBACK_ON
+    from edgeopt.float_precisions import native_float_precisions
+
+    why = {"requested": Precision.INT8.value, "reason": int8_err.message,
+           "exit_code": int(getattr(int8_err, "exit_code", 5))}
+    for precision in native_float_precisions(_profile_of(profile, o), order[0]):
+        if kw.get("on_warning"):
+            kw["on_warning"](f"convert: no INT8 held the bound on this device ({int8_err.message}); trying "
+                             f"{precision.value.upper()}, the best float precision it runs natively "
+                             "(--no-fallback: exit 5 instead)")
+        try:
+            return _try_backends(model, profile, output, o.model_copy(update={"precision": precision}), order,
+                                 precision_fallback=why, **kw)
+        except FALLBACK_ON:
+            continue
+    raise int8_err
+
+
+def _profile_of(profile, o: ConvertOptions):
+    from edgeopt.profiles import DeviceProfile, resolve_profile
+
+    return profile if isinstance(profile, DeviceProfile) else resolve_profile(str(profile), o.profile_dirs or None)[0]
+
+
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
-             fallback: tuple[dict, ...] = ()) -> ConvertResult:
+             fallback: tuple[dict, ...] = (), precision_fallback: dict | None = None) -> ConvertResult:
     from edgeopt.chain import check_samples, execute
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
@@ -207,6 +245,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             manifest.validation = validation.model_dump(mode="json")
             manifest.warnings = list(warnings)
             manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why
+            manifest.precision_fallback = precision_fallback  # INT8 held on none: this precision is the best that holds
             manifest = write_manifest(tmp, manifest)
             try:
                 check_gates(validation)

@@ -99,6 +99,7 @@ class ConvertOptions(ChainRequest):
     force: bool = False  # replace an existing output
     dry_run: bool = False  # make the plan and stop
     verify_on: str | None = None  # a device (inventory name): run the artifact there, compare with this host
+    fallback: bool = True  # ARM profiles: the next backend, then the best float precision that holds, when one misses
 
     @field_validator("input_shapes", mode="before")
     @classmethod

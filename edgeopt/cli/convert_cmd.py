@@ -75,6 +75,10 @@ def convert_cmd(
     verify_on: str = typer.Option(None, "--verify-on", help="A device (inventory name, e.g. pi5-emu): run the "
                                   "artifact there on the check samples and compare with this host's run; a "
                                   "difference beyond the tolerance is exit 5 and nothing is written."),
+    fallback: bool = typer.Option(True, "--fallback/--no-fallback",
+                                  help="ARM profiles: when the profile's first backend misses the bound, try its next "
+                                  "one, and when no INT8 holds, write the best float precision that holds (labelled). "
+                                  "--no-fallback: exit 5 instead."),
     export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware)."),
     json_out: bool = JsonOption,
 ) -> None:
@@ -97,7 +101,7 @@ def convert_cmd(
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
         recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
         from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
-        verify_on=verify_on,
+        verify_on=verify_on, fallback=fallback,
     ), where="convert")
     result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
     plan_json = result.plan.to_json()
@@ -112,12 +116,15 @@ def convert_cmd(
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
                "plan_hash": result.plan.hash, "validation": v, "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
-               "verified_on": m.verified_on}
+               "verified_on": m.verified_on, "precision_fallback": m.precision_fallback}
 
     def human(c):
         c.print(str(result.plan), markup=False)
         c.print(f"wrote {result.artifact_dir}", markup=False)
         c.print(_validation_text(v), markup=False)
+        if m.precision_fallback:
+            c.print(f"{m.precision.upper()}, not INT8: no INT8 held the bound ({m.precision_fallback['reason']})",
+                    markup=False)
         if m.verified_on:
             c.print(_verified_text(m.verified_on), markup=False)
 

@@ -52,6 +52,11 @@ def inspect_cmd(
                 unit = v.get("metric_unit") or ""
                 c.print(f"metric {v['metric']} (vs {v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
                         f"{v['metric_value']:.4g}{unit}, drop {v['metric_drop']:.4g}", markup=False)
+        for left in m.get("backend_fallback") or []:
+            c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
+        if m.get("precision_fallback"):
+            c.print(f"{m['precision'].upper()}, not {m['precision_fallback']['requested'].upper()}: no INT8 held the "
+                    f"bound ({m['precision_fallback']['reason']})", markup=False)
         for name, digest in m["files"].items():
             c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
         for w in m["warnings"]:
