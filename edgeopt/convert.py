@@ -157,13 +157,10 @@ def _profile_of(profile, o: ConvertOptions):
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
              fallback: tuple[dict, ...] = (), precision_fallback: dict | None = None) -> ConvertResult:
-    from edgeopt.chain import check_samples, execute
-    from edgeopt.converters.base import ChainContext, Intermediate
+    """One build: the plan (or the one given), the checks before work, the stages, the manifest, the validation
+    and its gates, ``--verify-on``, then the atomic publish."""
     from edgeopt.data import parse_preprocess
-    from edgeopt.files import file_sha256
-    from edgeopt.model import graph_outputs, load_onnx
     from edgeopt.plan import make_plan
-    from edgeopt.profiles import DeviceProfile, NameKind, resolve_profile
 
     warnings: list[str] = []
 
@@ -172,17 +169,9 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         if on_warning:
             on_warning(message)
 
-    requested = None
-    if isinstance(profile, DeviceProfile):
-        prof = profile
-    else:  # a family name picks its default member: say so, and record what was asked for
-        prof, choice = resolve_profile(str(profile), o.profile_dirs or None)
-        requested = choice.requested if choice.via != NameKind.NAME else None
-        if choice.note:
-            warn(choice.note)
+    prof, requested = _resolve_profile(profile, o, warn)
     shapes = dict(o.input_shapes)
-    recipe = o.recipe
-    plan = plan or make_plan(prof, o.chain_request(), recipe=recipe, input_shapes=shapes)
+    plan = plan or make_plan(prof, o.chain_request(), recipe=o.recipe, input_shapes=shapes)
     for w in plan.warnings:
         warn(w)
     if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work
@@ -193,10 +182,9 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         return ConvertResult(plan=plan, warnings=warnings, dry_run=True)
     from edgeopt.outputs import check_output, publish
 
-    recipe_path = recipe if isinstance(recipe, (str, os.PathLike)) else None
-    calib, eval, weights, from_torch = o.calib, o.eval, o.weights, o.from_torch
-    out = check_output(output, force=o.force, inputs=(model, calib, eval, recipe_path, weights))
-    if from_torch is None and model is None:
+    recipe_path = o.recipe if isinstance(o.recipe, (str, os.PathLike)) else None
+    out = check_output(output, force=o.force, inputs=(model, o.calib, o.eval, recipe_path, o.weights))
+    if o.from_torch is None and model is None:
         from edgeopt.errors import UsageError
 
         raise UsageError("no model given", "pass an ONNX file, or --from-torch M:F --weights W")
@@ -204,67 +192,93 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
 
     with tempfile.TemporaryDirectory(prefix="edgeopt-convert-") as work_str:
         work = Path(work_str)
-        if from_torch:
-            from edgeopt.torch_import import export_from_torch
-
-            src = export_from_torch(from_torch, weights, shapes, work / "from_torch.onnx")
-            source: dict[str, Any] = {"path": str(weights or from_torch), "from_torch": from_torch,
-                                      "weights": str(weights) if weights else None,
-                                      "sha256": file_sha256(weights) if weights else file_sha256(src)}
-        else:
-            src = Path(model)
-            source = {"path": str(src)}
-        source.setdefault("sha256", file_sha256(src))
-        in_specs, out_specs, calib_ds, val, val_source, search_path = _before_work(src, shapes, o, plan, pre, warn)
-        from edgeopt.metrics import metric_context
-
+        src, source = _source_model(model, o, shapes, work)
+        before = _before_work(src, shapes, o, plan, pre, warn)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
-        active_metric = metric_context(plan.options.metric, search_path)  # the searches' default metric
-        active_metric.__enter__()
         try:
-            ctx = ChainContext(work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
-                               eval=val if val_source == "eval" else None,
-                               check_samples=check_samples(val),
-                               threads=plan.options.threads, warnings=[], progress=progress)
-            inter, records = execute(plan, Intermediate(src), ctx, on_warning=warn)
-            if ctx.reference_model != src:  # the normalized model: static output shapes
-                out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
-            manifest = _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings,
-                                 bool(from_torch))
+            manifest = _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn,
+                                        progress=progress, verifier=verifier)
             manifest.profile_requested = requested
-            from edgeopt.artifact import write_manifest
-            from edgeopt.validate import check_gates, validate_artifact
-
-            manifest = write_manifest(tmp, manifest)
-            validation = validate_artifact(tmp, ctx.reference_model, val, data_source=val_source,
-                                           manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
-                                           max_accuracy_drop=plan.options.max_accuracy_drop,
-                                           min_cosine=plan.options.min_cosine, progress=progress,
-                                           metric=plan.options.metric, search_path=search_path)
-            manifest.validation = validation.model_dump(mode="json")
-            manifest.warnings = list(warnings)
             manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why
             manifest.precision_fallback = precision_fallback  # INT8 held on none: this precision is the best that holds
-            manifest = write_manifest(tmp, manifest)
-            try:
-                check_gates(validation)
-            except GateFailedError as err:  # the final gate: say what a pruning stage cost
-                from edgeopt.converters.prune_blame import blame_pruning
+            from edgeopt.artifact import write_manifest
 
-                raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
-            if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
-                manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
-                                                       threads=plan.options.threads)
-                manifest = write_manifest(tmp, manifest)
+            manifest = write_manifest(tmp, manifest)
             publish(tmp, out, force=o.force)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        finally:
-            active_metric.__exit__(None, None, None)
     return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest, plan=plan,
                          validation=manifest.validation, warnings=warnings)
+
+
+def _resolve_profile(profile, o: ConvertOptions, warn):
+    """(the DeviceProfile, the name asked for when a family name or an alias picked it, else None)."""
+    from edgeopt.profiles import DeviceProfile, NameKind, resolve_profile
+
+    if isinstance(profile, DeviceProfile):
+        return profile, None
+    prof, choice = resolve_profile(str(profile), o.profile_dirs or None)  # a family name picks its default member
+    if choice.note:
+        warn(choice.note)
+    return prof, (choice.requested if choice.via != NameKind.NAME else None)
+
+
+def _source_model(model, o: ConvertOptions, shapes, work: Path) -> tuple[Path, dict[str, Any]]:
+    """The ONNX model the chain starts from (exported from torch into ``work`` for ``--from-torch``) and the
+    manifest's ``source_model``."""
+    from edgeopt.files import file_sha256
+
+    if not o.from_torch:
+        src = Path(model)
+        return src, {"path": str(src), "sha256": file_sha256(src)}
+    from edgeopt.torch_import import export_from_torch
+
+    src = export_from_torch(o.from_torch, o.weights, shapes, work / "from_torch.onnx")
+    return src, {"path": str(o.weights or o.from_torch), "from_torch": o.from_torch,
+                 "weights": str(o.weights) if o.weights else None,
+                 "sha256": file_sha256(o.weights) if o.weights else file_sha256(src)}
+
+
+def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn, *, progress, verifier):
+    """The stages into ``tmp``, its manifest, the validation against FP32 and its gates (a failure says what a
+    pruning stage cost), ``--verify-on``; returns the manifest written in ``tmp``."""
+    from edgeopt.artifact import write_manifest
+    from edgeopt.chain import check_samples, execute
+    from edgeopt.converters.base import ChainContext, Intermediate
+    from edgeopt.metrics import metric_context
+    from edgeopt.model import graph_outputs, load_onnx
+    from edgeopt.validate import check_gates, validate_artifact
+
+    in_specs, out_specs, calib_ds, val, val_source, search_path = before
+    with metric_context(plan.options.metric, search_path):  # the searches' default metric
+        ctx = ChainContext(work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
+                           eval=val if val_source == "eval" else None, check_samples=check_samples(val),
+                           threads=plan.options.threads, warnings=[], progress=progress)
+        inter, records = execute(plan, Intermediate(src), ctx, on_warning=warn)
+        if ctx.reference_model != src:  # the normalized model: static output shapes
+            out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
+        manifest = write_manifest(tmp, _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds,
+                                                 pre, warnings, bool(o.from_torch)))
+        validation = validate_artifact(tmp, ctx.reference_model, val, data_source=val_source,
+                                       manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
+                                       max_accuracy_drop=plan.options.max_accuracy_drop,
+                                       min_cosine=plan.options.min_cosine, progress=progress,
+                                       metric=plan.options.metric, search_path=search_path)
+        manifest.validation = validation.model_dump(mode="json")
+        manifest.warnings = list(warnings)
+        manifest = write_manifest(tmp, manifest)
+        try:
+            check_gates(validation)
+        except GateFailedError as err:  # the final gate: say what a pruning stage cost
+            from edgeopt.converters.prune_blame import blame_pruning
+
+            raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
+    if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
+        manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
+                                               threads=plan.options.threads)
+    return manifest
 
 
 def _before_work(src: Path, shapes, o: ConvertOptions, plan, pre, warn):
