@@ -118,13 +118,16 @@ def convert_cmd(
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback}
 
+    from edgeopt.cli.artifact_text import checked_on_text, precision_fallback_text
+
     def human(c):
         c.print(str(result.plan), markup=False)
         c.print(f"wrote {result.artifact_dir}", markup=False)
         c.print(_validation_text(v), markup=False)
+        if v.get("checked_on"):
+            c.print(checked_on_text(v["checked_on"]), markup=False)
         if m.precision_fallback:
-            c.print(f"{m.precision.upper()}, not INT8: no INT8 held the bound ({m.precision_fallback['reason']})",
-                    markup=False)
+            c.print(precision_fallback_text(m.precision, m.precision_fallback), markup=False)
         if m.verified_on:
             c.print(_verified_text(m.verified_on), markup=False)
 

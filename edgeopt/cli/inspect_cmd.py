@@ -17,6 +17,7 @@ def inspect_cmd(
 ) -> None:
     """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
     from edgeopt.artifact import load_artifact, read_build_facts
+    from edgeopt.cli.artifact_text import checked_on_text, precision_fallback_text
 
     m = load_artifact(artifact).model_dump(mode="json")  # with build.json's timings merged in
     build = read_build_facts(artifact) if m.get("build_facts") else None
@@ -43,11 +44,8 @@ def inspect_cmd(
         if v:
             figures = ", ".join(f"{k}={v[k]:.6g}" for k in ("cosine_min", "max_abs_err", "top1_agreement", "accuracy", "accuracy_drop") if v.get(k) is not None)
             c.print(f"validation ({v['samples']} {v['data_source']} samples): {figures}", markup=False)
-            on = v.get("checked_on")
-            if on:
-                where = on["provider"] if on["provider"] == on["target"] else (
-                    f"{on['provider']}, not the artifact's {on['target']}" + (f": {on['why']}" if on.get("why") else ""))
-                c.print(f"checked on {where}", markup=False)
+            if v.get("checked_on"):
+                c.print(checked_on_text(v["checked_on"]), markup=False)
             if v.get("metric"):
                 unit = v.get("metric_unit") or ""
                 c.print(f"metric {v['metric']} (vs {v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
@@ -55,8 +53,7 @@ def inspect_cmd(
         for left in m.get("backend_fallback") or []:
             c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
         if m.get("precision_fallback"):
-            c.print(f"{m['precision'].upper()}, not {m['precision_fallback']['requested'].upper()}: no INT8 held the "
-                    f"bound ({m['precision_fallback']['reason']})", markup=False)
+            c.print(precision_fallback_text(m["precision"], m["precision_fallback"]), markup=False)
         for name, digest in m["files"].items():
             c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
         for w in m["warnings"]:
