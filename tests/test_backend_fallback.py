@@ -92,7 +92,7 @@ def test_x86_profiles_and_tvm_are_not_fallbacks():
     from edgeopt.backend_fallback import backend_order, fallbacks
 
     assert backend_order("host") == []  # the x86 profiles keep their one backend (module doc)
-    assert [b.value for b in fallbacks(backend_order("pi5"))] == ["onnxruntime"]  # TVM untuned is never one
+    assert [b.value for b in fallbacks(backend_order("pi5"))] == ["onnxruntime", "openvino"]  # TVM untuned never
 
 
 def test_a_failure_the_pruning_caused_is_not_retried_on_another_backend():

@@ -55,9 +55,10 @@ def test_shipped_profile_loads_and_every_number_has_a_source(name):
 
 
 @pytest.mark.parametrize("name", ["pi5", "rpi4"])
-def test_arm_cpu_profiles_prefer_tflite_then_onnxruntime_then_tvm(name):
+def test_arm_cpu_profiles_prefer_tflite_then_onnxruntime_then_openvino_then_tvm(name):
     p = load_profile(name)
-    assert [b.name for b in p.backends] == [BackendName.TFLITE, BackendName.ONNXRUNTIME, BackendName.TVM]
+    assert [b.name for b in p.backends] == [BackendName.TFLITE, BackendName.ONNXRUNTIME, BackendName.OPENVINO,
+                                            BackendName.TVM]
     target = p.backend(BackendName.TVM).settings["target"]
     assert target["kind"] == "llvm" and target["mtriple"] == "aarch64-linux-gnu"
     assert target["num-cores"] == p.unit(UnitKind.CPU).cores
