@@ -84,6 +84,7 @@ class Manifest(BaseModel):
     determinism: dict | None = None  # {"deterministic": bool | None, "why": str}
     build_facts: str | None = None  # BUILD when the artifact has one: volatile facts, not in ``files``
     backend_fallback: list[dict] = []  # backends of the profile tried first that couldn't hold the model, and why
+    backend_search: list[dict] = []  # --backend auto: each backend built, its figures, chosen or dropped and why
     precision_fallback: dict | None = None  # INT8 asked, none held: {requested, reason, tried}; precision is what holds
     verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_serializer
 
 from edgeopt.artifact import Manifest
+from edgeopt.backend_search import AUTO
 from edgeopt.enums import Precision
 from edgeopt.errors import GateFailedError, StageError
 from edgeopt.options import ConvertOptions
@@ -79,11 +80,36 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
     from edgeopt.run_tmp import run_temp_dir
 
     with run_temp_dir():  # the libraries' leftovers (ORT's .ses, TF's autograph files, torch's cache) go with it
+        if o.backend == AUTO and plan is None:
+            return _convert_fastest(model, profile, output, o, progress=progress, on_warning=on_warning,
+                                    verifier=verifier)
         if plan is not None or o.backend is not None or o.recipe is not None or o.dry_run:
             return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan,
                             verifier=verifier)
         return _convert_in_order(model, profile, output, o, progress=progress, on_warning=on_warning,
                                  verifier=verifier)
+
+
+def _convert_fastest(model, profile, output, o: ConvertOptions, **kw) -> ConvertResult:
+    """``--backend auto``: every backend of this machine's profile builds it; the fastest that holds is written
+    (``edgeopt/backend_search.py``). A dry run plans the first and names the others."""
+    from edgeopt.backend_search import check_searchable, convert_fastest
+
+    prof = _profile_of(profile, o)
+    backends = check_searchable(prof)
+    if o.recipe is not None or o.from_torch is not None:
+        from edgeopt.errors import UsageError
+
+        raise UsageError("--backend auto builds an ONNX model with flags only (no --recipe, no --from-torch)",
+                         "export the model to ONNX first, or name the backend (--backend NAME)")
+    if o.dry_run:
+        res = _convert(model, profile, output, o.model_copy(update={"backend": backends[0].value}), plan=None, **kw)
+        note = ("--backend auto: builds each of " + ", ".join(b.value for b in backends) + " with these options and "
+                "writes the fastest that holds (this plan is the first's)")
+        return res.model_copy(update={"warnings": [*res.warnings, note]})
+    return convert_fastest(model, prof, output, o,
+                           lambda m, out, opts: _convert(m, profile, out, opts, plan=None, **kw),
+                           on_warning=kw.get("on_warning"))
 
 
 def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> ConvertResult:

@@ -14,3 +14,10 @@ def precision_fallback_text(precision: str, fallback: dict) -> str:
     """Why the artifact is not the precision asked for (``convert``'s float fallback)."""
     return (f"{precision.upper()}, not {fallback['requested'].upper()}: no INT8 held the bound "
             f"({fallback['reason']})")
+
+
+def backend_search_text(row: dict) -> str:
+    """One backend of ``--backend auto``: its speed vs ONNX Runtime FP32, chosen or dropped, and why."""
+    speed = (f"{row['latency_ms']:.3g} ms, x{row['speedup_vs_onnxruntime_fp32']:.2f} ONNX Runtime FP32, "
+             if row.get("latency_ms") is not None else "")
+    return f"backend {row['backend']}: {speed}{row['verdict']} ({row['why']})"

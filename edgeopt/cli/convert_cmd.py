@@ -42,7 +42,7 @@ def convert_cmd(
     profile: str = ProfileOption,
     output: Path = typer.Option(None, "--output", "-o",
                                 help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
-    backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's)."),
+    backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's), or auto: on the host profile, build with each installed backend and keep the fastest that holds."),
     precision: str = PrecisionOption,
     quant_mode: str = typer.Option(None, "--quant-mode",
                                    help="static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
@@ -116,9 +116,10 @@ def convert_cmd(
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
                "plan_hash": result.plan.hash, "validation": v, "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
-               "verified_on": m.verified_on, "precision_fallback": m.precision_fallback}
+               "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
+               "backend_search": m.backend_search}
 
-    from edgeopt.cli.artifact_text import checked_on_text, precision_fallback_text
+    from edgeopt.cli.artifact_text import backend_search_text, checked_on_text, precision_fallback_text
 
     def human(c):
         c.print(str(result.plan), markup=False)
@@ -128,6 +129,8 @@ def convert_cmd(
             c.print(checked_on_text(v["checked_on"]), markup=False)
         if m.precision_fallback:
             c.print(precision_fallback_text(m.precision, m.precision_fallback), markup=False)
+        for row in m.backend_search:
+            c.print(backend_search_text(row), markup=False)
         if m.verified_on:
             c.print(_verified_text(m.verified_on), markup=False)
 

@@ -17,7 +17,7 @@ def inspect_cmd(
 ) -> None:
     """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
     from edgeopt.artifact import load_artifact, read_build_facts
-    from edgeopt.cli.artifact_text import checked_on_text, precision_fallback_text
+    from edgeopt.cli.artifact_text import backend_search_text, checked_on_text, precision_fallback_text
 
     m = load_artifact(artifact).model_dump(mode="json")  # with build.json's timings merged in
     build = read_build_facts(artifact) if m.get("build_facts") else None
@@ -52,6 +52,8 @@ def inspect_cmd(
                         f"{v['metric_value']:.4g}{unit}, drop {v['metric_drop']:.4g}", markup=False)
         for left in m.get("backend_fallback") or []:
             c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
+        for row in m.get("backend_search") or []:
+            c.print(backend_search_text(row), markup=False)
         if m.get("precision_fallback"):
             c.print(precision_fallback_text(m["precision"], m["precision_fallback"]), markup=False)
         for name, digest in m["files"].items():
