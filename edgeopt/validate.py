@@ -75,6 +75,19 @@ def _judged(outputs: dict[str, np.ndarray], name: str | None) -> dict[str, np.nd
     return {key: np.asarray(outputs[key])}
 
 
+def counted_drop(v: Validation | dict) -> tuple[float | None, bool]:
+    """The one rule for the drop ``--max-accuracy-drop`` counts (the convert gate, the pipeline's gate,
+    ``optimize``): against labels when the eval data has them, else the task metric's drop vs FP32 on real data
+    (as the INT8 searches judge it), never on synthetic inputs (None). ``v``: a Validation or its JSON.
+    Returns (drop, whether it is vs FP32)."""
+    get = v.get if isinstance(v, dict) else (lambda key: getattr(v, key))
+    if get("accuracy_drop") is not None:
+        return get("accuracy_drop"), False
+    if get("synthetic") or get("metric_drop") is None:
+        return None, False
+    return get("metric_drop"), True
+
+
 def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, manifest: dict | None = None,
                       threads: int | None = None, max_accuracy_drop: float | None = None,
                       min_cosine: float | None = None, progress=None, metric=None, search_path=None) -> Validation:
@@ -142,8 +155,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         gates["min_cosine"] = Gate(threshold=min_cosine, value=v.cosine_min,
                                    passed=v.cosine_min is not None and v.cosine_min >= min_cosine)
     if max_accuracy_drop is not None:
-        # without labels, the drop vs FP32 on real data (as the INT8 search judges it); never on random inputs
-        drop = v.accuracy_drop if v.accuracy_drop is not None else None if v.synthetic else v.metric_drop
+        drop, _ = counted_drop(v)
         gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=drop,
                                           passed=drop is not None and drop <= max_accuracy_drop)
     v.units = _units_gate(artifact_dir, manifest, gates)

@@ -53,10 +53,9 @@ def check(gates: Gates, *, validation: dict | None, bench: dict | None, est: dic
     out: list[GateResult] = []
     v = validation or {}
     if gates.max_accuracy_drop is not None:
-        value = v.get("accuracy_drop")
-        # without labels: the task metric's drop vs FP32 on real data (edgeopt.metrics), never on random inputs
-        vs_fp32 = value is None and v.get("metric_drop") is not None and not v.get("synthetic")
-        value = v.get("metric_drop") if vs_fp32 else value
+        from edgeopt.validate import counted_drop
+
+        value, vs_fp32 = counted_drop(v)  # the one rule: vs labels, else vs FP32 on real data
         src = f"validation on {v.get('samples')} {v.get('data_source')} samples" if value is not None \
             else "no labelled eval data: give data.eval with 'labels'"
         if v.get("metric") and value is not None:
