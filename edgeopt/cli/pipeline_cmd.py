@@ -38,13 +38,14 @@ def init_cmd(
 
 def _table(result) -> str:
     lines = [f"{'target':24} {'status':12} {'backend':11} {'prec':5} {'cached':6} {'acc drop':>8} {'p99 ms':>9} {'KiB':>9}"]
+    from edgeopt.validate import counted_drop
+
     for t in result.targets:
-        v, b = t.get("validation") or {}, t.get("bench") or {}
-        drop = v.get("accuracy_drop")
-        p99 = b.get("p99_ms")
-        kib = t.get("artifact_bytes")
-        lines.append(f"{t['name'][:24]:24} {t['status']:12} {str(t.get('backend') or '-'):11} "
-                     f"{str(t.get('precision') or '-'):5} {str(t.get('cached', '-')):6} "
+        drop, _ = counted_drop(t.validation or {})  # the drop the gate counts (labels, else vs FP32)
+        p99 = (t.bench or {}).get("p99_ms")
+        kib = t.artifact_bytes
+        lines.append(f"{t.name[:24]:24} {t.status:12} {str(t.backend or '-'):11} "
+                     f"{str(t.precision or '-'):5} {'-' if t.cached is None else str(t.cached):6} "
                      f"{'-' if drop is None else f'{drop:.2f}':>8} {'-' if p99 is None else f'{p99:.4f}':>9} "
                      f"{'-' if kib is None else f'{kib / 1024:.1f}':>9}")
     return "\n".join(lines)

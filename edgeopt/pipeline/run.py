@@ -28,22 +28,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_serializer
 
 from edgeopt.errors import EdgeoptError, ExitCode, GateFailedError, UsageError
 from edgeopt.pipeline.recipe import LatencySource, LoadedRecipe, Target, load_pipeline_recipe
+from edgeopt.pipeline.rows import TargetRow, TargetStatus
 
 SUMMARY = "summary.json"
 REPORT = "report.html"
 SCHEMA_VERSION = 1
-
-
-class TargetStatus:
-    OK = "ok"
-    GATE_FAILED = "gate_failed"
-    BUILD_FAILED = "build_failed"
 
 
 class PipelineResult(BaseModel):
@@ -51,7 +45,7 @@ class PipelineResult(BaseModel):
     output: str
     ok: bool
     bench: str
-    targets: list[dict]
+    targets: list[TargetRow]
     failures: list[str] = []
     report: str | None = None
     notes: list[str] = []
@@ -60,6 +54,10 @@ class PipelineResult(BaseModel):
     seconds: float = 0.0
     cache_dir: str = ""
     schema_version: int = SCHEMA_VERSION
+
+    @field_serializer("targets")
+    def _targets_json(self, targets: list[TargetRow]) -> list[dict]:
+        return [t.summary_json() for t in targets]
 
 
 def plan_recipe(t: Target, gates, metric=None):
@@ -112,13 +110,13 @@ def _build_target(lr: LoadedRecipe, t: Target, work: Path, model_sha: str, on_ev
             "build_facts": read_build_facts(built.artifact)}
 
 
-def _bench(rows: list[dict], lr: LoadedRecipe, db: Path, on_event) -> dict:
+def _bench(rows: list[TargetRow], lr: LoadedRecipe, db: Path, on_event) -> dict:
     from edgeopt.bench.api import BenchOptions, bench_artifacts
 
     b = lr.recipe.bench
     ev = lr.resolve(lr.recipe.data.eval)
     inputs = str(ev) if ev is not None and ev.suffix == ".npz" else None
-    paths = {str(x["artifact"]): x["name"] for x in rows}
+    paths = {str(x.artifact): x.name for x in rows}
     on_event(f"benchmarking {len(paths)} artifacts locally (interleaved)")
     opts = BenchOptions(warmup=b.warmup, min_runs=b.min_runs, min_seconds=b.min_seconds, threads=b.threads,
                         inputs=inputs, db=str(db), labels={"source": "edgeopt pipeline"})
@@ -165,66 +163,70 @@ def run_pipeline(recipe_path: str | os.PathLike, *, bench: str = "local", output
         return _run_pipeline(recipe_path, bench=bench, output=output, on_event=on_event)
 
 
-def _target_row(lr: LoadedRecipe, t: Target, tmp: Path, model_sha: str, say) -> dict[str, Any]:
+def _target_row(lr: LoadedRecipe, t: Target, tmp: Path, model_sha: str, say) -> TargetRow:
     """One target built (or its failure: one target failing does not stop the others), as a summary row."""
     from edgeopt.pipeline import dist
 
     say(f"building {t.name}")
-    row: dict[str, Any] = {"name": t.name, "profile": t.profile, "backend": t.backend, "status": None}
+    row = TargetRow(name=t.name, profile=t.profile, backend=t.backend, status=None)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # library prints must not reach --json's stdout
             b = _build_target(lr, t, tmp, model_sha, say)
     except Exception as err:  # noqa: BLE001 - one target failing does not stop the others
-        status = TargetStatus.GATE_FAILED if isinstance(err, GateFailedError) else TargetStatus.BUILD_FAILED
-        code = int(err.exit_code) if isinstance(err, EdgeoptError) else int(ExitCode.INTERNAL)
-        row.update(status=status, error=_error_line(err), exit_code=code)
-        if isinstance(err, GateFailedError):
-            row["failed_gates"] = [err.message]
-        say(f"{t.name}: {row['error']}")
+        failed = isinstance(err, GateFailedError)
+        row.status = TargetStatus.GATE_FAILED if failed else TargetStatus.BUILD_FAILED
+        row.error = _error_line(err)
+        row.exit_code = int(err.exit_code) if isinstance(err, EdgeoptError) else int(ExitCode.INTERNAL)
+        if failed:
+            row.failed_gates = [err.message]
+        say(f"{t.name}: {row.error}")
         return row
     manifest = json.loads((b["artifact"] / "manifest.json").read_text())
-    size = dist.dir_bytes(b["artifact"])
-    row.update(status=TargetStatus.OK, artifact=b["artifact"], backend=manifest["backend"],
-               precision=manifest["precision"], cached=b["cached"], cache_key=b["key"],
-               plan_hash=b["plan_hash"], build_seconds=b["build_seconds"], artifact_bytes=size,
-               files=manifest["files"], content_hash=dist.content_hash(manifest),
-               determinism=manifest.get("determinism") or dist.determinism(manifest["backend"]),
-               build_facts=b["build_facts"], validation=manifest.get("validation"),
-               warnings=manifest.get("warnings", []), _gates=b["gates"], _profile=b["profile"],
-               _manifest=manifest)
+    _set(row, status=TargetStatus.OK, artifact=b["artifact"], backend=manifest["backend"],
+         precision=manifest["precision"], cached=b["cached"], cache_key=b["key"], plan_hash=b["plan_hash"],
+         build_seconds=b["build_seconds"], artifact_bytes=dist.dir_bytes(b["artifact"]), files=manifest["files"],
+         content_hash=dist.content_hash(manifest),
+         determinism=manifest.get("determinism") or dist.determinism(manifest["backend"]),
+         build_facts=b["build_facts"], validation=manifest.get("validation"), warnings=manifest.get("warnings", []))
+    row._gates, row._profile, row._manifest = b["gates"], b["profile"], manifest
     return row
 
 
-def _gate_row(x: dict, br: dict | None, lr: LoadedRecipe, notes: list[str]) -> None:
+def _set(row: TargetRow, **fields) -> None:
+    for key, value in fields.items():
+        setattr(row, key, value)
+
+
+def _gate_row(x: TargetRow, br: dict | None, lr: LoadedRecipe, notes: list[str]) -> None:
     """A built target's benchmark figures (``br``: its bench row, if measured) and gates; a missed gate fails it."""
     from edgeopt.pipeline import gates as gate_mod
 
     r = lr.recipe
     if br is not None:
         lat = br["latency_ms"]
-        x["bench"] = {"p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"], "runs": br["runs"],
+        x.bench = {"p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"], "runs": br["runs"],
                       "ci95_ms": [lat["ci95_low"], lat["ci95_high"]], "load_ms": br.get("load_ms"),
                       "load_rss_mb": br.get("load_rss_mb"), "inputs": br.get("inputs"),
                       "run_id": br.get("run_id"), "location": "local"}
-    g = x["_gates"]
+    g = x._gates
     est = None
-    local_is_target = gate_mod.measured_here_for(x["_profile"].name)
+    local_is_target = gate_mod.measured_here_for(x._profile.name)
     needs_est = (g.max_p99_latency_ms is not None and (br is None or not local_is_target)) \
         or (g.max_ram_mb is not None and (br or {}).get("load_rss_mb") is None) \
         or (g.max_p99_latency_ms is not None and g.latency_source == LatencySource.ESTIMATED)
     if needs_est:
         try:
-            est = gate_mod.estimate(lr.resolve(r.model.path), x["_profile"], x["precision"],
-                                    {k: tuple(v) for k, v in r.model.inputs.items()}, x["artifact_bytes"])
-            x["estimate"] = est
+            est = gate_mod.estimate(lr.resolve(r.model.path), x._profile, x.precision,
+                                    {k: tuple(v) for k, v in r.model.inputs.items()}, x.artifact_bytes)
+            x.estimate = est
         except Exception as err:  # noqa: BLE001 - an estimate that can't be made fails its gate
-            notes.append(f"{x['name']}: no estimate ({_error_line(err)})")
-    results = gate_mod.check(g, validation=x["validation"], bench=x.get("bench"), est=est,
-                             artifact_bytes=x["artifact_bytes"], target_profile=x["_profile"].name)
-    x["gates"] = [gr.model_dump() for gr in results]
+            notes.append(f"{x.name}: no estimate ({_error_line(err)})")
+    results = gate_mod.check(g, validation=x.validation, bench=x.bench, est=est,
+                             artifact_bytes=x.artifact_bytes, target_profile=x._profile.name)
+    x.gates = [gr.model_dump() for gr in results]
     missed = [gr.line() for gr in results if not gr.passed]
     if missed:
-        x.update(status=TargetStatus.GATE_FAILED, failed_gates=missed, exit_code=int(ExitCode.GATE_FAILED))
+        _set(x, status=TargetStatus.GATE_FAILED, failed_gates=missed, exit_code=int(ExitCode.GATE_FAILED))
 
 
 def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResult:
@@ -256,7 +258,7 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
     notes: list[str] = []
     try:
         rows = [_target_row(lr, t, tmp, model_sha, say) for t in r.targets]
-        built = [x for x in rows if x["status"] == TargetStatus.OK]
+        built = [x for x in rows if x.status == TargetStatus.OK]
         bench_rows: dict[str, dict] = {}
         env = None
         report_db = tmp / ".results.db"
@@ -270,7 +272,7 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
             for br in res["rows"]:
                 bench_rows[br["name"]] = br
         for x in built:
-            _gate_row(x, bench_rows.get(x["name"]), lr, notes)
+            _gate_row(x, bench_rows.get(x.name), lr, notes)
         report = None
         if bench == "local" and bench_rows:
             report = _report(tmp, report_db, [b.get("run_id") for b in bench_rows.values()], notes)
@@ -281,12 +283,11 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
             Path(str(report_db) + suffix).unlink(missing_ok=True)
         for x in rows:
             _package(x, tmp, notes)
-        failures = [f"target '{x['name']}': " + ("; ".join(x["failed_gates"]) if x.get("failed_gates") else x["error"])
-                    for x in rows if x["status"] != TargetStatus.OK]
+        failures = [f"target '{x.name}': " + ("; ".join(x.failed_gates) if x.failed_gates else x.error)
+                    for x in rows if x.status != TargetStatus.OK]
         result = PipelineResult(
             recipe=str(lr.path), output=str(out), ok=not failures, bench=bench,
-            targets=[{k: (str(v) if isinstance(v, Path) else v) for k, v in x.items() if not k.startswith("_")}
-                     for x in rows],
+            targets=rows,
             failures=failures, report=report, notes=notes, environment=env, cache_dir=str(cache_root()),
             determinism={"artifacts": "dist/<target>/ is byte-identical across clean builds with the same inputs "
                                       "(manifest.created from $SOURCE_DATE_EPOCH, 0 unless set; durations and host "
@@ -304,26 +305,26 @@ def _run_pipeline(recipe_path, *, bench: str, output, on_event) -> PipelineResul
     return result
 
 
-def _package(x: dict, tmp: Path, notes: list[str]) -> None:
+def _package(x: TargetRow, tmp: Path, notes: list[str]) -> None:
     """Tarball (and C array) for a passing target; a failing one's directory is removed."""
     from edgeopt.pipeline import dist
 
-    art = x.get("artifact")
-    if x["status"] != TargetStatus.OK:
+    art = x.artifact
+    if x.status != TargetStatus.OK:
         if art is not None:
             shutil.rmtree(art, ignore_errors=True)
-            x["artifact"] = None
+            x.artifact = None
         return
     extra = {}
-    c_dir = tmp / f"{x['name']}-c_array"  # model_data.h/.c for the firmware build, also in the tarball
-    files, note = dist.c_array(art, x["_manifest"], c_dir, x["name"])
+    c_dir = tmp / f"{x.name}-c_array"  # model_data.h/.c for the firmware build, also in the tarball
+    files, note = dist.c_array(art, x._manifest, c_dir, x.name)
     if note:
         notes.append(note)
     if files:
         extra["c_array"] = c_dir
-        x["c_array"] = {**files, "dir": c_dir.name}
-    x["tarball"] = dist.write_tarball(art, tmp / f"{x['name']}.tar.gz", x["name"], extra)
-    x["artifact"] = x["name"]
+        x.c_array = {**files, "dir": c_dir.name}
+    x.tarball = dist.write_tarball(art, tmp / f"{x.name}.tar.gz", x.name, extra)
+    x.artifact = x.name
 
 
 def _report(tmp: Path, db: Path, run_ids: list, notes: list[str]) -> str | None:
@@ -344,14 +345,14 @@ def raise_for_failures(result: PipelineResult) -> None:
     """Exit 5 (one line: target and figure) when only gates failed; a build failure's own code otherwise."""
     if result.ok:
         return
-    failed = [t for t in result.targets if t["status"] != TargetStatus.OK]
+    failed = [t for t in result.targets if t.status != TargetStatus.OK]
     details = {"summary": result.model_dump(mode="json")}
     line = "; ".join(result.failures)
-    builds = [t for t in failed if t["status"] == TargetStatus.BUILD_FAILED]
+    builds = [t for t in failed if t.status == TargetStatus.BUILD_FAILED]
     if not builds:
         raise GateFailedError(f"gate failed: {line}", f"see {Path(result.output) / SUMMARY}", details=details)
     err = EdgeoptError(f"{len(builds)} of {len(result.targets)} targets failed to build: {line}",
                        f"the others are in {result.output}", details=details)
-    err.exit_code = ExitCode(builds[0].get("exit_code", int(ExitCode.INTERNAL)))
+    err.exit_code = ExitCode(builds[0].exit_code if builds[0].exit_code is not None else int(ExitCode.INTERNAL))
     err.kind = "pipeline_failed"
     raise err
