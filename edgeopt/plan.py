@@ -287,6 +287,11 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
     _check_stage_names(r, backend_name)
     prune_value, prune_auto = _prune_value(_pick(r.prune, chain.prune))
     _check_prune_auto(prune_auto, mode, r.max_accuracy_drop)
+    if r.export_c and "export_c" not in bcls.Config.model_fields:
+        raise UsageError(f"--export-c writes the model as a C array for firmware; backend '{backend_name.value}' "
+                         "has no such output", "use --backend tflite, or drop --export-c")
+    if r.c_name and not r.export_c:
+        raise UsageError("c_name names the C array of export_c, which is off", "give export_c too, or drop c_name")
     target = profile.backend(backend_name)
     try:
         options = ChainOptions(
@@ -309,6 +314,8 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
             metric=r.metric,
+            export_c=_pick(r.export_c, False),
+            c_name=r.c_name,
             prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile, target),
             profile_name=profile.name,
