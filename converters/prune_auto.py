@@ -162,7 +162,7 @@ class _RatioSearch:
             probes_left = max(1, _probes_left(len(self.grid), self.tried, i))
             share = max(1.0, (self.deadline - time.perf_counter()) / probes_left)
             result, rrow = _recover(self.recover, result, self.ctx, self.train, self.work / f"ratio-{ratio:g}",
-                                    share, config.seed)
+                                    candidate_recover_config(config, share))
             row.update(rrow)
         value = self.metric.score_outputs([ort_run_fn(result.path, self.ctx.threads)(f) for f in self.held.feeds()])
         drop = self.metric.drop(value)
@@ -221,11 +221,17 @@ def _recover_stage():
     return Recover()
 
 
-def _recover(stage, model: Intermediate, ctx: ChainContext, train, work: Path, budget_s: float, seed: int):
+def candidate_recover_config(config, budget_s: float):
+    """The recover config a candidate is distilled with: the plan's (``auto_recover_config``, the recover stage's
+    own, recipe overrides included) with the candidate's share of the budget; recovery is required of it."""
     from edgeopt.converters.recover import RecoverConfig
 
+    planned = config.auto_recover_config or RecoverConfig(seed=config.seed)  # none planned: the stage run on its own
+    return planned.model_copy(update={"budget_s": budget_s, "required": True})
+
+
+def _recover(stage, model: Intermediate, ctx: ChainContext, train, work: Path, config):
     work.mkdir(parents=True, exist_ok=True)
-    config = RecoverConfig(budget_s=budget_s, required=True, seed=seed)
     sub = dataclasses.replace(ctx, work_dir=work, calib=train, eval=None, warnings=[],
                               record=StageRecord("recover", config.model_dump(mode="json")))
     out = stage.run(model, config, sub)

@@ -248,6 +248,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
         if config is not None:
             specs.append(StageSpec(name=name, config=config))
     specs.append(StageSpec(name=resolved.backend.value, config=_configure(resolved.backend.value, bcls, resolved)))
+    specs = _with_planned_auto_recovery(specs)
     return Plan(profile=profile.name, backend=resolved.backend, precision=resolved.precision, options=resolved,
                 stages=tuple(specs), warnings=tuple(warnings))
 
@@ -344,6 +345,18 @@ def _check_prune_auto(prune_auto: bool, mode: PruneMode, bound: float | None) ->
     if prune_auto and bound is None:
         raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
                          "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
+
+
+def _with_planned_auto_recovery(specs: list[StageSpec]) -> list[StageSpec]:
+    """``--prune auto`` distils each candidate with the recover stage's planned config (its recipe overrides
+    included): it goes into the prune stage's config (``auto_recover_config``), so ``--dry-run`` shows it and the
+    plan hash covers it. The recover stage itself then passes the chosen (already recovered) student through."""
+    by_name = {s.name: s for s in specs}
+    prune, recover = by_name.get("prune"), by_name.get("recover")
+    if prune is None or recover is None or not getattr(prune.config, "auto", False):
+        return specs
+    config = prune.config.model_copy(update={"auto_recover_config": recover.config})
+    return [StageSpec(name="prune", config=config) if s is prune else s for s in specs]
 
 
 def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str]:
