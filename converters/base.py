@@ -80,6 +80,8 @@ class ChainOptions(StageConfig):
     stage_overrides: dict[str, dict[str, Any]] = {}
     input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
     metric: MetricSpec | None = None  # --metric…: the task metric the searches and the validation use (None: auto)
+    export_c: bool = False  # --export-c: the backend also writes its model as a C array (a backend with the field)
+    c_name: str | None = None  # the C symbols' name (None: the backend config's default)
     # (INT8 preset, why) for the profile's ISA, settled by the planner so the plan alone decides the artifact
     quant_preset: tuple[str | None, str | None] = (None, None)
     # facts of the profile that stages' warnings and hints name, settled by the planner like the two above

@@ -39,19 +39,11 @@ def _cast(v: np.ndarray, ort_type: str | None) -> np.ndarray:
     return np.asarray(v, dtype=dt) if dt is not None else np.asarray(v)
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    a = a.astype(np.float64).ravel()
-    b = b.astype(np.float64).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0 and nb == 0:
-        return 1.0
-    if na == 0 or nb == 0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
 def compare(reference: RunFn, candidate: RunFn, feeds: list[dict[str, np.ndarray]]) -> dict:
-    """Cosine similarity (min/mean over samples and outputs), max abs error, top-1 agreement of output 0."""
+    """Cosine similarity (min/mean over samples and outputs), max abs error, top-1 agreement of output 0 (its first
+    row along the last axis); cosine and the top-1 class are the task metrics' own (:mod:`edgeopt.metrics.kinds`)."""
+    from edgeopt.metrics.kinds import cosine, top1_class
+
     cos, max_abs, agree, n_top1 = [], 0.0, 0, 0
     for feed in feeds:
         ref = reference(feed)
@@ -63,11 +55,12 @@ def compare(reference: RunFn, candidate: RunFn, feeds: list[dict[str, np.ndarray
                 cos.append(0.0)
                 max_abs = float("inf")
                 continue
-            cos.append(_cos(np.asarray(r), g))
+            cos.append(cosine(r, g))
             max_abs = max(max_abs, float(np.max(np.abs(np.asarray(r, dtype=np.float64) - g))) if np.size(r) else 0.0)
             if i == 0 and np.ndim(r) >= 2 and np.shape(r)[-1] > 1:
                 n_top1 += 1
-                agree += int(np.argmax(np.asarray(r).reshape(-1, np.shape(r)[-1])[0]) == np.argmax(g.reshape(-1, np.shape(r)[-1])[0]))
+                first_row = (np.asarray(r).reshape(-1, np.shape(r)[-1])[0], g.reshape(-1, np.shape(r)[-1])[0])
+                agree += int(top1_class(first_row[0]) == top1_class(first_row[1]))
     return {
         "samples": len(feeds),
         "cosine_min": float(min(cos)) if cos else None,

@@ -26,6 +26,7 @@ from edgeopt.converters.base import (
     StageConfig,
     StageRecord,
 )
+from edgeopt.converters.recover import RecoverConfig
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UsageError
@@ -65,6 +66,10 @@ class PruneConfig(StageConfig):
     auto_budget_s: float = Field(default=120.0, gt=0)  # --recover-budget: the whole search
     auto_holdout: float = Field(default=0.2, gt=0, lt=1)  # share of --calib that judges the candidates
     auto_recover: bool = True  # recover each candidate (False: --no-recover, judged as pruned)
+    # the recover stage's planned config (its recipe overrides included) each candidate is distilled with, its
+    # budget_s replaced by the candidate's share of auto_budget_s; the planner sets it (edgeopt/plan.py), so
+    # --dry-run shows it and the plan hash covers it. None: the recover defaults with this config's seed
+    auto_recover_config: RecoverConfig | None = None
     latency_backend: str = "onnxruntime"  # the plan's backend: the pruned-vs-unpruned timing runs on it if it can
     seed: int = 0
 

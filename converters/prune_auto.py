@@ -86,75 +86,17 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     ``prune_at(ratio, feeds)`` -> (pruned ModelProto, report), ``save(proto, path)``, ``timing(before, after)``
     -> the pruned-vs-unpruned latency entry; ``kept_at(ratio)`` -> channels kept per group, to try each distinct
     pruning once (:func:`effective_grid`)."""
-    from edgeopt.converters.checks import ort_run_fn
-    from edgeopt.metrics import make_metric
-
     rec = ctx.record
     assert rec is not None
-    calib = ctx.calib
-    check_calib(calib)
+    check_calib(ctx.calib)
     if config.auto_recover:  # torch's import is not the search's time (as in the recover stage's own budget)
         from edgeopt.converters.recover import require_train
 
         require_train()
-    t0 = time.perf_counter()
-    deadline = t0 + config.auto_budget_s
-    held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
-    idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
-    held, train = calib.subset(np.sort(idx[:held_n])), calib.subset(np.sort(idx[held_n:]))
-    metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), held, role="calib")
-    grid, left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
-        (tuple(sorted(config.auto_ratios)), {})
-    work = Path(ctx.work_dir) / "prune-auto"
-    work.mkdir(parents=True, exist_ok=True)
-    tried: dict[int, dict] = {}
-    paths: dict[int, Path] = {}
-    reports: dict[int, dict] = {}
-    interrupted: list[float] = []
-    recover = _recover_stage() if config.auto_recover else None
-
-    def attempt(i: int) -> bool:
-        ratio = grid[i]
-        step_t0 = time.perf_counter()
-        pruned, report = prune_at(ratio, train.feeds(config.calib_samples))
-        row = {"ratio": ratio, "flops_reduction": round(report["flops_reduction"], 4)}
-        if not report["changed"]:
-            row.update({"within": False, "note": "nothing pruned at this ratio"})
-            tried[i] = row
-            return False
-        out = work / f"ratio-{ratio:g}.pruned.onnx"
-        save(pruned, out)
-        result = Intermediate(out, model.format, model.precision, dict(model.notes))
-        if recover is not None:
-            probes_left = max(1, _probes_left(len(grid), tried, i))
-            share = max(1.0, (deadline - time.perf_counter()) / probes_left)
-            result, rrow = _recover(recover, result, ctx, train, work / f"ratio-{ratio:g}", share, config.seed)
-            row.update(rrow)
-        value = metric.score_outputs([ort_run_fn(result.path, ctx.threads)(f) for f in held.feeds()])
-        drop = metric.drop(value)
-        row.update({"held_metric": round(value, 4), "drop": round(drop, 4),
-                    "within": bool(drop <= config.auto_max_drop), "seconds": round(time.perf_counter() - step_t0, 2)})
-        tried[i] = row
-        paths[i], reports[i] = result.path, report
-        if row.get("stopped") == "interrupted":
-            interrupted.append(ratio)
-        return row["within"]
-
-    def left_s() -> float:
-        return -1.0 if interrupted else deadline - time.perf_counter()
-
-    best, order, complete = bisect_order(len(grid), attempt, left_s)
-    report = {
-        "mode": "channels", "auto": True, "max_accuracy_drop": config.auto_max_drop, "grid": list(grid),
-        "grid_left_out": left_out,
-        "metric": metric.name, "metric_unit": metric.unit, "metric_basis": "labels" if metric.labels_used else "fp32",
-        "held_metric_fp32": round(metric.fp32_value, 4), "search_held_samples": held_n, "train_samples": len(train),
-        "tried": [tried[i] for i in order if i in tried], "recovered": recover is not None,
-        "search_seconds": round(time.perf_counter() - t0, 2),
-        "how": "bisection over the grid (assumes the metric falls as the ratio grows); each candidate pruned and "
-               "recovered on the calibration data less a held-back share, judged on that share, which neither saw",
-    }
-    if interrupted:
+    search = _RatioSearch(model, config, ctx, prune_at, save, kept_at)
+    best, order, complete = bisect_order(len(search.grid), search.attempt, search.left_s)
+    report = search.report(order)
+    if search.interrupted:
         report["stopped"] = "interrupted"
         ctx.warn("prune auto: interrupted (Ctrl-C); the best ratio found so far was kept")
     elif not complete:
@@ -162,28 +104,110 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
         ctx.warn(f"prune auto: the budget ({config.auto_budget_s:g} s, --recover-budget) ended the search after "
                  f"{len(order)} ratios; a larger budget may find a larger ratio")
     if best < 0:
-        report.update({"ratio": 0.0, "changed": False})
-        rec.report.update(report)
-        tried_text = ", ".join(f"{t['ratio']:g}" for t in report["tried"])
-        if not grid:
-            ctx.warn(f"prune auto: no ratio of {', '.join(f'{r:g}' for r in sorted(config.auto_ratios))} removes a "
-                     f"channel of this model at round_to {config.round_to}: the model is not pruned (a recipe's "
-                     "stages: {prune: {round_to: N}} sets a finer multiple)")
-        else:
-            ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.auto_max_drop:g} points of "
-                     f"{metric.name} of FP32 on the held-back data: the model is not pruned")
-        return Intermediate(model.path, model.format, model.precision,
-                            {**model.notes, "prune": {"mode": "channels", "ratio": 0.0, "auto": True}})
-    chosen = tried[best]
-    report.update({k: v for k, v in reports[best].items() if k not in ("ratio", "mode")})
-    report.update({"ratio": grid[best], "changed": True, "chosen": chosen})
+        return _none_within(model, config, ctx, search, report)
+    chosen = search.tried[best]
+    report.update({k: v for k, v in search.reports[best].items() if k not in ("ratio", "mode")})
+    report.update({"ratio": search.grid[best], "changed": True, "chosen": chosen})
     rec.report.update(report)
-    final = paths[best]
+    final = search.paths[best]
     rec.report["latency"] = timing(model.path, final)
-    notes = {**model.notes, "prune": {"mode": "channels", "ratio": grid[best], "auto": True}}
-    if recover is not None:
+    notes = {**model.notes, "prune": {"mode": "channels", "ratio": search.grid[best], "auto": True}}
+    if search.recover is not None:
         notes["recover"] = {"by": RECOVERED_BY, "held_metric": chosen.get("held_metric")}
     return Intermediate(final, model.format, model.precision, notes)
+
+
+class _RatioSearch:
+    """The search's data (the calibration split, the metric judged on the held-back share, the grid) and what
+    each probe found: ``attempt(i)`` prunes, recovers and judges the grid's i-th ratio."""
+
+    def __init__(self, model: Intermediate, config, ctx: ChainContext, prune_at, save, kept_at):
+        from edgeopt.converters.checks import ort_run_fn
+        from edgeopt.metrics import make_metric
+
+        self.model, self.config, self.ctx, self.prune_at, self.save = model, config, ctx, prune_at, save
+        calib = ctx.calib
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + config.auto_budget_s
+        self.held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
+        idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
+        self.held, self.train = calib.subset(np.sort(idx[:self.held_n])), calib.subset(np.sort(idx[self.held_n:]))
+        self.metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), self.held, role="calib")
+        self.grid, self.left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
+            (tuple(sorted(config.auto_ratios)), {})
+        self.work = Path(ctx.work_dir) / "prune-auto"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.tried: dict[int, dict] = {}
+        self.paths: dict[int, Path] = {}
+        self.reports: dict[int, dict] = {}
+        self.interrupted: list[float] = []
+        self.recover = _recover_stage() if config.auto_recover else None
+
+    def attempt(self, i: int) -> bool:
+        """Whether the grid's i-th ratio, pruned (and recovered), stays within the bound on the held-back data."""
+        from edgeopt.converters.checks import ort_run_fn
+
+        config, model, ratio = self.config, self.model, self.grid[i]
+        step_t0 = time.perf_counter()
+        pruned, report = self.prune_at(ratio, self.train.feeds(config.calib_samples))
+        row = {"ratio": ratio, "flops_reduction": round(report["flops_reduction"], 4)}
+        if not report["changed"]:
+            row.update({"within": False, "note": "nothing pruned at this ratio"})
+            self.tried[i] = row
+            return False
+        out = self.work / f"ratio-{ratio:g}.pruned.onnx"
+        self.save(pruned, out)
+        result = Intermediate(out, model.format, model.precision, dict(model.notes))
+        if self.recover is not None:
+            probes_left = max(1, _probes_left(len(self.grid), self.tried, i))
+            share = max(1.0, (self.deadline - time.perf_counter()) / probes_left)
+            result, rrow = _recover(self.recover, result, self.ctx, self.train, self.work / f"ratio-{ratio:g}",
+                                    candidate_recover_config(config, share))
+            row.update(rrow)
+        value = self.metric.score_outputs([ort_run_fn(result.path, self.ctx.threads)(f) for f in self.held.feeds()])
+        drop = self.metric.drop(value)
+        row.update({"held_metric": round(value, 4), "drop": round(drop, 4),
+                    "within": bool(drop <= config.auto_max_drop), "seconds": round(time.perf_counter() - step_t0, 2)})
+        self.tried[i] = row
+        self.paths[i], self.reports[i] = result.path, report
+        if row.get("stopped") == "interrupted":
+            self.interrupted.append(ratio)
+        return row["within"]
+
+    def left_s(self) -> float:
+        return -1.0 if self.interrupted else self.deadline - time.perf_counter()
+
+    def report(self, order: list[int]) -> dict:
+        metric = self.metric
+        return {
+            "mode": "channels", "auto": True, "max_accuracy_drop": self.config.auto_max_drop, "grid": list(self.grid),
+            "grid_left_out": self.left_out,
+            "metric": metric.name, "metric_unit": metric.unit,
+            "metric_basis": "labels" if metric.labels_used else "fp32",
+            "held_metric_fp32": round(metric.fp32_value, 4), "search_held_samples": self.held_n,
+            "train_samples": len(self.train),
+            "tried": [self.tried[i] for i in order if i in self.tried], "recovered": self.recover is not None,
+            "search_seconds": round(time.perf_counter() - self.t0, 2),
+            "how": "bisection over the grid (assumes the metric falls as the ratio grows); each candidate pruned and "
+                   "recovered on the calibration data less a held-back share, judged on that share, which neither saw",
+        }
+
+
+def _none_within(model: Intermediate, config, ctx: ChainContext, search: _RatioSearch, report: dict) -> Intermediate:
+    """No ratio stayed within the bound (or none prunes anything): the model goes on unpruned, and the warning
+    says which."""
+    report.update({"ratio": 0.0, "changed": False})
+    ctx.record.report.update(report)
+    tried_text = ", ".join(f"{t['ratio']:g}" for t in report["tried"])
+    if not search.grid:
+        ctx.warn(f"prune auto: no ratio of {', '.join(f'{r:g}' for r in sorted(config.auto_ratios))} removes a "
+                 f"channel of this model at round_to {config.round_to}: the model is not pruned (a recipe's "
+                 "stages: {prune: {round_to: N}} sets a finer multiple)")
+    else:
+        ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.auto_max_drop:g} points of "
+                 f"{search.metric.name} of FP32 on the held-back data: the model is not pruned")
+    return Intermediate(model.path, model.format, model.precision,
+                        {**model.notes, "prune": {"mode": "channels", "ratio": 0.0, "auto": True}})
 
 
 def _probes_left(n: int, tried: dict, current: int) -> int:
@@ -197,11 +221,17 @@ def _recover_stage():
     return Recover()
 
 
-def _recover(stage, model: Intermediate, ctx: ChainContext, train, work: Path, budget_s: float, seed: int):
+def candidate_recover_config(config, budget_s: float):
+    """The recover config a candidate is distilled with: the plan's (``auto_recover_config``, the recover stage's
+    own, recipe overrides included) with the candidate's share of the budget; recovery is required of it."""
     from edgeopt.converters.recover import RecoverConfig
 
+    planned = config.auto_recover_config or RecoverConfig(seed=config.seed)  # none planned: the stage run on its own
+    return planned.model_copy(update={"budget_s": budget_s, "required": True})
+
+
+def _recover(stage, model: Intermediate, ctx: ChainContext, train, work: Path, config):
     work.mkdir(parents=True, exist_ok=True)
-    config = RecoverConfig(budget_s=budget_s, required=True, seed=seed)
     sub = dataclasses.replace(ctx, work_dir=work, calib=train, eval=None, warnings=[],
                               record=StageRecord("recover", config.model_dump(mode="json")))
     out = stage.run(model, config, sub)

@@ -49,6 +49,8 @@ class ChainRequest(BaseModel):
     min_speedup: float | None = Field(default=None, gt=0)  # gate: accuracy-aware INT8 at least this much faster
     threads: int | None = Field(default=None, gt=0)
     metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): `ctc`, {name: ctc, ctc_blank: 0}, mod:fn
+    export_c: bool | None = None  # also write the model as a C array (model_data.h/.c, firmware); TFLite only
+    c_name: str | None = None  # with export_c: the C symbols' name, g_<c_name>_model_data (default "model")
     stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides: {quantize: {...}, onnxruntime: {...}}
 
     @field_validator("prune", mode="before")

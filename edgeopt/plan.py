@@ -238,66 +238,85 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
     """The ordered stages for ``profile`` with the user's overrides: ``recipe`` (a file or a
     :class:`Recipe`), then ``request`` or the same chain options as keywords (``precision="int8"``;
     an unknown keyword is exit 2 with "did you mean")."""
+    r = _request(request, recipe, options)
+    warnings: list[str] = []
+    resolved = _resolve_options(profile, r, input_shapes, warnings)
+    bcls = backend_class(resolved.backend)
+    specs = []
+    for name in _stages_wanted(resolved, bcls, warnings):
+        config = _configure(name, _stage_class(name), resolved)
+        if config is not None:
+            specs.append(StageSpec(name=name, config=config))
+    specs.append(StageSpec(name=resolved.backend.value, config=_configure(resolved.backend.value, bcls, resolved)))
+    specs = _with_planned_auto_recovery(specs)
+    return Plan(profile=profile.name, backend=resolved.backend, precision=resolved.precision, options=resolved,
+                stages=tuple(specs), warnings=tuple(warnings))
+
+
+def _request(request: ChainRequest | None, recipe, keywords: dict) -> ChainRequest:
+    """The request (or its keywords) over the recipe (a file or a :class:`Recipe`)."""
     from edgeopt.options import from_keywords
 
-    if request is not None and options:
-        raise UsageError(f"make_plan: give the chain options as a ChainRequest or as keywords, not both ({', '.join(options)})")
+    if request is not None and keywords:
+        raise UsageError(f"make_plan: give the chain options as a ChainRequest or as keywords, not both "
+                         f"({', '.join(keywords)})")
     if request is None:
-        request = from_keywords(ChainRequest, options, where="make_plan")
+        request = from_keywords(ChainRequest, keywords, where="make_plan")
     if recipe is not None and not isinstance(recipe, ChainRequest):
         recipe = load_recipe(recipe)
-    r = request.over(recipe)
+    return request.over(recipe)
 
-    def pick(value, default):
-        return value if value is not None else default
 
-    warnings: list[str] = []
-    backend_name = choose_backend(profile, pick(r.backend, None), warnings)
+def _pick(value, default):
+    return value if value is not None else default
+
+
+def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]) -> ChainOptions:
+    """The request resolved over the profile's defaults into :class:`ChainOptions` (the backend chosen, every
+    profile-dependent choice settled), with the checks that need the profile or several options together."""
+    backend_name = choose_backend(profile, _pick(r.backend, None), warnings)
     bcls = backend_class(backend_name)
     chain = profile.default_chain
-    prec = _enum(Precision, pick(r.precision, chain.precision), "--precision")
+    prec = _enum(Precision, _pick(r.precision, chain.precision), "--precision")
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
-    _check_quant_mode(bcls, backend_name, prec, _enum(QuantMode, pick(r.quant_mode, QuantMode.AUTO), "--quant-mode"),
-                      warnings)
+    quant_mode = _enum(QuantMode, _pick(r.quant_mode, QuantMode.AUTO), "--quant-mode")
+    _check_quant_mode(bcls, backend_name, prec, quant_mode, warnings)
     # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
-    mode = _enum(PruneMode, pick(r.prune_mode, PruneMode.CHANNELS), "--prune-mode")
+    mode = _enum(PruneMode, _pick(r.prune_mode, PruneMode.CHANNELS), "--prune-mode")
+    _check_stage_names(r, backend_name)
+    prune_value, prune_auto = _prune_value(_pick(r.prune, chain.prune))
+    _check_prune_auto(prune_auto, mode, r.max_accuracy_drop)
+    if r.export_c and "export_c" not in bcls.Config.model_fields:
+        raise UsageError(f"--export-c writes the model as a C array for firmware; backend '{backend_name.value}' "
+                         "has no such output", "use --backend tflite, or drop --export-c")
+    if r.c_name and not r.export_c:
+        raise UsageError("c_name names the C array of export_c, which is off", "give export_c too, or drop c_name")
     target = profile.backend(backend_name)
-    stage_names = ["normalize", "prune", "recover", "quantize", backend_name.value]
-    for key in r.stages:
-        if key not in stage_names:
-            raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
-                                did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
-    prune_value, prune_auto = _prune_value(pick(r.prune, chain.prune))
-    bound = pick(r.max_accuracy_drop, None)
-    if prune_auto and mode != PruneMode.CHANNELS:
-        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {mode.value}",
-                         "use --prune-mode channels, or give no --prune")
-    if prune_auto and bound is None:
-        raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
-                         "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
     try:
         options = ChainOptions(
             backend=backend_name,
             precision=prec,
-            quant_mode=_enum(QuantMode, pick(r.quant_mode, QuantMode.AUTO), "--quant-mode"),
+            quant_mode=quant_mode,
             prune=prune_value,
             prune_auto=prune_auto,
             prune_mode=mode,
-            recover=pick(r.recover, None),
-            recover_budget_s=pick(r.recover_budget, 120.0),
-            calib_method=_enum(CalibMethod, pick(r.calib_method, CalibMethod.MINMAX), "--calib-method"),
-            per_channel=pick(r.per_channel, True),
-            max_accuracy_drop=bound,
-            min_cosine=pick(r.min_cosine, None),
-            search_budget_s=pick(r.search_budget, SEARCH_BUDGET_S),
-            min_speedup=pick(r.min_speedup, None),
-            threads=pick(r.threads, None),
+            recover=_pick(r.recover, None),
+            recover_budget_s=_pick(r.recover_budget, 120.0),
+            calib_method=_enum(CalibMethod, _pick(r.calib_method, CalibMethod.MINMAX), "--calib-method"),
+            per_channel=_pick(r.per_channel, True),
+            max_accuracy_drop=r.max_accuracy_drop,
+            min_cosine=r.min_cosine,
+            search_budget_s=_pick(r.search_budget, SEARCH_BUDGET_S),
+            min_speedup=r.min_speedup,
+            threads=r.threads,
             backend_settings=dict(target.settings) if target else {},
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
-            metric=pick(r.metric, None),
+            metric=r.metric,
+            export_c=_pick(r.export_c, False),
+            c_name=r.c_name,
             prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile, target),
             profile_name=profile.name,
@@ -308,7 +327,40 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
         raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err
     if not 0.0 <= options.prune < 1.0:
         raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
+    return options
 
+
+def _check_stage_names(r: ChainRequest, backend_name: BackendName) -> None:
+    stage_names = ["normalize", "prune", "recover", "quantize", backend_name.value]
+    for key in r.stages:
+        if key not in stage_names:
+            raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
+                                did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
+
+
+def _check_prune_auto(prune_auto: bool, mode: PruneMode, bound: float | None) -> None:
+    if prune_auto and mode != PruneMode.CHANNELS:
+        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {mode.value}",
+                         "use --prune-mode channels, or give no --prune")
+    if prune_auto and bound is None:
+        raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
+                         "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
+
+
+def _with_planned_auto_recovery(specs: list[StageSpec]) -> list[StageSpec]:
+    """``--prune auto`` distils each candidate with the recover stage's planned config (its recipe overrides
+    included): it goes into the prune stage's config (``auto_recover_config``), so ``--dry-run`` shows it and the
+    plan hash covers it. The recover stage itself then passes the chosen (already recovered) student through."""
+    by_name = {s.name: s for s in specs}
+    prune, recover = by_name.get("prune"), by_name.get("recover")
+    if prune is None or recover is None or not getattr(prune.config, "auto", False):
+        return specs
+    config = prune.config.model_copy(update={"auto_recover_config": recover.config})
+    return [StageSpec(name="prune", config=config) if s is prune else s for s in specs]
+
+
+def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str]:
+    """The stages before the backend that this plan runs, in order (warning about a flag that does nothing)."""
     wanted = ["normalize"]
     pruning = options.prune > 0 or options.prune_auto
     if pruning or options.prune_mode == PruneMode.SPARSE_2_4:
@@ -327,14 +379,6 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
             wanted.append("recover")
     elif options.recover:
         warnings.append("--recover does nothing here: it distils a channel-pruned model (give --prune R, mode channels)")
-    if prec in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
+    if options.precision in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
         wanted.append("quantize")
-    specs = []
-    for name in wanted:
-        config = _configure(name, _stage_class(name), options)
-        if config is not None:
-            specs.append(StageSpec(name=name, config=config))
-    bconfig = _configure(backend_name.value, bcls, options)
-    specs.append(StageSpec(name=backend_name.value, config=bconfig))
-    return Plan(profile=profile.name, backend=backend_name, precision=prec, options=options,
-                stages=tuple(specs), warnings=tuple(warnings))
+    return wanted

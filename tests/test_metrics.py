@@ -89,6 +89,32 @@ def test_cosine_and_sqnr_in_db(digits):
     assert small > big and small - big == pytest.approx(40.0, abs=1.0)  # 100x the noise amplitude = 40 dB
 
 
+def test_the_stages_checks_and_the_task_metrics_share_one_cosine_and_top1(digits):
+    """converters/checks.py (every stage's check against its input) and the cosine and top-1 metrics judge the same
+    outputs with the same definitions (edgeopt.metrics.kinds), so a stage's check and the gate never disagree."""
+    import zlib
+
+    from edgeopt.converters.checks import compare
+    from edgeopt.metrics.kinds import cosine, top1_class
+
+    run, ds = digits
+
+    def worse(feed):  # the same noise for the same input, whoever runs it
+        seed = zlib.crc32(b"".join(np.ascontiguousarray(v).tobytes() for v in feed.values()))
+        return noisy(run, 20.0, seed=seed)(feed)
+
+    feeds = ds.feeds()[:40]
+    checked = compare(run, worse, feeds)
+    pairs = [(run(f)["logits"], worse(f)["logits"]) for f in feeds]
+    assert checked["cosine_min"] == min(cosine(a, b) for a, b in pairs)
+    assert checked["top1_agreement"] == np.mean([top1_class(a) == top1_class(b) for a, b in pairs]) < 1.0
+    m = make_metric(run, ds.subset(range(40)), MetricSpec(name="cosine"))
+    assert m.score(worse, ds.subset(range(40))) == pytest.approx(100 * checked["cosine_mean"])
+    top1 = make_metric(run, with_labels(ds.subset(range(40)), None))
+    assert top1.score(worse, ds.subset(range(40))) == pytest.approx(100 * checked["top1_agreement"])
+    assert cosine(np.zeros(3), np.zeros(3)) == 1.0 and cosine(np.zeros(3), np.ones(3)) == 0.0
+
+
 @pytest.fixture(scope="module")
 def tagger(tmp_path_factory):
     d = tmp_path_factory.mktemp("tagger")

@@ -146,3 +146,33 @@ def test_bad_enum_flags_are_usage_errors(tmp_path):
     assert e.value.exit_code == ExitCode.USAGE and "fp32" in e.value.message
     with pytest.raises(UsageError, match="--calib-method"):
         make_plan(_profile(tmp_path), calib_method="entropyy")
+
+
+@pytest.mark.tflite
+def test_export_c_is_a_chain_option_in_the_plan_not_a_recipe_rewrite(tmp_path, cli):
+    from edgeopt.profiles import load_profile
+    from fixtures import fixture_model
+
+    digits = fixture_model("digits_cnn")
+    plain = make_plan(load_profile("host"), backend="tflite", precision="fp32")
+    planned = make_plan(load_profile("host"), backend="tflite", precision="fp32", export_c=True, c_name="digits_cnn")
+    config = planned.stages[-1].config
+    assert config.export_c and config.c_name == "digits_cnn" and not plain.stages[-1].config.export_c
+    assert planned.hash != plain.hash and planned.options.stage_overrides == {}  # no recipe override made for it
+    args = ("convert", str(digits), "--profile", "host", "--backend", "tflite", "--precision", "fp32", "--export-c",
+            "--dry-run", "--json")
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["plan"]["plan_hash"] == planned.hash  # the flag is the option, nothing else
+    (tmp_path / "r.yaml").write_text("stages: {tflite: {c_name: firmware}}\n")
+    r = cli(*args, "--recipe", str(tmp_path / "r.yaml"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["plan"]["stages"][-1]["config"]["c_name"] == "firmware"  # a recipe's name still wins
+
+
+def test_export_c_on_a_backend_without_a_c_array_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="--export-c") as e:
+        make_plan(_profile(tmp_path), export_c=True)
+    assert e.value.exit_code == ExitCode.USAGE and "--backend tflite" in e.value.hint
+    with pytest.raises(UsageError, match="c_name"):
+        make_plan(_profile(tmp_path), c_name="fw")

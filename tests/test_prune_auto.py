@@ -49,6 +49,36 @@ def test_auto_plans_a_searching_prune_stage_from_flag_or_recipe():
 
 @needs_train
 @pytest.mark.onnxruntime
+def test_each_candidates_recovery_is_planned_with_the_recipes_recover_settings(cli):
+    """The recover config every candidate is distilled with is the plan's (the recover stage's, recipe overrides
+    included), in the prune stage's config: --dry-run shows it and the plan hash covers it."""
+    from edgeopt.converters.prune_auto import candidate_recover_config
+
+    def plan(**recover):
+        recipe = Recipe(prune="auto", max_accuracy_drop=1.0, recover_budget=30, stages={"recover": recover})
+        p = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", recipe=recipe)
+        return p, {s.name: s.config for s in p.stages}
+
+    five, stages = plan(max_epochs=5, seed=3)
+    assert stages["prune"].auto_recover_config == stages["recover"] and stages["recover"].max_epochs == 5
+    candidate = candidate_recover_config(stages["prune"], 7.0)
+    assert (candidate.budget_s, candidate.required, candidate.max_epochs, candidate.seed) == (7.0, True, 5, 3)
+    six, stages6 = plan(max_epochs=6)
+    assert stages6["prune"].auto_recover_config.max_epochs == 6 and six.hash != five.hash
+    unrecovered = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", prune="auto",
+                            max_accuracy_drop=1.0, recover=False)
+    prune = next(s.config for s in unrecovered.stages if s.name == "prune")
+    assert prune.auto_recover_config is None and not prune.auto_recover  # --no-recover: judged as pruned
+    r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
+            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "1", "--recover-budget", "30",
+            "--calib", str(fixture_data("digits_calib")), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    shown = {s["name"]: s["config"] for s in json.loads(r.stdout)["plan"]["stages"]}
+    assert shown["prune"]["auto_recover_config"] == shown["recover"] and shown["recover"]["budget_s"] == 30
+
+
+@needs_train
+@pytest.mark.onnxruntime
 @pytest.mark.slow
 def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_path):
     # round_to 8 from the recipe: the host's own multiple is 16 on AVX-512 CPUs, where 0.1-0.3 keep every channel

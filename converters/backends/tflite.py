@@ -104,6 +104,8 @@ class TFLiteBackend(Backend):
         for key in ("io_dtype", "delegate", "calib_samples", "export_c"):
             if key in s:
                 kw[key] = s[key]
+        if options.export_c:  # --export-c (a chain option), and its C name when given
+            kw.update(export_c=True, **({"c_name": options.c_name} if options.c_name else {}))
         return TFLiteConfig(**kw)
 
     def run(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext) -> Intermediate:

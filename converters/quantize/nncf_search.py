@@ -354,38 +354,81 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                 bound: float, budget_s: float, progress=None, threads: int | None = None,
                 rank_samples: int = 16, on_rank: Callable | None = None) -> SearchResult:
     """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models."""
-    import openvino as ov
+    s = _NncfSearch(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
+                    threads=threads, rank_samples=rank_samples, on_rank=on_rank)
+    result = run_search(options=s.options(), rank=s.rank, with_float=s.bypassed, fp32_run=fp32_run, search=search,
+                        confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
+                        what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used")
+    result.report["transformer_options"] = s.transformer
+    if "sensitivity" in result.report:
+        result.report["sensitivity"]["method"] = s.ranking_method
+    chosen = next((i for i, (label, _) in enumerate(s.variants)
+                   if label == result.report["quantizer_options"]["chosen"]), 0)
+    result.report.update(s.kept_report(result, chosen))
+    if result.best is not None and result.best.kept:
+        _final_build(result, s.with_float(chosen, result.best.kept), search, confirm, bound)
+    return result
 
-    core = ov.Core()
-    in_names = [p.get_any_name() for p in ov_model.inputs]
-    transformer = looks_like_transformer(ov_model)
-    variants = option_variants(nncf, common, transformer)
 
-    def build(kw: dict) -> Callable:
+class _NncfSearch:
+    """What the search over ``nncf.quantize`` builds and remembers: each option's INT8 model (``fq_owner``), its
+    units, the ranking of them, and the float weights put back for each candidate."""
+
+    def __init__(self, nncf, ov_model, calib, common: dict, *, fp32_run, out_names, search, threads, rank_samples,
+                 on_rank):
+        import openvino as ov
+
+        self.nncf, self.ov_model, self.calib, self.common = nncf, ov_model, calib, common
+        self.fp32_run, self.out_names, self.search, self.threads = fp32_run, out_names, search, threads
+        self.rank_samples, self.on_rank = rank_samples, on_rank
+        self.core = ov.Core()
+        self.in_names = [p.get_any_name() for p in ov_model.inputs]
+        self.transformer = looks_like_transformer(ov_model)
+        self.variants = option_variants(nncf, common, self.transformer)
+        self.units_of: dict[int, FloatUnits] = {}  # option index -> its INT8 model's units
+        self.fq_owner: dict[int, object] = {}  # option index -> its INT8 model
+        self.ranking_method = BYPASS_METHOD.format(n=min(rank_samples, len(search)))
+        self.weights_back: dict[tuple[int, tuple[str, ...]], int] = {}
+
+    def _compiled(self, q):
+        return compiled_run(self.core, q, self.in_names, self.out_names, self.threads)
+
+    def build(self, kw: dict) -> Callable:
         def go():
-            q = nncf.quantize(ov_model, calib, **kw)
-            return q, compiled_run(core, q, in_names, out_names, threads)
+            q = self.nncf.quantize(self.ov_model, self.calib, **kw)
+            return q, self._compiled(q)
         return go
 
-    units_of: dict[int, FloatUnits] = {}  # option index -> its INT8 model's units
+    def options(self) -> list[tuple[str, Callable]]:
+        """``run_search``'s options: each NNCF variant, its INT8 model remembered for the float fallback."""
+        out = []
+        for i, (label, kw) in enumerate(self.variants):
+            def remember(i=i, kw=kw):
+                q, run = self.build(kw)()
+                self.fq_owner[i] = q
+                return q, run
+            remember.skip_when = bias_correction_on_the_better_preset(label, self.variants)
+            out.append((label, remember))
+        return out
 
-    def units_for(q) -> FloatUnits:
-        i = next((j for j, m in fq_owner.items() if m is q), None)
+    def units_for(self, q) -> FloatUnits:
+        i = next((j for j, m in self.fq_owner.items() if m is q), None)
         if i is None:
-            return FloatUnits(q, ov_model)
-        return units_of.setdefault(i, FloatUnits(q, ov_model))
+            return FloatUnits(q, self.ov_model)
+        return self.units_of.setdefault(i, FloatUnits(q, self.ov_model))
 
-    def rank(q, deadline: float) -> list[tuple[str, float]]:
-        if on_rank is not None:
-            on_rank()
-        feeds = search.feeds(min(rank_samples, len(search)))
+    def rank(self, q, deadline: float) -> list[tuple[str, float]]:
+        """The units of ``q``, most helpful to make float first (see the module doc)."""
+        if self.on_rank is not None:
+            self.on_rank()
+        feeds = self.search.feeds(min(self.rank_samples, len(self.search)))
         quantizers = activation_quantizers(q)
-        units = units_for(q)
+        units = self.units_for(q)
         if len(quantizers) > BYPASS_LIMIT:
-            ranking_method[0] = LOCAL_METHOD
-            return local_error_ranking(units, feeds, in_names, core, threads)
-        reference = [fp32_run(f) for f in feeds]
-        run_q = compiled_run(core, q, in_names, out_names, threads)
+            self.ranking_method = LOCAL_METHOD
+            return local_error_ranking(units, feeds, self.in_names, self.core, self.threads)
+        reference = [self.fp32_run(f) for f in feeds]
+        run_q = self._compiled(q)
         base_err = _error(reference, [run_q(f) for f in feeds])
         scores = []
         for name in quantizers:
@@ -393,60 +436,41 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                 scores.append((name, UNRANKED))
                 continue
             qc, _ = units.apply([name])
-            run = compiled_run(core, qc, in_names, out_names, threads)
+            run = self._compiled(qc)
             scores.append((name, base_err - _error(reference, [run(f) for f in feeds])))
         scores.sort(key=lambda t: -t[1])
         return scores
 
-    fq_owner: dict[int, object] = {}
-    ranking_method = [BYPASS_METHOD.format(n=min(rank_samples, len(search)))]
-    weights_back: dict[tuple[int, tuple[str, ...]], int] = {}
-
-    def bypassed(i: int, kept: tuple[str, ...]) -> Callable:
+    def bypassed(self, i: int, kept: tuple[str, ...]) -> Callable:
         """Option ``i``'s INT8 model with the ``kept`` units float in place: no recalibration, one compile."""
         def go():
-            qc, restored = units_for(fq_owner[i]).apply(kept)
-            weights_back[(i, tuple(kept))] = restored
-            return qc, compiled_run(core, qc, in_names, out_names, threads)
+            qc, restored = self.units_for(self.fq_owner[i]).apply(kept)
+            self.weights_back[(i, tuple(kept))] = restored
+            return qc, self._compiled(qc)
         return go
 
-    def with_float(i: int, kept: tuple[str, ...]) -> Callable:
-        kw = dict(variants[i][1])
-        q0 = fq_owner.get(i)
+    def with_float(self, i: int, kept: tuple[str, ...]) -> Callable:
+        """Option ``i`` rebuilt by ``nncf.quantize`` with the ``kept`` units' ops in ``ignored_scope``."""
+        kw = dict(self.variants[i][1])
+        q0 = self.fq_owner.get(i)
         names = sorted({c for fq in kept for c in consumers_to_ignore(q0, fq)}) if q0 is not None else []
-        names += list(common["ignored_scope"].names) if common.get("ignored_scope") is not None else []
-        kw["ignored_scope"] = nncf.IgnoredScope(names=sorted(set(names)), validate=False)
-        return build(kw)
+        names += list(self.common["ignored_scope"].names) if self.common.get("ignored_scope") is not None else []
+        kw["ignored_scope"] = self.nncf.IgnoredScope(names=sorted(set(names)), validate=False)
+        return self.build(kw)
 
-    options = []
-    for i, (label, kw) in enumerate(variants):
-        def remember(i=i, kw=kw):
-            q, run = build(kw)()
-            fq_owner[i] = q
-            return q, run
-        remember.skip_when = bias_correction_on_the_better_preset(label, variants)
-        options.append((label, remember))
-    result = run_search(options=options, rank=rank, with_float=bypassed, fp32_run=fp32_run, search=search,
-                        confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
-                        what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used")
-    result.report["transformer_options"] = transformer
-    if "sensitivity" in result.report:
-        result.report["sensitivity"]["method"] = ranking_method[0]
-    chosen = next((i for i, (label, _) in enumerate(variants) if label == result.report["quantizer_options"]["chosen"]), 0)
-    shown = result.best or result.closest  # what the gate failure names when nothing met the bound
-    if shown is not None and shown.kept and chosen in fq_owner:
-        units = units_for(fq_owner[chosen])
+    def kept_report(self, result: SearchResult, chosen: int) -> dict:
+        """The units the shown candidate keeps in float (with their ops, float weights and sensitivity)."""
+        shown = result.best or result.closest  # what the gate failure names when nothing met the bound
+        if not (shown is not None and shown.kept and chosen in self.fq_owner):
+            return {"kept_in_float": []}
+        q = self.fq_owner[chosen]
+        units = self.units_for(q)
         score = dict(result.ranked)
-        result.report["kept_in_float"] = [
+        return {"kept_in_float": [
             {"quantizer": fq, "ops": units.readers(fq),
-             "float_weights": [op.get_friendly_name() for op, _, _ in units.weights_of(fq_owner[chosen], [fq])],
-             "sensitivity": round(score.get(fq, 0.0), 6)} for fq in shown.kept]
-        result.report["float_weights_restored"] = weights_back.get((chosen, tuple(shown.kept)))
-    else:
-        result.report["kept_in_float"] = []
-    if result.best is not None and result.best.kept:
-        _final_build(result, with_float(chosen, result.best.kept), search, confirm, bound)
-    return result
+             "float_weights": [op.get_friendly_name() for op, _, _ in units.weights_of(q, [fq])],
+             "sensitivity": round(score.get(fq, 0.0), 6)} for fq in shown.kept],
+            "float_weights_restored": self.weights_back.get((chosen, tuple(shown.kept)))}
 
 
 def _final_build(result: SearchResult, build: Callable, search, confirm, bound: float) -> None:

@@ -79,7 +79,7 @@ def convert_cmd(
                                   help="ARM profiles: when the profile's first backend misses the bound, try its next "
                                   "one, and when no INT8 holds, write the best float precision that holds (labelled). "
                                   "--no-fallback: exit 5 instead."),
-    export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware)."),
+    export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware; symbols named after the model file)."),
     json_out: bool = JsonOption,
 ) -> None:
     """Convert a model for a device profile into a validated artifact directory."""
@@ -92,25 +92,26 @@ def convert_cmd(
         raise UsageError("no model given", "pass an ONNX file, or --from-torch package.module:factory --weights FILE")
     if output is None and not dry_run:  # `convert model.onnx --profile jetson-orin` writes model-jetson-orin/
         output = Path(f"{Path(model or from_torch.split(':')[0]).stem}-{Path(profile).stem}")
-    if export_c:  # the tflite backend's export_c, passed as a recipe override
-        recipe = _recipe_with_export_c(recipe, Path(model).stem if model else None)
     options = from_keywords(ConvertOptions, dict(
         backend=backend, precision=precision, quant_mode=quant_mode, prune=prune, prune_mode=prune_mode, recover=recover,
         recover_budget=recover_budget, calib_method=calib_method, max_accuracy_drop=max_accuracy_drop,
         min_cosine=min_cosine, search_budget=search_budget, min_speedup=min_speedup, threads=threads,
         metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
+        export_c=export_c or None, c_name=Path(model).stem if export_c and model else None,  # C symbols: the file's
         recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
         from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
         verify_on=verify_on, fallback=fallback,
     ), where="convert")
     result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
-    plan_json = result.plan.to_json()
     if dry_run:
-        def human_plan(c):
-            c.print(str(result.plan), markup=False)
+        emit(json_out, {"dry_run": True, "plan": result.plan.to_json(), "warnings": result.warnings},
+             lambda c: c.print(str(result.plan), markup=False))
+    else:
+        _report(result, json_out)
 
-        emit(json_out, {"dry_run": True, "plan": plan_json, "warnings": result.warnings}, human_plan)
-        return
+
+def _report(result, json_out: bool) -> None:
+    """The written artifact: its plan, validation and (``--verify-on``) the device's check."""
     v = result.validation or {}
     m = result.manifest
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
@@ -135,18 +136,6 @@ def convert_cmd(
             c.print(_verified_text(m.verified_on), markup=False)
 
     emit(json_out, payload, human)
-
-
-def _recipe_with_export_c(recipe, name: str | None = None):
-    """A recipe (file path, Recipe or None) with ``stages.tflite.export_c: true`` (and ``c_name``) added."""
-    from edgeopt.plan import Recipe, load_recipe
-
-    r = recipe if isinstance(recipe, Recipe) else load_recipe(recipe) if recipe else Recipe()
-    stages = {k: dict(v) for k, v in r.stages.items()}
-    stages.setdefault("tflite", {})["export_c"] = True
-    if name:
-        stages["tflite"].setdefault("c_name", name)
-    return r.model_copy(update={"stages": stages})
 
 
 def _validation_text(v: dict) -> str:

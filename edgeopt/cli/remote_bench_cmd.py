@@ -66,31 +66,18 @@ def remote_bench_cmd(
     Devices run at once; one failing does not stop the others; the exit code is 6 if any failed.
     Timings from emulated devices are labelled 'emulated': they are not the board's speed.
     """
-    from edgeopt.bench.api import BenchOptions
-    from edgeopt.errors import EdgeoptError, UsageError
-    from edgeopt.options import ConvertOptions, from_keywords
     from edgeopt.remote.bench import remote_bench_many
-    from edgeopt.remote.inventory import get_device, load_devices
 
-    if all_devices:
-        if len(targets) != 1:
-            raise UsageError("with --all give only the artifact", "edgeopt remote-bench --all ARTIFACT")
-        devs = list(load_devices(devices).values())
-        if not devs:
-            raise UsageError("the inventory is empty", "add a device with 'edgeopt devices add'")
-    else:
-        if len(targets) < 2:
-            raise UsageError("give one or more devices, then the artifact", "edgeopt remote-bench pi5-lab ARTIFACT")
-        names = list(dict.fromkeys(targets[:-1]))
-        devs = [get_device(n, devices) for n in names]
+    devs = _devices(targets, all_devices, devices)
     artifact = targets[-1]
     if outputs and len(devs) != 1:
+        from edgeopt.errors import UsageError
+
         raise UsageError("--outputs works with one device")
-    convert_options = from_keywords(ConvertOptions, {k: v for k, v in (("backend", backend), ("precision", precision),
-                                                                      ("calib", calib)) if v}, where="remote-bench")
-    measure = from_keywords(BenchOptions, {k: v for k, v in (
-        ("inputs", inputs), ("outputs", outputs), ("threads", threads), ("warmup", warmup), ("min_runs", min_runs),
-        ("min_seconds", min_seconds), ("streams", streams), ("batch", batch)) if v is not None}, where="remote-bench")
+    convert_options, measure = _options(
+        {"backend": backend, "precision": precision, "calib": calib},
+        {"inputs": inputs, "outputs": outputs, "threads": threads, "warmup": warmup, "min_runs": min_runs,
+         "min_seconds": min_seconds, "streams": streams, "batch": batch})
     kwargs = dict(options=measure, convert_options=convert_options, keep=keep, accept_new_host_key=accept_new_host_key,
                   setup=setup, wheels=wheels, devices_path=devices, wait=wait,
                   notify=lambda m: stderr.print(m, markup=False))
@@ -113,47 +100,91 @@ def remote_bench_cmd(
     }
 
     def human(c):
-        from edgeopt.identity import describe
-
-        t = Table("device", "where", "backend", "precision", "p50 ms", "p90 ms", "runs", "status")
-        for e in entries:
-            t.add_row(*_row(e))
-        c.print(t)
-        if any(e["ok"] and e["result"].get("emulated") for e in entries):
-            c.print("[yellow]emulated[/]: timings on an emulated device (qemu/loopback) are not the board's speed")
-        for e in entries:
-            if e["ok"] and e["result"].get("identity"):
-                c.print(f"{e['device']}: measured on {describe(e['result']['identity'])}", markup=False)
-        for w in payload["warnings"]:
-            c.print(f"warning: {w}", style="yellow", markup=False)
-        for e in entries:
-            cores = e["result"].get("cores") if e["ok"] else None
-            if cores and cores.get("note"):
-                c.print(f"{e['device']}: cores: {cores['note']}", markup=False)
-        for e in entries:
-            tp = e["result"].get("throughput") if e["ok"] else None
-            for key in ("parallel", "batched"):
-                if tp and tp.get(key):
-                    qps, x, how = describe_throughput(tp[key])
-                    c.print(f"{e['device']}: {key} {qps} q/s ({how}; x{x} of one stream's "
-                            f"{tp.get('single_stream_qps')} q/s)", markup=False)
-        for e in entries:
-            if e["ok"] and e["result"].get("run_id"):
-                c.print(f"{e['device']}: stored as run {e['result']['run_id']}")
+        _print_results(c, entries, payload["warnings"])
 
     if not failed:
         emit(json_out, payload, human)
         return
     if not json_out:
         human(stdout)  # the table on stdout whatever the exit code; the errors go to stderr
-    if len(devs) == 1:  # one device: its own error, exit code and hint
-        err = failed[0]["error"]
+    _fail(devs, entries, payload, json_out)
+
+
+def _devices(targets: list[str], all_devices: bool, devices: Path | None) -> list:
+    """The devices named before the artifact, or with ``--all`` every device in the inventory."""
+    from edgeopt.errors import UsageError
+    from edgeopt.remote.inventory import get_device, load_devices
+
+    if all_devices:
+        if len(targets) != 1:
+            raise UsageError("with --all give only the artifact", "edgeopt remote-bench --all ARTIFACT")
+        devs = list(load_devices(devices).values())
+        if not devs:
+            raise UsageError("the inventory is empty", "add a device with 'edgeopt devices add'")
+        return devs
+    if len(targets) < 2:
+        raise UsageError("give one or more devices, then the artifact", "edgeopt remote-bench pi5-lab ARTIFACT")
+    return [get_device(n, devices) for n in dict.fromkeys(targets[:-1])]
+
+
+def _options(convert_flags: dict, measure_flags: dict):
+    """(ConvertOptions, BenchOptions) of the flags given: conversion's for a model, the runner's measurement."""
+    from edgeopt.bench.api import BenchOptions
+    from edgeopt.options import ConvertOptions, from_keywords
+
+    convert_options = from_keywords(ConvertOptions, {k: v for k, v in convert_flags.items() if v},
+                                    where="remote-bench")
+    measure = from_keywords(BenchOptions, {k: v for k, v in measure_flags.items() if v is not None},
+                            where="remote-bench")
+    return convert_options, measure
+
+
+def _print_results(c, entries: list[dict], warnings: list[str]) -> None:
+    """The human report: the table, then each device's identity, warnings, cores, throughput and run id."""
+    from edgeopt.identity import describe
+
+    t = Table("device", "where", "backend", "precision", "p50 ms", "p90 ms", "runs", "status")
+    for e in entries:
+        t.add_row(*_row(e))
+    c.print(t)
+    ok = [e for e in entries if e["ok"]]
+    if any(e["result"].get("emulated") for e in ok):
+        c.print("[yellow]emulated[/]: timings on an emulated device (qemu/loopback) are not the board's speed")
+    for e in ok:
+        if e["result"].get("identity"):
+            c.print(f"{e['device']}: measured on {describe(e['result']['identity'])}", markup=False)
+    for w in warnings:
+        c.print(f"warning: {w}", style="yellow", markup=False)
+    for e in ok:
+        cores = e["result"].get("cores")
+        if cores and cores.get("note"):
+            c.print(f"{e['device']}: cores: {cores['note']}", markup=False)
+    for e in ok:
+        tp = e["result"].get("throughput")
+        for key in ("parallel", "batched"):
+            if tp and tp.get(key):
+                qps, x, how = describe_throughput(tp[key])
+                c.print(f"{e['device']}: {key} {qps} q/s ({how}; x{x} of one stream's "
+                        f"{tp.get('single_stream_qps')} q/s)", markup=False)
+    for e in ok:
+        if e["result"].get("run_id"):
+            c.print(f"{e['device']}: stored as run {e['result']['run_id']}")
+
+
+def _fail(devs: list, entries: list[dict], payload: dict, json_out: bool) -> None:
+    """Some device failed: one device raises its own error (exit code and hint); several print each failure and
+    exit 6."""
+    from edgeopt.errors import EdgeoptError
+
+    failed = payload["failed"]
+    if len(devs) == 1:
+        err = [e for e in entries if not e["ok"]][0]["error"]
         exc = EdgeoptError(err["message"], err.get("hint"), details=err.get("details"))
         exc.exit_code, exc.kind = err["exit_code"], err["kind"]
         raise exc
     if json_out:
         write_json_line({"ok": False, **payload})
-    for f in payload["failed"]:
+    for f in failed:
         line = f"{f['device']}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else "")
         sys.stderr.write(f"edgeopt: error: {line}\n")
     sys.stderr.write(f"edgeopt: {len(failed)} of {len(entries)} devices failed\n")

@@ -20,12 +20,26 @@ def _pct(values) -> float:
     return float(100.0 * np.mean(values)) if len(values) else 0.0
 
 
+def cosine(a, b) -> float:
+    """Cosine similarity of two outputs (flattened, in float64): 1.0 when both are zero, 0.0 when only one is.
+    The one definition: the ``cosine`` metric and the stages' numeric checks (``converters/checks.py``) use it."""
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return 1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0
+
+
+def top1_class(y) -> int:
+    """The top-1 class of one sample's scores (argmax over its values). The one definition: the ``top1`` metric
+    and the stages' top-1 agreement (``converters/checks.py``) use it."""
+    return int(np.argmax(np.ravel(y)))
+
+
 def _top1(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     binary = len(shape) == 0 or int(np.prod(shape)) == 1
     classes = 2 if binary else int(np.prod(shape))
 
     def pred(y) -> int:
-        return int(np.ravel(y)[0] > spec.threshold) if binary else int(np.argmax(np.ravel(y)))
+        return int(np.ravel(y)[0] > spec.threshold) if binary else top1_class(y)
 
     def preds(samples):
         return np.asarray([pred(y) for y in samples], np.int64)
@@ -109,12 +123,7 @@ def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
 
 def _cosine(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     def score(got):
-        vals = []
-        for y, r in zip(got, ref, strict=True):
-            a, b = np.ravel(y).astype(np.float64), np.ravel(r).astype(np.float64)
-            na, nb = np.linalg.norm(a), np.linalg.norm(b)
-            vals.append(1.0 if na == nb == 0 else float(a @ b / (na * nb)) if na and nb else 0.0)
-        return _pct(vals)
+        return _pct([cosine(y, r) for y, r in zip(got, ref, strict=True)])
 
     return Metric(MetricName.COSINE, "cosine_vs_fp32", "mean cosine similarity to FP32's output, in % "
                   "(labels not used; a proxy for an embedding's task figure, e.g. verification accuracy: "

@@ -135,77 +135,86 @@ def measure_interleaved(
     """
     if min_runs < 1 or max_runs < 1:
         raise ValueError("min_runs and max_runs must be >= 1")
+    rules = {"min_runs": min_runs, "min_seconds": min_seconds, "max_runs": max_runs, "max_seconds": max_seconds}
     tracks = [_Track(f) for f in run_fns]
-    for t in tracks:  # warm-up (the first call is the first-inference time)
-        for i in range(max(warmup, 1)):
-            t0 = clock()
-            t.fn()
-            if i == 0:
-                t.first_ms = (clock() - t0) * 1e3
-        if warmup == 0:  # the first call was a real run: keep it as a sample too
-            t.samples.append(t.first_ms or 0.0)
-            t.timed_s += (t.first_ms or 0.0) / 1e3
+    for t in tracks:
+        _warm_up(t, warmup, clock)
     start = clock()
     last_progress = -1.0
-
-    def done(t: _Track) -> bool:
-        return t.stop_rule is not None
-
-    while not all(done(t) for t in tracks):
+    while not all(t.stop_rule is not None for t in tracks):
         for t in tracks:
-            if done(t):
-                continue
-            block_start = clock()
-            cpu0 = cpu_clock()
-            while True:
-                t0 = clock()
-                t.fn()
-                t1 = clock()
-                t.samples.append((t1 - t0) * 1e3)
-                n = len(t.samples)
-                t.timed_s += t1 - t0
-                if n >= min_runs and t.timed_s >= min_seconds:
-                    t.stop_rule = StopRule.MIN_RUNS_AND_SECONDS
-                elif n >= max_runs:
-                    t.stop_rule = StopRule.MAX_RUNS
-                elif t1 - start >= max_seconds:
-                    t.stop_rule = StopRule.MAX_SECONDS
-                if t.stop_rule or t1 - block_start >= block_seconds:
-                    break
-            t.cpu_s += cpu_clock() - cpu0
+            if t.stop_rule is None:
+                _timed_block(t, rules, start, block_seconds, clock, cpu_clock)
         if progress is not None:
-            frac = min(
-                1.0 if done(t) else min(len(t.samples) / min_runs, t.timed_s / min_seconds if min_seconds > 0 else 1.0)
-                for t in tracks
-            )
+            frac = _done_fraction(tracks, min_runs, min_seconds)
             if frac - last_progress >= 0.05 or frac >= 1.0:
                 last_progress = frac
                 progress(round(frac, 3))
+    cores, rss = cores_available(), peak_rss_mb()
+    return [_track_result(t, warmup, rules, cores, rss) for t in tracks]
 
-    cores = cores_available()
-    rss = peak_rss_mb()
-    out = []
-    for t in tracks:
-        stats = latency_stats(t.samples)
-        wall = sum(t.samples) / 1e3
-        out.append(
-            {
-                "runs": len(t.samples),
-                "warmup": warmup,
-                "stop_rule": t.stop_rule,
-                "rules": {"min_runs": min_runs, "min_seconds": min_seconds, "max_runs": max_runs, "max_seconds": max_seconds},
-                "timed_seconds": round(t.timed_s, 4),
-                "latency_ms": stats,
-                "throughput_qps": round(len(t.samples) / wall, 3) if wall > 0 else None,
-                "throughput_mode": "single_stream",
-                "first_inference_ms": t.first_ms,
-                "samples_ms": [round(x, 6) for x in t.samples],
-                "peak_rss_mb": rss,
-                "cpu_utilisation": round(t.cpu_s / t.timed_s / cores, 4) if t.timed_s > 0 else None,
-                "cores": cores,
-            }
-        )
-    return out
+
+def _warm_up(t: _Track, warmup: int, clock: Callable[[], float]) -> None:
+    """The warm-up runs (the first call is the first-inference time); with none, the first call is a sample too."""
+    for i in range(max(warmup, 1)):
+        t0 = clock()
+        t.fn()
+        if i == 0:
+            t.first_ms = (clock() - t0) * 1e3
+    if warmup == 0:
+        t.samples.append(t.first_ms or 0.0)
+        t.timed_s += (t.first_ms or 0.0) / 1e3
+
+
+def _timed_block(t: _Track, rules: dict, start: float, block_seconds: float, clock: Callable[[], float],
+                 cpu_clock: Callable[[], float]) -> None:
+    """Timed runs of one callable for about ``block_seconds``, or until a stop rule ends it (recorded on ``t``)."""
+    block_start = clock()
+    cpu0 = cpu_clock()
+    while True:
+        t0 = clock()
+        t.fn()
+        t1 = clock()
+        t.samples.append((t1 - t0) * 1e3)
+        n = len(t.samples)
+        t.timed_s += t1 - t0
+        if n >= rules["min_runs"] and t.timed_s >= rules["min_seconds"]:
+            t.stop_rule = StopRule.MIN_RUNS_AND_SECONDS
+        elif n >= rules["max_runs"]:
+            t.stop_rule = StopRule.MAX_RUNS
+        elif t1 - start >= rules["max_seconds"]:
+            t.stop_rule = StopRule.MAX_SECONDS
+        if t.stop_rule or t1 - block_start >= block_seconds:
+            break
+    t.cpu_s += cpu_clock() - cpu0
+
+
+def _done_fraction(tracks: list[_Track], min_runs: int, min_seconds: float) -> float:
+    """How far the slowest callable is towards its minimum runs and seconds (1.0: all stopped)."""
+    return min(
+        1.0 if t.stop_rule is not None
+        else min(len(t.samples) / min_runs, t.timed_s / min_seconds if min_seconds > 0 else 1.0)
+        for t in tracks
+    )
+
+
+def _track_result(t: _Track, warmup: int, rules: dict, cores: int, rss: float) -> dict:
+    wall = sum(t.samples) / 1e3
+    return {
+        "runs": len(t.samples),
+        "warmup": warmup,
+        "stop_rule": t.stop_rule,
+        "rules": dict(rules),
+        "timed_seconds": round(t.timed_s, 4),
+        "latency_ms": latency_stats(t.samples),
+        "throughput_qps": round(len(t.samples) / wall, 3) if wall > 0 else None,
+        "throughput_mode": "single_stream",
+        "first_inference_ms": t.first_ms,
+        "samples_ms": [round(x, 6) for x in t.samples],
+        "peak_rss_mb": rss,
+        "cpu_utilisation": round(t.cpu_s / t.timed_s / cores, 4) if t.timed_s > 0 else None,
+        "cores": cores,
+    }
 
 
 def measure(
