@@ -127,10 +127,11 @@ def test_a_mismatch_is_exit_5_naming_the_output_and_writes_nothing(emulated_x86,
 @pytest.mark.slow
 @pytest.mark.tflite
 @pytest.mark.onnxruntime
-@pytest.mark.parametrize("backend", ["tflite", "onnxruntime"])
+@pytest.mark.parametrize("backend", ["tflite", "onnxruntime", pytest.param("openvino", marks=pytest.mark.openvino)])
 def test_pi5_artifact_verified_on_the_emulated_board(emulated_pi5, cli, tmp_path, backend):
-    """The MNIST CNN converted for pi5 (TFLite, and ONNX Runtime) and run on the emulated Cortex-A76
-    (aarch64 Python and the runtime's aarch64 wheel under qemu-user) on the 8 check samples."""
+    """The MNIST CNN converted for pi5 (TFLite, ONNX Runtime, and OpenVINO's ARM CPU plugin: the profile's
+    backends) and run on the emulated Cortex-A76 (aarch64 Python and the runtime's aarch64 wheel under qemu-user)
+    on the 8 check samples."""
     out = tmp_path / f"out-{backend}"
     r = _convert(cli, out, "--profile", "pi5", "--backend", backend, "--precision", "int8", "--verify-on", "pi5-emu")
     assert r.returncode == 0, r.stderr[-3000:]

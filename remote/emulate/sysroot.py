@@ -5,9 +5,10 @@ Built once and cached under the user cache dir (``$EDGEOPT_CACHE_DIR/emulate``):
 - ``sysroot-bookworm-arm64``: ``mmdebstrap --variant=extract`` of python3 and the C/C++ runtime
   libraries, with a fake Cortex-A76 ``/proc/cpuinfo`` (onnxruntime segfaults at import under
   qemu when it parses the x86 host's);
-- ``wheels-cp311-aarch64``: ``pip download`` of numpy, ai-edge-litert and onnxruntime for
-  manylinux aarch64 (from PyPI, the only network this needs);
-- ``site-cp311-aarch64``: those wheels installed with ``pip install --target``.
+- ``wheels-cp311-aarch64``: ``pip download`` of numpy, ai-edge-litert, onnxruntime and openvino (its ARM CPU
+  plugin, the ARM profiles' third backend) for manylinux aarch64 (from PyPI, the only network this needs);
+- ``site-cp311-aarch64``: those wheels installed with ``pip install --target``. Its completion marker lists them;
+  a site built before a wheel was added gets the missing ones installed beside the others, in place.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from edgeopt.paths import CacheArea, cache_subdir
 SUITE = "bookworm"
 PACKAGES = "python3,python3-venv,libpython3.11,ca-certificates,libstdc++6,libgomp1,zlib1g"
 PYTHON_IN_ROOT = "usr/bin/python3.11"
-WHEELS = ("numpy", "ai-edge-litert", "onnxruntime")
-PIP_PLATFORM = ["--platform", "manylinux_2_28_aarch64", "--platform", "manylinux_2_27_aarch64",
-                "--python-version", "3.11", "--abi", "cp311", "--only-binary=:all:"]
+WHEELS = ("numpy", "ai-edge-litert", "onnxruntime", "openvino")
+FIRST_WHEELS = ("numpy", "ai-edge-litert", "onnxruntime")  # what a site whose marker lists none holds
+# openvino's aarch64 wheel is manylinux_2_35 (the sysroot is bookworm: glibc 2.36); both older tags are needed too
+PIP_PLATFORM = ["--platform", "manylinux_2_35_aarch64", "--platform", "manylinux_2_28_aarch64",
+                "--platform", "manylinux_2_27_aarch64", "--python-version", "3.11", "--abi", "cp311",
+                "--only-binary=:all:"]
 COMPLETE = ".edgeopt-complete"
 
 CPUINFO_A76 = "".join(
@@ -102,25 +106,48 @@ def ensure_sysroot(notify=None) -> Path:
     return root
 
 
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+
+
 def ensure_site(notify=None) -> Path:
     cache = emulate_cache()
     wheels = cache / "wheels-cp311-aarch64"
     site = cache / "site-cp311-aarch64"
     with _locked("site"):
-        if (site / COMPLETE).is_file():
+        have = installed_wheels(site)
+        if have is not None and set(WHEELS) <= have:
             return site
-        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+        if have is not None:  # built before a wheel was added: add the missing ones in place (a running board keeps going)
+            missing = [w for w in WHEELS if w not in have]
+            if notify:
+                notify(f"adding aarch64 wheels ({', '.join(missing)}) to {site} (once)")
+            _run([*PIP, "download", "--no-deps", "-d", str(wheels), *PIP_PLATFORM, *missing],
+                 "pip download (aarch64 wheels)")
+            _run([*PIP, "install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(site),
+                  *PIP_PLATFORM, *missing], "pip install --target (aarch64 site)")
+            (site / COMPLETE).write_text("\n".join(WHEELS) + "\n")
+            return site
         if notify:
             notify(f"fetching aarch64 wheels ({', '.join(WHEELS)}) into {wheels} (once)")
-        _run([*pip, "download", "-d", str(wheels), *PIP_PLATFORM, *WHEELS], "pip download (aarch64 wheels)")
+        _run([*PIP, "download", "-d", str(wheels), *PIP_PLATFORM, *WHEELS], "pip download (aarch64 wheels)")
         tmp = site.with_name(site.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        _run([*pip, "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp), *PIP_PLATFORM,
+        _run([*PIP, "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp), *PIP_PLATFORM,
               *WHEELS], "pip install --target (aarch64 site)")
-        (tmp / COMPLETE).write_text("ok\n")
+        (tmp / COMPLETE).write_text("\n".join(WHEELS) + "\n")
         shutil.rmtree(site, ignore_errors=True)
         os.replace(tmp, site)
     return site
+
+
+def installed_wheels(site: Path) -> set[str] | None:
+    """The wheels a complete site holds (its marker's list; an early marker, "ok", stands for the first three);
+    None when it is not complete."""
+    marker = site / COMPLETE
+    if not marker.is_file():
+        return None
+    names = {line.strip() for line in marker.read_text().splitlines() if line.strip()}
+    return set(FIRST_WHEELS) if names == {"ok"} else names
 
 
 def write_python_wrapper(path: Path, root: Path, site: Path) -> Path:
