@@ -1,0 +1,62 @@
+"""Which float precisions a profile's unit runs natively on a backend, fastest first (fp32 always last).
+
+Read from profile facts only (the unit the backend targets, its ISA list), so a plan for a board made here
+offers what the board has, not what this machine has:
+
+- ``bf16``: a CPU with AMX-BF16 or AVX512-BF16 (``amx_bf16``, ``avx512_bf16``), on a backend that can run a
+  model in bf16 (OpenVINO's CPU plugin, ``INFERENCE_PRECISION_HINT`` bf16); a ``Precision.BF16`` artifact
+  says so in its manifest;
+- ``fp16``: a GPU or NPU, or an Arm CPU with FP16 arithmetic (ARMv8.2 ``asimdhp``/``fphp``: the Pi 5's
+  Cortex-A76, not the Pi 4's A72), on a backend that makes fp16 models. AVX512-FP16 on x86 is not counted:
+  none of the backends here runs a CPU model in fp16 there.
+
+The backend's own ``precisions`` descriptor bounds the list. Callers: ``optimize`` (each one a candidate,
+checked against the bound and kept only when faster) and ``make_plan`` (``--precision bf16`` where the
+profile lacks it is exit 2).
+"""
+
+from __future__ import annotations
+
+from edgeopt.enums import BackendName, Precision, UnitKind
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+ARM_FP16_FLAGS = ("asimdhp", "fphp")
+
+
+def _unit(profile, backend: BackendName):
+    target = profile.backend(backend)
+    return profile.unit(target.unit if target is not None else UnitKind.CPU)
+
+
+def native_float_precisions(profile, backend: BackendName | str) -> list[Precision]:
+    """The float precisions ``profile``'s unit runs natively on ``backend``, fastest first; fp32 always last."""
+    from edgeopt.converters.registry import get_backend
+
+    name = BackendName(backend)
+    offered = get_backend(name).precisions
+    unit = _unit(profile, name)
+    out: list[Precision] = []
+    if unit is not None and unit.kind in (UnitKind.GPU, UnitKind.NPU) and Precision.FP16 in offered:
+        out.append(Precision.FP16)
+    elif unit is not None and unit.kind == UnitKind.CPU:
+        if Precision.BF16 in offered and any(f in unit.isa for f in BF16_FLAGS):
+            out.append(Precision.BF16)
+        if Precision.FP16 in offered and any(f in unit.isa for f in ARM_FP16_FLAGS):
+            out.append(Precision.FP16)
+    return [*out, Precision.FP32]
+
+
+def check_native(profile, backend: BackendName | str, precision: Precision) -> None:
+    """``--precision bf16`` only where the profile's unit runs bf16 natively on ``backend`` (exit 2 otherwise):
+    elsewhere the runtime would run fp32 (or emulate bf16) under a bf16 label."""
+    from edgeopt.errors import UsageError
+
+    if precision != Precision.BF16 or precision in native_float_precisions(profile, backend):
+        return
+    name = BackendName(backend)
+    have = [p.value for p in native_float_precisions(profile, name)]
+    unit = _unit(profile, name)
+    where = f"{unit.kind.value} '{unit.name}'" if unit is not None else "no unit"
+    raise UsageError(f"--precision bf16: profile '{profile.name}' runs {name.value} on {where}, which has no native "
+                     f"bf16 there (bf16 needs a CPU with {' or '.join(BF16_FLAGS)} and a backend that runs it)",
+                     f"use --precision {' or '.join(have)} (native float here), or int8")
