@@ -110,3 +110,26 @@ def test_optimize_on_a_recurrent_model_tries_each_mode_x_backend_and_shows_each_
     if Precision.BF16 in native_float_precisions(load_profile("host"), "openvino"):  # AMX/AVX512-BF16 here
         bf16 = next(w for w in res["waterfall"] if w["step"] == "float" and w["label"] == "openvino bf16")
         assert bf16["why"] and (bf16.get("error") or bf16["accuracy_drop"] is not None)
+
+
+@pytest.mark.onnxruntime
+def test_optimize_times_onnx_runtime_candidates_with_their_pool_threads_asleep_between_calls(tmp_path):
+    from edgeopt.convert import convert
+    from edgeopt.optimize.search import _Search
+    from edgeopt.runtime.runners import open_runner
+
+    art = tmp_path / "ort"
+    convert(DIGITS, "host", art, backend="onnxruntime", precision="fp32")
+    s = _Search(DIGITS, load_profile("host"), 1.0, None, None, {}, 0.0, lambda _m: None)
+    assert _spinning(s._runner(str(art)).session) == "0"  # the runner optimize times: pool threads sleep
+    with open_runner(str(art)) as shipped:  # the artifact itself is unchanged: it runs as ONNX Runtime defaults
+        assert "allow_spinning" not in json.loads((art / "manifest.json").read_text())["runtime"]["settings"]
+        assert _spinning(shipped.session) is None
+    s.close()
+
+
+def _spinning(session) -> str | None:
+    try:
+        return session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+    except Exception:  # noqa: BLE001 - not set: ONNX Runtime's default (spinning)
+        return None
