@@ -31,7 +31,11 @@ def fitting_modes(proto, backend: str) -> tuple[list[QuantMode], str]:
     if not bcls.quantizer:
         return [QuantMode.AUTO], f"{backend} has no quantizer of its own (the chain's INT8 before it)"
     offered = resolve(bcls.quantizer).modes
-    pays, why, _ = dynamic_decision(proto)
+    pays, why, mix = dynamic_decision(proto)
+    if not pays and mix["nodes"]["dynamic"]:  # the backend-neutral part of the reason (ORT's ConvInteger is one case)
+        n = mix["nodes"]
+        why = (f"a convolutional model ({n['conv']} Conv vs {n['dynamic']} MatMul/Gemm/LSTM/GRU nodes, "
+               f"{mix['matmul_lstm_gru_share']:.0%} of the weights in the latter): static INT8 fits it")
     wanted = (QuantMode.DYNAMIC, QuantMode.WEIGHTS, QuantMode.STATIC) if pays else (QuantMode.STATIC,)
     return [m for m in wanted if m in offered], why
 
