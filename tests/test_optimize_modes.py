@@ -61,7 +61,8 @@ def test_native_float_precisions_are_candidates_on_each_backend_but_the_incumben
 
 
 def test_why_a_candidate_was_dropped_names_its_figures():
-    from edgeopt.optimize.search import Candidate, dropped_why
+    from edgeopt.optimize.candidates import dropped_why
+    from edgeopt.optimize.search import Candidate
 
     win = Candidate(step="int8", label="onnxruntime int8 dynamic", target={}, p50_ms=1.0, accuracy_drop=0.2,
                     feasible=True)
@@ -103,7 +104,7 @@ def test_optimize_on_a_recurrent_model_tries_each_mode_x_backend_and_shows_each_
     win = res["winner"]
     assert win["feasible"] and win["p50_ms"] == min(c["p50_ms"] for c in res["candidates"]
                                                      if c["feasible"] and c["p50_ms"] is not None)
-    assert sum(w["why"].startswith("chosen") for w in res["waterfall"]) >= 1
+    assert [w["label"] for w in res["waterfall"] if w["why"].startswith("chosen")] == [win["label"]]  # a row
     from edgeopt.enums import Precision
     from edgeopt.float_precisions import native_float_precisions
 
@@ -133,3 +134,12 @@ def _spinning(session) -> str | None:
         return session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
     except Exception:  # noqa: BLE001 - not set: ONNX Runtime's default (spinning)
         return None
+
+
+def test_pruning_starts_from_the_fused_graph_whatever_the_fusion_step_measured():
+    from edgeopt.optimize.candidates import folded
+
+    assert folded({"backend": "onnxruntime", "stages": {"normalize": {"fold": False}}, "prune": "auto"}) == \
+        {"backend": "onnxruntime", "prune": "auto"}
+    assert folded({"stages": {"normalize": {"fold": False, "min_opset": 13}, "tvm": {"x": 1}}}) == \
+        {"stages": {"normalize": {"min_opset": 13}, "tvm": {"x": 1}}}

@@ -7,6 +7,9 @@
   without a quantizer of its own (TVM: the chain's ONNX Runtime QDQ) gets one unpinned INT8 candidate;
 - ``float``: each native float precision x backend (:func:`edgeopt.float_precisions.native_float_precisions`:
   bf16 on AMX/AVX512-BF16 CPUs for OpenVINO, fp16 on GPUs and ARMv8.2 FP16), fp32 on the other backends too.
+
+Also the fields helpers the search shares: :func:`folded` (pruning starts from the fused graph) and
+:func:`dropped_why` (each waterfall row's verdict).
 """
 
 from __future__ import annotations
@@ -87,3 +90,31 @@ def float_options(profile, backends: list[str], base: dict, *, have: tuple[str, 
             if (b, p.value) != have:
                 out.append({**base, "backend": b, "precision": p.value})
     return out
+
+
+def folded(fields: dict) -> dict:
+    """``fields`` on the fused graph: pruning starts from it whatever the fusion step measured (fusion is lossless,
+    and ``--prune auto``'s recovery failed on rapidocr_cls's unfused Conv+BN graph: KeyError on a Conv weight)."""
+    stages = {k: dict(v) for k, v in (fields.get("stages") or {}).items()}
+    if stages.get("normalize", {}).get("fold") is False:
+        del stages["normalize"]["fold"]
+        if not stages["normalize"]:
+            del stages["normalize"]
+    out = {k: v for k, v in fields.items() if k != "stages"}
+    return {**out, "stages": stages} if stages else out
+
+
+def dropped_why(c, winner, bound: float) -> str:
+    """Why candidate ``c`` (an ``optimize.search.Candidate``) was not the winner (or that it was), from the final
+    figures."""
+    if c.error:
+        return f"failed to build: {c.error}"
+    if c.accuracy_drop is None:
+        return "accuracy not measured (no real --eval data): not judged against the bound"
+    if not c.feasible:
+        return f"over the bound: drop {c.accuracy_drop:.2f} > {bound:g} points"
+    if winner is None or c.p50_ms is None:
+        return "within the bound; not timed"
+    if c is winner:
+        return "chosen: the fastest within the bound"
+    return f"slower: {c.p50_ms:.4f} ms vs {winner.p50_ms:.4f} ms ({winner.label})"

@@ -46,6 +46,7 @@ from edgeopt.converters.registry import get_backend
 from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
+from edgeopt.optimize.candidates import dropped_why, folded
 from edgeopt.pipeline.recipe import Gates, Target
 from edgeopt.run_tmp import run_temp_dir
 
@@ -247,7 +248,7 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     trail.append(("baseline", inc))
     f = {"backend": "onnxruntime", "precision": "fp32"}
     inc = s.step("fusion", inc, [(_label(f), f)], prefer_new=FUSION_TIE)
-    trail.append(("fusion", inc))
+    trail.extend(("fusion", c, c is inc) for c in s.tried.get("fusion", []))  # the fused build, kept or not
     inc = _prune_steps(s, inc, trail)
     inc = _precision_steps(s, inc, backends, trail)
     return [{"step": t[0], "candidate": t[1], "kept": t[2] if len(t) > 2 else True} for t in trail]
@@ -273,21 +274,6 @@ def _precision_steps(s: _Search, inc: Candidate, backends: list[str], trail: lis
     for step, kept in (("int8", best), ("float", after)):
         trail.extend((step, c, c is kept) for c in s.tried.get(step, []))
     return after
-
-
-def dropped_why(c: Candidate, winner: Candidate | None, bound: float) -> str:
-    """Why a candidate was not the winner (or that it was), from the final figures."""
-    if c.error:
-        return f"failed to build: {c.error}"
-    if c.accuracy_drop is None:
-        return "accuracy not measured (no real --eval data): not judged against the bound"
-    if not c.feasible:
-        return f"over the bound: drop {c.accuracy_drop:.2f} > {bound:g} points"
-    if winner is None or c.p50_ms is None:
-        return "within the bound; not timed"
-    if c is winner:
-        return "chosen: the fastest within the bound"
-    return f"slower: {c.p50_ms:.4f} ms vs {winner.p50_ms:.4f} ms ({winner.label})"
 
 
 def _chosen_ratio(c: Candidate) -> float | None:
@@ -322,7 +308,7 @@ def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
         s.skipped.append(f"recover: {missing} is not installed (pip install 'edgeopt[train]'): pruning is searched "
                          "without recovery")
     budget = max(RECOVER_BUDGET_MIN_S, min(RECOVER_BUDGET_MAX_S, RECOVER_BUDGET_SHARE * s.left_s()))
-    auto = _fields(inc, prune="auto", recover=not missing, recover_budget=round(budget))
+    auto = folded(_fields(inc, prune="auto", recover=not missing, recover_budget=round(budget)))
     if s.left_s() <= 0:
         s.skipped.append("prune: time budget spent")
         return inc
@@ -330,7 +316,7 @@ def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
     ratio = _chosen_ratio(searched)
     cands = [searched]
     if ratio and not missing and s.left_s() > 0:
-        plain = _fields(inc, prune=ratio, recover=False)
+        plain = folded(_fields(inc, prune=ratio, recover=False))
         cands.insert(0, s.build("pruned", _label(plain), **plain))
     elif not ratio and not searched.error:
         s.skipped.append("prune: no ratio stayed within the bound on the held-back calibration data")
