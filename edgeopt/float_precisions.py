@@ -1,18 +1,19 @@
 """Which float precisions a profile's unit runs natively on a backend, fastest first (fp32 always last).
 
-Read from profile facts only (the unit the backend targets, its ISA list), so a plan for a board made here
-offers what the board has, not what this machine has:
+Read from profile facts only (the unit the backend targets: its ISA list and stated peaks), so a plan for a board
+made here offers what the board has, not what this machine has:
 
-- ``bf16``: a CPU with AMX-BF16 or AVX512-BF16 (``amx_bf16``, ``avx512_bf16``), on a backend that can run a
-  model in bf16 (OpenVINO's CPU plugin, ``INFERENCE_PRECISION_HINT`` bf16); a ``Precision.BF16`` artifact
-  says so in its manifest;
-- ``fp16``: a GPU or NPU, or an Arm CPU with FP16 arithmetic (ARMv8.2 ``asimdhp``/``fphp``: the Pi 5's
-  Cortex-A76, not the Pi 4's A72), on a backend that makes fp16 models. AVX512-FP16 on x86 is not counted:
-  none of the backends here runs a CPU model in fp16 there.
+- ``fp16``: the unit computes FP16 faster than FP32 (its ``peak_gops``: a GPU's tensor cores, an NPU), and on a
+  CPU only with FP16 arithmetic (ARMv8.2 ``asimdhp``/``fphp``: the Pi 5's Cortex-A76, not the Pi 4's A72;
+  x86's AVX512-FP16 is not counted: none of the backends runs a CPU model in fp16 there), on a backend that
+  makes fp16 models;
+- ``bf16``: a CPU with AMX-BF16 or AVX512-BF16 (``amx_bf16``, ``avx512_bf16``; a stated bf16 peak must beat
+  fp32), on a backend that runs a model in bf16 (OpenVINO's CPU plugin, ``INFERENCE_PRECISION_HINT`` bf16); a
+  ``Precision.BF16`` artifact says so in its manifest.
 
-The backend's own ``precisions`` descriptor bounds the list. Callers: ``optimize`` (each one a candidate,
-checked against the bound and kept only when faster) and ``make_plan`` (``--precision bf16`` where the
-profile lacks it is exit 2).
+The backend's own ``precisions`` descriptor bounds the list. Callers: ``convert``'s precision fallback (when no
+INT8 holds, the best float that holds), ``optimize`` (each one a candidate, checked against the bound and kept
+only when faster) and ``make_plan`` (``--precision bf16`` where the profile lacks it is exit 2).
 """
 
 from __future__ import annotations
@@ -35,14 +36,16 @@ def native_float_precisions(profile, backend: BackendName | str) -> list[Precisi
     name = BackendName(backend)
     offered = get_backend(name).precisions
     unit = _unit(profile, name)
+    if unit is None:
+        return [Precision.FP32]
     out: list[Precision] = []
-    if unit is not None and unit.kind in (UnitKind.GPU, UnitKind.NPU) and Precision.FP16 in offered:
+    peak, cpu = unit.peak_gops, unit.kind == UnitKind.CPU
+    if Precision.FP16 in offered and (peak.fp16 or 0) > (peak.fp32 or 0) and (
+            not cpu or any(f in unit.isa for f in ARM_FP16_FLAGS)):
         out.append(Precision.FP16)
-    elif unit is not None and unit.kind == UnitKind.CPU:
-        if Precision.BF16 in offered and any(f in unit.isa for f in BF16_FLAGS):
-            out.append(Precision.BF16)
-        if Precision.FP16 in offered and any(f in unit.isa for f in ARM_FP16_FLAGS):
-            out.append(Precision.FP16)
+    if Precision.BF16 in offered and cpu and any(f in unit.isa for f in BF16_FLAGS) and (
+            peak.bf16 is None or peak.bf16 > (peak.fp32 or 0)):
+        out.append(Precision.BF16)
     return [*out, Precision.FP32]
 
 

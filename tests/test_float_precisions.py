@@ -36,6 +36,15 @@ def test_native_float_precisions_follow_the_profiles_unit_fastest_first_fp32_las
     assert native_float_precisions(load_profile(profile), backend) == expected
 
 
+def test_fp16_needs_the_units_stated_fp16_throughput_to_beat_fp32():
+    from edgeopt.float_precisions import native_float_precisions
+
+    pi5 = load_profile("pi5")
+    cpu = pi5.compute_units[0]
+    flat = cpu.model_copy(update={"peak_gops": cpu.peak_gops.model_copy(update={"fp16": cpu.peak_gops.fp32})})
+    assert native_float_precisions(pi5.model_copy(update={"compute_units": (flat,)}), "tflite") == [FP32]
+
+
 def test_bf16_is_planned_only_where_the_unit_runs_it_and_an_fp32_artifact_never_runs_bf16():
     from edgeopt.converters.backends.openvino import BACKEND
     from edgeopt.plan import make_plan
