@@ -9,12 +9,19 @@ Models:
   identification (``bench/speaker_metric.py``, leave-one-out nearest centroid), given as ``--metric``.
 - ``cnn``: the digits CNN fixture; calibration ``digits_calib``, ``digits_test`` split in half: one half for
   ``--eval``, the other unseen. Metric: top-1 on the human labels.
+- ``rapidocr_cls``: rapidocr's pretrained text-line 0/180° classifier (MobileNetV3, from the
+  rapidocr-onnxruntime wheel, input fixed at 1x3x48x192), on 300 rendered text lines (labels by construction):
+  60 calibration, 120 ``--eval``, 120 unseen. Metric: top-1.
+
+Native float precisions are rows too: on a CPU with AMX/AVX512-BF16 (``native_float_precisions`` of the
+``host`` profile), OpenVINO's bf16 (the FP32 model compiled with ``INFERENCE_PRECISION_HINT`` bf16: what a
+``--precision bf16`` artifact runs).
 
 Every candidate is built once by the backend's quantizer (no search), then all are timed in **blocks**
 (each runtime's calls back to back, blocks alternating over rounds; ONNX Runtime sessions with
 ``session.intra_op.allow_spinning`` 0), 2 threads. ``choice`` runs the CLI as a user would.
 
-    .venv/bin/python bench/quant_modes.py [--models lstm,cnn] [--bound 1] [--rounds 7] [--threads 2] > out.json
+    .venv/bin/python bench/quant_modes.py [--models lstm,cnn,rapidocr_cls] [--bound 1] [--rounds 7] [--threads 2] > out.json
 
 Prints one JSON object. Not a test: no assertions.
 """
@@ -132,12 +139,42 @@ def candidates(model: Path, calib: Dataset, work: Path, threads: int) -> list[di
     ins = [p.get_any_name() for p in fp32.inputs]
     rows.append({"backend": "openvino", "mode": "fp32 (f32 hint)", "run": compiled_run(core, fp32, ins, names, threads),
                  "units": (0, sum(count_units(model)))})
+    if host_has_bf16():
+        rows.append({"backend": "openvino", "mode": "bf16", "run": compiled_run(core, fp32, ins, names, threads, "bf16"),
+                     "units": (0, sum(count_units(model)))})
     for mode in (StaticMode(), WeightsMode()):
         q = vq.quantize(model, mode, work / f"ov-{mode.kind.value}.xml", calib=calib)
         rows.append({"backend": "openvino", "mode": mode.label(),
                      "run": compiled_run(core, core.read_model(str(q.path)), ins, names, threads),
                      "units": (q.quantized_units, q.float_units)})
     return rows
+
+
+def host_has_bf16() -> bool:
+    from edgeopt.enums import Precision
+    from edgeopt.float_precisions import native_float_precisions
+    from edgeopt.profiles import load_profile
+
+    return Precision.BF16 in native_float_precisions(load_profile("host"), "openvino")
+
+
+def text_line_data(work: Path) -> tuple[Path, dict[str, Path]]:
+    """rapidocr's classifier with its input fixed at 1x3x48x192, and rendered text lines split 60/120/120."""
+    import onnx
+
+    from edgeopt.model import fix_input_shapes
+    from fixtures.datasets import text_lines
+    from fixtures.real_models import real_model
+
+    model = work / "rapidocr_cls.onnx"
+    onnx.save(fix_input_shapes(onnx.load(str(real_model("rapidocr_cls"))), {"x": (1, 3, 48, 192)}), str(model))
+    d = np.load(text_lines(300, seed=3))
+    parts = {"calib": slice(0, 60), "eval": slice(60, 180), "test": slice(180, 300)}
+    out = {}
+    for name, idx in parts.items():
+        out[name] = work / f"lines_{name}.npz"
+        np.savez(out[name], x=d["x"][idx], labels=d["labels"][idx])
+    return model, out
 
 
 def score(run, ds: Dataset, metric) -> float:
@@ -187,11 +224,14 @@ def run_model(name: str, work: Path, bound: float, rounds: int, threads: int) ->
 
         model, files, metric = speaker_encoder(work), speaker_data(work), verification
         user_metric, data = "speaker_metric:verification", "espeak-ng speech, 12 voices as speakers (labels by construction)"
+    elif name == "rapidocr_cls":
+        (model, files), metric = text_line_data(work), "top1"
+        user_metric, data = None, "rendered text lines, every other one turned 180° (labels by construction)"
     else:
         model, files, metric = REPO / "fixtures" / "models" / "digits_cnn.onnx", digits_data(work), "top1"
         user_metric, data = None, "sklearn digits, human labels"
     calib, test = load_npz(files["calib"]), load_npz(files["test"])
-    rank = {"lstm": 3, "cnn": 4}[name]
+    rank = {"lstm": 3, "cnn": 4, "rapidocr_cls": 4}[name]
     calib.ranks = test.ranks = {k: rank for k in calib.arrays}
     rows = candidates(model, calib, work, threads)
     for r in rows:
@@ -207,7 +247,7 @@ def run_model(name: str, work: Path, bound: float, rounds: int, threads: int) ->
                  drop=round(fp32_metric - r["metric_unseen"], 3), quantized_units=r["units"][0],
                  float_units=r["units"][1], within_bound=fp32_metric - r["metric_unseen"] <= bound)
         del r["run"], r["units"]
-    int8 = [r for r in rows if "fp32" not in r["mode"] and r["within_bound"]]
+    int8 = [r for r in rows if "fp32" not in r["mode"] and r["within_bound"]]  # INT8 modes and bf16
     best = max(int8, key=lambda r: r["x_vs_ort_fp32"], default=None)
     load_after = os.getloadavg()
     chosen = {b: choice(model, files, b, bound, user_metric, threads, work) for b in ("onnxruntime", "openvino")}
@@ -234,7 +274,8 @@ def main() -> None:
     args = ap.parse_args()
     from edgeopt.runtime import environment
 
-    out = {"what": "INT8 modes x backends: metric on unseen data, p50 vs ONNX Runtime FP32 (blocks, 2 threads), "
+    out = {"what": "INT8 modes x backends and native float precisions (bf16 where the CPU has it): metric on unseen "
+                   "data, p50 vs ONNX Runtime FP32 (blocks, 2 threads), "
                    "and the mode convert chose", "environment": environment.collect(), "models": []}
     out["environment"].pop("_cpu_counters_before", None)
     with tempfile.TemporaryDirectory() as d:

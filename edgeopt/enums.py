@@ -13,6 +13,7 @@ class StrEnum(str, Enum):
 class Precision(StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"
+    BF16 = "bf16"  # a float artifact the runtime runs in bf16 (OpenVINO on AMX/AVX512-BF16 CPUs): said, never fp32
     INT8 = "int8"
 
 

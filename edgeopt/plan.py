@@ -281,6 +281,9 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
+    from edgeopt.float_precisions import check_native
+
+    check_native(profile, backend_name, prec)  # bf16 only where the profile's unit runs it natively
     quant_mode = _enum(QuantMode, _pick(r.quant_mode, QuantMode.AUTO), "--quant-mode")
     _check_quant_mode(bcls, backend_name, prec, quant_mode, warnings)
     # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it

@@ -7,8 +7,10 @@ FP32 keeps exact weights (``compress_to_fp16=False``); FP16 stores FP16 weights;
 part of the eval data, each hit confirmed on the other part, which the search never saw. NNCF's ONNX path would keep
 BatchNormalization nodes; this backend quantizes the converted OpenVINO model, after normalize folded BN.
 
-The runtime settings name ``INFERENCE_PRECISION_HINT`` explicitly: ``f32`` unless the user asks for
-``bf16``/``f16`` (on CPUs with AMX/AVX512-BF16 OpenVINO otherwise runs "FP32" in bf16).
+The runtime settings name ``INFERENCE_PRECISION_HINT`` explicitly: ``f32`` (on CPUs with AMX/AVX512-BF16
+OpenVINO otherwise runs "FP32" in bf16), ``bf16`` for a ``--precision bf16`` artifact (exact FP32 weights in the
+IR, run in bf16: the manifest says bf16), or a device's own (``f16`` on an NPU/GPU, profile settings). An fp32
+artifact with a bf16 hint would run bf16 under an fp32 label: refused, ``--precision bf16`` says it.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class OpenVINOBackend(Backend):
     per_layer_profiler = "edgeopt.bench.per_layer:profile_openvino"
     quantizes_itself = True
     quantizer = "edgeopt.converters.quantize.openvino_quantizer:OpenVINOQuantizer"
-    precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
+    precisions = (Precision.FP32, Precision.FP16, Precision.BF16, Precision.INT8)
 
     @classmethod
     def configure(cls, options: ChainOptions) -> OpenVINOConfig:
@@ -93,6 +95,11 @@ class OpenVINOBackend(Backend):
         for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
             if key in s:
                 kw[key] = s[key]
+        if options.precision == Precision.BF16:
+            kw["inference_precision"] = InferencePrecision.BF16
+        elif options.precision == Precision.FP32 and kw.get("inference_precision") == InferencePrecision.BF16.value:
+            raise UsageError("openvino: the profile's inference_precision bf16 would run an fp32 artifact in bf16",
+                             "use --precision bf16 (the artifact then says bf16), or inference_precision f32")
         return OpenVINOConfig(**kw)
 
     def run(self, model: Intermediate, config: OpenVINOConfig, ctx: ChainContext) -> Intermediate:
@@ -152,8 +159,7 @@ class OpenVINOBackend(Backend):
             ctx.warn(f"openvino: {config.precision.value} output differs from the ONNX input (cosine min {cos:.4f} on "
                      f"{checks['samples']} samples)")
         report.update(inference_precision_hint=settings["inference_precision"], device=config.device,
-                      weights="fp16" if config.precision == Precision.FP16 else "exact (compress_to_fp16=False)"
-                      if config.precision == Precision.FP32 else "int8 (nncf)")
+                      weights=_WEIGHTS[config.precision])
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(ctx.artifact_dir / "model.xml", Format.OPENVINO_IR, config.precision, notes)
 
@@ -238,6 +244,8 @@ class OpenVINOBackend(Backend):
             raise StageError(f"openvino: the converted model does not run: {first}", "report the model") from err
 
 
+_WEIGHTS = {Precision.FP16: "fp16", Precision.FP32: "exact (compress_to_fp16=False)", Precision.INT8: "int8 (nncf)",
+            Precision.BF16: "exact fp32 in the IR (compress_to_fp16=False); the CPU plugin runs them in bf16"}
 _AUTO_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_\d+$")
 
 
@@ -321,7 +329,7 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
     value = result.m_confirm.score(run, confirm)  # the search's own metric, on data it never saw
     return {"bf16": {"latency_ms": ms, "value": round(value, 4),
                      "drop": f"drop {result.m_confirm.fp32_value - value:.2f} points on the held-out part",
-                     "suggest": "--precision fp32 with inference_precision bf16 in the profile's openvino settings"}}
+                     "suggest": "--precision bf16 (an OpenVINO artifact run in bf16)"}}
 
 
 def ov_run_fn(artifact_dir, runtime: dict, threads: int | None = None):

@@ -38,7 +38,8 @@ def optimize_cmd(
     min_sqnr_db: float = MinSqnrOption,
     json_out: bool = JsonOption,
 ) -> None:
-    """Try fusion, INT8, pruning and each backend; measure each here; keep the fastest within the bound."""
+    """Try fusion, pruning, each INT8 mode and native float precision on each backend; measure each here; keep the
+    fastest within the bound."""
     from edgeopt.cli.options import metric_spec
     from edgeopt.errors import GateFailedError
     from edgeopt.optimize.pareto import pareto_text, waterfall_text
@@ -57,8 +58,9 @@ def optimize_cmd(
                               details={"result": res.model_dump(mode="json")})
 
     def human(c):
-        c.print("waterfall (each step's kept configuration, pruned/recovered shown even when not kept; final "
-                "interleaved medians, measured here):", markup=False)
+        c.print("waterfall (the path's steps; pruned/recovered and every INT8 mode x backend and native float "
+                "precision tried shown even when not kept, with why; final medians, each candidate in its own "
+                "blocks of calls, measured here):", markup=False)
         c.print(waterfall_text(res.waterfall), markup=False)
         c.print("\nPareto front (latency vs accuracy; * = winner):", markup=False)
         c.print(pareto_text(res.pareto, res.winner.label), markup=False)

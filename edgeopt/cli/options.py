@@ -13,7 +13,7 @@ InputShapeOption = typer.Option(None, "--input-shape",
 
 
 # The chain options of ``convert`` and ``tune`` (tune's plan is the one convert makes for the same flags).
-PrecisionOption = typer.Option(None, "--precision", help="int8 | fp16 | fp32 (default: the profile's).")
+PrecisionOption = typer.Option(None, "--precision", help="int8 | bf16 | fp16 | fp32 (default: the profile's; bf16 where the CPU has AMX/AVX512-BF16).")
 PruneOption = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1), or 'auto': the largest "
                            "ratio whose recovered model stays within --max-accuracy-drop (needs it and --calib).")
 PruneModeOption = typer.Option(None, "--prune-mode", help="channels | 2:4")

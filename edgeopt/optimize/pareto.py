@@ -20,6 +20,11 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _why(r: dict) -> str:
+    why = r.get("why") or (f"failed to build: {r['error']}" if r.get("error") else "")
+    return f"  {why[:100]}" if why else ""
+
+
 def waterfall_text(rows: list[dict]) -> str:
     lines = [f"{'step':10} {'configuration':40} {'p50 ms':>9} {'vs start':>9} {'accuracy':>9} {'drop':>6}"]
     base = rows[0].get("p50_ms") if rows else None
@@ -27,7 +32,7 @@ def waterfall_text(rows: list[dict]) -> str:
         speed = f"{base / r['p50_ms']:.2f}x" if base and r.get("p50_ms") else "-"
         lines.append(f"{r['step']:10} {r['label'][:40]:40} {_fmt(r.get('p50_ms'), '.4f'):>9} {speed:>9} "
                      f"{_fmt(r.get('accuracy'), '.2f'):>9} {_fmt(r.get('accuracy_drop'), '.2f'):>6}"
-                     + ("" if r.get("kept", True) else "  (not kept)") + (f"  {r['error'][:60]}" if r.get("error") else ""))
+                     + ("" if r.get("kept", True) else "  (not kept)") + _why(r))
     return "\n".join(lines)
 
 

@@ -8,17 +8,25 @@ Steps, in order, each starting from the best configuration so far (the *incumben
    recovered student stays within the bound on calibration data the search holds back, see
    :mod:`edgeopt.converters.prune_auto`), its recovery budget capped by what is left of optimize's own;
    the chosen ratio is also built without recovery, so the waterfall shows what pruning alone costs;
-4. ``int8``: static INT8, MinMax and Percentile calibration, per-channel, on the incumbent (a recovered
-   student is recovered again at the chosen ratio, seeded, inside the INT8 build); accuracy-aware
-   (sensitive layers kept in float) only when neither meets the bound;
-5. ``backend``: each other backend the profile lists and that is installed, incumbent's options;
+4. ``int8``: each INT8 mode x backend the profile lists and that is installed, where the mode fits the graph
+   as ``--quant-mode auto`` decides (dynamic and weight-only for MatMul/LSTM/GRU-heavy graphs, static for
+   convolutional ones; ONNX Runtime's static with MinMax and Percentile calibration, per-channel), on the
+   incumbent (a recovered student is recovered again at the chosen ratio, seeded, inside the INT8 build);
+   accuracy-aware (the mode search, options, sensitive layers kept in float) on the backend that came nearest
+   the bound, only when none meets it (:mod:`.candidates`);
+5. ``float``: each native float precision x backend (bf16 on AMX/AVX512-BF16 CPUs with OpenVINO, fp16 on GPUs
+   and ARMv8.2 FP16; :func:`edgeopt.float_precisions.native_float_precisions`), fp32 on the other backends,
+   kept only when faster than the INT8 incumbent;
 6. ``tvm-tune``: MetaSchedule tuning, only when the TVM backend is installed and the time budget
    allows (tuning took 15 min for 96 trials here and still lost to ONNX Runtime, pitfalls.md).
 
 Every candidate is converted through the pipeline's cache (so it is validated on the eval data)
 and measured with the device-side core, interleaved with the incumbent (short runs). At the end
 all built candidates are measured once more, interleaved, and the fastest whose accuracy drop is
-within the bound wins; the waterfall and the Pareto front use those final figures.
+within the bound wins; the waterfall and the Pareto front use those final figures. Timing is fair across
+runtimes: each candidate runs in its own blocks of calls, the blocks alternating, and ONNX Runtime's pool
+threads sleep after a call instead of spinning (they would steal the next runtime's cores, pitfalls.md).
+The waterfall has a row for every candidate of the precision steps, with why it was dropped.
 """
 
 from __future__ import annotations
@@ -35,8 +43,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from edgeopt.converters.registry import get_backend
+from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
+from edgeopt.optimize.candidates import dropped_why, folded
 from edgeopt.pipeline.recipe import Gates, Target
 from edgeopt.run_tmp import run_temp_dir
 
@@ -90,6 +100,7 @@ class _Search:
         self.candidates: list[Candidate] = []
         self.skipped: list[str] = []
         self.runners: dict[str, object] = {}
+        self.tried: dict[str, list[Candidate]] = {}  # step -> the candidates it built (the waterfall's rows)
         self.search_budget: float | None = None  # seconds for each accuracy-aware INT8 search (None: default)
         self.metric = None  # edgeopt.metrics.MetricSpec (--metric; None: chosen from the output and labels)
 
@@ -121,13 +132,16 @@ class _Search:
 
         v = load_artifact(b.artifact).validation or {}
         c.artifact, c.cached, c.build_seconds = str(b.artifact), b.cached, round(time.perf_counter() - t0, 3)
-        if v.get("accuracy_drop") is not None:
-            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["accuracy"], v["accuracy_reference"], v["accuracy_drop"]
+        from edgeopt.validate import counted_drop
+
+        drop, vs_fp32 = counted_drop(v)  # the one rule the gates use: labels, else the task metric vs FP32
+        if drop is not None and not vs_fp32:
+            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["accuracy"], v["accuracy_reference"], drop
             c.accuracy_basis = "labels"
-        elif v.get("metric_drop") is not None and not v.get("synthetic"):  # the task metric vs FP32 (edgeopt.metrics)
-            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["metric_value"], v["metric_reference"], v["metric_drop"]
+        elif drop is not None:
+            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["metric_value"], v["metric_reference"], drop
             c.accuracy_basis = f"{v['metric']} (vs FP32, no labels)"
-        elif v.get("top1_agreement") is not None:
+        elif v.get("top1_agreement") is not None:  # synthetic inputs: agreement with FP32, optimize's last resort
             c.accuracy = round(100.0 * v["top1_agreement"], 4)
             c.accuracy_drop = round(100.0 - c.accuracy, 4)
             c.accuracy_basis = "agreement with FP32 (no labels)"
@@ -136,10 +150,15 @@ class _Search:
         return c
 
     def _runner(self, artifact: str):
+        """The shipped runner; an ONNX Runtime session's pool threads sleep after each call (no spin-wait), so
+        they don't steal the cores of the candidate timed next (a setting of this timing, not the artifact)."""
         if artifact not in self.runners:
-            from edgeopt.runtime.runners import open_runner
+            from edgeopt.runtime.runners import open_runner, read_manifest
 
-            self.runners[artifact] = open_runner(artifact)
+            manifest = read_manifest(artifact)
+            if manifest["runtime"]["backend"] == BackendName.ONNXRUNTIME.value:
+                manifest["runtime"].setdefault("settings", {})["allow_spinning"] = False
+            self.runners[artifact] = open_runner(artifact, manifest=manifest)
         return self.runners[artifact]
 
     def measure(self, cands: list[Candidate], settings: dict) -> None:
@@ -177,6 +196,7 @@ class _Search:
                 self.skipped.append(f"{name}: {label}: time budget spent")
                 continue
             cands.append(self.build(name, label, **fields))
+        self.tried.setdefault(name, []).extend(cands)
         self.measure([incumbent, *cands], STEP_MEASURE)
         pool = [c for c in (incumbent, *cands) if c.feasible and c.p50_ms is not None]
         if not pool:
@@ -198,8 +218,13 @@ def _fields(c: Candidate, **changes) -> dict:
 
 def _label(f: dict) -> str:
     parts = [f.get("backend", "onnxruntime"), f.get("precision", "fp32")]
-    if f.get("precision") == "int8" and not get_backend(parts[0]).quantizes_itself:  # the others calibrate themselves
+    if f.get("quant_mode"):
+        parts.append(f["quant_mode"])
+    calibrated = f.get("quant_mode") not in ("dynamic", "weights")  # those modes calibrate nothing
+    if f.get("precision") == "int8" and calibrated and not get_backend(parts[0]).quantizes_itself:  # the others: own
         parts.append(f.get("calib_method", "minmax") + (" aa" if f.get("accuracy_aware") else ""))
+    elif f.get("accuracy_aware"):
+        parts.append("aa")
     if f.get("prune") == "auto":
         parts.append("prune auto" + (" no-recover" if f.get("recover") is False else ""))
     elif f.get("prune"):
@@ -226,27 +251,32 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     trail.append(("baseline", inc))
     f = {"backend": "onnxruntime", "precision": "fp32"}
     inc = s.step("fusion", inc, [(_label(f), f)], prefer_new=FUSION_TIE)
-    trail.append(("fusion", inc))
+    trail.extend(("fusion", c, c is inc) for c in s.tried.get("fusion", []))  # the fused build, kept or not
     inc = _prune_steps(s, inc, trail)
-    fixed = _fixed_ratio(inc)  # INT8 of a recovered student: its ratio, recovered again (no second search)
-    q = [_fields(inc, precision="int8", calib_method=m, per_channel=True, **fixed) for m in ("minmax", "percentile")]
-    best = s.step("int8", inc, [(_label(x), x) for x in q])
-    if best.target.get("precision") != "int8":  # neither met the bound: the accuracy-aware fallback
-        aa = _fields(inc, precision="int8", calib_method="minmax", per_channel=True, accuracy_aware=True, **fixed)
-        best = s.step("int8", best, [(_label(aa), aa)])
-    inc = best
-    trail.append(("int8", inc))
-    others = [b for b in backends if b != "onnxruntime"]
-    opts = []
-    for b in others:
-        x = _fields(inc, backend=b)
-        if get_backend(b).quantizes_itself:  # the ORT calibration options don't apply
-            x.pop("calib_method", None)
-            x.pop("per_channel", None)
-        opts.append((_label(x), x))
-    inc = s.step("backend", inc, opts)
-    trail.append(("backend", inc))
+    inc = _precision_steps(s, inc, backends, trail)
     return [{"step": t[0], "candidate": t[1], "kept": t[2] if len(t) > 2 else True} for t in trail]
+
+
+def _precision_steps(s: _Search, inc: Candidate, backends: list[str], trail: list) -> Candidate:
+    """``int8`` (each mode x backend that fits the graph; accuracy-aware only when none holds the bound) and
+    ``float`` (each native float precision x backend); every candidate a waterfall row."""
+    from edgeopt.model import load_onnx
+    from edgeopt.optimize.candidates import accuracy_aware_option, base_fields, float_options, int8_options
+
+    base = base_fields(_fields(inc, **_fixed_ratio(inc)))  # a recovered student: its ratio, recovered again
+    options, notes = int8_options(load_onnx(s.model), backends, base)
+    s.skipped.extend(notes)
+    best = s.step("int8", inc, [(_label(f), f) for f in options])
+    near = [c for c in s.tried.get("int8", []) if c.accuracy_drop is not None]
+    if not any(c.feasible for c in near):  # none met the bound: accuracy-aware on the nearest backend
+        if near:
+            aa = accuracy_aware_option(min(near, key=lambda c: c.accuracy_drop).target, base)
+            best = s.step("int8", best, [(_label(aa), aa)])
+    have = (inc.target.get("backend", "onnxruntime"), inc.target.get("precision", "fp32"))
+    after = s.step("float", best, [(_label(f), f) for f in float_options(s.profile, backends, base, have=have)])
+    for step, kept in (("int8", best), ("float", after)):
+        trail.extend((step, c, c is kept) for c in s.tried.get(step, []))
+    return after
 
 
 def _chosen_ratio(c: Candidate) -> float | None:
@@ -281,7 +311,7 @@ def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
         s.skipped.append(f"recover: {missing} is not installed (pip install 'edgeopt[train]'): pruning is searched "
                          "without recovery")
     budget = max(RECOVER_BUDGET_MIN_S, min(RECOVER_BUDGET_MAX_S, RECOVER_BUDGET_SHARE * s.left_s()))
-    auto = _fields(inc, prune="auto", recover=not missing, recover_budget=round(budget))
+    auto = folded(_fields(inc, prune="auto", recover=not missing, recover_budget=round(budget)))
     if s.left_s() <= 0:
         s.skipped.append("prune: time budget spent")
         return inc
@@ -289,7 +319,7 @@ def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
     ratio = _chosen_ratio(searched)
     cands = [searched]
     if ratio and not missing and s.left_s() > 0:
-        plain = _fields(inc, prune=ratio, recover=False)
+        plain = folded(_fields(inc, prune=ratio, recover=False))
         cands.insert(0, s.build("pruned", _label(plain), **plain))
     elif not ratio and not searched.error:
         s.skipped.append("prune: no ratio stayed within the bound on the held-back calibration data")
@@ -386,14 +416,14 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     finally:
         s.close()
     environment.after(env)
-    waterfall = []
-    for row in trail:  # the incumbent after each step; pruned/recovered rows show their candidate, kept or not
-        c = row["candidate"]
-        waterfall.append({"step": row["step"], "label": c.label, "p50_ms": c.p50_ms, "accuracy": c.accuracy,
-                          "accuracy_drop": c.accuracy_drop, "kept": row["kept"],
-                          **({"error": c.error} if c.error else {})})
     feasible = [c for c in s.candidates if c.feasible and c.p50_ms is not None]
     winner = min(feasible, key=lambda c: c.p50_ms) if feasible else None
+    waterfall = []
+    for row in trail:  # the path's steps; pruned/recovered and every precision candidate shown, kept or not
+        c = row["candidate"]
+        waterfall.append({"step": row["step"], "label": c.label, "p50_ms": c.p50_ms, "accuracy": c.accuracy,
+                          "accuracy_drop": c.accuracy_drop, "within_bound": c.feasible, "kept": row["kept"],
+                          "why": dropped_why(c, winner, max_accuracy_drop), **({"error": c.error} if c.error else {})})
     points = [c.model_dump(include={"label", "p50_ms", "accuracy", "accuracy_drop", "feasible"})
               for c in s.candidates if c.artifact]
     result = OptimizeResult(model=str(path), profile=prof.name, max_accuracy_drop=max_accuracy_drop, winner=winner,

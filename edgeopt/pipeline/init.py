@@ -42,7 +42,7 @@ targets:              # one artifact per target; options as in `edgeopt convert`
   - name: {profile}-onnxruntime-int8
     profile: {profile}           # a device profile name (edgeopt profiles list) or a YAML file
     backend: onnxruntime         # onnxruntime | openvino | tflite | tvm
-    precision: int8              # int8 | fp16 | fp32
+    precision: int8              # int8 | bf16 | fp16 | fp32
     # prune: 0.3                 # fraction of conv channels to remove
     # calib_method: minmax       # minmax | percentile
     # per_channel: true

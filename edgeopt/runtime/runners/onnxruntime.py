@@ -42,6 +42,8 @@ class Runner(base.Runner):
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         if self.threads:
             so.intra_op_num_threads = int(self.threads)
+        if settings.get("allow_spinning") is False:  # pool threads sleep after a call (a timing beside other runtimes)
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         wanted = settings.get("provider") or CPU
         available = ort.get_available_providers()
         providers = session_providers(settings, available)

@@ -1,0 +1,120 @@
+"""The candidates of ``optimize``'s precision steps, from the graph and the profile alone (nothing is built here):
+
+- ``int8``: each INT8 mode x backend the profile lists and that is installed, where the mode fits the graph as
+  ``--quant-mode auto`` decides it (:func:`edgeopt.converters.quantize.dynamic.dynamic_decision`): a
+  MatMul/LSTM/GRU-heavy graph tries dynamic and weight-only beside static, a convolutional one static only;
+  each mode the backend's quantizer offers (its ``Quantizer.modes``), pinned with ``quant_mode``. A backend
+  without a quantizer of its own (TVM: the chain's ONNX Runtime QDQ) gets one unpinned INT8 candidate;
+- ``float``: each native float precision x backend (:func:`edgeopt.float_precisions.native_float_precisions`:
+  bf16 on AMX/AVX512-BF16 CPUs for OpenVINO, fp16 on GPUs and ARMv8.2 FP16), fp32 on the other backends too.
+
+Also the fields helpers the search shares: :func:`folded` (pruning starts from the fused graph) and
+:func:`dropped_why` (each waterfall row's verdict).
+"""
+
+from __future__ import annotations
+
+from edgeopt.enums import BackendName, Precision, QuantMode
+
+ORT_CALIB_METHODS = ("minmax", "percentile")  # the chain's ONNX Runtime static INT8: both tried, per-channel
+_PRECISION_KEYS = ("backend", "precision", "quant_mode", "calib_method", "per_channel", "accuracy_aware")
+
+
+def base_fields(fields: dict) -> dict:
+    """``fields`` without what a precision candidate sets itself (backend, precision, mode, calibration)."""
+    return {k: v for k, v in fields.items() if k not in _PRECISION_KEYS}
+
+
+def fitting_modes(proto, backend: str) -> tuple[list[QuantMode], str]:
+    """The INT8 modes of ``backend`` that fit the graph (``[AUTO]``: the backend pins none), and why."""
+    from edgeopt.converters.quantize.dynamic import dynamic_decision
+    from edgeopt.converters.registry import get_backend, resolve
+
+    bcls = get_backend(BackendName(backend))
+    if not bcls.quantizer:
+        return [QuantMode.AUTO], f"{backend} has no quantizer of its own (the chain's INT8 before it)"
+    offered = resolve(bcls.quantizer).modes
+    pays, why, mix = dynamic_decision(proto)
+    if not pays and mix["nodes"]["dynamic"]:  # the backend-neutral part of the reason (ORT's ConvInteger is one case)
+        n = mix["nodes"]
+        why = (f"a convolutional model ({n['conv']} Conv vs {n['dynamic']} MatMul/Gemm/LSTM/GRU nodes, "
+               f"{mix['matmul_lstm_gru_share']:.0%} of the weights in the latter): static INT8 fits it")
+    wanted = (QuantMode.DYNAMIC, QuantMode.WEIGHTS, QuantMode.STATIC) if pays else (QuantMode.STATIC,)
+    return [m for m in wanted if m in offered], why
+
+
+def int8_options(proto, backends: list[str], base: dict) -> tuple[list[dict], list[str]]:
+    """(the fields of each INT8 candidate, a note per backend on the modes not tried and why)."""
+    from edgeopt.converters.registry import get_backend, resolve
+
+    options, notes = [], []
+    for b in backends:
+        modes, why = fitting_modes(proto, b)
+        bcls = get_backend(BackendName(b))
+        offered = resolve(bcls.quantizer).modes if bcls.quantizer else ()
+        left = [m.value for m in offered if m not in modes]
+        if left:
+            notes.append(f"int8 {b}: {', '.join(left)} not tried: {why}")
+        for m in modes:
+            f = {**base, "backend": b, "precision": Precision.INT8.value}
+            if m != QuantMode.AUTO:
+                f["quant_mode"] = m.value
+            if bcls.quantizes_itself or m in (QuantMode.DYNAMIC, QuantMode.WEIGHTS):
+                options.append(f)
+            else:  # the chain's ONNX Runtime static INT8: its calibration methods are candidates too
+                options += [{**f, "calib_method": cm, "per_channel": True} for cm in ORT_CALIB_METHODS]
+    return options, notes
+
+
+def accuracy_aware_option(closest: dict, base: dict) -> dict:
+    """The accuracy-aware fallback (the mode search, then options and ops in float) on the backend of ``closest``,
+    the INT8 candidate that came nearest the bound."""
+    from edgeopt.converters.registry import get_backend
+
+    f = {**base, "backend": closest.get("backend", "onnxruntime"), "precision": Precision.INT8.value,
+         "accuracy_aware": True}
+    if not get_backend(BackendName(f["backend"])).quantizes_itself:
+        f.update(calib_method="minmax", per_channel=True)
+    return f
+
+
+def float_options(profile, backends: list[str], base: dict, *, have: tuple[str, str] = ("onnxruntime", "fp32")) \
+        -> list[dict]:
+    """Each native float precision x backend, fastest first per backend; ``have`` (the incumbent's own
+    backend and precision) is left out."""
+    from edgeopt.float_precisions import native_float_precisions
+
+    out = []
+    for b in backends:
+        for p in native_float_precisions(profile, b):
+            if (b, p.value) != have:
+                out.append({**base, "backend": b, "precision": p.value})
+    return out
+
+
+def folded(fields: dict) -> dict:
+    """``fields`` on the fused graph: pruning starts from it whatever the fusion step measured (fusion is lossless,
+    and ``--prune auto``'s recovery failed on rapidocr_cls's unfused Conv+BN graph: KeyError on a Conv weight)."""
+    stages = {k: dict(v) for k, v in (fields.get("stages") or {}).items()}
+    if stages.get("normalize", {}).get("fold") is False:
+        del stages["normalize"]["fold"]
+        if not stages["normalize"]:
+            del stages["normalize"]
+    out = {k: v for k, v in fields.items() if k != "stages"}
+    return {**out, "stages": stages} if stages else out
+
+
+def dropped_why(c, winner, bound: float) -> str:
+    """Why candidate ``c`` (an ``optimize.search.Candidate``) was not the winner (or that it was), from the final
+    figures."""
+    if c.error:
+        return f"failed to build: {c.error}"
+    if c.accuracy_drop is None:
+        return "accuracy not measured (no real --eval data): not judged against the bound"
+    if not c.feasible:
+        return f"over the bound: drop {c.accuracy_drop:.2f} > {bound:g} points"
+    if winner is None or c.p50_ms is None:
+        return "within the bound; not timed"
+    if c is winner:
+        return "chosen: the fastest within the bound"
+    return f"slower: {c.p50_ms:.4f} ms vs {winner.p50_ms:.4f} ms ({winner.label})"
