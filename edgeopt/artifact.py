@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
+from edgeopt.validation_model import Validation
 
 MANIFEST = "manifest.json"
 BUILD = "build.json"
@@ -66,7 +67,7 @@ class Manifest(BaseModel):
     edgeopt_version: str
     backend: str
     precision: str
-    profile: str
+    profile: str | None  # None: built for no profile (bench's ONNX Runtime FP32 reference)
     profile_requested: str | None = None  # the alias or family typed, when it was not the profile's name
     source_model: SourceModel
     inputs: list[TensorInfo]
@@ -75,7 +76,7 @@ class Manifest(BaseModel):
     stages: list[dict]
     versions: dict[str, str | None]
     files: dict[str, str] = {}
-    validation: dict | None = None
+    validation: Validation | None = None  # the artifact against FP32 (edgeopt.validate); None: not validated
     calibration: Calibration
     plan_hash: str
     plan: dict
@@ -102,6 +103,35 @@ def guess_layout(shape) -> str | None:
 def tensor_infos(specs, preprocessing: dict | None = None) -> list[TensorInfo]:
     return [TensorInfo(name=t.name, shape=list(t.shape), dtype=t.dtype, layout=guess_layout(t.shape),
                        preprocessing=preprocessing) for t in specs]
+
+
+def library_versions(backend: str, with_torch: bool = False) -> dict[str, str | None]:
+    """The versions a manifest records: edgeopt, the core libraries, the backend's (and torch when it exported)."""
+    from edgeopt import __version__
+    from edgeopt.converters.registry import CORE_LIBRARIES, get_backend
+    from edgeopt.deps import version_of
+
+    backend_dists = tuple(d for _, d in get_backend(backend).libraries)
+    dists = dict.fromkeys((*(d for _, d, _ in CORE_LIBRARIES), *backend_dists, *(("torch",) if with_torch else ())))
+    return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
+
+
+def build_manifest(*, backend: str, precision: str, profile: str | None, source: dict, inputs: list[TensorInfo],
+                   outputs: list[TensorInfo], runtime: dict, plan_hash: str, plan: dict,
+                   stages: list[dict] | None = None, calibration: Calibration | None = None,
+                   warnings: list[str] | None = None, with_torch: bool = False,
+                   versions: dict[str, str | None] | None = None) -> Manifest:
+    """The one builder of a :class:`Manifest` (``convert``, ``bench``'s FP32 reference): this edgeopt's version,
+    the libraries' (``library_versions`` unless ``versions``), the source model (``source``: SourceModel's fields);
+    not yet validated, not yet written (:func:`write_manifest` hashes the files)."""
+    from edgeopt import __version__
+
+    return Manifest(
+        edgeopt_version=__version__, backend=backend, precision=precision, profile=profile,
+        source_model=SourceModel(**source), inputs=inputs, outputs=outputs, runtime=runtime, stages=list(stages or []),
+        versions=versions if versions is not None else library_versions(backend, with_torch),
+        calibration=calibration or Calibration(), plan_hash=plan_hash, plan=plan, warnings=list(warnings or []),
+    )
 
 
 def determinism_of(backend: str) -> dict:

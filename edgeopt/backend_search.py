@@ -103,10 +103,10 @@ def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
     for row in rows:
         if row["backend"] not in latency:
             continue
-        v = built[BackendName(row["backend"])].manifest.validation or {}
-        row.update(precision=built[BackendName(row["backend"])].manifest.precision,
-                   metric=v.get("metric"), metric_drop=v.get("metric_drop"),
-                   units=v.get("units"), latency_ms=latency[row["backend"]],
+        manifest = built[BackendName(row["backend"])].manifest
+        v = manifest.validation
+        row.update(precision=manifest.precision, metric=v.metric if v else None, metric_drop=v.metric_drop if v else None,
+                   units=v.units if v else None, latency_ms=latency[row["backend"]],
                    speedup_vs_onnxruntime_fp32=round(latency["onnxruntime-fp32"] / latency[row["backend"]], 3))
         if row["backend"] == chosen.value:
             row.update(verdict="chosen", why="the fastest that holds the bound")

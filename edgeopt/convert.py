@@ -23,6 +23,7 @@ from edgeopt.enums import Precision
 from edgeopt.errors import GateFailedError, StageError
 from edgeopt.options import ConvertOptions
 from edgeopt.plan import Plan
+from edgeopt.validation_model import Validation
 
 
 class ConvertResult(BaseModel):
@@ -35,23 +36,13 @@ class ConvertResult(BaseModel):
     artifact_dir: str | None = None
     manifest: Manifest | None = None
     plan: Plan
-    validation: dict | None = None
+    validation: Validation | None = None
     warnings: list[str] = []
     dry_run: bool = False
 
     @field_serializer("plan")
     def _plan_json(self, plan: Plan) -> dict:
         return plan.to_json()
-
-
-def _versions(backend: str, with_torch: bool) -> dict[str, str | None]:
-    from edgeopt import __version__
-    from edgeopt.converters.registry import CORE_LIBRARIES, get_backend
-    from edgeopt.deps import version_of
-
-    backend_dists = tuple(d for _, d in get_backend(backend).libraries)
-    dists = dict.fromkeys((*(d for _, d, _ in CORE_LIBRARIES), *backend_dists, *(("torch",) if with_torch else ())))
-    return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
 
 
 def convert(model, profile, output, options: ConvertOptions | None = None, *, progress=None, on_warning=None,
@@ -292,7 +283,7 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
                                        max_accuracy_drop=plan.options.max_accuracy_drop,
                                        min_cosine=plan.options.min_cosine, progress=progress,
                                        metric=plan.options.metric, search_path=search_path)
-        manifest.validation = validation.model_dump(mode="json")
+        manifest.validation = validation
         manifest.warnings = list(warnings)
         manifest = write_manifest(tmp, manifest)
         try:
@@ -341,8 +332,7 @@ def _metric_search_path(given, recipe_path) -> list[str]:
 
 
 def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings, with_torch):
-    from edgeopt import __version__
-    from edgeopt.artifact import Calibration, Manifest, SourceModel, tensor_infos
+    from edgeopt.artifact import Calibration, build_manifest, tensor_infos
 
     runtime = inter.notes.get("runtime")
     if not runtime:
@@ -355,12 +345,10 @@ def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds,
             used = min(used, reported["samples"]) if used else reported["samples"]
     calibration = Calibration(source=calib_ds.source if quantized and calib_ds is not None else None,
                               samples=used, synthetic=bool(quantized and calib_ds is not None and calib_ds.synthetic))
-    return Manifest(
-        edgeopt_version=__version__, backend=plan.backend.value, precision=plan.precision.value, profile=prof.name,
-        source_model=SourceModel(**source), inputs=tensor_infos(in_specs, pre.model_dump(mode="json") if pre else None),
-        outputs=tensor_infos(out_specs), runtime=runtime,
-        stages=[{"name": r.name, "config": r.config, "seconds": r.seconds, "checks": r.checks, "report": r.report}
-                for r in records],
-        versions=_versions(plan.backend.value, with_torch), calibration=calibration, plan_hash=plan.hash,
-        plan=plan.to_json(), warnings=list(warnings),
+    return build_manifest(
+        backend=plan.backend.value, precision=plan.precision.value, profile=prof.name, source=source,
+        inputs=tensor_infos(in_specs, pre.model_dump(mode="json") if pre else None), outputs=tensor_infos(out_specs),
+        runtime=runtime, stages=[{"name": r.name, "config": r.config, "seconds": r.seconds, "checks": r.checks,
+                                  "report": r.report} for r in records],
+        with_torch=with_torch, calibration=calibration, plan_hash=plan.hash, plan=plan.to_json(), warnings=warnings,
     )

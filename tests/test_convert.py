@@ -12,6 +12,7 @@ from fixtures_convert import conv_bn_model, write_profile
 from edgeopt.artifact import load_artifact
 from edgeopt.convert import convert
 from edgeopt.errors import BadInputError, ExitCode, GateFailedError, OutputExistsError, StageError
+from edgeopt.validate import Validation
 
 REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
@@ -35,8 +36,9 @@ def test_fp32_convert_manifest_and_runner(tmp_path, tiny_model, tiny_data, test_
     assert m.plan_hash == r.plan.hash and len(m.source_model.sha256) == 64
     assert m.versions["onnxruntime"] and m.calibration.samples == 0
     v = m.validation
-    assert v["data_source"] == "eval" and v["samples"] == 20 and not v["synthetic"]
-    assert v["cosine_min"] > 0.9999 and v["accuracy_reference"] == 100.0 and v["accuracy_drop"] == 0.0
+    assert isinstance(v, Validation) and r.validation == v  # typed, in the manifest and the result alike
+    assert v.data_source == "eval" and v.samples == 20 and not v.synthetic
+    assert v.cosine_min > 0.9999 and v.accuracy_reference == 100.0 and v.accuracy_drop == 0.0
     assert _leftovers(out) == []
 
     from edgeopt.runtime.runners import open_runner
@@ -179,7 +181,7 @@ def test_digits_fp32_real_data(tmp_path, test_profile):
     r = convert(DIGITS, str(test_profile), tmp_path / "art", calib=data / "digits_calib.npz",
                 eval=data / "digits_test.npz", max_accuracy_drop=0.0)
     v = r.validation
-    assert v["samples"] == 540 and v["accuracy_drop"] == 0.0 and v["accuracy"] > 95.0
+    assert v.samples == 540 and v.accuracy_drop == 0.0 and v.accuracy > 95.0
 
 
 @pytest.mark.slow
@@ -215,7 +217,7 @@ def test_from_torch_tiny_module(tmp_path, test_profile, monkeypatch):
                 input_shapes=["input=1x1x16"])
     m = r.manifest
     assert m.source_model.from_torch == "tinynet:make" and m.versions["torch"]
-    assert m.inputs[0].name == "input" and m.validation["cosine_min"] > 0.9999
+    assert m.inputs[0].name == "input" and m.validation.cosine_min > 0.9999
 
 
 def test_from_torch_simulated_missing_torch_exit_4(tmp_path, cli, simulate_missing, test_profile):
@@ -241,7 +243,7 @@ def test_crepe_tiny_from_torch(tmp_path, test_profile):
     assert m.outputs[0].shape == [1, 360]
     report = m.stages[0]["report"]  # CREPE is Conv -> ReLU -> BN: BN after a ReLU cannot fold into the conv
     assert report["batchnorm_before"] == 6 and report["batchnorm_after"] <= 6
-    assert m.validation["cosine_min"] > 0.9999
+    assert m.validation.cosine_min > 0.9999
 
 
 def test_same_inputs_give_a_byte_identical_manifest_and_timings_go_to_build_json(tmp_path, tiny_model, tiny_data,

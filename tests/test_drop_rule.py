@@ -1,5 +1,5 @@
 """One rule for the drop ``--max-accuracy-drop`` counts (issue 25 item 2), read the same from a Validation and
-from its JSON by the convert gate and the pipeline's gate."""
+from its JSON by the convert gate and the pipeline's gate (None: not validated, no drop)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,14 @@ def test_the_drop_counted_is_the_same_from_a_validation_and_its_json(fields, exp
     assert counted_drop(v.model_dump(mode="json")) == expected
 
 
+def test_no_validation_counts_no_drop():
+    assert counted_drop(None) == (None, False)
+
+
 def test_the_pipeline_gate_counts_the_same_drop():
     from edgeopt.pipeline.gates import check
     from edgeopt.pipeline.recipe import Gates
 
-    v = Validation(**BASE).model_dump(mode="json")
+    v = Validation(**BASE)  # the pipeline's row holds the manifest's validation typed
     [gate] = check(Gates(max_accuracy_drop=1.0), validation=v, bench=None, est=None, artifact_bytes=1)
     assert gate.value == counted_drop(v)[0] == 1.5 and gate.passed is False

@@ -438,15 +438,16 @@ def test_metric_reaches_the_accuracy_aware_search(tmp_path, cli):
 def test_pipeline_accuracy_gate_names_the_metric_and_never_uses_random_inputs():
     from edgeopt.pipeline.gates import check
     from edgeopt.pipeline.recipe import Gates
+    from edgeopt.validate import Validation
 
-    v = {"samples": 40, "data_source": "eval", "synthetic": False, "accuracy_drop": None, "metric_drop": 2.5,
-         "metric": "ctc_exact_match_vs_fp32", "metric_unit": "%"}
+    v = Validation(samples=40, data_source="eval", synthetic=False, accuracy_drop=None, metric_drop=2.5,
+                   metric="ctc_exact_match_vs_fp32", metric_unit="%")
     g = check(Gates(max_accuracy_drop=1.0), validation=v, bench=None, est=None, artifact_bytes=1)[0]
     assert g.value == 2.5 and not g.passed and "ctc_exact_match_vs_fp32 (no labels: vs FP32)" in g.source
-    g = check(Gates(max_accuracy_drop=1.0), validation={**v, "synthetic": True}, bench=None, est=None,
+    g = check(Gates(max_accuracy_drop=1.0), validation=v.model_copy(update={"synthetic": True}), bench=None, est=None,
               artifact_bytes=1)[0]
     assert g.value is None and not g.passed
-    labelled = {**v, "accuracy_drop": 0.5, "metric": "top1_accuracy"}
+    labelled = v.model_copy(update={"accuracy_drop": 0.5, "metric": "top1_accuracy"})
     g = check(Gates(max_accuracy_drop=1.0), validation=labelled, bench=None, est=None, artifact_bytes=1)[0]
     assert g.passed and g.value == 0.5 and g.source.endswith("top1_accuracy")
 
@@ -459,8 +460,8 @@ def test_api_convert_takes_the_metric(tmp_path):
     res = edgeopt.convert(str(DIGITS), "host", tmp_path / "art", precision="fp32", backend="onnxruntime",
                           eval=tmp_path / "eval.npz", metric={"name": "sqnr", "min_sqnr_db": 60})
     v = res.validation
-    assert v["metric"] == "sqnr_db_vs_fp32" and v["metric_unit"] == "dB" and v["metric_reference"] == 60
-    assert v["gates"]["min_sqnr_db"]["passed"] and v["metric_value"] >= 60  # FP32 ORT vs FP32 ORT: identical
+    assert v.metric == "sqnr_db_vs_fp32" and v.metric_unit == "dB" and v.metric_reference == 60
+    assert v.gates["min_sqnr_db"].passed and v.metric_value >= 60  # FP32 ORT vs FP32 ORT: identical
 
 
 @pytest.mark.slow
@@ -478,7 +479,7 @@ def test_sqnr_gate_in_db_on_int8(tmp_path):
     got = e.value.details["validation"]["metric_value"]
     assert 5 < got < 80  # INT8 of a small CNN: tens of dB
     res = edgeopt.convert(str(DIGITS), "host", tmp_path / "b", metric={"name": "sqnr", "min_sqnr_db": got - 1}, **kw)
-    assert res.validation["gates"]["min_sqnr_db"]["passed"]
+    assert res.validation.gates["min_sqnr_db"].passed
 
 
 def test_scoring_a_run_keeps_only_what_each_metric_needs():

@@ -76,8 +76,8 @@ def test_no_int8_holds_so_the_best_native_float_is_written_and_labelled(int8_nev
     assert manifest["precision_fallback"]["requested"] == "int8"
     assert "INT8 misses" in manifest["precision_fallback"]["reason"]
     assert any("no INT8 held the bound" in s and f"trying {written.upper()}" in s for s in said)
-    gates = res.validation["gates"]
-    assert gates and all(g["passed"] for g in gates.values()), gates  # it holds what the INT8 builds missed
+    gates = res.validation.gates
+    assert gates and all(g.passed for g in gates.values()), gates  # it holds what the INT8 builds missed
 
 
 @pytest.mark.onnxruntime

@@ -133,7 +133,7 @@ def test_fp32_host_library_matches_onnxruntime(host_fp32):
             cos.append(_cosine(got, want))
     assert min(cos) > 0.9999
     v = result.validation
-    assert v["data_source"] == "eval" and v["accuracy_drop"] == 0.0 and v["cosine_min"] > 0.9999
+    assert v.data_source == "eval" and v.accuracy_drop == 0.0 and v.cosine_min > 0.9999
 
 
 def test_pi5_cross_compile_gives_an_aarch64_library(tmp_path, cache_env):
@@ -147,7 +147,7 @@ def test_pi5_cross_compile_gives_an_aarch64_library(tmp_path, cache_env):
     # validation here ran this machine's build of the same graph, and says so
     assert rt["host_twin"]["model"].endswith(".so") and _elf_machine(out / rt["host_twin"]["model"]) != 183
     assert any("not the device library" in w for w in result.warnings)
-    assert result.validation["cosine_min"] > 0.9999
+    assert result.validation.cosine_min > 0.9999
 
 
 def test_int8_qdq_imports_and_keeps_accuracy(tmp_path, cache_env):
@@ -157,7 +157,7 @@ def test_int8_qdq_imports_and_keeps_accuracy(tmp_path, cache_env):
     result = convert(DIGITS, "host", out, backend="tvm", precision="int8", calib=DATA / "digits_calib.npz",
                      eval=DATA / "digits_test.npz")
     v = result.validation
-    assert v["accuracy_drop"] <= 1.0 and v["top1_agreement"] > 0.98
+    assert v.accuracy_drop <= 1.0 and v.top1_agreement > 0.98
     assert any("no INT8 speed-up" in n for n in result.manifest.runtime["notes"])
 
 

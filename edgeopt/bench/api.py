@@ -309,30 +309,40 @@ def cache_dir() -> Path:
     return cache_subdir(CacheArea.ARTIFACTS)
 
 
+REFERENCE_NOTE = "reference: the original model in ONNX Runtime FP32"
+
+
+def reference_manifest(model: Path, model_sha: str):
+    """The reference's :class:`~edgeopt.artifact.Manifest`, from the one builder ``convert`` uses: no plan (its
+    ``plan`` holds the note), no profile (it is the same for every profile), not validated (it is the reference)."""
+    from edgeopt.artifact import build_manifest, tensor_infos
+    from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+
+    m = load_onnx(model)
+    return build_manifest(
+        backend="onnxruntime", precision="fp32", profile=None, source={"path": str(model), "sha256": model_sha},
+        inputs=tensor_infos(graph_inputs(m)), outputs=tensor_infos(graph_outputs(m)),
+        runtime={"backend": "onnxruntime", "model": "model.onnx", "settings": {}}, plan_hash="",
+        plan={"note": REFERENCE_NOTE})
+
+
 def reference_artifact(model: Path, model_sha: str) -> Path:
     """The user's model as-is in ONNX Runtime FP32 (the baseline row), cached by content."""
-    import json
     import shutil
     import tempfile
 
+    from edgeopt.artifact import MANIFEST, write_manifest
     from edgeopt.cache_key import artifact_key
-    from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
-    out = cache_dir() / f"reference-{artifact_key('onnxruntime-fp32-reference', model_sha)[:32]}"
-    if (out / "manifest.json").is_file():
+    # "-manifest": the reference's manifest is a Manifest since the raw dict before it (a new cache entry)
+    out = cache_dir() / f"reference-{artifact_key('onnxruntime-fp32-reference-manifest', model_sha)[:32]}"
+    if (out / MANIFEST).is_file():
         return out
-    m = load_onnx(model)
-    manifest = {
-        "backend": "onnxruntime", "precision": "fp32", "profile": None,
-        "source_model": {"path": str(model), "sha256": model_sha},
-        "inputs": [t.to_json() for t in graph_inputs(m)], "outputs": [t.to_json() for t in graph_outputs(m)],
-        "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
-        "validation": None, "stages": [], "note": "reference: the original model in ONNX Runtime FP32",
-    }
+    manifest = reference_manifest(model, model_sha)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-ref-"))
     shutil.copyfile(model, tmp / "model.onnx")
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    write_manifest(tmp, manifest)
     from edgeopt.errors import OutputExistsError
     from edgeopt.outputs import publish
 
@@ -401,12 +411,15 @@ def bench_model(model: str | os.PathLike, profile: str, *, backends: str = "all"
     o = (options or BenchOptions()).model_copy(update={"profile": prof.name})
     validations = {}
     for art in list(arts)[1:]:  # the reference's accuracy, as the converter validated it on the same data
-        from edgeopt.runtime.measure import read_artifact
+        from edgeopt.artifact import load_artifact
 
-        val = read_artifact(art).get("validation") or {}
-        acc = val.get("accuracy_reference")
-        if acc is not None:
-            validations[str(ref)] = {"accuracy": acc, "metric": val.get("metric"), "note": "the task metric of the FP32 reference in ONNX Runtime, from "
+        try:
+            val = load_artifact(art, verify=False).validation
+        except EdgeoptError:  # an artifact its runner reads but this edgeopt's Manifest does not: no figure from it
+            continue
+        if val is not None and val.accuracy_reference is not None:
+            validations[str(ref)] = {"accuracy": val.accuracy_reference, "metric": val.metric,
+                                     "note": "the task metric of the FP32 reference in ONNX Runtime, from "
                                      "the converter's validation of the other artifacts"}
             break
     result = bench_artifacts(list(arts), o, progress=progress, names=arts, validations=validations, keep_going=True)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def checked_on_text(on: dict) -> str:
+if TYPE_CHECKING:
+    from edgeopt.validation_model import CheckedOn
+
+
+def checked_on_text(on: CheckedOn) -> str:
     """Where the validation ran: the artifact's own provider, or which one instead and why."""
-    where = on["provider"] if on["provider"] == on["target"] else (
-        f"{on['provider']}, not the artifact's {on['target']}" + (f": {on['why']}" if on.get("why") else ""))
+    where = on.provider if on.provider == on.target else (
+        f"{on.provider}, not the artifact's {on.target}" + (f": {on.why}" if on.why else ""))
     return f"checked on {where}"
 
 

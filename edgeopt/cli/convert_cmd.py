@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,6 +35,9 @@ from edgeopt.cli.options import (
     ThreadsOption,
 )
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
+
+if TYPE_CHECKING:
+    from edgeopt.validation_model import Validation
 
 
 @app.command("convert")
@@ -112,10 +116,11 @@ def convert_cmd(
 
 def _report(result, json_out: bool) -> None:
     """The written artifact: its plan, validation and (``--verify-on``) the device's check."""
-    v = result.validation or {}
+    v = result.validation
     m = result.manifest
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
-               "plan_hash": result.plan.hash, "validation": v, "calibration": m.calibration.model_dump(mode="json"),
+               "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},
+               "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
                "backend_search": m.backend_search}
@@ -126,8 +131,8 @@ def _report(result, json_out: bool) -> None:
         c.print(str(result.plan), markup=False)
         c.print(f"wrote {result.artifact_dir}", markup=False)
         c.print(_validation_text(v), markup=False)
-        if v.get("checked_on"):
-            c.print(checked_on_text(v["checked_on"]), markup=False)
+        if v is not None and v.checked_on:
+            c.print(checked_on_text(v.checked_on), markup=False)
         if m.precision_fallback:
             c.print(precision_fallback_text(m.precision, m.precision_fallback), markup=False)
         for row in m.backend_search:
@@ -138,20 +143,20 @@ def _report(result, json_out: bool) -> None:
     emit(json_out, payload, human)
 
 
-def _validation_text(v: dict) -> str:
-    if not v:
+def _validation_text(v: Validation | None) -> str:
+    if v is None:
         return "not validated"
-    parts = [f"validation on {v['samples']} {v['data_source']} samples" + (" (SYNTHETIC)" if v.get("synthetic") else "") + ":"]
+    parts = [f"validation on {v.samples} {v.data_source} samples" + (" (SYNTHETIC)" if v.synthetic else "") + ":"]
     for key in ("cosine_min", "cosine_mean", "max_abs_err", "top1_agreement", "accuracy_reference", "accuracy", "accuracy_drop"):
-        if v.get(key) is not None:
-            parts.append(f"{key}={v[key]:.6g}")
-    if v.get("units"):
-        u = v["units"]
+        if getattr(v, key) is not None:
+            parts.append(f"{key}={getattr(v, key):.6g}")
+    if v.units:
+        u = v.units
         parts.append(f"\nunits in {u['file']}: {u['quantized']} quantized, {u['float']} float")
-    if v.get("metric"):
-        unit = v.get("metric_unit") or ""
-        parts.append(f"\nmetric {v['metric']} ({v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
-                     f"{v['metric_value']:.4g}{unit} (drop {v['metric_drop']:.4g})")
+    if v.metric:
+        unit = v.metric_unit or ""
+        parts.append(f"\nmetric {v.metric} ({v.metric_basis}): FP32 {v.metric_reference:.4g}{unit} -> "
+                     f"{v.metric_value:.4g}{unit} (drop {v.metric_drop:.4g})")
     return " ".join(parts)
 
 

@@ -19,7 +19,8 @@ def inspect_cmd(
     from edgeopt.artifact import load_artifact, read_build_facts
     from edgeopt.cli.artifact_text import backend_search_text, checked_on_text, precision_fallback_text
 
-    m = load_artifact(artifact).model_dump(mode="json")  # with build.json's timings merged in
+    manifest = load_artifact(artifact)  # with build.json's timings merged in
+    m, v = manifest.model_dump(mode="json"), manifest.validation
     build = read_build_facts(artifact) if m.get("build_facts") else None
 
     def human(c):
@@ -40,16 +41,16 @@ def inspect_cmd(
         cal = m["calibration"]
         if cal["samples"]:
             c.print(f"calibration: {cal['samples']} samples from {cal['source']}" + (" (SYNTHETIC)" if cal["synthetic"] else ""), markup=False)
-        v = m.get("validation") or {}
-        if v:
-            figures = ", ".join(f"{k}={v[k]:.6g}" for k in ("cosine_min", "max_abs_err", "top1_agreement", "accuracy", "accuracy_drop") if v.get(k) is not None)
-            c.print(f"validation ({v['samples']} {v['data_source']} samples): {figures}", markup=False)
-            if v.get("checked_on"):
-                c.print(checked_on_text(v["checked_on"]), markup=False)
-            if v.get("metric"):
-                unit = v.get("metric_unit") or ""
-                c.print(f"metric {v['metric']} (vs {v.get('metric_basis')}): FP32 {v['metric_reference']:.4g}{unit} -> "
-                        f"{v['metric_value']:.4g}{unit}, drop {v['metric_drop']:.4g}", markup=False)
+        if v is not None:
+            figures = ", ".join(f"{k}={getattr(v, k):.6g}" for k in ("cosine_min", "max_abs_err", "top1_agreement",
+                                                                    "accuracy", "accuracy_drop") if getattr(v, k) is not None)
+            c.print(f"validation ({v.samples} {v.data_source} samples): {figures}", markup=False)
+            if v.checked_on:
+                c.print(checked_on_text(v.checked_on), markup=False)
+            if v.metric:
+                unit = v.metric_unit or ""
+                c.print(f"metric {v.metric} (vs {v.metric_basis}): FP32 {v.metric_reference:.4g}{unit} -> "
+                        f"{v.metric_value:.4g}{unit}, drop {v.metric_drop:.4g}", markup=False)
         for left in m.get("backend_fallback") or []:
             c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
         for row in m.get("backend_search") or []:

@@ -38,10 +38,10 @@ def init_cmd(
 
 def _table(result) -> str:
     lines = [f"{'target':24} {'status':12} {'backend':11} {'prec':5} {'cached':6} {'acc drop':>8} {'p99 ms':>9} {'KiB':>9}"]
-    from edgeopt.validate import counted_drop
+    from edgeopt.validation_model import counted_drop
 
     for t in result.targets:
-        drop, _ = counted_drop(t.validation or {})  # the drop the gate counts (labels, else vs FP32)
+        drop, _ = counted_drop(t.validation)  # the drop the gate counts (labels, else vs FP32)
         p99 = (t.bench or {}).get("p99_ms")
         kib = t.artifact_bytes
         lines.append(f"{t.name[:24]:24} {t.status:12} {str(t.backend or '-'):11} "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from edgeopt.pipeline.recipe import Gates, LatencySource
+from edgeopt.validation_model import Validation, counted_drop
 
 
 class GateResult(BaseModel):
@@ -48,19 +49,17 @@ def measured_here_for(target_profile: str | None) -> bool:
     return target_profile in (None, "host")
 
 
-def check(gates: Gates, *, validation: dict | None, bench: dict | None, est: dict | None,
+def check(gates: Gates, *, validation: Validation | None, bench: dict | None, est: dict | None,
           artifact_bytes: int, target_profile: str | None = None) -> list[GateResult]:
     out: list[GateResult] = []
-    v = validation or {}
     if gates.max_accuracy_drop is not None:
-        from edgeopt.validate import counted_drop
-
+        v = validation
         value, vs_fp32 = counted_drop(v)  # the one rule: vs labels, else vs FP32 on real data
-        src = f"validation on {v.get('samples')} {v.get('data_source')} samples" if value is not None \
+        src = f"validation on {v.samples} {v.data_source} samples" if v is not None and value is not None \
             else "no labelled eval data: give data.eval with 'labels'"
-        if v.get("metric") and value is not None:
-            src += f", {v['metric']}" + (" (no labels: vs FP32)" if vs_fp32 else "")
-        unit = "dB" if v.get("metric_unit") == "dB" else "pts"
+        if v is not None and v.metric and value is not None:
+            src += f", {v.metric}" + (" (no labels: vs FP32)" if vs_fp32 else "")
+        unit = "dB" if v is not None and v.metric_unit == "dB" else "pts"
         out.append(GateResult(gate="max_accuracy_drop", threshold=gates.max_accuracy_drop, value=value, unit=unit,
                               source=src, passed=value is not None and value <= gates.max_accuracy_drop))
     if gates.max_p99_latency_ms is not None:

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from edgeopt.validation_model import Validation
+
 
 class TargetStatus(StrEnum):
     OK = "ok"
@@ -40,7 +42,7 @@ class TargetRow(BaseModel):
     content_hash: str | None = None
     determinism: dict[str, Any] | None = None
     build_facts: dict[str, Any] | None = None
-    validation: dict[str, Any] | None = None  # the artifact's Validation, as in its manifest
+    validation: Validation | None = None  # the artifact's, from its manifest
     warnings: list[str] = []
     # measured and gated
     bench: dict[str, Any] | None = None
