@@ -58,14 +58,6 @@ class Validation(BaseModel):
     def passed(self) -> bool:
         return all(g.passed for g in self.gates.values())
 
-    # Transitional, for the one reader not yet typed (edgeopt/optimize/search.py reads the manifest's validation by
-    # key: ``v.get("accuracy_drop")``, ``v["accuracy"]``); remove both once it reads the fields.
-    def get(self, key: str, default=None):
-        return getattr(self, key, default)
-
-    def __getitem__(self, key: str):
-        return getattr(self, key)
-
 
 def counted_drop(v: Validation | dict | None) -> tuple[float | None, bool]:
     """The one rule for the drop ``--max-accuracy-drop`` counts (the convert gate, the pipeline's gate,

@@ -130,19 +130,19 @@ class _Search:
             return c
         from edgeopt.artifact import load_artifact
 
-        v = load_artifact(b.artifact).validation or {}
+        v = load_artifact(b.artifact).validation
         c.artifact, c.cached, c.build_seconds = str(b.artifact), b.cached, round(time.perf_counter() - t0, 3)
         from edgeopt.validate import counted_drop
 
         drop, vs_fp32 = counted_drop(v)  # the one rule the gates use: labels, else the task metric vs FP32
         if drop is not None and not vs_fp32:
-            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["accuracy"], v["accuracy_reference"], drop
+            c.accuracy, c.accuracy_reference, c.accuracy_drop = v.accuracy, v.accuracy_reference, drop
             c.accuracy_basis = "labels"
         elif drop is not None:
-            c.accuracy, c.accuracy_reference, c.accuracy_drop = v["metric_value"], v["metric_reference"], drop
-            c.accuracy_basis = f"{v['metric']} (vs FP32, no labels)"
-        elif v.get("top1_agreement") is not None:  # synthetic inputs: agreement with FP32, optimize's last resort
-            c.accuracy = round(100.0 * v["top1_agreement"], 4)
+            c.accuracy, c.accuracy_reference, c.accuracy_drop = v.metric_value, v.metric_reference, drop
+            c.accuracy_basis = f"{v.metric} (vs FP32, no labels)"
+        elif v is not None and v.top1_agreement is not None:  # synthetic inputs: agreement with FP32, the last resort
+            c.accuracy = round(100.0 * v.top1_agreement, 4)
             c.accuracy_drop = round(100.0 - c.accuracy, 4)
             c.accuracy_basis = "agreement with FP32 (no labels)"
         c.feasible = c.accuracy_drop is not None and c.accuracy_drop <= self.bound
