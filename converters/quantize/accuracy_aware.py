@@ -17,6 +17,7 @@ from edgeopt.converters.base import CalibMethod
 
 from . import sensitivity
 from .bound import ort_runner
+from .onnxruntime_quantizer import count_units
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .search import DEFAULT_BUDGET_S, QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
@@ -87,7 +88,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
         options=[(label, build(i, settings, f"variant{i}.onnx")) for i, (label, settings) in enumerate(variants)],
         rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
         budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
-        sensitivity_method=sensitivity.ISOLATED_METHOD)
+        sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0)
     report = result.report
     if retry:
         from .ort_modes import warn_retry

@@ -161,7 +161,7 @@ def calibration_cache(folder: Path, src: Path, settings: StaticSettings, calib, 
     Excluded nodes, weight granularity and activation types don't change a range, so they share it."""
     import hashlib
 
-    h = hashlib.sha256(json.dumps([str(Path(src).resolve()), settings.calib_method.value, settings.moving_average,
+    h = hashlib.sha256(json.dumps([str(Path(src).resolve()), CalibMethod(settings.calib_method).value, settings.moving_average,
                                    settings.percentile if settings.calib_method == CalibMethod.PERCENTILE else None,
                                    sorted(settings.op_types_to_quantize or ()), calib_samples]).encode())
     for name, arr in sorted(getattr(calib, "arrays", {}).items()):

@@ -176,18 +176,21 @@ class BudgetedSearch:
 def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
-               sensitivity_method: str = "", metric_spec=None) -> SearchResult:
+               sensitivity_method: str = "", metric_spec=None,
+               quantizes: Callable[[Any], bool] | None = None) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
-    option ``option_index`` with the ``kept`` op names in float."""
+    option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
+    holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
+    every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=what, metric_spec=metric_spec)
     try:
-        return _run(s, options, rank, with_float, sensitivity_method)
+        return _run(s, options, rank, with_float, sensitivity_method, quantizes)
     finally:
         s.close()
 
 
-def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> SearchResult:
+def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None) -> SearchResult:
     report = s.report
     results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
@@ -236,31 +239,41 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
         nonlocal closest
         kept = tuple(name for name, _ in ranked[:k])
         c = s.evaluate(f"{base.label} + {k} most sensitive op(s) in float", with_float(base_i, kept), kept)
+        if k < n and quantizes is not None and not quantizes(c.artifact):
+            s.tried[-1]["quantized_compute_ops"] = 0
+            k_all_float[k] = c.met
+            c.met = False  # a hit only as the FP32 model is: it bounds the bisection, it is no INT8 result
+            return c
         if k < n and (c.search_value > closest.search_value or (c.met and not closest.met)):
             closest = c  # every op in float is the FP32 model: never the "closest INT8" a failure names
         return c
 
+    k_all_float: dict[int, bool] = {}  # k whose candidate quantized no compute op (more in float can't): met?
     lo, hit = 0, None  # lo: largest k known to miss; hit: smallest k known to meet
     k = 1
     while k <= n:
         if not s.can_afford():
             break
         c = attempt(k)
-        if c.met:
-            hit = c
+        if c.met or k_all_float:
+            hit = c if c.met else None
             break
         lo = k
         if k == n:
             break
         k = min(n, k * 2)
-    while hit is not None and len(hit.kept) - lo > 1 and s.can_afford():
-        mid = (lo + len(hit.kept)) // 2
+
+    def upper() -> int:  # the smallest k known to meet, or to leave no compute op quantized
+        return min(([len(hit.kept)] if hit is not None else []) + list(k_all_float))
+
+    while (hit is not None or k_all_float) and upper() - lo > 1 and s.can_afford():
+        mid = (lo + upper()) // 2
         c = attempt(mid)
         if c.met:
             hit = c
-        else:
+        elif mid not in k_all_float:
             lo = mid
-    if hit is not None and len(hit.kept) >= n:
+    if (hit is None and any(k_all_float.values())) or (hit is not None and len(hit.kept) >= n):
         # only with every quantized op in float: that is the FP32 model, not an INT8 result
         report["only_all_float_meets"] = True
         hit = None
