@@ -32,14 +32,34 @@ def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
     weighted = base.model_copy(update={"op_types_to_quantize": WEIGHTED_OPS})
     out = [
         ("preset", base),
-        ("weighted ops only (Add/Mul/activations/normalisation in float)", weighted),
-        (f"weighted ops only, calibration {flip.value}", weighted.model_copy(update={"calib_method": flip})),
+        (f"{WEIGHTED_LABEL} (Add/Mul/activations/normalisation in float)", weighted),
+        (f"{WEIGHTED_LABEL}, calibration {flip.value}", weighted.model_copy(update={"calib_method": flip})),
         (f"calibration {flip.value}", base.model_copy(update={"calib_method": flip})),
         ("moving-average calibration", base.model_copy(update={"moving_average": True})),
     ]
     if base.quantize_bias:
         out.append(("biases kept float (QuantizeBias=False)", base.model_copy(update={"quantize_bias": False})))
     return out
+
+
+WEIGHTED_LABEL = "weighted ops only"
+
+
+def _skip_all_ops_option(bound: float):
+    """``skip_when`` of the options that quantize every op (another calibration, biases): pointless once Q/DQ at the
+    weighted ops only scored more than the bound above the preset (the placement, not the calibration, is what
+    loses), and each costs a calibration (a percentile one of magika's one-hot input: half the search's share)."""
+    def skip_when(scored: dict) -> str | None:
+        preset = scored.get("preset")
+        weighted = [c for label, c in scored.items() if label.startswith(WEIGHTED_LABEL)]
+        if preset is None or not weighted:
+            return None
+        best = max(weighted, key=lambda c: c.search_value)
+        if best.search_value - preset.search_value > bound:
+            return (f"'{best.label}' scored {best.search_value - preset.search_value:.1f} points above the preset: "
+                    "quantizing every op is what loses, not its calibration")
+        return None
+    return skip_when
 
 
 def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: float, input_names: list[str],
@@ -63,6 +83,8 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
             paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples, notes=retry,
                                        calib_cache=work / "calibration")
             return paths[i], ort_runner(paths[i], threads)
+        if 0 < i < 100 and not settings.op_types_to_quantize:  # an option quantizing every op, past the preset
+            go.skip_when = _skip_all_ops_option(bound)
         return go
 
     method = [sensitivity.ISOLATED_METHOD]
