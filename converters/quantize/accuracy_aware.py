@@ -104,13 +104,14 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     def with_float(i: int, kept: tuple[str, ...]):
         settings = variants[i][1]
         step = settings.model_copy(update={"nodes_to_exclude": tuple(settings.nodes_to_exclude) + kept})
-        return build(100 + len(kept), step, f"exclude{len(kept)}.onnx")
+        return build(100 + len(kept), step, f"variant{i}-exclude{len(kept)}.onnx")
 
     result = run_search(
         options=[(label, build(i, settings, f"variant{i}.onnx")) for i, (label, settings) in enumerate(variants)],
         rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
         budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
-        sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0)
+        sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
+        fallback_bases=len(variants))
     report = result.report
     if retry:
         from .ort_modes import warn_retry

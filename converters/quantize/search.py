@@ -177,20 +177,23 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "", metric_spec=None,
-               quantizes: Callable[[Any], bool] | None = None) -> SearchResult:
+               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
     holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
-    every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none)."""
+    every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none).
+    ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
+    ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=what, metric_spec=metric_spec)
     try:
-        return _run(s, options, rank, with_float, sensitivity_method, quantizes)
+        return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases)
     finally:
         s.close()
 
 
-def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None) -> SearchResult:
+def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None,
+         fallback_bases: int = 1) -> SearchResult:
     report = s.report
     results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
@@ -213,8 +216,9 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
         if c.met:
             report["quantizer_options"] = {"chosen": label}
             return _finish(s, c, c, [])
-    # the option closest to the bound is the base of the float fallback
-    base_i = max(results, key=lambda j: results[j].search_value)
+    # the option closest to the bound is the base of the float fallback; the next ones follow while time is left
+    order = sorted(results, key=lambda j: -results[j].search_value)
+    base_i = order[0]
     base = results[base_i]
     report["quantizer_options"] = {"chosen": base.label}
     closest = base
@@ -231,9 +235,29 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
                              "unranked_for_time": unranked,
                              "seconds": round(time.perf_counter() - t, 2),
                              "top": [{"node": n, "error": round(float(e), 6)} for n, e in ranked[:10]]}
-    n = len(ranked)
-    if n == 0:
+    if not ranked:
         return _finish(s, None, closest, ranked)
+    hit, fp32_only = None, False
+    for j in order[:fallback_bases]:
+        if hit is not None or (j != base_i and not s.can_afford()):
+            break
+        if j != base_i:  # the ops keep their names across the options: the ranking is reused, not redone
+            report["quantizer_options"].setdefault("float_fallback_also_on", []).append(results[j].label)
+        hit, only, closest = _float_fallback(s, ranked, j, results[j], with_float, quantizes, closest)
+        fp32_only = fp32_only or only
+        if hit is not None:
+            report["quantizer_options"]["chosen"] = results[j].label
+    if hit is None and fp32_only:
+        report["only_all_float_meets"] = True  # only with every quantized op in float: the FP32 model
+    return _finish(s, hit, closest, ranked)
+
+
+def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, with_float, quantizes,
+                    closest: Candidate) -> tuple[Candidate | None, bool, Candidate]:
+    """The k most sensitive ops of option ``base_i`` in float, k grown 1, 2, 4, … then bisected (module doc):
+    (the smallest hit that still quantizes, or None; whether only the FP32 model met the bound; the closest)."""
+    n = len(ranked)
+    k_all_float: dict[int, bool] = {}  # k whose candidate quantized no compute op (more in float can't): met?
 
     def attempt(k: int) -> Candidate:
         nonlocal closest
@@ -248,12 +272,9 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
             closest = c  # every op in float is the FP32 model: never the "closest INT8" a failure names
         return c
 
-    k_all_float: dict[int, bool] = {}  # k whose candidate quantized no compute op (more in float can't): met?
     lo, hit = 0, None  # lo: largest k known to miss; hit: smallest k known to meet
     k = 1
-    while k <= n:
-        if not s.can_afford():
-            break
+    while k <= n and s.can_afford():
         c = attempt(k)
         if c.met or k_all_float:
             hit = c if c.met else None
@@ -273,11 +294,9 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
             hit = c
         elif mid not in k_all_float:
             lo = mid
-    if (hit is None and any(k_all_float.values())) or (hit is not None and len(hit.kept) >= n):
-        # only with every quantized op in float: that is the FP32 model, not an INT8 result
-        report["only_all_float_meets"] = True
-        hit = None
-    return _finish(s, hit, closest, ranked)
+    if hit is not None and len(hit.kept) >= n:
+        return None, True, closest
+    return hit, any(k_all_float.values()), closest
 
 
 def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
