@@ -283,6 +283,66 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg
 
 
+@pytest.mark.parametrize("meets_from, quantized_below, best_kept", [(4, 4, None), (3, 4, 3)],
+                         ids=["only-fp32-meets", "bisects-below-the-fp32-hit"])
+def test_a_hit_with_no_quantized_compute_op_left_is_fp32_too(meets_from, quantized_below, best_kept):
+    """The ranking holds ops without weights too (a Sub, a Squeeze), so fewer than all ranked ops in float can leave
+    no compute op quantized (magika's search wrote such a model as "int8"). With ``quantizes``, that candidate is the
+    FP32 model: it bounds the bisection, which looks below it for a hit that still quantizes, else the search fails
+    saying only the FP32 model met the bound."""
+    from edgeopt.converters.quantize.search import run_search
+
+    _, w, search, confirm, fp32_run = _linear_model_search_data()
+
+    def broken(feed):
+        return {"y": -(feed["x"] @ w)}
+
+    ops = ["a", "b", "c", "d", "e"]
+
+    def with_float(i, kept):
+        return lambda: (len(kept), fp32_run if len(kept) >= meets_from else broken)
+
+    result = run_search(options=[("preset", lambda: (0, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
+                        with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
+                        budget_s=60, quantizes=lambda k: k < quantized_below)
+    if best_kept is None:
+        assert result.best is None and result.report["only_all_float_meets"]
+        assert result.closest.kept != tuple(ops[:4])  # the FP32 candidate is never named the closest INT8
+    else:
+        assert result.best is not None and len(result.best.kept) == best_kept
+    assert any(t["kept_in_float"] == 4 and t.get("quantized_compute_ops") == 0 for t in result.report["tried"])
+
+
+def test_float_fallback_goes_on_to_the_next_option_when_the_closest_one_has_no_hit():
+    """The option closest to the bound can be the wrong base (magika on pi5: percentile calibration scored higher as
+    built, but only min-max calibration holds once its Conv and Gemm are float): when the fallback on it ends without
+    an INT8 hit and time is left, it runs on the next option, with the same ranking, and that option is the chosen."""
+    from edgeopt.converters.quantize.search import run_search
+
+    _, w, search, confirm, fp32_run = _linear_model_search_data()
+
+    def half_broken(feed):
+        y = feed["x"] @ w
+        return {"y": y if float(feed["x"].sum()) > 0 else -y}
+
+    def broken(feed):
+        return {"y": -(feed["x"] @ w)}
+
+    ops = ["a", "b", "c"]
+
+    def with_float(i, kept):
+        good = len(kept) == len(ops) if i == 0 else len(kept) >= 1
+        return lambda: ((i, len(kept)), fp32_run if good else half_broken)
+
+    ranks = []
+    result = run_search(options=[("percentile", lambda: ((0, 0), half_broken)), ("min-max", lambda: ((1, 0), broken))],
+                        rank=lambda art, dl: ranks.append(art) or [(o, 1.0) for o in ops], with_float=with_float,
+                        fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=60, fallback_bases=2)
+    assert result.best is not None and result.best.artifact == (1, 1) and len(ranks) == 1
+    assert result.report["quantizer_options"] == {"chosen": "min-max", "float_fallback_also_on": ["min-max"]}
+    assert "only_all_float_meets" not in result.report
+
+
 def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
     """One option's build raises the quantizer's StageError (a library crash on a valid model): the search
     reports it under options_skipped and goes on to the next option, which meets the bound (#23)."""

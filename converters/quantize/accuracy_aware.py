@@ -17,20 +17,49 @@ from edgeopt.converters.base import CalibMethod
 
 from . import sensitivity
 from .bound import ort_runner
+from .onnxruntime_quantizer import count_units
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .search import DEFAULT_BUDGET_S, QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
 def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
+    """The quantizer's options, in the order tried. Placement comes before calibration: quantizing the arithmetic
+    between the weighted ops is what breaks most models that INT8 breaks (unrolled LayerNorm statistics, whose
+    E[x^2]-E[x]^2 cancels; the cube inside a tanh-GELU, whose range is 10^5 times its median), and Q/DQ at the
+    weighted ops' inputs only is TensorRT's own placement advice. Each placement is then tried with the other
+    calibration method. Biases kept float is offered only where the preset quantizes them."""
     flip = CalibMethod.PERCENTILE if base.calib_method == CalibMethod.MINMAX else CalibMethod.MINMAX
-    return [
+    weighted = base.model_copy(update={"op_types_to_quantize": WEIGHTED_OPS})
+    out = [
         ("preset", base),
+        (f"{WEIGHTED_LABEL} (Add/Mul/activations/normalisation in float)", weighted),
+        (f"{WEIGHTED_LABEL}, calibration {flip.value}", weighted.model_copy(update={"calib_method": flip})),
         (f"calibration {flip.value}", base.model_copy(update={"calib_method": flip})),
         ("moving-average calibration", base.model_copy(update={"moving_average": True})),
-        ("weighted ops only (Add/Mul/activations/normalisation in float)",
-         base.model_copy(update={"op_types_to_quantize": WEIGHTED_OPS})),
-        ("biases kept float (QuantizeBias=False)", base.model_copy(update={"quantize_bias": False})),
     ]
+    if base.quantize_bias:
+        out.append(("biases kept float (QuantizeBias=False)", base.model_copy(update={"quantize_bias": False})))
+    return out
+
+
+WEIGHTED_LABEL = "weighted ops only"
+
+
+def _skip_all_ops_option(bound: float):
+    """``skip_when`` of the options that quantize every op (another calibration, biases): pointless once Q/DQ at the
+    weighted ops only scored more than the bound above the preset (the placement, not the calibration, is what
+    loses), and each costs a calibration (a percentile one of magika's one-hot input: half the search's share)."""
+    def skip_when(scored: dict) -> str | None:
+        preset = scored.get("preset")
+        weighted = [c for label, c in scored.items() if label.startswith(WEIGHTED_LABEL)]
+        if preset is None or not weighted:
+            return None
+        best = max(weighted, key=lambda c: c.search_value)
+        if best.search_value - preset.search_value > bound:
+            return (f"'{best.label}' scored {best.search_value - preset.search_value:.1f} points above the preset: "
+                    "quantizing every op is what loses, not its calibration")
+        return None
+    return skip_when
 
 
 def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: float, input_names: list[str],
@@ -51,8 +80,11 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
 
     def build(i: int, settings: StaticSettings, name: str):
         def go():
-            paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples, notes=retry)
+            paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples, notes=retry,
+                                       calib_cache=work / "calibration")
             return paths[i], ort_runner(paths[i], threads)
+        if 0 < i < 100 and not settings.op_types_to_quantize:  # an option quantizing every op, past the preset
+            go.skip_when = _skip_all_ops_option(bound)
         return go
 
     method = [sensitivity.ISOLATED_METHOD]
@@ -72,13 +104,14 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     def with_float(i: int, kept: tuple[str, ...]):
         settings = variants[i][1]
         step = settings.model_copy(update={"nodes_to_exclude": tuple(settings.nodes_to_exclude) + kept})
-        return build(100 + len(kept), step, f"exclude{len(kept)}.onnx")
+        return build(100 + len(kept), step, f"variant{i}-exclude{len(kept)}.onnx")
 
     result = run_search(
         options=[(label, build(i, settings, f"variant{i}.onnx")) for i, (label, settings) in enumerate(variants)],
         rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
         budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
-        sensitivity_method=sensitivity.ISOLATED_METHOD)
+        sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
+        fallback_bases=len(variants))
     report = result.report
     if retry:
         from .ort_modes import warn_retry

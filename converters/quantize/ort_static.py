@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -100,17 +101,21 @@ def _pre_process(src: Path, dst: Path) -> tuple[Path, str | None]:
 
 
 def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input_names: list[str],
-                    calib_samples: int | None = None, notes: dict | None = None) -> Path:
+                    calib_samples: int | None = None, notes: dict | None = None,
+                    calib_cache: Path | None = None) -> Path:
     """Run ``quantize_static`` with ``settings``. A crash of the quantizer with per-channel weights (ORT 1.32 on
     some valid models: ``_adjust_weight_scale_for_int32_bias``) is retried with the failing weight per-tensor
     (named in ``notes['per_tensor_retry']``), else with every weight per-tensor; any other library failure
-    becomes a StageError."""
+    becomes a StageError. ``calib_cache``: a folder where the calibrated tensor ranges are kept
+    (:func:`calibration_cache`), so a search's candidates that differ only in what they quantize (excluded nodes,
+    a retry) calibrate once."""
     overrides: dict[str, list] = {}
     retried: list[dict] = []
     current = settings
+    cache = calibration_cache(calib_cache, src, settings, calib, calib_samples) if calib_cache is not None else None
     for _ in range(16):
         try:
-            _quantize_static_once(src, dst, current, calib, input_names, calib_samples, overrides)
+            _quantize_static_once(src, dst, current, calib, input_names, calib_samples, overrides, cache)
             break
         except Exception as err:  # noqa: BLE001 - the quantizer raises anything on odd graphs
             failing = _failing_weight(err) if current.per_channel else None
@@ -150,8 +155,24 @@ def _failing_weight(err: Exception) -> tuple[str | None, str] | None:
     return found
 
 
+def calibration_cache(folder: Path, src: Path, settings: StaticSettings, calib, calib_samples: int | None) -> Path:
+    """The file ORT's ``calibration_cache_path`` keeps the tensor ranges in, one per what decides them: the source
+    model, the calibration data, the method (and its percentile, moving average) and the op types calibrated.
+    Excluded nodes, weight granularity and activation types don't change a range, so they share it."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps([str(Path(src).resolve()), CalibMethod(settings.calib_method).value, settings.moving_average,
+                                   settings.percentile if settings.calib_method == CalibMethod.PERCENTILE else None,
+                                   sorted(settings.op_types_to_quantize or ()), calib_samples]).encode())
+    for name, arr in sorted(getattr(calib, "arrays", {}).items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arr[:calib_samples]).tobytes())
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder) / f"calibration-{h.hexdigest()[:16]}.json"
+
+
 def _quantize_static_once(src: Path, dst: Path, settings: StaticSettings, calib, input_names: list[str],
-                          calib_samples: int | None, overrides: dict) -> None:
+                          calib_samples: int | None, overrides: dict, cache: Path | None = None) -> None:
     q = require("onnxruntime.quantization", "INT8 quantization")
     qtype = {QType.QUINT8: q.QuantType.QUInt8, QType.QINT8: q.QuantType.QInt8}
     method = {CalibMethod.MINMAX: q.CalibrationMethod.MinMax, CalibMethod.PERCENTILE: q.CalibrationMethod.Percentile}
@@ -167,9 +188,10 @@ def _quantize_static_once(src: Path, dst: Path, settings: StaticSettings, calib,
         extra["CalibPercentile"] = settings.percentile
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
     # the calibrators print progress on stdout, which belongs to the CLI's output
+    reader = None if cache is not None and cache.is_file() else calibration_reader(calib, input_names, calib_samples)
     with library_prints():
         q.quantize_static(
-            str(src), str(tmp), calibration_reader(calib, input_names, calib_samples),
+            str(src), str(tmp), reader,
             quant_format=q.QuantFormat.QDQ,
             op_types_to_quantize=list(settings.op_types_to_quantize) if settings.op_types_to_quantize else None,
             per_channel=settings.per_channel,
@@ -179,6 +201,7 @@ def _quantize_static_once(src: Path, dst: Path, settings: StaticSettings, calib,
             nodes_to_exclude=list(settings.nodes_to_exclude) or None,
             calibrate_method=method[settings.calib_method],
             extra_options=extra,
+            **({"calibration_cache_path": str(cache)} if cache is not None else {}),
         )
     tmp.replace(dst)
 

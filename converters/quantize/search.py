@@ -176,18 +176,24 @@ class BudgetedSearch:
 def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
-               sensitivity_method: str = "", metric_spec=None) -> SearchResult:
+               sensitivity_method: str = "", metric_spec=None,
+               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
-    option ``option_index`` with the ``kept`` op names in float."""
+    option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
+    holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
+    every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none).
+    ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
+    ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=what, metric_spec=metric_spec)
     try:
-        return _run(s, options, rank, with_float, sensitivity_method)
+        return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases)
     finally:
         s.close()
 
 
-def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> SearchResult:
+def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None,
+         fallback_bases: int = 1) -> SearchResult:
     report = s.report
     results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
@@ -210,8 +216,9 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
         if c.met:
             report["quantizer_options"] = {"chosen": label}
             return _finish(s, c, c, [])
-    # the option closest to the bound is the base of the float fallback
-    base_i = max(results, key=lambda j: results[j].search_value)
+    # the option closest to the bound is the base of the float fallback; the next ones follow while time is left
+    order = sorted(results, key=lambda j: -results[j].search_value)
+    base_i = order[0]
     base = results[base_i]
     report["quantizer_options"] = {"chosen": base.label}
     closest = base
@@ -228,43 +235,68 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method) -> Se
                              "unranked_for_time": unranked,
                              "seconds": round(time.perf_counter() - t, 2),
                              "top": [{"node": n, "error": round(float(e), 6)} for n, e in ranked[:10]]}
-    n = len(ranked)
-    if n == 0:
+    if not ranked:
         return _finish(s, None, closest, ranked)
+    hit, fp32_only = None, False
+    for j in order[:fallback_bases]:
+        if hit is not None or (j != base_i and not s.can_afford()):
+            break
+        if j != base_i:  # the ops keep their names across the options: the ranking is reused, not redone
+            report["quantizer_options"].setdefault("float_fallback_also_on", []).append(results[j].label)
+        hit, only, closest = _float_fallback(s, ranked, j, results[j], with_float, quantizes, closest)
+        fp32_only = fp32_only or only
+        if hit is not None:
+            report["quantizer_options"]["chosen"] = results[j].label
+    if hit is None and fp32_only:
+        report["only_all_float_meets"] = True  # only with every quantized op in float: the FP32 model
+    return _finish(s, hit, closest, ranked)
+
+
+def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, with_float, quantizes,
+                    closest: Candidate) -> tuple[Candidate | None, bool, Candidate]:
+    """The k most sensitive ops of option ``base_i`` in float, k grown 1, 2, 4, … then bisected (module doc):
+    (the smallest hit that still quantizes, or None; whether only the FP32 model met the bound; the closest)."""
+    n = len(ranked)
+    k_all_float: dict[int, bool] = {}  # k whose candidate quantized no compute op (more in float can't): met?
 
     def attempt(k: int) -> Candidate:
         nonlocal closest
         kept = tuple(name for name, _ in ranked[:k])
         c = s.evaluate(f"{base.label} + {k} most sensitive op(s) in float", with_float(base_i, kept), kept)
+        if k < n and quantizes is not None and not quantizes(c.artifact):
+            s.tried[-1]["quantized_compute_ops"] = 0
+            k_all_float[k] = c.met
+            c.met = False  # a hit only as the FP32 model is: it bounds the bisection, it is no INT8 result
+            return c
         if k < n and (c.search_value > closest.search_value or (c.met and not closest.met)):
             closest = c  # every op in float is the FP32 model: never the "closest INT8" a failure names
         return c
 
     lo, hit = 0, None  # lo: largest k known to miss; hit: smallest k known to meet
     k = 1
-    while k <= n:
-        if not s.can_afford():
-            break
+    while k <= n and s.can_afford():
         c = attempt(k)
-        if c.met:
-            hit = c
+        if c.met or k_all_float:
+            hit = c if c.met else None
             break
         lo = k
         if k == n:
             break
         k = min(n, k * 2)
-    while hit is not None and len(hit.kept) - lo > 1 and s.can_afford():
-        mid = (lo + len(hit.kept)) // 2
+
+    def upper() -> int:  # the smallest k known to meet, or to leave no compute op quantized
+        return min(([len(hit.kept)] if hit is not None else []) + list(k_all_float))
+
+    while (hit is not None or k_all_float) and upper() - lo > 1 and s.can_afford():
+        mid = (lo + upper()) // 2
         c = attempt(mid)
         if c.met:
             hit = c
-        else:
+        elif mid not in k_all_float:
             lo = mid
     if hit is not None and len(hit.kept) >= n:
-        # only with every quantized op in float: that is the FP32 model, not an INT8 result
-        report["only_all_float_meets"] = True
-        hit = None
-    return _finish(s, hit, closest, ranked)
+        return None, True, closest
+    return hit, any(k_all_float.values()), closest
 
 
 def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:

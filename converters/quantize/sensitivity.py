@@ -52,12 +52,12 @@ def isolate(qdq, fp32, node: str):
         q = q_producer.get(dq.input[0])
         new_dq = onnx.NodeProto()
         new_dq.CopyFrom(dq)
-        new_dq.name = f"iso_{dq.name}"
+        new_dq.name = f"iso_{dq.name}_{k}"  # _k: a node reading one tensor twice (x*x) gets two pairs
         new_dq.output[0] = f"iso_{node}_{k}"
         if q is not None and q.op_type == "QuantizeLinear":
             new_q = onnx.NodeProto()
             new_q.CopyFrom(q)
-            new_q.name = f"iso_{q.name}"
+            new_q.name = f"iso_{q.name}_{k}"
             new_q.input[0] = target.input[k]
             new_q.output[0] = f"iso_{node}_{k}_q"
             new_dq.input[0] = new_q.output[0]
