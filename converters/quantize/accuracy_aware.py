@@ -130,11 +130,17 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     errors = dict(result.ranked)
     report["kept_in_float"] = [{"node": n, "op": _op(qdq, n), "error": round(errors.get(n, 0.0), 6)}
                                for n in result.best.kept]
-    naive_path = paths[0]
+    _speed_check(report, ctx, fp32_run, paths[0], path, threads, (ctx.check_samples or search).feed(0),
+                 min_speedup, fp16_hint)
+    return path, report
+
+
+def _speed_check(report: dict, ctx, fp32_run, naive_path: Path, path: Path, threads, feed, min_speedup,
+                 fp16_hint: bool) -> None:
+    """The chosen INT8 (and the naive one) timed against FP32, interleaved; the verdict in ``report``."""
     runs = {"fp32": fp32_run, "int8_naive": ort_runner(naive_path, threads)}
     if path != naive_path:
         runs["int8_final"] = ort_runner(path, threads)
-    feed = (ctx.check_samples or search).feed(0)
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     report["latency_ms"] = latency | {"runs_each_at_least": 20, "threads": threads,
                                       "note": "quick interleaved ORT p50, not a benchmark"}
@@ -142,7 +148,6 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
                                     runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,
                                     prefix="quantize", alternatives=_fp16_hint(fp16_hint), threads=threads)
-    return path, report
 
 
 def _fp16_hint(profile_has_gpu: bool) -> dict | None:
