@@ -224,7 +224,18 @@ def environment() -> dict:
     e.pop("_cpu_counters_before", None)
     dists = ("edgeopt", "onnx", "onnxruntime", "openvino", "nncf", "ai-edge-litert", "tensorflow", "onnx2tf",
              "ai-edge-quantizer", "torch", "numpy")
-    return {"machine": e, "versions": {d: version_of(d) for d in dists}}
+    return {"machine": e, "versions": {d: version_of(d) for d in dists}, "edgeopt_commit": _commit()}
+
+
+def _commit() -> str | None:
+    """The checkout's commit (and '+dirty' with uncommitted changes): what code the cells ran."""
+    try:
+        git = ["git", "-C", str(HERE.parent)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def table(result: dict) -> str:
