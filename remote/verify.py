@@ -12,7 +12,9 @@ Tolerance, per output, on the largest absolute difference over every element of 
 - int8 artifacts: one quantization step of the output where the output is quantized (its TFLite tensor's
   scale, or the scale of the ONNX ``DequantizeLinear`` that makes it: x86 and Arm integer kernels may round
   a requantization differently by one step); an output computed in float after int8 layers: ``1e-2 x``
-  the scale.
+  the scale;
+- integer or boolean outputs that are not quantized values (class ids, indices, token ids, masks): equal,
+  whatever the precision: one off is another class, not a rounding.
 
 A difference above it fails the run (exit 5) naming the output; nothing is published.
 """
@@ -94,8 +96,11 @@ def _onnx_output_steps(model: Path) -> dict[str, float | None]:
     return steps
 
 
-def tolerance(precision: str, scale: float, step: float | None) -> tuple[float, str]:
-    """(the largest allowed absolute difference, how it was set) for one output."""
+def tolerance(precision: str, scale: float, step: float | None, integer: bool = False) -> tuple[float, str]:
+    """(the largest allowed absolute difference, how it was set) for one output; ``integer``: the output is
+    integer or boolean on this host (not a dequantized value)."""
+    if integer and not step:
+        return 0.0, "equal (an integer output: ids, indices or masks)"
     if precision == "int8" and step:
         return step * (1 + 1e-6), f"1 quantization step ({step:.6g})"
     rel = {"fp32": FLOAT_REL, "fp16": FP16_REL}.get(precision, INT8_FLOAT_OUTPUT_REL)
@@ -107,7 +112,8 @@ def compare(host: list[dict], device: dict[str, np.ndarray], precision: str, ste
     """Per output: max |device - host| over all samples, its tolerance, and whether it holds."""
     per_output = {}
     for name in host[0]:
-        h = np.stack([o[name] for o in host]).astype(np.float64)
+        raw = np.stack([o[name] for o in host])
+        h = raw.astype(np.float64)
         if name not in device:
             raise RemoteError(f"the device returned no output '{name}' (it returned {', '.join(device) or 'none'})")
         d = np.asarray(device[name], np.float64)
@@ -118,7 +124,8 @@ def compare(host: list[dict], device: dict[str, np.ndarray], precision: str, ste
         finite = np.isfinite(h) & np.isfinite(d)
         diff = float(np.max(np.abs(d - h)[finite])) if finite.any() else 0.0
         same_nonfinite = bool(np.array_equal(np.isfinite(h), np.isfinite(d)))
-        tol, how = tolerance(precision, float(np.max(np.abs(h[np.isfinite(h)]), initial=0.0)), steps.get(name))
+        tol, how = tolerance(precision, float(np.max(np.abs(h[np.isfinite(h)]), initial=0.0)), steps.get(name),
+                             integer=raw.dtype.kind in "iub")
         per_output[name] = {"max_abs_diff": diff, "tolerance": tol, "rule": how,
                             "passed": diff <= tol and same_nonfinite}
     return per_output

@@ -75,6 +75,20 @@ def test_compare_names_the_output_that_differs():
     assert not res["logits"]["passed"] and "shape [2, 1, 2] on the device vs [3, 1, 2] here" in res["logits"]["why"]
 
 
+def test_integer_outputs_must_be_equal_whatever_the_precision():
+    """A class id or an index one off is another answer, not a rounding: no scale-relative tolerance."""
+    from edgeopt.remote.verify import compare
+
+    host = [{"ids": np.array([[7000, 3]], np.int64), "score": np.array([[0.5]], np.float32)} for _ in range(2)]
+    device = {"ids": np.array([[[7000, 3]], [[7001, 3]]]), "score": np.array([[[0.5]], [[0.5]]])}
+    for precision in ("fp32", "fp16", "int8"):
+        res = compare(host, device, precision, {})
+        assert not res["ids"]["passed"] and res["ids"]["tolerance"] == 0.0 and "integer output" in res["ids"]["rule"]
+        assert res["score"]["passed"]
+    device["ids"] = np.array([[[7000, 3]], [[7000, 3]]])
+    assert compare(host, device, "fp32", {})["ids"]["passed"]
+
+
 @pytest.mark.remote
 @pytest.mark.onnxruntime
 def test_verify_on_an_emulated_x86_board_is_in_the_manifest(emulated_x86, cli, tmp_path):
