@@ -111,6 +111,9 @@ def describe_artifact(art: Path, prep: dict) -> dict:
     m = json.loads((art / "manifest.json").read_text())
     v = m.get("validation") or {}
     row = {"artifact": True, "backend": m["backend"], "precision": m["precision"],
+           "precision_fallback": m.get("precision_fallback"),  # INT8 asked, none held: {requested, reason, ...}
+           "backend_fallback": [{k: b.get(k) for k in ("backend", "reason", "exit_code") if k in b}
+                                for b in m.get("backend_fallback") or []],
            "artifact_bytes": sum(p.stat().st_size for p in art.rglob("*") if p.is_file()),
            "units": count_units(art, m), "verified_on": m.get("verified_on"),
            "run_metric": {k: v.get(k) for k in ("metric", "metric_unit", "metric_basis", "metric_reference",
@@ -239,22 +242,47 @@ def _commit() -> str | None:
 
 
 def table(result: dict) -> str:
-    """The README table of a run's JSON: one row a cell."""
-    rows = ["| model | profile | exit | artifact | metric (held-back): FP32 -> artifact | INT8 / float units | size | s | "
-            "why no artifact |", "|---|---|---|---|---|---|---|---|---|"]
+    """The README table of a run's JSON: one row a cell. "written" is the backend and the precision the
+    artifact has (marked "fallback" when INT8 was asked and a float precision was written because no INT8
+    held); "board check" is the --verify-on result (device, largest difference vs its tolerance)."""
+    rows = ["| model | profile | exit | written | metric (held-back): FP32 -> artifact | INT8 / float units | "
+            "board check | size | s | why no artifact |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         hb, units = c.get("held_back") or {}, c.get("units") or {}
         metric = f"{hb['metric']}: {hb['fp32']:.4g} -> {hb['artifact']:.4g} {hb['unit']}" if "metric" in hb else \
             hb.get("error", "")
-        art = f"{c['backend']} {c['precision']}" if c.get("artifact") else "-"
-        if (c.get("verified_on") or {}).get("passed"):
-            art += f", verified on {c['verified_on']['device']}"
+        if "metric" in hb and not hb.get("within_bound", True):
+            metric += " (outside the bound)"
         why = (c.get("reason") or "").replace("|", "/")[:150] if not c.get("artifact") else ""
         size = f"{c['artifact_bytes'] / 1e6:.2f} MB" if c.get("artifact_bytes") else "-"
         q = f"{units['quantized']} / {units['float']}" if "quantized" in units else "-"
-        rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {art} | {metric} | {q} | {size} | "
-                    f"{c['seconds']:.0f} | {why} |")
+        rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {written(c)} | {metric} | {q} | "
+                    f"{board_check(c, result.get('verify_on'))} | {size} | {c['seconds']:.0f} | {why} |")
     return "\n".join(rows)
+
+
+def written(cell: dict) -> str:
+    """What the artifact is: backend and precision, with a float written in INT8's stead marked as such."""
+    if not cell.get("artifact"):
+        return "-"
+    text = f"{cell['backend']} {cell['precision']}"
+    fb = cell.get("precision_fallback")
+    if fb:
+        text += f" (fallback: {fb.get('requested', 'int8')} held on no mode)"
+    return text
+
+
+def board_check(cell: dict, verify_on: str | None) -> str:
+    """The emulated/real board's run of the artifact vs this host's: passed with its largest difference, or why not."""
+    v = cell.get("verified_on")
+    if v:
+        mark = "ok" if v.get("passed") else "MISMATCH"
+        diff, tol = v.get("max_abs_diff"), v.get("tolerance")
+        figures = f" ({diff:.2g} <= {tol:.2g})" if diff is not None and tol is not None and v.get("passed") else ""
+        return f"{v['device']} {mark}{figures}"
+    if verify_on and "--verify-on" in cell.get("command", ""):
+        return "mismatch (exit 5)" if "--verify-on" in (cell.get("reason") or "") else "not run (no artifact)"
+    return "-"
 
 
 def main() -> None:
