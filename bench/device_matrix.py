@@ -91,6 +91,9 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
         tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         cell["reason"] = err.get("message", tail)[:400] + (f" ({err['hint']})" if err.get("hint") else "")
         cell["error_kind"] = err.get("kind")
+    if proc is not None:  # each backend left for the next, and why (also kept in the manifest when one holds)
+        cell["backends_left"] = [ln.split("convert: ", 1)[-1][:600] for ln in proc.stderr.splitlines()
+                                 if "could not hold this model" in ln]
     if out.is_dir() and (out / "manifest.json").is_file():
         cell.update(describe_artifact(out, prep))
     else:
