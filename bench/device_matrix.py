@@ -76,7 +76,8 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
     out = work / f"art-{profile}"
     argv = command(prep, profile, out, budget, verify_on)
     cell: dict = {"model": prep["case"].name, "profile": profile,
-                  "command": " ".join(["edgeopt", *argv[3:]]).replace(str(work) + "/", "")}
+                  "command": " ".join(["edgeopt", *argv[3:]]).replace(str(work) + "/", ""),
+                  "load_1min_at_start": round(os.getloadavg()[0], 2)}  # this machine is shared: seconds are under load
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=work)
@@ -85,6 +86,7 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
         proc, cell["exit_code"] = None, None
         cell["reason"] = f"no result within {timeout:.0f} s (killed)"
     cell["seconds"] = round(time.perf_counter() - t0, 1)
+    cell["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     payload = _payload(proc.stdout) if proc is not None else {}
     if proc is not None and not payload.get("ok", False):
         err = payload.get("error") or {}
