@@ -11,6 +11,8 @@ there is no artifact. The models are ``bench/real_models.py``'s cases plus ``ben
 
     .venv/bin/python bench/device_matrix.py [--models a,b] [--profiles pi5,host] [--budget 60] [--out FILE]
         [--verify-on pi5-emu]    # ARM cells' artifacts also run on the emulated board (edgeopt emulate start pi5)
+    .venv/bin/python bench/device_matrix.py --combine pi5.json host.json --out all.json   # runs merged into one
+    .venv/bin/python bench/device_matrix.py --table all.json                              # the README table
 
 Prints one JSON object (and writes it to ``--out``). Not a test: no assertions.
 """
@@ -290,6 +292,24 @@ def board_check(cell: dict, verify_on: str | None) -> str:
     return "-"
 
 
+def combine(parts: list[dict]) -> dict:
+    """One matrix from several runs (e.g. one profile per invocation): the cells of all, in order; each run's
+    environment, versions, commit, options and loads kept under ``runs`` (and the first run's at the top)."""
+    first = parts[0]
+    out = {k: first[k] for k in ("bench", "bound_points", "search_budget_s", "threads", "verify_on",
+                                 "held_back_fraction", "machine", "versions") if k in first}
+    out["edgeopt_commit"] = sorted({p.get("edgeopt_commit") or "?" for p in parts})
+    out["runs"] = [{"profiles": sorted({c["profile"] for c in p["cells"]}), "cells": len(p["cells"]),
+                    **{k: p.get(k) for k in ("search_budget_s", "verify_on", "edgeopt_commit", "versions")},
+                    "load_before": (p.get("machine") or {}).get("load_before"),
+                    "load_after": (p.get("environment_after") or {}).get("load_before")} for p in parts]
+    out["cases"] = {}
+    for p in parts:
+        out["cases"].update(p.get("cases") or {})
+    out["cells"] = [c for p in parts for c in p["cells"]]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(CASES), help=f"of: {', '.join(CASES)}")
@@ -298,9 +318,16 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a cell is killed (default 6x budget + 300)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     ap.add_argument("--table", type=Path, help="print the markdown table of an earlier run's JSON and stop")
+    ap.add_argument("--combine", type=Path, nargs="+", help="merge earlier runs' JSON files into one (--out) and stop")
     ap.add_argument("--verify-on", help="a device (e.g. pi5-emu, after 'edgeopt emulate start pi5') every aarch64 "
                     "cell's artifact is also run on (convert --verify-on), compared with this host's run")
     args = ap.parse_args()
+    if args.combine:
+        merged = combine([json.loads(f.read_text()) for f in args.combine])
+        if args.out:
+            _write(args.out, merged)
+        print(json.dumps(merged, default=str))
+        return
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return

@@ -54,3 +54,16 @@ def test_table_shows_the_board_check_and_a_metric_outside_the_bound(matrix):
     assert "| mismatch (exit 5) |" in rows[1]
     assert "| not run (no artifact) |" in rows[2]
     assert "f1: 90 -> 87 % (outside the bound)" in rows[3] and "| - |" in rows[3]  # host: no board check
+
+
+def test_combine_keeps_every_cell_and_each_runs_environment(matrix):
+    def run(profile, commit, load):
+        return {"bench": "device_matrix", "bound_points": 2.0, "verify_on": "pi5-emu", "edgeopt_commit": commit,
+                "machine": {"load_before": [load, 0, 0]}, "versions": {"onnxruntime": "1.32.0"},
+                "cases": {"m": {"kind": "k"}}, "cells": [_cell(profile=profile)]}
+
+    merged = matrix.combine([run("pi5", "abc", 1.0), run("host", "def+dirty", 5.0)])
+    assert [c["profile"] for c in merged["cells"]] == ["pi5", "host"]
+    assert merged["edgeopt_commit"] == ["abc", "def+dirty"]
+    assert [(r["profiles"], r["load_before"][0]) for r in merged["runs"]] == [(["pi5"], 1.0), (["host"], 5.0)]
+    assert merged["cases"] == {"m": {"kind": "k"}} and merged["verify_on"] == "pi5-emu"
