@@ -89,6 +89,26 @@ def test_integer_outputs_must_be_equal_whatever_the_precision():
     assert compare(host, device, "fp32", {})["ids"]["passed"]
 
 
+def test_an_int8_artifact_may_differ_on_the_board_by_a_quarter_of_its_own_error():
+    """Figures of MiniLM's dynamic INT8 (ONNX Runtime) on the emulated pi5: 7 of 8 samples bit-equal, one 0.0034
+    off (a run-time activation rounding flipped), where the INT8 itself is 0.023 off FP32: within a quarter of
+    its own error, not within 1e-2 x the scale (0.0019). A board off by the INT8's whole error fails."""
+    from edgeopt.remote.verify import compare, tolerance
+
+    host = [{"embedding": np.full((1, 4), 0.1948)} for _ in range(8)]
+    fp32 = [{"embedding": o["embedding"] + (0.0232 if i == 0 else 0.01)} for i, o in enumerate(host)]
+    device = {"embedding": np.stack([o["embedding"] for o in host])}
+    device["embedding"][7] += 0.0034
+    res = compare(host, device, "int8", {}, fp32)["embedding"]
+    assert res["passed"] and res["tolerance"] == pytest.approx(0.25 * 0.0232)
+    assert "0.25 x the artifact's own error vs FP32" in res["rule"]
+    assert not compare(host, device, "int8", {})["embedding"]["passed"]  # no FP32 here: 1e-2 x scale alone
+    device["embedding"][7] += 0.02
+    assert not compare(host, device, "int8", {}, fp32)["embedding"]["passed"]
+    assert tolerance("fp32", 10.0, None, own_error=5.0)[0] == pytest.approx(1e-3)  # fp32: no error to lean on
+    assert tolerance("int8", 10.0, 0.05, own_error=0.1)[0] == pytest.approx(0.05)  # one step is more
+
+
 @pytest.mark.remote
 @pytest.mark.onnxruntime
 def test_verify_on_an_emulated_x86_board_is_in_the_manifest(emulated_x86, cli, tmp_path):
