@@ -286,6 +286,9 @@ def board_check(cell: dict, verify_on: str | None) -> str:
         mark = "ok" if v.get("passed") else "MISMATCH"
         diff, tol = v.get("max_abs_diff"), v.get("tolerance")
         figures = f" ({diff:.2g} <= {tol:.2g})" if diff is not None and tol is not None and v.get("passed") else ""
+        e = v.get("error_vs_fp32")
+        if e and v.get("passed"):  # beyond the rounding tolerance, as far from FP32 as this host's run
+            figures = f" (as accurate: error vs FP32 {e['board']:.3g} there, {e['here']:.3g} here)"
         return f"{v['device']} {mark}{figures}"
     if verify_on and "--verify-on" in cell.get("command", ""):
         return "mismatch (exit 5)" if "--verify-on" in (cell.get("reason") or "") else "not run (no artifact)"

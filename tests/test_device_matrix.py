@@ -51,6 +51,10 @@ def test_table_shows_the_board_check_and_a_metric_outside_the_bound(matrix):
                               "within_bound": False})]
     rows = matrix.table({"cells": cells, "verify_on": "pi5-emu"}).splitlines()[2:]
     assert "| pi5-emu ok (0 <= 0.0039) |" in rows[0]
+    cells[0]["verified_on"] = {**verified, "max_abs_diff": 0.006, "tolerance": 0.0019,
+                               "error_vs_fp32": {"board": 0.04975, "here": 0.04976}}
+    row = matrix.table({"cells": cells, "verify_on": "pi5-emu"}).splitlines()[2]
+    assert "| pi5-emu ok (as accurate: error vs FP32 0.0498 there, 0.0498 here) |" in row
     assert "| mismatch (exit 5) |" in rows[1]
     assert "| not run (no artifact) |" in rows[2]
     assert "f1: 90 -> 87 % (outside the bound)" in rows[3] and "| - |" in rows[3]  # host: no board check
