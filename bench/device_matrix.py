@@ -296,8 +296,10 @@ def board_check(cell: dict, verify_on: str | None) -> str:
 
 
 def combine(parts: list[dict]) -> dict:
-    """One matrix from several runs (e.g. one profile per invocation): the cells of all, in order; each run's
-    environment, versions, commit, options and loads kept under ``runs`` (and the first run's at the top)."""
+    """One matrix from several runs (e.g. one profile per invocation): the cells of all, in order, each with the
+    index of its run; a cell rerun later (same model and profile) replaces the earlier one, which is kept under
+    ``superseded``; each run's environment, versions, commit, options and loads under ``runs`` (and the first
+    run's at the top)."""
     first = parts[0]
     out = {k: first[k] for k in ("bench", "bound_points", "search_budget_s", "threads", "verify_on",
                                  "held_back_fraction", "machine", "versions") if k in first}
@@ -309,7 +311,17 @@ def combine(parts: list[dict]) -> dict:
     out["cases"] = {}
     for p in parts:
         out["cases"].update(p.get("cases") or {})
-    out["cells"] = [c for p in parts for c in p["cells"]]
+    out["cells"], out["superseded"] = [], []
+    for run, p in enumerate(parts):  # a later run's cell replaces an earlier one of the same model and profile
+        for c in p["cells"]:
+            c = {**c, "run": run}
+            same = next((i for i, o in enumerate(out["cells"]) if (o["model"], o["profile"]) == (c["model"], c["profile"])),
+                        None)
+            if same is None:
+                out["cells"].append(c)
+            else:
+                out["superseded"].append(out["cells"][same])
+                out["cells"][same] = c
     return out
 
 

@@ -66,8 +66,12 @@ def test_combine_keeps_every_cell_and_each_runs_environment(matrix):
                 "machine": {"load_before": [load, 0, 0]}, "versions": {"onnxruntime": "1.32.0"},
                 "cases": {"m": {"kind": "k"}}, "cells": [_cell(profile=profile)]}
 
-    merged = matrix.combine([run("pi5", "abc", 1.0), run("host", "def+dirty", 5.0)])
-    assert [c["profile"] for c in merged["cells"]] == ["pi5", "host"]
-    assert merged["edgeopt_commit"] == ["abc", "def+dirty"]
-    assert [(r["profiles"], r["load_before"][0]) for r in merged["runs"]] == [(["pi5"], 1.0), (["host"], 5.0)]
+    rerun = run("pi5", "fed", 2.0)
+    rerun["cells"][0]["exit_code"] = 5
+    merged = matrix.combine([run("pi5", "abc", 1.0), run("host", "def+dirty", 5.0), rerun])
+    assert [(c["profile"], c["run"], c["exit_code"]) for c in merged["cells"]] == [("pi5", 2, 5), ("host", 1, 0)]
+    assert [(c["profile"], c["run"]) for c in merged["superseded"]] == [("pi5", 0)]
+    assert merged["edgeopt_commit"] == ["abc", "def+dirty", "fed"]
+    assert [(r["profiles"], r["load_before"][0]) for r in merged["runs"]] == [(["pi5"], 1.0), (["host"], 5.0),
+                                                                               (["pi5"], 2.0)]
     assert merged["cases"] == {"m": {"kind": "k"}} and merged["verify_on"] == "pi5-emu"
