@@ -132,10 +132,13 @@ def rank_ops(float_path: Path, quant_path: Path, feeds: list[dict], deadline: fl
                 for r, g in zip(ref[name], got[name], strict=True) if r.shape == g.shape]
         return float(np.mean(errs)) if errs else 0.0
 
+    # a weight-only op reads float weights that a DEQUANTIZE of an 8-bit constant makes: it is quantized too
+    dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
+                   if any(int(tensors[i].type) in (3, 7, 9) for i in op["inputs"])}
     scores, unranked = [], []
     for op in ops:
-        if op["qdq"] or not op["scope"] or not any(int(tensors[t].type) in (3, 7, 9)
-                                                   for t in op["inputs"] + op["outputs"]):
+        if op["qdq"] or not op["scope"] or not (dequantized & set(op["inputs"]) or any(
+                int(tensors[t].type) in (3, 7, 9) for t in op["inputs"] + op["outputs"])):
             continue
         if time.perf_counter() > deadline:  # no time to score it: ranked last, as the search expects (UNRANKED)
             unranked.append((op["scope"], UNRANKED))
