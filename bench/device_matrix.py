@@ -11,6 +11,8 @@ there is no artifact. The models are ``bench/real_models.py``'s cases plus ``ben
 
     .venv/bin/python bench/device_matrix.py [--models a,b] [--profiles pi5,host] [--budget 60] [--out FILE]
         [--verify-on pi5-emu]    # ARM cells' artifacts also run on the emulated board (edgeopt emulate start pi5)
+    .venv/bin/python bench/device_matrix.py --combine pi5.json host.json --out all.json   # runs merged into one
+    .venv/bin/python bench/device_matrix.py --table all.json                              # the README table
 
 Prints one JSON object (and writes it to ``--out``). Not a test: no assertions.
 """
@@ -76,7 +78,8 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
     out = work / f"art-{profile}"
     argv = command(prep, profile, out, budget, verify_on)
     cell: dict = {"model": prep["case"].name, "profile": profile,
-                  "command": " ".join(["edgeopt", *argv[3:]]).replace(str(work) + "/", "")}
+                  "command": " ".join(["edgeopt", *argv[3:]]).replace(str(work) + "/", ""),
+                  "load_1min_at_start": round(os.getloadavg()[0], 2)}  # this machine is shared: seconds are under load
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=work)
@@ -85,12 +88,16 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
         proc, cell["exit_code"] = None, None
         cell["reason"] = f"no result within {timeout:.0f} s (killed)"
     cell["seconds"] = round(time.perf_counter() - t0, 1)
+    cell["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     payload = _payload(proc.stdout) if proc is not None else {}
     if proc is not None and not payload.get("ok", False):
         err = payload.get("error") or {}
         tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         cell["reason"] = err.get("message", tail)[:400] + (f" ({err['hint']})" if err.get("hint") else "")
         cell["error_kind"] = err.get("kind")
+    if proc is not None:  # each backend left for the next, and why (also kept in the manifest when one holds)
+        cell["backends_left"] = [ln.split("convert: ", 1)[-1][:600] for ln in proc.stderr.splitlines()
+                                 if "could not hold this model" in ln]
     if out.is_dir() and (out / "manifest.json").is_file():
         cell.update(describe_artifact(out, prep))
     else:
@@ -111,6 +118,9 @@ def describe_artifact(art: Path, prep: dict) -> dict:
     m = json.loads((art / "manifest.json").read_text())
     v = m.get("validation") or {}
     row = {"artifact": True, "backend": m["backend"], "precision": m["precision"],
+           "precision_fallback": m.get("precision_fallback"),  # INT8 asked, none held: {requested, reason, ...}
+           "backend_fallback": [{k: b.get(k) for k in ("backend", "reason", "exit_code") if k in b}
+                                for b in m.get("backend_fallback") or []],
            "artifact_bytes": sum(p.stat().st_size for p in art.rglob("*") if p.is_file()),
            "units": count_units(art, m), "verified_on": m.get("verified_on"),
            "run_metric": {k: v.get(k) for k in ("metric", "metric_unit", "metric_basis", "metric_reference",
@@ -224,26 +234,95 @@ def environment() -> dict:
     e.pop("_cpu_counters_before", None)
     dists = ("edgeopt", "onnx", "onnxruntime", "openvino", "nncf", "ai-edge-litert", "tensorflow", "onnx2tf",
              "ai-edge-quantizer", "torch", "numpy")
-    return {"machine": e, "versions": {d: version_of(d) for d in dists}}
+    return {"machine": e, "versions": {d: version_of(d) for d in dists}, "edgeopt_commit": _commit()}
+
+
+def _commit() -> str | None:
+    """The checkout's commit (and '+dirty' with uncommitted changes): what code the cells ran."""
+    try:
+        git = ["git", "-C", str(HERE.parent)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def table(result: dict) -> str:
-    """The README table of a run's JSON: one row a cell."""
-    rows = ["| model | profile | exit | artifact | metric (held-back): FP32 -> artifact | INT8 / float units | size | s | "
-            "why no artifact |", "|---|---|---|---|---|---|---|---|---|"]
+    """The README table of a run's JSON: one row a cell. "written" is the backend and the precision the
+    artifact has (marked "fallback" when INT8 was asked and a float precision was written because no INT8
+    held); "board check" is the --verify-on result (device, largest difference vs its tolerance)."""
+    rows = ["| model | profile | exit | written | metric (held-back): FP32 -> artifact | INT8 / float units | "
+            "board check | size | s | why no artifact |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         hb, units = c.get("held_back") or {}, c.get("units") or {}
         metric = f"{hb['metric']}: {hb['fp32']:.4g} -> {hb['artifact']:.4g} {hb['unit']}" if "metric" in hb else \
             hb.get("error", "")
-        art = f"{c['backend']} {c['precision']}" if c.get("artifact") else "-"
-        if (c.get("verified_on") or {}).get("passed"):
-            art += f", verified on {c['verified_on']['device']}"
+        if "metric" in hb and not hb.get("within_bound", True):
+            metric += " (outside the bound)"
         why = (c.get("reason") or "").replace("|", "/")[:150] if not c.get("artifact") else ""
         size = f"{c['artifact_bytes'] / 1e6:.2f} MB" if c.get("artifact_bytes") else "-"
         q = f"{units['quantized']} / {units['float']}" if "quantized" in units else "-"
-        rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {art} | {metric} | {q} | {size} | "
-                    f"{c['seconds']:.0f} | {why} |")
+        rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {written(c)} | {metric} | {q} | "
+                    f"{board_check(c, result.get('verify_on'))} | {size} | {c['seconds']:.0f} | {why} |")
     return "\n".join(rows)
+
+
+def written(cell: dict) -> str:
+    """What the artifact is: backend and precision, with a float written in INT8's stead marked as such."""
+    if not cell.get("artifact"):
+        return "-"
+    text = f"{cell['backend']} {cell['precision']}"
+    fb = cell.get("precision_fallback")
+    if fb:
+        text += f" (fallback: {fb.get('requested', 'int8')} held on no mode)"
+    return text
+
+
+def board_check(cell: dict, verify_on: str | None) -> str:
+    """The emulated/real board's run of the artifact vs this host's: passed with its largest difference, or why not."""
+    v = cell.get("verified_on")
+    if v:
+        mark = "ok" if v.get("passed") else "MISMATCH"
+        diff, tol = v.get("max_abs_diff"), v.get("tolerance")
+        figures = f" ({diff:.2g} <= {tol:.2g})" if diff is not None and tol is not None and v.get("passed") else ""
+        e = v.get("error_vs_fp32")
+        if e and v.get("passed"):  # beyond the rounding tolerance, as far from FP32 as this host's run
+            figures = f" (as accurate: error vs FP32 {e['board']:.3g} there, {e['here']:.3g} here)"
+        return f"{v['device']} {mark}{figures}"
+    if verify_on and "--verify-on" in cell.get("command", ""):
+        return "mismatch (exit 5)" if "--verify-on" in (cell.get("reason") or "") else "not run (no artifact)"
+    return "-"
+
+
+def combine(parts: list[dict]) -> dict:
+    """One matrix from several runs (e.g. one profile per invocation): the cells of all, in order, each with the
+    index of its run; a cell rerun later (same model and profile) replaces the earlier one, which is kept under
+    ``superseded``; each run's environment, versions, commit, options and loads under ``runs`` (and the first
+    run's at the top)."""
+    first = parts[0]
+    out = {k: first[k] for k in ("bench", "bound_points", "search_budget_s", "threads", "verify_on",
+                                 "held_back_fraction", "machine", "versions") if k in first}
+    out["edgeopt_commit"] = sorted({p.get("edgeopt_commit") or "?" for p in parts})
+    out["runs"] = [{"profiles": sorted({c["profile"] for c in p["cells"]}), "cells": len(p["cells"]),
+                    **{k: p.get(k) for k in ("search_budget_s", "verify_on", "edgeopt_commit", "versions")},
+                    "load_before": (p.get("machine") or {}).get("load_before"),
+                    "load_after": (p.get("environment_after") or {}).get("load_before")} for p in parts]
+    out["cases"] = {}
+    for p in parts:
+        out["cases"].update(p.get("cases") or {})
+    out["cells"], out["superseded"] = [], []
+    for run, p in enumerate(parts):  # a later run's cell replaces an earlier one of the same model and profile
+        for c in p["cells"]:
+            c = {**c, "run": run}
+            same = next((i for i, o in enumerate(out["cells"]) if (o["model"], o["profile"]) == (c["model"], c["profile"])),
+                        None)
+            if same is None:
+                out["cells"].append(c)
+            else:
+                out["superseded"].append(out["cells"][same])
+                out["cells"][same] = c
+    return out
 
 
 def main() -> None:
@@ -254,9 +333,16 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a cell is killed (default 6x budget + 300)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     ap.add_argument("--table", type=Path, help="print the markdown table of an earlier run's JSON and stop")
+    ap.add_argument("--combine", type=Path, nargs="+", help="merge earlier runs' JSON files into one (--out) and stop")
     ap.add_argument("--verify-on", help="a device (e.g. pi5-emu, after 'edgeopt emulate start pi5') every aarch64 "
                     "cell's artifact is also run on (convert --verify-on), compared with this host's run")
     args = ap.parse_args()
+    if args.combine:
+        merged = combine([json.loads(f.read_text()) for f in args.combine])
+        if args.out:
+            _write(args.out, merged)
+        print(json.dumps(merged, default=str))
+        return
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return

@@ -32,6 +32,19 @@ def _ort(model: Path, x: np.ndarray) -> np.ndarray:
     return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 
+def _fp32_tflite(cli, tmp_path: Path, graph, opset: int):
+    """``graph`` saved as tmp_path/model.onnx and converted with ``--backend tflite --precision fp32``."""
+    import onnx
+    from onnx import helper as h
+
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    out = tmp_path / "art"
+    return cli("convert", str(tmp_path / "model.onnx"), "--backend", "tflite", "--precision", "fp32", "-o", str(out),
+               "--json"), out
+
+
 # ----------------------------------------------------------------------------- fast
 
 
@@ -163,22 +176,44 @@ def test_int8_digits_cli_int8_io_and_c_export(tmp_path, cli):
 @pytest.mark.slow
 def test_unsupported_onnx_op_exit_3(tmp_path, cli):
     """LpPool runs in ONNX Runtime but onnx2tf has no converter for it: exit 3 naming the op."""
-    import onnx
     from onnx import TensorProto as T
     from onnx import helper as h
 
     graph = h.make_graph([h.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], p=2)], "lp",
                          [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
                          [h.make_tensor_value_info("y", T.FLOAT, [1, 3, 4, 4])])
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
-    model.ir_version = 9
-    onnx.save(model, str(tmp_path / "lp.onnx"))
-    out = tmp_path / "art"
-    proc = cli("convert", str(tmp_path / "lp.onnx"), "--backend", "tflite", "--precision", "fp32", "-o", str(out),
-               "--json")
+    proc, out = _fp32_tflite(cli, tmp_path, graph, 18)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "LpPool" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() and not list(tmp_path.glob("art.tmp-*"))
+
+
+@pytest.mark.slow
+def test_erf_of_an_exact_gelu_converts_to_builtins(tmp_path, cli):
+    """A transformer's exact GELU (x * 0.5 * (1 + Erf(x * 0.7071)), as MiniLM's export has it after folding):
+    onnx2tf would write the Select-TF op tf.Erf and the build fail; it is written as builtins (onnx2tf's
+    pseudo Erf) and the .tflite matches ONNX Runtime."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.normal(0, 0.5, (16, 32)).astype(np.float32), "w")
+    consts = [nh.from_array(np.array(v, np.float32), n) for n, v in (("r2", 0.70710677), ("one", 1.0), ("half", 0.5))]
+    nodes = [h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Mul", ["m", "r2"], ["s"]),
+             h.make_node("Erf", ["s"], ["e"]), h.make_node("Add", ["e", "one"], ["a"]),
+             h.make_node("Mul", ["m", "a"], ["g"]), h.make_node("Mul", ["g", "half"], ["y"])]
+    graph = h.make_graph(nodes, "gelu", [h.make_tensor_value_info("x", T.FLOAT, [1, 8, 16])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8, 32])], [w, *consts])
+    proc, out = _fp32_tflite(cli, tmp_path, graph, 17)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "-rtpo Erf" in (out / "onnx2tf.log").read_text()
+    from edgeopt.runtime.runners import open_runner
+
+    x = rng.normal(0, 1, (1, 8, 16)).astype(np.float32)
+    with open_runner(str(out)) as runner:
+        got = next(iter(runner.run({"x": x}).values()))
+    np.testing.assert_allclose(got, _ort(tmp_path / "model.onnx", x), atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- .tflite files (real models)

@@ -75,6 +75,43 @@ def test_compare_names_the_output_that_differs():
     assert not res["logits"]["passed"] and "shape [2, 1, 2] on the device vs [3, 1, 2] here" in res["logits"]["why"]
 
 
+def test_integer_outputs_must_be_equal_whatever_the_precision():
+    """A class id or an index one off is another answer, not a rounding: no scale-relative tolerance."""
+    from edgeopt.remote.verify import compare
+
+    host = [{"ids": np.array([[7000, 3]], np.int64), "score": np.array([[0.5]], np.float32)} for _ in range(2)]
+    device = {"ids": np.array([[[7000, 3]], [[7001, 3]]]), "score": np.array([[[0.5]], [[0.5]]])}
+    for precision in ("fp32", "fp16", "int8"):
+        res = compare(host, device, precision, {})
+        assert not res["ids"]["passed"] and res["ids"]["tolerance"] == 0.0 and "integer output" in res["ids"]["rule"]
+        assert res["score"]["passed"]
+    device["ids"] = np.array([[[7000, 3]], [[7000, 3]]])
+    assert compare(host, device, "fp32", {})["ids"]["passed"]
+
+
+def test_an_int8_output_beyond_the_rounding_tolerance_holds_when_as_accurate_as_here():
+    """MiniLM's dynamic INT8 on the emulated pi5 (figures as measured, TFLite): some samples several steps off
+    this host's (0.006 where 1e-2 x the scale is 0.002), and the board's error vs FP32 the same as here. A board
+    whose output moves away from FP32 fails; without FP32 here the rounding tolerance alone decides."""
+    from edgeopt.remote.verify import compare
+
+    rng = np.random.default_rng(0)
+    fp32 = [{"embedding": rng.normal(0, 0.05, (1, 384))} for _ in range(8)]
+    noise = [rng.normal(0, 0.0025, (1, 384)) for _ in range(8)]
+    host = [{"embedding": f["embedding"] + n} for f, n in zip(fp32, noise, strict=True)]
+    board = np.stack([o["embedding"] for o in host])
+    board[0] = fp32[0]["embedding"] + noise[0][:, ::-1]  # another rounding: as far from FP32, elsewhere
+    res = compare(host, {"embedding": board}, "int8", {}, fp32)["embedding"]
+    assert res["max_abs_diff"] > res["tolerance"] and res["passed"], res
+    e = res["error_vs_fp32"]
+    assert e["board"] <= 1.25 * e["here"] and "judged by its error vs FP32" in res["rule"]
+    assert not compare(host, {"embedding": board}, "int8", {})["embedding"]["passed"]  # no FP32: rounding rule only
+    board[0] = fp32[0]["embedding"] * -1  # another function on one sample
+    res = compare(host, {"embedding": board}, "int8", {}, fp32)["embedding"]
+    assert not res["passed"] and res["error_vs_fp32"]["board"] > 1.25 * res["error_vs_fp32"]["here"]
+    assert not compare(host, {"embedding": board}, "fp32", {}, fp32)["embedding"].get("error_vs_fp32")  # fp32: exact
+
+
 @pytest.mark.remote
 @pytest.mark.onnxruntime
 def test_verify_on_an_emulated_x86_board_is_in_the_manifest(emulated_x86, cli, tmp_path):

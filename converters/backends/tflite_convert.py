@@ -45,6 +45,10 @@ class IODtype(StrEnum):
 ONNX2TF_PIN = "1.28.8"
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 OUT_DIR = "saved_model"
+# ONNX ops TFLite has no builtin for, that onnx2tf writes as builtins on request (-rtpo): Erf (a transformer's
+# exact GELU) would otherwise be the Select-TF op tf.Erf, which LiteRT's builtin runtime can't run; onnx2tf's
+# pseudo Erf is Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7) in abs/exp/mul/add/div, checked against ONNX after
+PSEUDO_OPS = ("Erf",)
 
 # Runs in the subprocess. argv: tflite_out fp16 (0/1) then onnx2tf's own arguments.
 DRIVER = r"""
@@ -222,7 +226,7 @@ def prepare_onnx(onnx_path: Path, dest: Path) -> dict:
         onnx.save(proto, str(dest))
     else:
         shutil.copyfile(onnx_path, dest)
-    return made
+    return {**made, "pseudo_ops": sorted({n.op_type for n in proto.graph.node} & set(PSEUDO_OPS))}
 
 
 def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: Path, fp16: bool = False,
@@ -234,10 +238,12 @@ def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: 
 
     work_dir.mkdir(parents=True, exist_ok=True)
     model = work_dir / "model.onnx"
-    prepare_onnx(onnx_path, model)
+    made = prepare_onnx(onnx_path, model)
     np.save(work_dir / SAMPLE_FILE, np.zeros((1, 8, 8, 3), np.float32))  # else onnx2tf downloads one, even for float
     (work_dir / "no_replacement.json").write_text('{"format_version": 1, "operations": []}')
     args = ["-i", model.name, "-o", OUT_DIR, "-osd", "-nuo", "-prf", "no_replacement.json", "-v", "info"]
+    if made["pseudo_ops"]:  # ops TFLite has no builtin for, written as builtins by onnx2tf (-rtpo)
+        args += ["-rtpo", *made["pseudo_ops"]]
     for name in keep_channel_last:
         args += ["-kt", name]
     argv = [sys.executable, "-c", DRIVER, str(tflite_out.resolve()), "1" if fp16 else "0", *args]

@@ -30,6 +30,7 @@ from edgeopt.errors import StageError, UsageError
 
 from .modes import DynamicMode, Granularity, QuantMode, StaticMode, WeightsMode
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .sensitivity import UNRANKED
 from .tflite_quantizer import read_ops
 
 RANK_SAMPLES = 4  # enough to order ops by their own noise; each costs two all-tensor runs
@@ -113,10 +114,13 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
 
 def rank_ops(float_path: Path, quant_path: Path, feeds: list[dict], deadline: float) -> list[tuple[str, float]]:
     """Quantized ops (by scope), most harmful first: each op's output noise (mean squared error over the
-    float model's mean square, on ``feeds``) minus the largest noise among its inputs."""
-    ref = _tensors(float_path, feeds)
-    got = _tensors(quant_path, feeds)
+    float model's mean square, on ``feeds``) minus the largest noise among its inputs. Ops met after
+    ``deadline`` are not dropped: they come last, scored ``UNRANKED`` (an empty ranking would end the search
+    as if no op could be kept in float, and its message would not name the budget)."""
     model, ops = read_ops(quant_path)
+    late = time.perf_counter() > deadline  # no time for the two all-tensor runs: every op unranked, none dropped
+    ref = {} if late else _tensors(float_path, feeds)
+    got = {} if late else _tensors(quant_path, feeds)
     tensors = model.subgraphs[0].tensors
 
     def noise(index: int) -> float:
@@ -128,16 +132,22 @@ def rank_ops(float_path: Path, quant_path: Path, feeds: list[dict], deadline: fl
                 for r, g in zip(ref[name], got[name], strict=True) if r.shape == g.shape]
         return float(np.mean(errs)) if errs else 0.0
 
-    scores = []
+    # a weight-only op reads float weights that a DEQUANTIZE of an 8-bit constant makes: it is quantized too
+    dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
+                   if any(int(tensors[i].type) in (3, 7, 9) for i in op["inputs"])}
+    scores, unranked = [], []
     for op in ops:
-        if op["qdq"] or not op["scope"] or time.perf_counter() > deadline:
+        if op["qdq"] or not op["scope"] or not (dequantized & set(op["inputs"]) or any(
+                int(tensors[t].type) in (3, 7, 9) for t in op["inputs"] + op["outputs"])):
+            continue
+        if time.perf_counter() > deadline:  # no time to score it: ranked last, as the search expects (UNRANKED)
+            unranked.append((op["scope"], UNRANKED))
             continue
         out = max((noise(t) for t in op["outputs"]), default=0.0)
         before = max((noise(t) for t in op["inputs"]), default=0.0)
-        if any(int(tensors[t].type) in (3, 7, 9) for t in op["inputs"] + op["outputs"]):
-            scores.append((op["scope"], out - before))
+        scores.append((op["scope"], out - before))
     scores.sort(key=lambda s: -s[1])
-    return scores
+    return scores + unranked
 
 
 def _tensors(path: Path, feeds: list[dict]) -> dict[str, list[np.ndarray]]:
