@@ -7,7 +7,8 @@ as quantized when it computes on integers or takes a (fake-)quantized input:
   ``MatMulNBits``; or a unit whose weights (input 1) come from a ``DequantizeLinear`` (QDQ), through layout ops;
 * OpenVINO IR: a unit with an input from a ``FakeQuantize`` or from an integer (``i8``/``u8``/``i4``/``u4``)
   constant, through ``Convert``/``Subtract``/``Multiply``/layout layers (NNCF's compressed weights);
-* TFLite: a unit whose weights (or inputs) are int8/int16/int4/uint8 tensors.
+* TFLite: a unit, in any subgraph, that computes on int8/int16/uint8 tensors or whose weights are 8-bit constants
+  through a ``DEQUANTIZE`` (weight-only).
 
 :func:`count_units` is the one function; the validation calls it for every artifact, and an artifact labelled
 ``int8`` with no quantized unit fails its gate (``edgeopt.validate``). TVM's compiled library is not read
@@ -95,6 +96,18 @@ def _openvino(path: Path) -> tuple[int, int]:
 
 
 def _tflite(path: Path) -> tuple[int, int]:
+    """Every subgraph (onnx2tf puts a recurrent layer's cell in a WHILE body), weight-only INT8 included (8-bit
+    constants through a DEQUANTIZE), read with ai-edge-quantizer's flatbuffer reader; without that library (the
+    tflite extra), LiteRT's listing of the main subgraph."""
+    try:
+        from edgeopt.converters.quantize.tflite_quantizer import unit_counts
+
+        return unit_counts(path, TFLITE_UNITS)
+    except ImportError:
+        return _tflite_main_subgraph(path)
+
+
+def _tflite_main_subgraph(path: Path) -> tuple[int, int]:
     from edgeopt.runtime.runners.tflite import open_interpreter
 
     interp = open_interpreter(str(path))

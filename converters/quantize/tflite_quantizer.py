@@ -93,6 +93,25 @@ def op_counts(path: Path) -> dict:
             "subgraphs": len(model.subgraphs)}
 
 
+def unit_counts(path: Path, units: set[str]) -> tuple[int, int]:
+    """(quantized, total) compute units (ops whose type is in ``units``) of every subgraph, a recurrent layer's
+    WHILE body included: quantized when it computes on 8-bit data or reads INT8 weights through a DEQUANTIZE
+    (weight-only), as :func:`op_counts` judges each op."""
+    model, _ = read_ops(path)
+    quantized = total = 0
+    for k, sg in enumerate(model.subgraphs):
+        ops, tensors = subgraph_ops(model, k), sg.tensors
+        dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
+                       if any(int(tensors[i].type) in _INT_TYPES and _constant(model, tensors[i]) for i in op["inputs"])}
+        for op in ops:
+            if op["type"].upper() not in units:
+                continue
+            total += 1
+            types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
+            quantized += bool(types & _INT_TYPES or dequantized & set(op["inputs"]))
+    return quantized, total
+
+
 def _constant(model, tensor) -> bool:
     buf = model.buffers[tensor.buffer] if 0 < tensor.buffer < len(model.buffers) else None
     return buf is not None and (buf.data is not None and len(buf.data) > 0 or bool(getattr(buf, "size", 0)))
