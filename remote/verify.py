@@ -182,6 +182,14 @@ def fp32_outputs(artifact: Path, samples, threads) -> list[dict] | None:
         return None
 
 
+def _install_hint(dev: Device) -> str:
+    if dev.emulated:
+        return (f"the emulated board's runtimes are set up when it starts: edgeopt emulate stop {dev.name}, then "
+                f"edgeopt emulate start {dev.profile}")
+    return (f"install it on the board once: edgeopt remote-bench {dev.name} ARTIFACT --setup (--wheels DIR for "
+            "a board without internet), then rerun")
+
+
 def verify_on(artifact: Path, device: str | Device, samples, precision: str, *, threads=None, devices_path=None,
               notify=None) -> dict:
     """Run ``artifact`` on ``device`` and here on ``samples`` (a Dataset); the manifest's ``verified_on``.
@@ -193,8 +201,13 @@ def verify_on(artifact: Path, device: str | Device, samples, precision: str, *, 
     with tempfile.TemporaryDirectory(prefix="edgeopt-verify-") as tmp:
         inputs, outputs = Path(tmp) / "inputs.npz", Path(tmp) / "device_outputs.npz"
         np.savez(inputs, **samples.arrays)
-        record = remote_bench(dev, artifact, inputs=str(inputs), outputs=str(outputs), all_samples=True,
-                              devices_path=devices_path, notify=notify, runtime_dir=RUNTIME_DIR, **VERIFY_RUN)
+        try:
+            record = remote_bench(dev, artifact, inputs=str(inputs), outputs=str(outputs), all_samples=True,
+                                  devices_path=devices_path, notify=notify, runtime_dir=RUNTIME_DIR, **VERIFY_RUN)
+        except RemoteError as err:
+            if "is not installed" in err.message:  # remote-bench's own hint names a flag convert doesn't have
+                err.hint = _install_hint(dev)
+            raise
         with np.load(outputs) as f:
             got = {k: f[k] for k in f.files}
     fp32 = fp32_outputs(artifact, samples, threads) if precision != "fp32" else None

@@ -176,3 +176,24 @@ def test_pi5_artifact_verified_on_the_emulated_board(emulated_pi5, cli, tmp_path
     assert vo["device"] == "pi5-emu" and vo["profile"] == "pi5" and vo["emulated"] is True
     assert vo["device_arch"] == "aarch64" and vo["samples"] == 8 and vo["passed"] is True
     assert 0.0 <= vo["max_abs_diff"] <= vo["tolerance"]
+
+
+def test_a_runtime_missing_on_the_board_says_how_convert_gets_it_there(tmp_path, monkeypatch):
+    """remote-bench's own hint (``--setup``) names a flag convert doesn't have: --verify-on says what to run."""
+    from edgeopt.data import Dataset
+    from edgeopt.errors import RemoteError
+    from edgeopt.remote import bench, verify
+    from edgeopt.remote.inventory import make_device
+
+    def runtime_missing(dev, *a, **k):
+        raise RemoteError(f"{dev.name}: the artifact's runtime is not installed for python3 on the device",
+                          "rerun with --setup to pip-install it")
+
+    monkeypatch.setattr(bench, "remote_bench", runtime_missing)
+    monkeypatch.setattr(verify, "_host_outputs", lambda *a: ([], {}))
+    samples = Dataset({"x": np.zeros((1, 2), np.float32)})
+    for emulated, says in ((True, "edgeopt emulate start pi5"), (False, "edgeopt remote-bench board ARTIFACT --setup")):
+        dev = make_device(name="board", host="10.0.0.2", profile="pi5", emulated=emulated)
+        with pytest.raises(RemoteError) as err:
+            verify.verify_on(tmp_path, dev, samples, "int8")
+        assert says in err.value.hint and "rerun with --setup" not in err.value.hint
