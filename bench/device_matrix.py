@@ -144,86 +144,16 @@ def held_back_metric(art: Path, prep: dict) -> dict:
             "on": "held-back samples never given to the run"}
 
 
-ONNX_COMPUTE = {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention"}
-ONNX_INT = {"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM", "QGemm",
-            "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"}
-TFLITE_COMPUTE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV",
-                  "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_LSTM"}
-OV_COMPUTE = {"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData", "LSTMSequence", "GRUSequence",
-              "LSTMCell", "GRUCell", "RNNSequence"}
-
-
 def count_units(art: Path, manifest: dict) -> dict:
     """Compute units (convolutions, matmuls, recurrent layers) quantized vs left in float, read from the
-    artifact's own model file: a unit is quantized when it is an integer op or its weights come in 8-bit."""
-    model = art / manifest["runtime"]["model"]
-    try:
-        if model.suffix == ".onnx":
-            return _onnx_units(model)
-        if model.suffix == ".tflite":
-            return _tflite_units(model)
-        if model.suffix == ".xml":
-            return _ov_units(model)
-    except Exception as err:  # noqa: BLE001
-        return {"error": f"{type(err).__name__}: {str(err)[:200]}"}
-    return {"error": f"no unit count for {model.suffix} files"}
+    artifact's own model file by edgeopt's one count (``edgeopt/quant_units.py``, what the int8 gate reads)."""
+    from edgeopt.quant_units import count_units as edgeopt_count
 
-
-def _onnx_units(path: Path) -> dict:
-    import onnx
-
-    g = onnx.load(str(path), load_external_data=False).graph
-    made_by = {o: n.op_type for n in g.node for o in n.output}
-    q = f = 0
-    for n in g.node:
-        if n.op_type in ONNX_INT:
-            q += 1
-        elif n.op_type in ONNX_COMPUTE:
-            weights_dq = len(n.input) > 1 and made_by.get(n.input[1]) == "DequantizeLinear"
-            q, f = (q + 1, f) if weights_dq else (q, f + 1)
-    return {"quantized": q, "float": f, "counted": "ONNX Conv/MatMul/Gemm/LSTM/GRU (QLinear*, *Integer, DQ weights)"}
-
-
-def _tflite_units(path: Path) -> dict:
-    from ai_edge_litert.interpreter import Interpreter
-
-    it = Interpreter(model_path=str(path))
-    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in it.get_tensor_details()}
-    q = f = 0
-    for op in it._get_ops_details():
-        if op["op_name"] in TFLITE_COMPUTE:
-            ins = [i for i in op["inputs"] if i >= 0]
-            w = dtypes.get(ins[1]) if len(ins) > 1 else None
-            q, f = (q + 1, f) if w is not None and w.itemsize == 1 else (q, f + 1)
-    return {"quantized": q, "float": f, "counted": "TFLite conv/fully-connected/matmul/sequence ops (8-bit weights)"}
-
-
-def _ov_units(path: Path) -> dict:
-    import xml.etree.ElementTree as ET
-
-    root = ET.parse(path).getroot()
-    layers = {lay.get("id"): lay for lay in root.iter("layer")}
-    src = {}
-    for e in root.iter("edge"):
-        src.setdefault(e.get("to-layer"), []).append(e.get("from-layer"))
-
-    def quantized(lid: str, depth: int = 0) -> bool:  # a FakeQuantize or an 8-bit constant upstream (a few hops)
-        for s in src.get(lid, []):
-            lay = layers[s]
-            kind = lay.get("type")
-            data = lay.find("data")
-            if kind == "FakeQuantize" or (kind == "Const" and data is not None and data.get("element_type") in ("i8", "u8")):
-                return True
-            if depth < 3 and kind in ("Convert", "Subtract", "Multiply", "Reshape", "Transpose"):
-                if quantized(s, depth + 1):
-                    return True
-        return False
-
-    q = f = 0
-    for lid, lay in layers.items():
-        if lay.get("type") in OV_COMPUTE:
-            q, f = (q + 1, f) if quantized(lid) else (q, f + 1)
-    return {"quantized": q, "float": f, "counted": "OpenVINO conv/matmul/recurrent layers (FakeQuantize or 8-bit weights)"}
+    found = edgeopt_count(art, manifest["runtime"])
+    if found is None:
+        return {"error": f"no unit count for {manifest['runtime'].get('model')}"}
+    return {"quantized": found["quantized"], "float": found["float"],
+            "counted": "edgeopt.quant_units: integer ops, or 8-bit weights through a dequantize, every subgraph"}
 
 
 def environment() -> dict:
