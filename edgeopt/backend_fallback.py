@@ -28,12 +28,16 @@ FALLBACK_ARCHES = ("aarch64",)
 def backend_order(profile, profile_dirs=None) -> list[BackendName]:
     """The installed backends of ``profile`` (a name or a DeviceProfile) in its order of preference ([] where
     the profile falls back to none: the plain path)."""
-    from edgeopt.converters.registry import get_backend
     from edgeopt.profiles import DeviceProfile, resolve_profile
 
     prof = profile if isinstance(profile, DeviceProfile) else resolve_profile(str(profile), profile_dirs or None)[0]
-    if prof.arch not in FALLBACK_ARCHES:
-        return []
+    return installed_backends(prof) if prof.arch in FALLBACK_ARCHES else []
+
+
+def installed_backends(prof) -> list[BackendName]:
+    """The backends ``prof`` lists that are installed here, once each, in its order."""
+    from edgeopt.converters.registry import get_backend
+
     order = []
     for target in prof.backends:
         try:

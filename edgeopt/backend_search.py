@@ -26,19 +26,9 @@ NOT_SEARCHED = (BackendName.TVM,)
 
 def searched_backends(prof) -> list[BackendName]:
     """The installed backends ``prof`` lists, once each, in its order, TVM left out."""
-    from edgeopt.converters.registry import get_backend
+    from edgeopt.backend_fallback import installed_backends
 
-    found: list[BackendName] = []
-    for target in prof.backends:
-        name = BackendName(target.name)
-        if name in found or name in NOT_SEARCHED:
-            continue
-        try:
-            if get_backend(name).available():
-                found.append(name)
-        except EdgeoptError:
-            continue
-    return found
+    return [b for b in installed_backends(prof) if b not in NOT_SEARCHED]
 
 
 def check_searchable(prof) -> list[BackendName]:

@@ -167,9 +167,7 @@ def _convert_in_float(model, profile, output, o: ConvertOptions, order, int8_err
 
 
 def _profile_of(profile, o: ConvertOptions):
-    from edgeopt.profiles import DeviceProfile, resolve_profile
-
-    return profile if isinstance(profile, DeviceProfile) else resolve_profile(str(profile), o.profile_dirs or None)[0]
+    return _resolve_profile(profile, o, lambda _note: None)[0]
 
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,

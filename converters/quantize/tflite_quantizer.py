@@ -72,44 +72,37 @@ def subgraph_ops(model, subgraph: int) -> list[dict]:
     return ops
 
 
-def op_counts(path: Path) -> dict:
-    """Ops of every subgraph (a recurrent layer's WHILE body included) that compute on 8-bit data or read
-    INT8 weights vs those that stay float; quantize/dequantize ops are counted apart."""
+def judged_ops(path: Path):
+    """Each op of every subgraph (a recurrent layer's WHILE body included) with its verdict: "qdq" (a
+    quantize/dequantize op), "quantized" (computes on 8-bit data, or reads INT8 weights through a DEQUANTIZE:
+    weight-only), "float", or None (no float or 8-bit tensor). Returns (subgraph count, [(op, verdict), ...])."""
     model, _ = read_ops(path)
-    quantized = floating = qdq = 0
+    judged = []
     for k, sg in enumerate(model.subgraphs):
         ops, tensors = subgraph_ops(model, k), sg.tensors
         dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]  # INT8 weights (weight-only mode)
                        if any(int(tensors[i].type) in _INT_TYPES and _constant(model, tensors[i]) for i in op["inputs"])}
         for op in ops:
             types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
-            if op["qdq"]:
-                qdq += 1
-            elif types & _INT_TYPES or dequantized & set(op["inputs"]):
-                quantized += 1
-            elif types & _FLOAT_TYPES:
-                floating += 1
-    return {"quantized_ops": quantized, "float_ops": floating, "quantize_dequantize_ops": qdq,
-            "subgraphs": len(model.subgraphs)}
+            verdict = ("qdq" if op["qdq"] else "quantized" if types & _INT_TYPES or dequantized & set(op["inputs"])
+                       else "float" if types & _FLOAT_TYPES else None)
+            judged.append((op, verdict))
+    return len(model.subgraphs), judged
+
+
+def op_counts(path: Path) -> dict:
+    """Ops that compute on 8-bit data or read INT8 weights vs those that stay float, every subgraph;
+    quantize/dequantize ops are counted apart (:func:`judged_ops`)."""
+    subgraphs, judged = judged_ops(path)
+    count = {v: sum(1 for _, got in judged if got == v) for v in ("quantized", "float", "qdq")}
+    return {"quantized_ops": count["quantized"], "float_ops": count["float"], "quantize_dequantize_ops": count["qdq"],
+            "subgraphs": subgraphs}
 
 
 def unit_counts(path: Path, units: set[str]) -> tuple[int, int]:
-    """(quantized, total) compute units (ops whose type is in ``units``) of every subgraph, a recurrent layer's
-    WHILE body included: quantized when it computes on 8-bit data or reads INT8 weights through a DEQUANTIZE
-    (weight-only), as :func:`op_counts` judges each op."""
-    model, _ = read_ops(path)
-    quantized = total = 0
-    for k, sg in enumerate(model.subgraphs):
-        ops, tensors = subgraph_ops(model, k), sg.tensors
-        dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]
-                       if any(int(tensors[i].type) in _INT_TYPES and _constant(model, tensors[i]) for i in op["inputs"])}
-        for op in ops:
-            if op["type"].upper() not in units:
-                continue
-            total += 1
-            types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
-            quantized += bool(types & _INT_TYPES or dequantized & set(op["inputs"]))
-    return quantized, total
+    """(quantized, total) compute units (ops whose type is in ``units``), judged as :func:`judged_ops` does."""
+    verdicts = [v for op, v in judged_ops(path)[1] if op["type"].upper() in units]
+    return sum(v == "quantized" for v in verdicts), len(verdicts)
 
 
 def _constant(model, tensor) -> bool:
