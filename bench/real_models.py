@@ -227,31 +227,23 @@ def run_case(case: Case, work: Path, budget: float, seconds: float, backend: str
     row: dict = {"model": case.name, "backend": backend, "kind": case.kind, "source": str(case.model.name),
                  "data": case.data, "metric_asked": case.metric or "automatic", "bound": case.bound,
                  "calib_samples": len(case.calib), "eval_samples": len(case.eval), "min_speedup": min_speedup}
-    with _metric_context(case.metric):
-        return _run_case(case, work, budget, seconds, backend, row, min_speedup)
-
-
-def _metric_context(metric: dict | None):
-    """``--metric`` for this model (edgeopt.metrics' context), or nothing where that module is absent."""
-    from contextlib import nullcontext
-
-    try:
-        from edgeopt.metrics import MetricSpec, metric_context
-    except ImportError:
-        return nullcontext()
-    return metric_context(MetricSpec(**metric) if metric else None)
+    return _run_case(case, work, budget, seconds, backend, row, min_speedup)
 
 
 def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: str, row: dict,
               min_speedup: float | None) -> dict:
+    from edgeopt.converters.accuracy_bound import AccuracyBound
     from edgeopt.converters.base import Intermediate
     from edgeopt.converters.normalize import Normalize, NormalizeConfig
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
     from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.search import make_task_metric, metric_name, metric_unit
     from edgeopt.errors import EdgeoptError
+    from edgeopt.metrics import MetricSpec
     from edgeopt.runtime.measure import measure_interleaved
 
+    spec = MetricSpec(**case.metric) if case.metric else None  # --metric for this model
+    bound = AccuracyBound(max_accuracy_drop=case.bound, search_budget=budget, min_speedup=min_speedup, metric=spec)
     (work / "n").mkdir(parents=True, exist_ok=True)
     norm = Normalize().run(Intermediate(case.model), NormalizeConfig(input_shapes=case.shapes),
                            _ctx(work / "n", case.model, case.calib, case.eval, "normalize")).path
@@ -273,8 +265,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         t0 = time.perf_counter()
         final_run, ctx = None, None
         try:
-            final_run, ctx = build("aa", precision=Precision.INT8, max_accuracy_drop=case.bound,
-                                   search_budget_s=budget, min_speedup=min_speedup)
+            final_run, ctx = build("aa", precision=Precision.INT8, bound=bound)
             row["outcome"] = "met"
         except EdgeoptError as err:
             row["outcome"] = f"exit {int(err.exit_code)}: {err.one_line()}"
@@ -293,8 +284,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         t0 = time.perf_counter()
         final_run = None
         try:
-            final = QuantizeStage().run(Intermediate(norm), QuantizeConfig(max_accuracy_drop=case.bound, search_budget_s=budget,
-                                                                           min_speedup=min_speedup), ctx).path
+            final = QuantizeStage().run(Intermediate(norm), QuantizeConfig(bound=bound), ctx).path
             final_run = ort_runner(final, 2)
             row["outcome"] = "met"
         except EdgeoptError as err:
@@ -313,7 +303,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     row["warnings"] = ctx.warnings if ctx is not None else []
     # the metric on the held-back half (the split the search made), for FP32, naive and searched INT8
     _, held = case.eval.split(0.5, seed=0)
-    metric = make_task_metric(ort_runner(norm, 2), held)  # the reference: ONNX Runtime FP32, as the search's
+    metric = make_task_metric(ort_runner(norm, 2), held, spec)  # the reference: ONNX Runtime FP32, as the search's
     runs = {"fp32": fp32_art, "int8_naive": naive_run}
     if final_run is not None:
         runs["int8_edgeopt"] = final_run

@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.enums import BackendName, Precision, QuantMode, StrEnum
-from edgeopt.metrics.base import MetricSpec
 
 
 class Format(StrEnum):
@@ -45,11 +45,6 @@ class PruneMode(StrEnum):
     SPARSE_2_4 = "2:4"  # semi-structured: 2 of every 4 weights zeroed (sparse tensor cores)
 
 
-# The accuracy-aware searches' default time budget (s), declared once: ChainOptions, the planner and every stage
-# config that searches take it from here (--search-budget overrides it).
-SEARCH_BUDGET_S = 120.0
-
-
 class ChainOptions(StageConfig):
     """What the user asked for (:class:`edgeopt.options.ChainRequest`, where the options are declared), after
     ``make_plan`` applied the recipe and the profile's defaults: resolved values, no None for "not given".
@@ -71,15 +66,11 @@ class ChainOptions(StageConfig):
     prune_channel_multiple: tuple[int, str] = (1, "")
     calib_method: CalibMethod = CalibMethod.MINMAX
     per_channel: bool = True
-    max_accuracy_drop: float | None = None  # points of the task metric (top-1 %)
-    min_cosine: float | None = None
-    search_budget_s: float = Field(default=SEARCH_BUDGET_S, gt=0)  # the accuracy-aware INT8 search's time budget
-    min_speedup: float | None = Field(default=None, gt=0)  # gate: accuracy-aware INT8 at least this much faster than FP32 (quick estimate)
+    bound: AccuracyBound = AccuracyBound()  # --max-accuracy-drop, --metric, --search-budget…: every searching stage's
     threads: int | None = None
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
     stage_overrides: dict[str, dict[str, Any]] = {}
     input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
-    metric: MetricSpec | None = None  # --metric…: the task metric the searches and the validation use (None: auto)
     export_c: bool = False  # --export-c: the backend also writes its model as a C array (a backend with the field)
     c_name: str | None = None  # the C symbols' name (None: the backend config's default)
     # (INT8 preset, why) for the profile's ISA, settled by the planner so the plan alone decides the artifact
@@ -122,6 +113,7 @@ class ChainContext:
     eval: Any = None  # edgeopt.data.Dataset or None (with labels)
     check_samples: Any = None  # edgeopt.data.Dataset: a few held-out samples for stage checks
     threads: int | None = None
+    metric_search_path: tuple[str, ...] = ()  # where a --metric MODULE:FUNCTION (in a stage's bound) is imported from
     warnings: list[str] = field(default_factory=list)
     progress: Any = None  # callable(description, total) -> context manager with .advance(); may be None
     record: StageRecord | None = None  # the running stage's record (stages add checks/report here)

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import (
     ChainContext,
     ChainOptions,
@@ -59,15 +60,15 @@ class PruneConfig(StageConfig):
     calib_samples: int = Field(default=64, ge=1)
     skip: tuple[str, ...] = ()  # Conv names whose output channels stay (with every Conv sharing their mask)
     # --prune auto (converters/prune_auto.py): the largest ratio of auto_ratios whose recovered student stays
-    # within auto_max_drop of FP32 on calibration data held back from pruning and recovery
+    # within bound.max_accuracy_drop of FP32 (bound.metric) on calibration data held back from pruning and recovery,
+    # the whole search within bound.search_budget (--search-budget)
     auto: bool = False
     auto_ratios: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
-    auto_max_drop: float | None = Field(default=None, ge=0)  # --max-accuracy-drop, points of the task metric
-    auto_budget_s: float = Field(default=120.0, gt=0)  # --recover-budget: the whole search
+    bound: AccuracyBound = AccuracyBound()  # the planner's: --max-accuracy-drop, --metric, --search-budget
     auto_holdout: float = Field(default=0.2, gt=0, lt=1)  # share of --calib that judges the candidates
     auto_recover: bool = True  # recover each candidate (False: --no-recover, judged as pruned)
     # the recover stage's planned config (its recipe overrides included) each candidate is distilled with, its
-    # budget_s replaced by the candidate's share of auto_budget_s; the planner sets it (edgeopt/plan.py), so
+    # budget_s replaced by the candidate's share of bound.search_budget; the planner sets it (edgeopt/plan.py), so
     # --dry-run shows it and the plan hash covers it. None: the recover defaults with this config's seed
     auto_recover_config: RecoverConfig | None = None
     latency_backend: str = "onnxruntime"  # the plan's backend: the pruned-vs-unpruned timing runs on it if it can
@@ -107,7 +108,7 @@ class Prune(Stage):
 
             multiple, why = options.prune_channel_multiple
             return PruneConfig(auto=True, round_to=multiple, round_to_reason=why, latency_backend=options.backend.value,
-                               auto_max_drop=options.max_accuracy_drop, auto_budget_s=options.recover_budget_s,
+                               bound=options.bound,
                                auto_recover=options.recover is not False and not train_extra_missing())
         if options.prune_mode == PruneMode.CHANNELS and options.prune == 0:
             return None
@@ -142,7 +143,7 @@ class Prune(Stage):
         if config.mode == PruneMode.CHANNELS and config.auto:
             from edgeopt.converters.prune_auto import search_ratio
 
-            if config.auto_max_drop is None:
+            if config.bound.max_accuracy_drop is None:
                 raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS",
                                  "e.g. --max-accuracy-drop 1 (points of the task metric)")
             source = load_onnx(model.path)

@@ -101,7 +101,7 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
         ctx.warn("prune auto: interrupted (Ctrl-C); the best ratio found so far was kept")
     elif not complete:
         report["stopped"] = "budget"
-        ctx.warn(f"prune auto: the budget ({config.auto_budget_s:g} s, --recover-budget) ended the search after "
+        ctx.warn(f"prune auto: the budget ({config.bound.search_budget:g} s, --search-budget) ended the search after "
                  f"{len(order)} ratios; a larger budget may find a larger ratio")
     if best < 0:
         return _none_within(model, config, ctx, search, report)
@@ -128,11 +128,12 @@ class _RatioSearch:
         self.model, self.config, self.ctx, self.prune_at, self.save = model, config, ctx, prune_at, save
         calib = ctx.calib
         self.t0 = time.perf_counter()
-        self.deadline = self.t0 + config.auto_budget_s
+        self.deadline = self.t0 + config.bound.search_budget
         self.held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
         idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
         self.held, self.train = calib.subset(np.sort(idx[:self.held_n])), calib.subset(np.sort(idx[self.held_n:]))
-        self.metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), self.held, role="calib")
+        self.metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), self.held, config.bound.metric,
+                                  search_path=list(ctx.metric_search_path), role="calib")
         self.grid, self.left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
             (tuple(sorted(config.auto_ratios)), {})
         self.work = Path(ctx.work_dir) / "prune-auto"
@@ -167,7 +168,7 @@ class _RatioSearch:
         value = self.metric.score_outputs([ort_run_fn(result.path, self.ctx.threads)(f) for f in self.held.feeds()])
         drop = self.metric.drop(value)
         row.update({"held_metric": round(value, 4), "drop": round(drop, 4),
-                    "within": bool(drop <= config.auto_max_drop), "seconds": round(time.perf_counter() - step_t0, 2)})
+                    "within": bool(drop <= config.bound.max_accuracy_drop), "seconds": round(time.perf_counter() - step_t0, 2)})
         self.tried[i] = row
         self.paths[i], self.reports[i] = result.path, report
         if row.get("stopped") == "interrupted":
@@ -180,7 +181,7 @@ class _RatioSearch:
     def report(self, order: list[int]) -> dict:
         metric = self.metric
         return {
-            "mode": "channels", "auto": True, "max_accuracy_drop": self.config.auto_max_drop, "grid": list(self.grid),
+            "mode": "channels", "auto": True, "max_accuracy_drop": self.config.bound.max_accuracy_drop, "grid": list(self.grid),
             "grid_left_out": self.left_out,
             "metric": metric.name, "metric_unit": metric.unit,
             "metric_basis": "labels" if metric.labels_used else "fp32",
@@ -204,7 +205,7 @@ def _none_within(model: Intermediate, config, ctx: ChainContext, search: _RatioS
                  f"channel of this model at round_to {config.round_to}: the model is not pruned (a recipe's "
                  "stages: {prune: {round_to: N}} sets a finer multiple)")
     else:
-        ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.auto_max_drop:g} points of "
+        ctx.warn(f"prune auto: no ratio tried ({tried_text}) stayed within {config.bound.max_accuracy_drop:g} points of "
                  f"{search.metric.name} of FP32 on the held-back data: the model is not pruned")
     return Intermediate(model.path, model.format, model.precision,
                         {**model.notes, "prune": {"mode": "channels", "ratio": 0.0, "auto": True}})

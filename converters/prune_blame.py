@@ -49,15 +49,15 @@ def pruning_drop(pruned_model: Path, reference_model: Path, data, *, metric=None
 
 def blame_pruning(err: GateFailedError, ctx, options: ChainOptions, data, *, search_path=None) -> GateFailedError:
     """``err`` with what pruning alone cost; ``err`` itself when nothing was pruned or it can't be measured."""
-    if ctx.pruned_model is None or data is None or not len(data) or options.max_accuracy_drop is None:
+    if ctx.pruned_model is None or data is None or not len(data) or options.bound.max_accuracy_drop is None:
         return err
     try:
-        share = pruning_drop(ctx.pruned_model, ctx.reference_model, data, metric=options.metric,
+        share = pruning_drop(ctx.pruned_model, ctx.reference_model, data, metric=options.bound.metric,
                              threads=ctx.threads, search_path=search_path)
     except Exception as measure_err:  # noqa: BLE001 - the gate's own verdict stands; the blame is extra
         err.details["pruning"] = {"not_measured": f"{type(measure_err).__name__}: {measure_err}"[:200]}
         return err
-    bound, drop, what = options.max_accuracy_drop, share["drop"], what_pruned(options)
+    bound, drop, what = options.bound.max_accuracy_drop, share["drop"], what_pruned(options)
     share.update(stage=what, turn_off=turn_off_flag(options))
     figures = (f"{what} alone, at FP32, takes {share['metric']} from {share['unpruned']:.2f} to "
                f"{share['pruned_fp32']:.2f} (drop {drop:.2f}) on {share['samples']} samples")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import (
     ChainContext,
     ChainOptions,
@@ -57,6 +58,9 @@ class RecoverConfig(StageConfig):
     label_weight: float = Field(default=0.5, ge=0, le=1)  # weight of cross-entropy on labels, when given
     seed: int = 0
     required: bool = False  # asked for explicitly (--recover): no calibration data is an error, not a skip
+    # the planner's: early stopping judges the held-back samples with the bound's task metric (--metric); its other
+    # fields are not read here
+    bound: AccuracyBound = AccuracyBound()
 
 
 def train_extra_missing() -> str | None:
@@ -102,7 +106,7 @@ class Recover(Stage):
             return None  # auto: the plan says why (make_plan's warning)
         if options.recover:
             require_train()
-        return RecoverConfig(budget_s=options.recover_budget_s, required=bool(options.recover))
+        return RecoverConfig(budget_s=options.recover_budget_s, required=bool(options.recover), bound=options.bound)
 
     @classmethod
     def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:

@@ -49,7 +49,8 @@ class Job:
         held_idx, train_idx = np.sort(idx[:k]), np.sort(idx[k:])
         held = calib.subset(held_idx)
         ort_teacher = ort_run_fn(reference, ctx.threads)
-        metric = make_metric(ort_teacher, held, role="calib")  # held-back --calib samples
+        metric = make_metric(ort_teacher, held, config.bound.metric, search_path=list(ctx.metric_search_path),
+                             role="calib")  # held-back --calib samples, the bound's task metric (--metric)
         job_labels = None
         if calib.labels is not None and metric.kind == MetricName.TOP1:
             lab = np.asarray(calib.labels)

@@ -27,6 +27,6 @@ def check_before_work(plan, facts) -> None:
     the data (``facts``: a ``converters.base.RunFacts``): raises the same error the later step would."""
     from edgeopt.chain import stage_class
 
-    check_metric_against_outputs(plan.options.metric, facts.outputs)
+    check_metric_against_outputs(plan.options.bound.metric, facts.outputs)
     for stage in plan.stages:
         stage_class(stage.name, plan).check_before_work(stage.config, facts)

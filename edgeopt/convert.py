@@ -262,34 +262,33 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
     from edgeopt.artifact import write_manifest
     from edgeopt.chain import check_samples, execute
     from edgeopt.converters.base import ChainContext, Intermediate
-    from edgeopt.metrics import metric_context
     from edgeopt.model import graph_outputs, load_onnx
     from edgeopt.validate import check_gates, validate_artifact
 
     in_specs, out_specs, calib_ds, val, val_source, search_path = before
-    with metric_context(plan.options.metric, search_path):  # the searches' default metric
-        ctx = ChainContext(work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
-                           eval=val if val_source == "eval" else None, check_samples=check_samples(val),
-                           threads=plan.options.threads, warnings=[], progress=progress)
-        inter, records = execute(plan, Intermediate(src), ctx, on_warning=warn)
-        if ctx.reference_model != src:  # the normalized model: static output shapes
-            out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
-        manifest = write_manifest(tmp, _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds,
-                                                 pre, warnings, bool(o.from_torch)))
-        validation = validate_artifact(tmp, ctx.reference_model, val, data_source=val_source,
-                                       manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
-                                       max_accuracy_drop=plan.options.max_accuracy_drop,
-                                       min_cosine=plan.options.min_cosine, progress=progress,
-                                       metric=plan.options.metric, search_path=search_path)
-        manifest.validation = validation
-        manifest.warnings = list(warnings)
-        manifest = write_manifest(tmp, manifest)
-        try:
-            check_gates(validation)
-        except GateFailedError as err:  # the final gate: say what a pruning stage cost
-            from edgeopt.converters.prune_blame import blame_pruning
+    ctx = ChainContext(work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
+                       eval=val if val_source == "eval" else None, check_samples=check_samples(val),
+                       threads=plan.options.threads, metric_search_path=tuple(search_path), warnings=[],
+                       progress=progress)
+    inter, records = execute(plan, Intermediate(src), ctx, on_warning=warn)
+    if ctx.reference_model != src:  # the normalized model: static output shapes
+        out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))
+    manifest = write_manifest(tmp, _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds,
+                                             pre, warnings, bool(o.from_torch)))
+    validation = validate_artifact(tmp, ctx.reference_model, val, data_source=val_source,
+                                   manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
+                                   max_accuracy_drop=plan.options.bound.max_accuracy_drop,
+                                   min_cosine=plan.options.bound.min_cosine, progress=progress,
+                                   metric=plan.options.bound.metric, search_path=search_path)
+    manifest.validation = validation
+    manifest.warnings = list(warnings)
+    manifest = write_manifest(tmp, manifest)
+    try:
+        check_gates(validation)
+    except GateFailedError as err:  # the final gate: say what a pruning stage cost
+        from edgeopt.converters.prune_blame import blame_pruning
 
-            raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
+        raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
     if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
         manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
                                                threads=plan.options.threads)
@@ -311,22 +310,12 @@ def _before_work(src: Path, shapes, o: ConvertOptions, plan, pre, warn):
     in_specs, out_specs = graph_inputs(proto), graph_outputs(proto)
     del proto
     calib_ds, val, val_source = load_datasets(in_specs, o.calib, o.eval, pre, plan.precision, warn)
-    recipe_path = o.recipe if isinstance(o.recipe, (str, os.PathLike)) else None
-    search_path = _metric_search_path(o.metric_search_path, recipe_path)
+    search_path = list(o.metric_dirs())
     for note in dict.fromkeys([*(calib_ds.notes if calib_ds is not None else []), *val.notes]):
         warn(note)
     check_before_work(plan, RunFacts(tuple(in_specs), tuple(out_specs), calib_ds))
-    check_task_metric(src, shapes, val, val_source, plan.options.metric, search_path, plan.options.threads)
+    check_task_metric(src, shapes, val, val_source, plan.options.bound.metric, search_path, plan.options.threads)
     return in_specs, out_specs, calib_ds, val, val_source, search_path
-
-
-def _metric_search_path(given, recipe_path) -> list[str]:
-    """Where a user's ``--metric MODULE:FUNCTION`` is imported from: the given dirs, the recipe's
-    directory, then the current directory."""
-    dirs = [str(d) for d in (given or ())]
-    if recipe_path is not None:
-        dirs.append(str(Path(recipe_path).resolve().parent))
-    return dirs
 
 
 def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings, with_torch):

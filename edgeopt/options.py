@@ -19,15 +19,16 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic.fields import FieldInfo
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import CalibMethod, PruneMode
 from edgeopt.enums import Precision, QuantMode
 from edgeopt.errors import UsageError, did_you_mean
-from edgeopt.metrics.base import MetricSpec
 
 
-class ChainRequest(BaseModel):
+class _ChainRequestBase(BaseModel):
     """What the user asks of the chain; None: the recipe's value, else the profile's default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -43,12 +44,7 @@ class ChainRequest(BaseModel):
     recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage (default 120)
     calib_method: CalibMethod | None = None
     per_channel: bool | None = None
-    max_accuracy_drop: float | None = Field(default=None, ge=0.0)  # gate (and the INT8 search's target), points
-    min_cosine: float | None = Field(default=None, ge=-1.0, le=1.0)  # gate: least cosine similarity to FP32
-    search_budget: float | None = Field(default=None, gt=0)  # seconds for the accuracy-aware INT8 search (default 120)
-    min_speedup: float | None = Field(default=None, gt=0)  # gate: accuracy-aware INT8 at least this much faster
     threads: int | None = Field(default=None, gt=0)
-    metric: MetricSpec | None = None  # the task metric (edgeopt.metrics): `ctc`, {name: ctc, ctc_blank: 0}, mod:fn
     export_c: bool | None = None  # also write the model as a C array (model_data.h/.c, firmware); TFLite only
     c_name: str | None = None  # with export_c: the C symbols' name, g_<c_name>_model_data (default "model")
     stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides: {quantize: {...}, onnxruntime: {...}}
@@ -57,6 +53,11 @@ class ChainRequest(BaseModel):
     @classmethod
     def _prune_auto_or_number(cls, v):
         return prune_field(v)
+
+    def accuracy_bound(self) -> AccuracyBound:
+        """The bound every searching stage gets: the fields given here over :class:`AccuracyBound`'s defaults."""
+        given = {k: getattr(self, k) for k in AccuracyBound.model_fields if getattr(self, k) is not None}
+        return AccuracyBound.model_validate(given)
 
     def chain_request(self) -> ChainRequest:
         """Only the chain options of a model that derives from this one (a recipe, a target, convert's options)."""
@@ -72,6 +73,16 @@ class ChainRequest(BaseModel):
         stages = {name: {**theirs.stages.get(name, {}), **mine.stages.get(name, {})}
                   for name in dict.fromkeys([*theirs.stages, *mine.stages])}
         return ChainRequest.model_validate({**merged, "stages": stages})
+
+
+def _as_requested(field: FieldInfo) -> tuple[Any, FieldInfo]:
+    """A stage-side declaration as a request field: the same type, checks and description, None when not given."""
+    return field.annotation | None, FieldInfo.merge_field_infos(field, default=None)
+
+
+# The accuracy bound's options are declared once, in AccuracyBound; the request takes them from there.
+ChainRequest = create_model("ChainRequest", __base__=_ChainRequestBase, __module__=__name__,
+                            **{name: _as_requested(f) for name, f in AccuracyBound.model_fields.items()})
 
 
 def prune_field(v):
@@ -102,6 +113,12 @@ class ConvertOptions(ChainRequest):
     dry_run: bool = False  # make the plan and stop
     verify_on: str | None = None  # a device (inventory name): run the artifact there, compare with this host
     fallback: bool = True  # ARM profiles: the next backend, then the best float precision that holds, when one misses
+
+    def metric_dirs(self) -> tuple[str, ...]:
+        """Where a user's ``--metric MODULE:FUNCTION`` is imported from: the given dirs, then the recipe file's
+        directory (then the current directory, ``edgeopt.metrics``' last resort)."""
+        recipe_dir = (str(Path(self.recipe).resolve().parent),) if isinstance(self.recipe, (str, Path)) else ()
+        return (*map(str, self.metric_search_path), *recipe_dir)
 
     @field_validator("input_shapes", mode="before")
     @classmethod

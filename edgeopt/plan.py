@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
-from edgeopt.converters.base import SEARCH_BUDGET_S, CalibMethod, ChainOptions, PruneMode, StageConfig
+from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision, QuantMode, UnitKind
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
@@ -309,15 +309,11 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
             recover_budget_s=_pick(r.recover_budget, 120.0),
             calib_method=_enum(CalibMethod, _pick(r.calib_method, CalibMethod.MINMAX), "--calib-method"),
             per_channel=_pick(r.per_channel, True),
-            max_accuracy_drop=r.max_accuracy_drop,
-            min_cosine=r.min_cosine,
-            search_budget_s=_pick(r.search_budget, SEARCH_BUDGET_S),
-            min_speedup=r.min_speedup,
+            bound=r.accuracy_bound(),
             threads=r.threads,
             backend_settings=dict(target.settings) if target else {},
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
-            metric=r.metric,
             export_c=_pick(r.export_c, False),
             c_name=r.c_name,
             prune_channel_multiple=_channel_multiple(profile, target, prec),

@@ -74,12 +74,10 @@ def tune_plan(profile, options: ConvertOptions | None = None, **keywords):
 
 def backend_input(model, plan, options: ConvertOptions, *, work_dir: Path, warn=None):
     """The ONNX proto the TVM backend sees: ``plan``'s stages before the backend, on ``options``' data."""
-    import os
 
     from edgeopt.chain import check_samples, execute, load_datasets
     from edgeopt.converters.base import ChainContext, Intermediate
     from edgeopt.data import parse_preprocess
-    from edgeopt.metrics import metric_context
     from edgeopt.model import fix_input_shapes, graph_inputs, load_onnx
 
     src = Path(model)
@@ -93,10 +91,9 @@ def backend_input(model, plan, options: ConvertOptions, *, work_dir: Path, warn=
                                            parse_preprocess(options.preprocess), plan.precision, data_warn)
     ctx = ChainContext(work_dir=work_dir, artifact_dir=work_dir / "unused", reference_model=src, calib=calib,
                        eval=val if val_source == "eval" else None, check_samples=check_samples(val),
-                       threads=plan.options.threads)
-    recipe_dir = [str(Path(options.recipe).resolve().parent)] if isinstance(options.recipe, (str, os.PathLike)) else []
-    with metric_context(plan.options.metric, [*map(str, options.metric_search_path), *recipe_dir]):
-        inter, _ = execute(plan, Intermediate(src), ctx, stop_before=plan.backend.value, on_warning=warn)
+                       threads=plan.options.threads,
+                       metric_search_path=options.metric_dirs())
+    inter, _ = execute(plan, Intermediate(src), ctx, stop_before=plan.backend.value, on_warning=warn)
     return load_onnx(inter.path, check=False)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from fixtures_models import digits_datasets
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, ChainOptions, Format, Intermediate, StageRecord
 from edgeopt.data import Dataset
 from edgeopt.enums import BackendName, Precision
@@ -174,7 +175,7 @@ def test_int8_accuracy_control_recovers_outlier_model(tmp_path):
     protos = outlier_classifier(model)
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
     ctx = _ctx(tmp_path, calib, ev)
-    OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, max_accuracy_drop=1.0), ctx)
+    OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
     assert aa["kept_in_float_count"] >= 1 and aa["search_samples"] + aa["confirm_samples"] == len(ev)

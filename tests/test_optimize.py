@@ -49,7 +49,7 @@ def test_optimize_digits_finds_a_winner_within_the_bound(cli, tmp_path):
     steps = {s["step"]: s for s in res["waterfall"]}
     assert "prune auto" in steps["recovered"]["label"] and "no-recover" in steps["pruned"]["label"]
     recovered = next(c for c in res["candidates"] if c["step"] == "recovered")
-    assert 0 < recovered["target"]["recover_budget"] <= 120  # capped by optimize's own budget
+    assert 0 < recovered["target"]["search_budget"] <= 120  # capped by optimize's own budget
     assert {"onnxruntime", "openvino"} <= {c["target"].get("backend") for c in res["candidates"]}
     front = res["pareto"]
     assert front and w["label"] in [p["label"] for p in front]

@@ -38,11 +38,11 @@ def test_auto_without_a_bound_is_a_usage_error_naming_the_flag():
 @pytest.mark.onnxruntime
 def test_auto_plans_a_searching_prune_stage_from_flag_or_recipe():
     for kw in ({"prune": "auto", "max_accuracy_drop": 1.0},
-               {"recipe": Recipe(prune="auto", max_accuracy_drop=0.5, recover_budget=30)}):
+               {"recipe": Recipe(prune="auto", max_accuracy_drop=0.5, search_budget=30, recover_budget=500)}):
         plan = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", **kw)
         prune = next(s for s in plan.stages if s.name == "prune").config
-        assert prune.auto and prune.auto_max_drop in (1.0, 0.5) and prune.ratio == 0.0
-    assert prune.auto_budget_s == 30
+        assert prune.auto and prune.bound.max_accuracy_drop in (1.0, 0.5) and prune.ratio == 0.0
+    assert prune.bound.search_budget == 30  # --search-budget bounds the whole search; --recover-budget does not
     with pytest.raises(UsageError):
         make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", prune="half")
 

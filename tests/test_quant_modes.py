@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
 from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
 from edgeopt.data import Dataset
@@ -139,11 +140,11 @@ def test_choose_mode_keeps_the_fastest_within_the_bound_and_says_why_others_were
 def test_the_users_metric_drives_the_mode_choice(tmp_path):
     """Two candidates: a fast one whose outputs are FP32's times 10 (the same argmax: the default agreement metric
     sees no difference) and a slow exact one. With the default metric the fast one is kept; with the user's metric
-    (``--metric my_metric:closeness``, read through the conversion's metric context), which scores how close the
+    (``--metric my_metric:closeness``, the bound's metric, which ``prepare`` puts in ``Bounded``), which scores how close the
     outputs are to FP32's, the fast one is over the bound and the slow one is kept."""
     from edgeopt.converters.quantize.bound import Bounded, ModeCandidate, choose_mode
     from edgeopt.converters.quantize.modes import QuantizedModel
-    from edgeopt.metrics import as_metric_spec, metric_context
+    from edgeopt.metrics import as_metric_spec
 
     (tmp_path / "my_metric.py").write_text(
         "import numpy as np\n"
@@ -161,15 +162,14 @@ def test_the_users_metric_drives_the_mode_choice(tmp_path):
         time.sleep(0.005)
         return fp32(feed)
 
-    def choose():
+    def choose(metric=None):
         cands = [ModeCandidate(label, lambda lb=label, run=run: (lb, run, QuantizedModel(None, DynamicMode(), 1, 0)))
                  for label, run in (("scaled", lambda f: {"y": 10 * fp32(f)["y"]}), ("exact", slow))]
-        return choose_mode(cands, b=Bounded(search, confirm, fp32, 2), bound=1.0, budget_s=60, fp32_timed=fp32,
+        return choose_mode(cands, b=Bounded(search, confirm, fp32, 2, metric, (str(tmp_path),)), bound=1.0, budget_s=60, fp32_timed=fp32,
                            backend="onnxruntime")
 
     assert choose().label == "scaled"
-    with metric_context(as_metric_spec("my_metric:closeness"), [tmp_path]):
-        mine = choose()
+    mine = choose(as_metric_spec("my_metric:closeness"))
     assert mine.label == "exact" and mine.report["metric"].endswith("my_metric:closeness")
     assert mine.report["candidates"][0]["why"].startswith("over the bound: drop 100.00")
 
@@ -233,7 +233,7 @@ def test_auto_with_a_bound_on_a_recurrent_model_tries_dynamic_and_static_on_onnx
 
     model = tiny_lstm(tmp_path / "lstm.onnx")
     ctx = _ctx(tmp_path, lstm_data(32, 1), lstm_data(64, 2))
-    QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=50.0, backend="onnxruntime"), ctx)
+    QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=50.0), backend="onnxruntime"), ctx)
     rep = ctx.record.report
     rows = rep["mode_search"]["candidates"]
     assert [r["mode"] for r in rows] == ["dynamic per-channel", "dynamic per-tensor", "static per-channel"]

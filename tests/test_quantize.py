@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fixtures_models import digits_datasets, outlier_mlp
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, StageRecord
 from edgeopt.data import Dataset, load_npz
 from edgeopt.enums import BackendName, Precision
@@ -69,8 +70,8 @@ def test_configure_only_for_int8_fp16_and_backends_that_do_not_quantize():
     assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP32)) is None
     assert QuantizeStage.configure(ChainOptions(backend=BackendName.OPENVINO, precision=Precision.INT8)) is None
     cfg = QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.INT8,
-                                               calib_method="percentile", max_accuracy_drop=0.5))
-    assert cfg.precision == Precision.INT8 and cfg.calib_method == "percentile" and cfg.max_accuracy_drop == 0.5
+                                               calib_method="percentile", bound=AccuracyBound(max_accuracy_drop=0.5)))
+    assert cfg.precision == Precision.INT8 and cfg.calib_method == "percentile" and cfg.bound.max_accuracy_drop == 0.5
     assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP16)).precision == "fp16"
 
 
@@ -200,7 +201,7 @@ def test_accuracy_aware_recovers_outlier_model_and_reports(tmp_path):
     assert any("differs from FP32" in w for w in naive_ctx.warnings)
 
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", max_accuracy_drop=1.0), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["metric"] == "top1_accuracy"
     assert aa["search_samples"] + aa["confirm_samples"] == len(ev)
@@ -226,7 +227,7 @@ def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeyp
     protos = outlier_classifier(model)
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", max_accuracy_drop=1.0), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert not isolated and aa["sensitivity"]["method"] == sensitivity.LOCAL_METHOD
     assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
@@ -242,7 +243,7 @@ def test_accuracy_aware_without_eval_data_is_usage_error(tmp_path):
     calib = outlier_data(outlier_classifier(model), 32, seed=1)
     ctx = _ctx(tmp_path, calib, None, check=calib.subset(np.arange(4)))
     with pytest.raises(UsageError, match="needs evaluation data"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0), ctx)
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
 
 
 def test_min_cosine_gate_fails_on_broken_int8(tmp_path):
@@ -252,7 +253,7 @@ def test_min_cosine_gate_fails_on_broken_int8(tmp_path):
     protos = outlier_classifier(model)
     data = outlier_data(protos, 64, seed=1)
     with pytest.raises(GateFailedError, match="below --min-cosine 0.99"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", min_cosine=0.99),
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(min_cosine=0.99)),
                             _ctx(tmp_path, data, data))
 
 
@@ -282,12 +283,12 @@ def test_silero_vad_int8_breaks_and_is_caught_or_recovered(tmp_path):
     (tmp_path / "a").mkdir()
     naive_ctx = _ctx(tmp_path / "a", calib, ev, check=check)
     with pytest.raises(GateFailedError, match="cosine"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(min_cosine=0.99), naive_ctx)
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(min_cosine=0.99)), naive_ctx)
     assert naive_ctx.record.checks["cosine_min"] < 0.9
     with pytest.raises(UsageError, match="dynamic INT8 refused"):
         QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="dynamic"), naive_ctx)
     ctx = _ctx(tmp_path, calib, ev, check=check)
-    QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=2.0), ctx)
+    QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=2.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 2.0 and aa["labels"]
     assert "decision" in aa["metric"] and "0.5" in aa["metric"]  # the one-value output's metric, named

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from fixtures_models import outlier_mlp
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
 from edgeopt.data import Dataset
 from edgeopt.enums import Precision
@@ -96,7 +97,7 @@ def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(ta
     monkeypatch.setattr(sensitivity, "rank_nodes", counting_rank)
     monkeypatch.setattr(sensitivity, "isolate", counting_isolate)
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0, search_budget_s=60), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and aa["search_drop_points"] <= 1.0
     # ranked once: one ranking, one isolated model per quantized node, whatever the number of candidates
@@ -117,7 +118,7 @@ def test_tiny_budget_is_a_gate_failure_naming_the_best_metric(tagger, tmp_path):
     model, calib, ev = tagger
     ctx = _ctx(tmp_path, calib, ev)
     with pytest.raises(GateFailedError) as err:
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0, search_budget_s=0.01), ctx)
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=0.01)), ctx)
     line = err.value.one_line()
     assert "search budget" in line and "best " in line and "ops kept in float" in line
     aa = ctx.record.report["accuracy_aware"]
@@ -147,7 +148,7 @@ def test_search_budget_flag_reaches_the_plan(tmp_path, cli):
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads(proc.stdout)["plan"]
     quant = next(s for s in plan["stages"] if s["name"] == "quantize")["config"]
-    assert quant["search_budget_s"] == 30 and quant["min_speedup"] == 1.2
+    assert quant["bound"]["search_budget"] == 30 and quant["bound"]["min_speedup"] == 1.2
     bad = cli("convert", str(model), "--search-budget", "0", "--dry-run", "--json")
     assert bad.returncode == 2
 
@@ -160,7 +161,7 @@ def test_min_speedup_gate_fails_when_int8_is_no_faster(tagger, tmp_path):
     model, calib, ev = tagger
     ctx = _ctx(tmp_path, calib, ev)
     with pytest.raises(GateFailedError, match=r"below --min-speedup 100") as err:
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(max_accuracy_drop=1.0, min_speedup=100.0), ctx)
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0, min_speedup=100.0)), ctx)
     assert {"fp32", "int8_final"} <= set(err.value.details["latency_ms"])
 
 
@@ -185,8 +186,7 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
 
     monkeypatch.setattr(nncf_search, "activation_quantizers", counting)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
-    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, max_accuracy_drop=1.0,
-                                                                    search_budget_s=60), ctx)
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
     assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
@@ -217,8 +217,7 @@ def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignor
     calib, _ = sequences(protos, 48, seed=1)
     ev, _ = sequences(protos, 96, seed=2)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
-    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, max_accuracy_drop=1.0,
-                                                                    search_budget_s=60), ctx)
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["tried"][0]["search_drop_points"] > 20  # naive INT8 is broken
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
@@ -240,7 +239,7 @@ def test_tflite_int8_with_bound_is_searched_confirmed_and_timed(tmp_path):
     digits = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "digits_cnn.onnx"
     calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test, stage="tflite")
-    TFLiteBackend().run(Intermediate(digits), TFLiteConfig(precision=Precision.INT8, max_accuracy_drop=2.0,
+    TFLiteBackend().run(Intermediate(digits), TFLiteConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=2.0),
                                                            calib_samples=64), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 2.0 and aa["labels"]

@@ -21,10 +21,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import (
-    SEARCH_BUDGET_S,
     Backend,
     ChainContext,
     ChainOptions,
@@ -62,10 +61,7 @@ class OpenVINOConfig(StageConfig):
     model_type: str | None = None  # "transformer" for attention models
     fast_bias_correction: bool = True
     ignored_scope: tuple[str, ...] = ()  # OpenVINO op names kept in float
-    max_accuracy_drop: float | None = None
-    search_fraction: float = 0.5
-    search_budget_s: float = Field(default=SEARCH_BUDGET_S, gt=0)  # the accuracy-aware search's time budget
-    min_speedup: float | None = Field(default=None, gt=0)  # gate: the searched INT8 vs FP32 (quick estimate)
+    bound: AccuracyBound = AccuracyBound()  # the accuracy-aware search's bound, metric and budget (the planner's)
 
 
 @register_stage
@@ -89,9 +85,8 @@ class OpenVINOBackend(Backend):
     @classmethod
     def configure(cls, options: ChainOptions) -> OpenVINOConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "mode": options.quant_mode, "max_accuracy_drop": options.max_accuracy_drop,
-              "threads": options.threads or s.get("threads"), "search_budget_s": options.search_budget_s,
-              "min_speedup": options.min_speedup}
+        kw = {"precision": options.precision, "mode": options.quant_mode, "bound": options.bound,
+              "threads": options.threads or s.get("threads")}
         for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
             if key in s:
                 kw[key] = s[key]
@@ -189,11 +184,11 @@ class OpenVINOBackend(Backend):
         try:
             with library_prints(), nncf_logs_follow_prints():  # stdout is the CLI's output
                 if config.mode == QuantMode.WEIGHTS or (config.mode == QuantMode.AUTO and
-                                                        config.max_accuracy_drop is not None):
+                                                        config.bound.max_accuracy_drop is not None):
                     q = self._modes(ov_model, config, ctx, model, report, proto, common)
                     if q is not None:
                         return q
-                if config.max_accuracy_drop is None:
+                if config.bound.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common)
                 q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
                 report["accuracy_aware"] = aa
@@ -214,7 +209,7 @@ class OpenVINOBackend(Backend):
         from edgeopt.converters.quantize.ov_modes import search_ov_modes
 
         pinned = config.mode == QuantMode.WEIGHTS
-        if pinned and config.max_accuracy_drop is None:
+        if pinned and config.bound.max_accuracy_drop is None:
             report.update(mode=QuantMode.WEIGHTS.value, method="nncf.compress_weights INT8 (weights only)")
             return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode())
         pays, why, mix = dynamic_decision(proto)
@@ -286,12 +281,13 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
         speed_verdict,
     )
 
-    bound = float(config.max_accuracy_drop)
-    b = prepare(ctx, "openvino", onnx_path, config.search_fraction)
+    bound = float(config.bound.max_accuracy_drop)
+    b = prepare(ctx, "openvino", onnx_path, config.bound)
     threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     out_names = [o.name for o in fp32_run.session.get_outputs()]
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
-                         confirm=confirm, bound=bound, budget_s=config.search_budget_s, progress=ctx.progress,
+                         confirm=confirm, bound=bound, budget_s=config.bound.search_budget, progress=ctx.progress,
+                         metric_spec=b.metric, search_path=b.search_path,
                          threads=threads)
     report = result.report
     report["method"] = ("nncf.quantize: NNCF's options, then units (an activation quantizer and its readers' INT8 "
@@ -311,7 +307,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final", runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
-                                    min_speedup=config.min_speedup, ctx=ctx, prefix="openvino",
+                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino",
                                     alternatives=alternatives, threads=threads)
     return q, report
 

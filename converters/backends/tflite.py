@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.backends.tflite_convert import (
     LOG_HINT,
     MODEL_FILE,
@@ -70,10 +71,7 @@ class TFLiteConfig(StageConfig):
     export_c: bool = False
     c_name: str = "model"  # C symbols g_<c_name>_model_data[_len] (--export-c uses the model's file name)
     timeout_s: float = 3600.0
-    max_accuracy_drop: float | None = None  # INT8: the search of converters/quantize/tflite_search.py
-    search_fraction: float = 0.5
-    search_budget_s: float = 120.0
-    min_speedup: float | None = None
+    bound: AccuracyBound = AccuracyBound()  # INT8: the search of converters/quantize/tflite_search.py (the planner's)
 
 
 @register_stage
@@ -99,8 +97,7 @@ class TFLiteBackend(Backend):
     def configure(cls, options: ChainOptions) -> TFLiteConfig:
         s = options.backend_settings
         kw = {"precision": options.precision, "per_channel": options.per_channel,
-              "threads": options.threads or s.get("threads"), "max_accuracy_drop": options.max_accuracy_drop,
-              "search_budget_s": options.search_budget_s, "min_speedup": options.min_speedup}
+              "threads": options.threads or s.get("threads"), "bound": options.bound}
         for key in ("io_dtype", "delegate", "calib_samples", "export_c"):
             if key in s:
                 kw[key] = s[key]
@@ -180,7 +177,7 @@ class TFLiteBackend(Backend):
                                  "synthetic": bool(getattr(ctx.calib, "synthetic", False))}
         report["io_dtype"] = config.io_dtype.value
         gran = Granularity.PER_CHANNEL if config.per_channel else Granularity.PER_TENSOR
-        if config.max_accuracy_drop is not None:
+        if config.bound.max_accuracy_drop is not None:
             from edgeopt.converters.quantize.tflite_search import search_tflite
 
             made, report["accuracy_aware"] = search_tflite(self, quantizer, float_tflite, model, config, ctx,

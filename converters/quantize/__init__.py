@@ -11,8 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pydantic import Field
-
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import (
     CalibMethod,
     ChainContext,
@@ -27,7 +26,6 @@ from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageErro
 
 from .modes import QuantMode
 from .presets import PRESETS, get_preset, preset_for_profile
-from .search import DEFAULT_BUDGET_S
 
 
 class QuantizeConfig(StageConfig):
@@ -44,11 +42,7 @@ class QuantizeConfig(StageConfig):
     calib_samples: int | None = 128
     pre_process: bool = True
     nodes_to_exclude: tuple[str, ...] = ()
-    max_accuracy_drop: float | None = None
-    search_fraction: float = 0.5
-    search_budget_s: float = Field(default=DEFAULT_BUDGET_S, gt=0)  # the accuracy-aware search's time budget
-    min_speedup: float | None = Field(default=None, gt=0)  # gate: the searched INT8 vs FP32 (quick estimate)
-    min_cosine: float | None = None
+    bound: AccuracyBound = AccuracyBound()  # the accuracy-aware search's bound, metric and budget (the planner's)
 
 
 def _auto_reason(pays: bool, why: str, mix: dict, bounded: bool) -> str:
@@ -83,10 +77,7 @@ class QuantizeStage(Stage):
             precision=options.precision,
             calib_method=options.calib_method,
             per_channel=options.per_channel,
-            max_accuracy_drop=options.max_accuracy_drop,
-            search_budget_s=options.search_budget_s,
-            min_speedup=options.min_speedup,
-            min_cosine=options.min_cosine,
+            bound=options.bound,
         )
 
     def run(self, model: Intermediate, config: QuantizeConfig, ctx: ChainContext) -> Intermediate:
@@ -113,7 +104,7 @@ class QuantizeStage(Stage):
             if mode == QuantMode.DYNAMIC and not pays:
                 raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
             if mode == QuantMode.AUTO:
-                report["mode_reason"] = _auto_reason(pays, why, mix, config.max_accuracy_drop is not None)
+                report["mode_reason"] = _auto_reason(pays, why, mix, config.bound.max_accuracy_drop is not None)
         if config.precision == Precision.FP16:
             from .fp16 import convert_fp16
 
@@ -125,7 +116,7 @@ class QuantizeStage(Stage):
         elif mode == QuantMode.WEIGHTS:
             raise UsageError("quantize: weight-only INT8 is not available on ONNX Runtime",
                              "use mode static or dynamic (or auto, the default)")
-        elif config.max_accuracy_drop is not None and (mode == QuantMode.DYNAMIC or pays):
+        elif config.bound.max_accuracy_drop is not None and (mode == QuantMode.DYNAMIC or pays):
             from .ort_modes import search_ort_modes
 
             static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
@@ -155,9 +146,9 @@ class QuantizeStage(Stage):
         if cos is not None and cos < 0.99:
             ctx.warn(f"quantize: {config.precision.value} output differs from FP32 (cosine min {cos:.4f} on "
                      f"{checks['samples']} samples): this model may not survive {config.precision.value}")
-        if config.min_cosine is not None and cos is not None and cos < config.min_cosine:
+        if config.bound.min_cosine is not None and cos is not None and cos < config.bound.min_cosine:
             raise GateFailedError(
-                f"quantize: {config.precision.value} output cosine {cos:.4f} vs FP32 is below --min-cosine {config.min_cosine}",
+                f"quantize: {config.precision.value} output cosine {cos:.4f} vs FP32 is below --min-cosine {config.bound.min_cosine}",
                 "use --max-accuracy-drop for accuracy-aware INT8, or --precision fp32", details=checks)
         return Intermediate(out, model.format, config.precision, dict(model.notes))
 
@@ -167,12 +158,11 @@ class QuantizeStage(Stage):
         from .ort_static import count_ops, quantize_static
 
         src, settings, input_names, _, _ = setup or self._static_setup(model, config, ctx, fp32, work, report)
-        if config.max_accuracy_drop is not None:
+        if config.bound.max_accuracy_drop is not None:
             from .accuracy_aware import accuracy_aware
 
-            path, aa = accuracy_aware(src, work, settings, ctx, config.max_accuracy_drop, input_names,
-                                      config.calib_samples, config.search_fraction, config.search_budget_s,
-                                      config.min_speedup, fp16_hint=bool(config.profile_has_gpu))
+            path, aa = accuracy_aware(src, work, settings, ctx, config.bound, input_names, config.calib_samples,
+                                      fp16_hint=bool(config.profile_has_gpu))
             report["accuracy_aware"] = aa
             shutil.copyfile(path, out)
         else:

@@ -19,7 +19,7 @@ from . import sensitivity
 from .bound import ort_runner
 from .onnxruntime_quantizer import count_units
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
-from .search import DEFAULT_BUDGET_S, QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
 def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
@@ -62,16 +62,17 @@ def _skip_all_ops_option(bound: float):
     return skip_when
 
 
-def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: float, input_names: list[str],
-                   calib_samples: int | None, search_fraction: float = 0.5, budget_s: float = DEFAULT_BUDGET_S,
-                   min_speedup: float | None = None, fp16_hint: bool = False) -> tuple[Path, dict]:
-    """Quantize ``src`` (FP32 ONNX) so the metric drop stays within ``bound`` on data the search never
-    saw, within ``budget_s`` seconds (:mod:`.search`); returns (path, report)."""
+def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bound, input_names: list[str],
+                   calib_samples: int | None, fp16_hint: bool = False) -> tuple[Path, dict]:
+    """Quantize ``src`` (FP32 ONNX) so the metric drop stays within ``accuracy_bound`` (the stage's
+    :class:`AccuracyBound`) on data the search never saw, within its search budget (:mod:`.search`); returns
+    (path, report)."""
     import onnx
 
     from .bound import prepare
 
-    b = prepare(ctx, "quantize", src, search_fraction)
+    b = prepare(ctx, "quantize", src, accuracy_bound)
+    bound, min_speedup = float(accuracy_bound.max_accuracy_drop), accuracy_bound.min_speedup
     threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     variants = _variants(base)
     paths: dict[int, Path] = {}
@@ -109,7 +110,8 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, bound: floa
     result = run_search(
         options=[(label, build(i, settings, f"variant{i}.onnx")) for i, (label, settings) in enumerate(variants)],
         rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
-        budget_s=budget_s, progress=ctx.progress, what="INT8 search (onnxruntime)",
+        budget_s=accuracy_bound.search_budget, progress=ctx.progress, what="INT8 search (onnxruntime)",
+        metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
         fallback_bases=len(variants))
     report = result.report

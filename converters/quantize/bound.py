@@ -30,6 +30,8 @@ class Bounded:
     confirm: Any  # the part held back, which only confirms a hit
     fp32_run: Callable
     threads: int
+    metric: Any = None  # the bound's MetricSpec (--metric; None: chosen from the output and the data)
+    search_path: tuple[str, ...] = ()  # where a MODULE:FUNCTION metric is imported from
 
 
 def ort_runner(model, threads: int | None = 2, spinning: bool = True):
@@ -56,15 +58,17 @@ def ort_runner(model, threads: int | None = 2, spinning: bool = True):
     return run
 
 
-def prepare(ctx, prefix: str, onnx_path, fraction: float = 0.5) -> Bounded:
-    """The eval data checked and split, and the FP32 ONNX model's run (the reference of every metric)."""
+def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
+    """The eval data checked and split by ``bound`` (the stage's :class:`AccuracyBound`), the FP32 ONNX model's run
+    (the reference of every metric) and the bound's task metric."""
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError(f"{prefix}: --max-accuracy-drop needs evaluation data (--eval FILE.npz, ≥ 4 samples)",
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
-    search, confirm = ctx.eval.split(fraction, seed=0)
+    search, confirm = ctx.eval.split(bound.search_fraction, seed=0)
     # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
-    return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads)
+    return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads, bound.metric,
+                   tuple(ctx.metric_search_path))
 
 
 @dataclass
@@ -86,7 +90,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                 backend: str, progress=None, feed: dict | None = None) -> ModeChoice:
     """The fastest candidate within ``bound`` on both parts, timed on the backend against ``fp32_timed``."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
-                       progress=progress, what=f"INT8 mode search ({backend})")
+                       progress=progress, what=f"INT8 mode search ({backend})", metric_spec=b.metric,
+                       search_path=b.search_path)
     built: dict[str, tuple[Any, Callable, Any]] = {}
     rows: list[dict] = []
     try:

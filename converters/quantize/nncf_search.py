@@ -352,13 +352,15 @@ def _error(reference: list[dict], got: list[dict]) -> float:
 
 def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: list[str], search, confirm,
                 bound: float, budget_s: float, progress=None, threads: int | None = None,
-                rank_samples: int = 16, on_rank: Callable | None = None) -> SearchResult:
+                rank_samples: int = 16, on_rank: Callable | None = None, metric_spec=None,
+                search_path=()) -> SearchResult:
     """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models."""
     s = _NncfSearch(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                     threads=threads, rank_samples=rank_samples, on_rank=on_rank)
     result = run_search(options=s.options(), rank=s.rank, with_float=s.bypassed, fp32_run=fp32_run, search=search,
                         confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
-                        what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used")
+                        what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used",
+                        metric_spec=metric_spec, search_path=search_path)
     result.report["transformer_options"] = s.transformer
     if "sensitivity" in result.report:
         result.report["sensitivity"]["method"] = s.ranking_method

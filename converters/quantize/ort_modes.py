@@ -48,13 +48,13 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     requested granularity, and missing the bound is exit 5."""
     from .bound import ort_runner
 
-    b = prepare(ctx, "quantize", model_path, config.search_fraction)
+    b = prepare(ctx, "quantize", model_path, config.bound)
     if pinned:
         grains = (Granularity.PER_TENSOR if config.per_channel is False else Granularity.PER_CHANNEL,)
     else:
         grains = (Granularity.PER_CHANNEL, Granularity.PER_TENSOR)
     choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, dynamic=grains, static=static), b=b,
-                         bound=float(config.max_accuracy_drop), budget_s=config.search_budget_s,
+                         bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
                          fp32_timed=ort_runner(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
@@ -65,7 +65,7 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
         if pinned:
             best = max((r for r in choice.report["candidates"] if "search_value" in r),
                        key=lambda r: r["search_value"], default=None)
-            raise GateFailedError(f"quantize: dynamic INT8 misses --max-accuracy-drop {config.max_accuracy_drop:g}"
+            raise GateFailedError(f"quantize: dynamic INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
                                   + (f": {best['why']}" if best else ""),
                                   "use --quant-mode auto (static INT8 with its search), relax the bound, or "
                                   "--precision fp32", details=choice.report)
@@ -74,7 +74,7 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     report.update(mode=choice.quantized.mode.kind.value, method=f"{choice.label} INT8 (onnxruntime.quantization), "
                   "the fastest mode within the bound")
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
-                                    min_speedup=config.min_speedup, ctx=ctx, prefix="quantize", threads=b.threads)
+                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="quantize", threads=b.threads)
     return True
 
 

@@ -21,7 +21,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
 
     from .nncf_search import compiled_run
 
-    b = prepare(ctx, "openvino", onnx_path, config.search_fraction)
+    b = prepare(ctx, "openvino", onnx_path, config.bound)
     core = ov.Core()
     in_names = [p.get_any_name() for p in ov_model.inputs]
     out_names = [o.name for o in b.fp32_run.session.get_outputs()]
@@ -34,20 +34,20 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
         return go
 
     modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
-    choice = choose_mode([ModeCandidate(m.label(), build(m)) for m in modes], b=b, bound=float(config.max_accuracy_drop),
-                         budget_s=config.search_budget_s, backend="openvino", progress=ctx.progress,
+    choice = choose_mode([ModeCandidate(m.label(), build(m)) for m in modes], b=b, bound=float(config.bound.max_accuracy_drop),
+                         budget_s=config.bound.search_budget, backend="openvino", progress=ctx.progress,
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]
-            raise GateFailedError(f"openvino: weight-only INT8 misses --max-accuracy-drop {config.max_accuracy_drop:g}: "
+            raise GateFailedError(f"openvino: weight-only INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}: "
                                   f"{row.get('why', '')}", "use --quant-mode auto, relax the bound, or --precision fp32",
                                   details=choice.report)
         return None
     report.update(mode=choice.quantized.mode.kind.value,
                   method=f"{choice.label} INT8 (NNCF), the fastest mode within the bound")
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
-                                    min_speedup=config.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads)
+                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads)
     return choice.artifact

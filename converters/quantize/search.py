@@ -29,25 +29,22 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.converters.base import SEARCH_BUDGET_S
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 
 from .sensitivity import UNRANKED
 
-DEFAULT_BUDGET_S = SEARCH_BUDGET_S  # declared once, in converters/base.py
 OPTIONS_SHARE = 0.5  # the quantizer's options may use half the budget; the float fallback gets the rest
 
 Rank = Callable[[Any, float], list]  # (option's artifact, deadline on time.perf_counter()) -> [(op, score)], best first
 Build = Callable[[], tuple[Any, Callable]]  # () -> (artifact, run function feed -> {name: array})
 
 
-def make_task_metric(fp32_run, dataset, spec=None):
-    """The task metric for ``dataset`` (``edgeopt.metrics.make_metric``; ``spec`` None: the chain's ``--metric``
-    through ``metric_context``, else chosen from the output and the data): ``.score(run, ds)``, ``.fp32_value``,
-    ``.name``."""
+def make_task_metric(fp32_run, dataset, spec=None, search_path=()):
+    """The task metric for ``dataset`` (``edgeopt.metrics.make_metric``; ``spec``: the stage bound's ``--metric``,
+    None: chosen from the output and the data): ``.score(run, ds)``, ``.fp32_value``, ``.name``."""
     from edgeopt.metrics import make_metric
 
-    return make_metric(fp32_run, dataset, spec)
+    return make_metric(fp32_run, dataset, spec, search_path=list(search_path))
 
 
 def metric_name(m) -> str:
@@ -83,11 +80,11 @@ class BudgetedSearch:
     """Scores candidates against the bound within a time budget, with a progress bar."""
 
     def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
-                 what: str = "INT8 search", labels: bool | None = None, metric_spec=None):
+                 what: str = "INT8 search", labels: bool | None = None, metric_spec=None, search_path=()):
         self.search, self.confirm, self.bound = search, confirm, float(bound)
         self.budget_s = float(budget_s)
-        self.m_search = make_task_metric(fp32_run, search, metric_spec)
-        self.m_confirm = make_task_metric(fp32_run, confirm, metric_spec)
+        self.m_search = make_task_metric(fp32_run, search, metric_spec, search_path)
+        self.m_confirm = make_task_metric(fp32_run, confirm, metric_spec, search_path)
         self.t0 = time.perf_counter()
         self.costs: list[float] = []
         self.tried: list[dict] = []
@@ -176,7 +173,7 @@ class BudgetedSearch:
 def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
-               sensitivity_method: str = "", metric_spec=None,
+               sensitivity_method: str = "", metric_spec=None, search_path=(),
                quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
@@ -185,7 +182,7 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
     ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
     ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
-                       progress=progress, what=what, metric_spec=metric_spec)
+                       progress=progress, what=what, metric_spec=metric_spec, search_path=search_path)
     try:
         return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases)
     finally:

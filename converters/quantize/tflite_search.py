@@ -57,7 +57,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         raise UsageError("tflite: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
-    search, confirm = ctx.eval.split(config.search_fraction, seed=0)
+    search, confirm = ctx.eval.split(config.bound.search_fraction, seed=0)
     other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
     modes = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
     t0 = time.perf_counter()
@@ -90,7 +90,8 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
     result = run_search(
         options=[(f"ai-edge-quantizer {m.label()}", build(i)) for i, m in enumerate(modes)],
         rank=rank, with_float=lambda i, kept: build(i, kept), fp32_run=ort_runner(ctx.reference_for(model.path), threads),  # unpruned FP32
-        search=search, confirm=confirm, bound=config.max_accuracy_drop, budget_s=config.search_budget_s,
+        search=search, confirm=confirm, bound=config.bound.max_accuracy_drop, budget_s=config.bound.search_budget,
+        metric_spec=config.bound.metric, search_path=tuple(ctx.metric_search_path),
         progress=ctx.progress, what="INT8 search (tflite/ai-edge-quantizer)",
         sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs")
     report = result.report
@@ -99,7 +100,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         report["static_failed"] = static_failed
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
-        err = gate_failure("tflite", result, config.max_accuracy_drop)
+        err = gate_failure("tflite", result, config.bound.max_accuracy_drop)
         if not report.get("stopped_by_budget"):  # the budget was not what stopped it: don't send the user there
             err.hint = "relax --max-accuracy-drop, or keep FP32 (--precision fp32) or FP16 (--precision fp16)"
         for scope in result.closest.kept[:3]:  # an op's scope joins its fused tensors' names: name its first
@@ -180,5 +181,5 @@ def _speed(float_tflite: Path, final: Path, runtime: dict, ctx, config, threads:
     """The INT8 result against the float ``.tflite`` it was made from, interleaved."""
     runs = {"fp32": _runner(float_tflite, runtime, threads), "int8_final": _runner(final, runtime, threads)}
     latency = interleaved_latency_ms(runs, (ctx.check_samples or search).feed(0), target_s=QUICK_S)
-    return speed_verdict(latency, final_key="int8_final", runtime="LiteRT (XNNPACK)", min_speedup=config.min_speedup,
+    return speed_verdict(latency, final_key="int8_final", runtime="LiteRT (XNNPACK)", min_speedup=config.bound.min_speedup,
                          ctx=ctx, prefix="tflite", threads=threads)

@@ -23,9 +23,6 @@ Every metric is higher-is-better. Its ``drop`` is ``fp32_value - value``: points
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
-
 import numpy as np
 
 from edgeopt.errors import BadDataError
@@ -70,27 +67,10 @@ def parse_metric_spec(name=None, *, axis=None, ctc_blank=None, threshold=None, m
         raise UsageError(f"--metric: {err.errors()[0]['msg']}", "see edgeopt convert --help") from err
 
 
-_ACTIVE: ContextVar[tuple[MetricSpec | None, tuple]] = ContextVar("edgeopt_metric_spec", default=(None, ()))
-
-
-@contextmanager
-def metric_context(spec: MetricSpec | None, search_path=()):
-    """While a conversion runs, what the user asked for (``--metric``…) is the default of every
-    :func:`make_metric` call made with ``spec=None`` (the backends' searches make their own metrics)."""
-    token = _ACTIVE.set((spec, tuple(search_path or ())))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
 def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None, role: str = "eval") -> Metric:
     """The metric for ``dataset`` (FP32 run once on it); labels are validated here (exit 3 when they can't
-    be what the output means, or when FP32 scores at or below chance with them). ``spec`` None: the one of
-    the running :func:`metric_context`, else chosen automatically."""
-    if spec is None:
-        spec, active_path = _ACTIVE.get()
-        search_path = search_path if search_path is not None else active_path
+    be what the output means, or when FP32 scores at or below chance with them). ``spec`` None: chosen from the
+    output and the labels."""
     return metric_for_outputs([fp32_run(feed) for feed in dataset.feeds()], dataset.labels, spec,
                               search_path=search_path, role=role)
 
@@ -177,5 +157,5 @@ def _check_chance(m: Metric, shape: tuple, role: str) -> None:
                            "check the label order/mapping and that the labels belong to these samples")
 
 
-__all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "make_metric", "metric_context", "metric_for_outputs",
+__all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "make_metric", "metric_for_outputs",
            "parse_metric_spec"]

@@ -295,11 +295,12 @@ def _fixed_ratio(inc: Candidate) -> dict:
     if inc.target.get("prune") != "auto":
         return {}
     ratio = _chosen_ratio(inc)
-    return {"prune": ratio} if ratio else {"prune": None, "recover": None, "recover_budget": None}
+    return {"prune": ratio} if ratio else {"prune": None, "recover": None, "search_budget": None}
 
 
 def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
-    """``pruned`` and ``recovered``: --prune auto on the incumbent, recovery budget capped by optimize's budget;
+    """``pruned`` and ``recovered``: --prune auto on the incumbent, its search budget (recovery included) capped by
+    optimize's budget;
     the chosen ratio built without recovery too (measured, shown in the waterfall, kept only if it is best)."""
     from edgeopt.converters.recover import train_extra_missing
 
@@ -311,7 +312,7 @@ def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
         s.skipped.append(f"recover: {missing} is not installed (pip install 'edgeopt[train]'): pruning is searched "
                          "without recovery")
     budget = max(RECOVER_BUDGET_MIN_S, min(RECOVER_BUDGET_MAX_S, RECOVER_BUDGET_SHARE * s.left_s()))
-    auto = folded(_fields(inc, prune="auto", recover=not missing, recover_budget=round(budget)))
+    auto = folded(_fields(inc, prune="auto", recover=not missing, search_budget=round(budget)))
     if s.left_s() <= 0:
         s.skipped.append("prune: time budget spent")
         return inc
