@@ -40,8 +40,8 @@ def _audio() -> dict[str, np.ndarray]:
 
 def fidelity(work: Path) -> dict:
     from edgeopt.convert import convert
-    from edgeopt.converters.backends.tflite import wrap_tflite
     from edgeopt.runtime.runners import open_runner
+    from edgeopt.tflite_artifact import wrap_tflite
     from fixtures.real_models import real_model
 
     onnx_path, shipped = real_model("basic_pitch_onnx"), real_model("basic_pitch_tflite")

@@ -13,13 +13,12 @@ final check on data the search never saw either.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
 import numpy as np
 
-from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+from edgeopt.converters.base import ChainContext, Intermediate
 
 SEARCH_SEED = 1234  # the split of the calibration data: fixed, so a plan always gives the same artifact
 MIN_HELD = 8  # fewest samples the search judges on
@@ -112,7 +111,7 @@ def search_ratio(model: Intermediate, config, ctx: ChainContext, *, prune_at, sa
     final = search.paths[best]
     rec.report["latency"] = timing(model.path, final)
     notes = {**model.notes, "prune": {"mode": "channels", "ratio": search.grid[best], "auto": True}}
-    if search.recover is not None:
+    if search.recovers:
         notes["recover"] = {"by": RECOVERED_BY, "held_metric": chosen.get("held_metric")}
     return Intermediate(final, model.format, model.precision, notes)
 
@@ -142,7 +141,7 @@ class _RatioSearch:
         self.paths: dict[int, Path] = {}
         self.reports: dict[int, dict] = {}
         self.interrupted: list[float] = []
-        self.recover = _recover_stage() if config.auto_recover else None
+        self.recovers = config.auto_recover
 
     def attempt(self, i: int) -> bool:
         """Whether the grid's i-th ratio, pruned (and recovered), stays within the bound on the held-back data."""
@@ -159,10 +158,10 @@ class _RatioSearch:
         out = self.work / f"ratio-{ratio:g}.pruned.onnx"
         self.save(pruned, out)
         result = Intermediate(out, model.format, model.precision, dict(model.notes))
-        if self.recover is not None:
+        if self.recovers:
             probes_left = max(1, _probes_left(len(self.grid), self.tried, i))
             share = max(1.0, (self.deadline - time.perf_counter()) / probes_left)
-            result, rrow = _recover(self.recover, result, self.ctx, self.train, self.work / f"ratio-{ratio:g}",
+            result, rrow = _recover(result, self.ctx, self.train, self.work / f"ratio-{ratio:g}",
                                     candidate_recover_config(config, share))
             row.update(rrow)
         value = self.metric.score_outputs([ort_run_fn(result.path, self.ctx.threads)(f) for f in self.held.feeds()])
@@ -187,7 +186,7 @@ class _RatioSearch:
             "metric_basis": "labels" if metric.labels_used else "fp32",
             "held_metric_fp32": round(metric.fp32_value, 4), "search_held_samples": self.held_n,
             "train_samples": len(self.train),
-            "tried": [self.tried[i] for i in order if i in self.tried], "recovered": self.recover is not None,
+            "tried": [self.tried[i] for i in order if i in self.tried], "recovered": self.recovers,
             "search_seconds": round(time.perf_counter() - self.t0, 2),
             "how": "bisection over the grid (assumes the metric falls as the ratio grows); each candidate pruned and "
                    "recovered on the calibration data less a held-back share, judged on that share, which neither saw",
@@ -216,30 +215,28 @@ def _probes_left(n: int, tried: dict, current: int) -> int:
     return int(np.ceil(np.log2(n + 1))) - len(tried)
 
 
-def _recover_stage():
-    from edgeopt.converters.recover import Recover
-
-    return Recover()
-
-
 def candidate_recover_config(config, budget_s: float):
     """The recover config a candidate is distilled with: the plan's (``auto_recover_config``, the recover stage's
     own, recipe overrides included) with the candidate's share of the budget; recovery is required of it."""
     from edgeopt.converters.recover import RecoverConfig
 
-    planned = config.auto_recover_config or RecoverConfig(seed=config.seed)  # none planned: the stage run on its own
+    # none planned (the stage run on its own): the recover defaults, judged with this search's bound (its --metric)
+    planned = config.auto_recover_config or RecoverConfig(seed=config.seed, bound=config.bound)
     return planned.model_copy(update={"budget_s": budget_s, "required": True})
 
 
-def _recover(stage, model: Intermediate, ctx: ChainContext, train, work: Path, config):
+def _recover(model: Intermediate, ctx: ChainContext, train, work: Path, config):
+    """One candidate distilled with its planned recover config (the recover stage's work as a plain function, not
+    the stage run inside this one): (the student, or ``model`` when distillation did not improve it; its row)."""
+    from edgeopt.converters.recover import INTERRUPTED, distil_student
+
     work.mkdir(parents=True, exist_ok=True)
-    sub = dataclasses.replace(ctx, work_dir=work, calib=train, eval=None, warnings=[],
-                              record=StageRecord("recover", config.model_dump(mode="json")))
-    out = stage.run(model, config, sub)
-    r = sub.record.report
+    done = distil_student(model.path, ctx.reference_model, train, config, work, threads=ctx.threads,
+                          progress=ctx.progress, search_path=ctx.metric_search_path)
+    r = done.report
     row = {"recovery_seconds": r.get("recovery_seconds"), "epochs": r.get("epochs"), "stopped": r.get("stopped"),
            "held_metric_pruned_unrecovered": r.get("held_metric_pruned")}
-    for w in sub.warnings:
-        if "interrupted" in w:
-            ctx.warn(w)
+    if done.stopped == "interrupted":
+        ctx.warn(INTERRUPTED)
+    out = Intermediate(done.path, model.format, model.precision, dict(model.notes)) if done.improved else model
     return out, row

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ MIN_SAMPLES = 4  # fewest real --calib samples recovery distils on
 EXPORT_TOLERANCE = 1e-3  # max |ONNX Runtime - torch| of the exported student, relative to the output's scale
 EXPORT_LOOSE_TOLERANCE = 1e-2  # ... allowed when the outputs agree in direction to EXPORT_MIN_COSINE (deep nets)
 EXPORT_MIN_COSINE = 0.99999
+INTERRUPTED = "recover: interrupted (Ctrl-C); the best student so far was kept"
 
 
 class RecoverConfig(StageConfig):
@@ -143,36 +145,63 @@ class Recover(Stage):
             ctx.warn("recover skipped: no --calib data to distil on (the pruned model is kept as it is)")
             ctx.record.report.update({"changed": False, "skipped": "no calibration data"})
             return model
-        torch, onnx2torch = require_train()
-        from edgeopt.converters import recover_train
-
+        require_train()
         if ctx.eval is None and _validates_on_calib(ctx):
             ctx.warn("recover trains on --calib, which is also the validation data here (no --eval): the validation's "
                      "accuracy is optimistic; give --eval with samples recovery never sees")
-
-        t0 = time.perf_counter()
-        deadline = t0 + config.budget_s
-        torch.manual_seed(config.seed)
-        if ctx.threads:
-            torch.set_num_threads(ctx.threads)
-        student = onnx2torch.convert(str(batchable_copy(model.path, Path(ctx.work_dir) / "student.batchable.onnx")))
-        teacher = onnx2torch.convert(str(batchable_copy(ctx.reference_model, Path(ctx.work_dir) / "teacher.batchable.onnx")))
-        job = recover_train.Job.make(torch, teacher, student, model.path, ctx.reference_model, ctx.calib, config, ctx)
-        result = recover_train.distill(torch, job, teacher, student, config, deadline, ctx.progress)
-        student.load_state_dict(result.best_state)
-        out = Path(ctx.work_dir) / f"{Path(model.path).stem}.recovered.onnx"
-        export_student(torch, student, job, model.path, out)
-        checks = check_export(torch, student, job, out)
-        ctx.record.checks.update(checks)
-        ctx.record.report.update(result.report(job, time.perf_counter() - t0))
-        ctx.record.report["versions"] = {d: version_of(d) for d in ("torch", "torchvision", "onnx2torch")}
-        if result.stopped == "interrupted":
-            ctx.warn("recover: interrupted (Ctrl-C); the best student so far was kept")
-        if not result.improved:
+        done = distil_student(model.path, ctx.reference_model, ctx.calib, config, Path(ctx.work_dir),
+                              threads=ctx.threads, progress=ctx.progress, search_path=ctx.metric_search_path)
+        ctx.record.checks.update(done.checks)
+        ctx.record.report.update(done.report)
+        if done.stopped == "interrupted":
+            ctx.warn(INTERRUPTED)
+        if not done.improved:
             ctx.warn("recover: distillation did not improve the held-back metric; the pruned model is kept as it was")
             return model
-        notes = {**model.notes, "recover": {"epochs": result.epochs, "held_metric": result.best_value}}
-        return Intermediate(out, model.format, model.precision, notes)
+        notes = {**model.notes, "recover": {"epochs": done.epochs, "held_metric": done.held_metric}}
+        return Intermediate(done.path, model.format, model.precision, notes)
+
+
+@dataclass(frozen=True)
+class Distilled:
+    """What one distillation made: the exported student (``path``; kept only when ``improved``), why training
+    stopped, its report (the stage's figures, the libraries' versions) and its checks (export vs torch)."""
+
+    path: Path
+    improved: bool
+    epochs: int
+    held_metric: float
+    stopped: str
+    report: dict
+    checks: dict
+
+
+def distil_student(student_model: Path, reference: Path, calib, config: RecoverConfig, work_dir: Path, *,
+                   threads: int | None = None, progress=None, search_path: tuple[str, ...] = ()) -> Distilled:
+    """Distil ``student_model`` (a pruned ONNX model) from ``reference`` (its FP32 teacher) on ``calib`` with
+    ``config`` (its ``budget_s`` covers everything, from importing the models into torch to the export), writing
+    into ``work_dir``. The recover stage's work as a plain function: the stage calls it, and so does ``--prune
+    auto`` for each candidate, with the planned recover config (``PruneConfig.auto_recover_config``)."""
+    from edgeopt.converters import recover_train
+
+    torch, onnx2torch = require_train()
+    t0 = time.perf_counter()
+    deadline = t0 + config.budget_s
+    torch.manual_seed(config.seed)
+    if threads:
+        torch.set_num_threads(threads)
+    student = onnx2torch.convert(str(batchable_copy(student_model, work_dir / "student.batchable.onnx")))
+    teacher = onnx2torch.convert(str(batchable_copy(reference, work_dir / "teacher.batchable.onnx")))
+    job = recover_train.Job.make(torch, teacher, student, student_model, reference, calib, config, threads,
+                                 search_path)
+    result = recover_train.distill(torch, job, teacher, student, config, deadline, progress)
+    student.load_state_dict(result.best_state)
+    out = work_dir / f"{Path(student_model).stem}.recovered.onnx"
+    export_student(torch, student, job, student_model, out)
+    checks = check_export(torch, student, job, out)
+    report = {**result.report(job, time.perf_counter() - t0),
+              "versions": {d: version_of(d) for d in ("torch", "torchvision", "onnx2torch")}}
+    return Distilled(out, result.improved, result.epochs, result.best_value, result.stopped, report, checks)
 
 
 def batchable_copy(path: Path, out: Path) -> Path:

@@ -31,7 +31,8 @@ class Job:
     checks: dict = field(default_factory=dict)
 
     @classmethod
-    def make(cls, torch, teacher, student, student_path: Path, reference: Path, calib, config, ctx) -> Job:
+    def make(cls, torch, teacher, student, student_path: Path, reference: Path, calib, config,
+             threads: int | None = None, search_path: tuple[str, ...] = ()) -> Job:
         from edgeopt.converters.checks import compare, ort_run_fn
         from edgeopt.errors import StageError
         from edgeopt.metrics import MetricName, make_metric
@@ -48,8 +49,8 @@ class Job:
         k = max(2, int(round(n * config.holdout)))
         held_idx, train_idx = np.sort(idx[:k]), np.sort(idx[k:])
         held = calib.subset(held_idx)
-        ort_teacher = ort_run_fn(reference, ctx.threads)
-        metric = make_metric(ort_teacher, held, config.bound.metric, search_path=list(ctx.metric_search_path),
+        ort_teacher = ort_run_fn(reference, threads)
+        metric = make_metric(ort_teacher, held, config.bound.metric, search_path=list(search_path),
                              role="calib")  # held-back --calib samples, the bound's task metric (--metric)
         job_labels = None
         if calib.labels is not None and metric.kind == MetricName.TOP1:

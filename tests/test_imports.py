@@ -128,10 +128,7 @@ ORCHESTRATION = ("edgeopt.plan", "edgeopt.chain", "edgeopt.cli", "edgeopt.api", 
                  "edgeopt.pipeline", "edgeopt.optimize", "edgeopt.bench", "edgeopt.remote", "edgeopt.artifact",
                  "edgeopt.validate", "edgeopt.results", "edgeopt.report", "edgeopt.cache_key")
 # What still reaches up, and why. Each entry is a debt, not a licence: remove it once fixed.
-STAGE_IMPORTS_ALLOWED = {
-    # the TFLite backend writes its manifest itself (issue 25: one manifest builder); the ARM TFLite work owns it
-    ("edgeopt.converters.backends.tflite", "edgeopt.artifact"),
-}
+STAGE_IMPORTS_ALLOWED: set[tuple[str, str]] = set()
 
 
 def _is_orchestration(target: str) -> bool:
@@ -144,3 +141,33 @@ def test_stages_never_import_the_planner_executor_or_commands():
           for target in targets if _is_orchestration(target)}
     assert up - STAGE_IMPORTS_ALLOWED == set(), "a stage imports orchestration (it is called by it, never the reverse)"
     assert STAGE_IMPORTS_ALLOWED <= up, "an allowed import is gone: drop it from STAGE_IMPORTS_ALLOWED"
+
+
+def _stage_classes(path: Path) -> set[str]:
+    """The names of the ``@register_stage`` classes a module defines (and ``BACKEND``, a backend's export of one)."""
+    tree = ast.parse(path.read_text())
+    names = {n.name for n in tree.body if isinstance(n, ast.ClassDef)
+             and any(getattr(d, "id", getattr(d, "attr", None)) == "register_stage" for d in n.decorator_list)}
+    exported = {t.id for n in tree.body if isinstance(n, ast.Assign) and getattr(n.value, "id", None) in names
+                for t in n.targets if isinstance(t, ast.Name)}
+    return names | exported
+
+
+def test_a_stage_never_runs_another_stage_class():
+    """A stage that does another stage's work inside its own (``--prune auto`` distilling each candidate) calls that
+    work's plain function with the planned config (``recover.distil_student`` with ``auto_recover_config``), never
+    the other ``Stage`` class: the executor alone runs stages. (It used to build a Recover stage with a record of
+    its own inside the prune stage.)"""
+    mods = {m: p for m, p in modules().items() if m.startswith("edgeopt.converters") and m != "edgeopt.converters.registry"}
+    classes = {m: _stage_classes(p) for m, p in mods.items()}
+    bad = []
+    for mod, path in mods.items():
+        others = {name: owner for owner, names in classes.items() if owner != mod for name in names - classes[mod]}
+        for node in ast.walk(ast.parse(path.read_text())):
+            used = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if isinstance(node, ast.ImportFrom):
+                bad += [f"{mod} imports {a.name}" for a in node.names if a.name in others]
+            elif used in others:
+                bad.append(f"{mod} uses {others[used]}.{used}")
+    assert classes["edgeopt.converters.recover"] == {"Recover"} and "BACKEND" in classes["edgeopt.converters.backends.tflite"]
+    assert sorted(set(bad)) == []

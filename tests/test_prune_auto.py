@@ -86,7 +86,7 @@ def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_pa
     (tmp_path / "r.yaml").write_text("stages: {prune: {round_to: 8}}\n")
     out = tmp_path / "auto"
     r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
-            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "1", "--recover-budget", "30",
+            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "1", "--search-budget", "60",
             "--calib", str(fixture_data("digits_calib")), "--eval", str(fixture_data("digits_test")),
             "--recipe", str(tmp_path / "r.yaml"), "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -126,3 +126,47 @@ def test_ratios_that_prune_the_same_channels_are_tried_once():
         assert "same channels as" in why or "removes no channel" in why
         if "same channels as" in why:  # the ratio left out builds the very model of the one it names
             assert flops(float(r), 16) == flops(float(why.rsplit(" ", 1)[1]), 16)
+
+
+@needs_train
+@pytest.mark.onnxruntime
+def test_each_candidate_is_distilled_by_the_plain_function_with_its_planned_config(tmp_path, monkeypatch):
+    """The search distils a candidate through ``recover.distil_student`` (the recover stage's work, not that stage
+    run inside this one) with the plan's recover config and the candidate's share of the budget; a Ctrl-C during
+    that distillation (simulated at its first epoch, as the recover tests do) is said once and ends the search."""
+    from pathlib import Path
+
+    from edgeopt.converters import recover, recover_train
+    from edgeopt.converters.base import ChainContext, Intermediate
+    from edgeopt.converters.prune import Prune
+    from edgeopt.data import load_data
+    from edgeopt.model import graph_inputs, load_onnx
+
+    recipe = Recipe(prune="auto", max_accuracy_drop=1.0, search_budget=30,
+                    stages={"prune": {"round_to": 8}, "recover": {"max_epochs": 5, "seed": 3}})
+    plan = make_plan(load_profile("host"), backend="onnxruntime", precision="fp32", recipe=recipe)
+    prune_config = next(s.config for s in plan.stages if s.name == "prune")
+    calls, real_distil, real_train = [], recover.distil_student, recover_train.distill
+
+    def spy(student_model, reference, calib, config, work_dir, **kw):
+        calls.append((Path(student_model), config, len(calib)))
+        return real_distil(student_model, reference, calib, config, work_dir, **kw)
+
+    def ctrl_c_at_first_epoch(*args, **kw):
+        def interrupt(epoch, value):
+            raise KeyboardInterrupt
+
+        return real_train(*args, on_epoch=interrupt, **kw)
+
+    monkeypatch.setattr(recover, "distil_student", spy)
+    monkeypatch.setattr(recover_train, "distill", ctrl_c_at_first_epoch)
+    src = fixture_model("digits_cnn")
+    calib = load_data(fixture_data("digits_calib"), graph_inputs(load_onnx(src)), role="calib")
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "a", reference_model=src, calib=calib, threads=2)
+    Prune().run(Intermediate(src), prune_config, ctx)
+    report = ctx.record.report
+    assert len(calls) == 1 and report["stopped"] == "interrupted" and report["tried"][0]["stopped"] == "interrupted"
+    (student, config, samples), = calls
+    assert (config.max_epochs, config.seed, config.required) == (5, 3, True) and 1.0 <= config.budget_s <= 30
+    assert samples == report["train_samples"] and student.name.startswith("ratio-")
+    assert ctx.warnings.count(recover.INTERRUPTED) == 1

@@ -145,10 +145,8 @@ def test_simulated_ctrl_c_keeps_the_best_student_so_far(tmp_path):
 
     src, pruned, calib, _ = _pruned(tmp_path)
     config = RecoverConfig(max_epochs=40, patience=40, seed=0)
-    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "a",
-                       reference_model=src, calib=calib)
     student, teacher = onnx2torch.convert(str(pruned)), onnx2torch.convert(str(src))
-    job = recover_train.Job.make(torch, teacher, student, pruned, src, calib, config, ctx)
+    job = recover_train.Job.make(torch, teacher, student, pruned, src, calib, config)
     states = {}
 
     def interrupt_at_4(epoch, value):

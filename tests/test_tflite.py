@@ -231,8 +231,8 @@ def _real(name: str) -> Path:
 @pytest.mark.realmodels
 def test_blazeface_wrapped_finds_faces_on_lfw(tmp_path):
     """BlazeFace as shipped, wrapped as an artifact: faces vs non-faces of lfw_subset (person-labelled)."""
-    from edgeopt.converters.backends.tflite import wrap_tflite
     from edgeopt.runtime.runners import open_runner
+    from edgeopt.tflite_artifact import wrap_tflite
     from fixtures.datasets import lfw_faces
 
     art = wrap_tflite(_real("blazeface"), tmp_path / "bf")
@@ -268,8 +268,8 @@ def test_custom_op_tflite_exit_3(cli, tmp_path):
 @pytest.mark.realmodels
 def test_basic_pitch_fp32_matches_shipped_tflite(tmp_path, cli):
     """basic-pitch's nmp.onnx converted by edgeopt agrees with the nmp.tflite it ships (synthetic chord input)."""
-    from edgeopt.converters.backends.tflite import wrap_tflite
     from edgeopt.runtime.runners import open_runner
+    from edgeopt.tflite_artifact import wrap_tflite
 
     onnx_path, shipped = _real("basic_pitch_onnx"), _real("basic_pitch_tflite")
     out = tmp_path / "bp"

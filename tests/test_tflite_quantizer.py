@@ -346,7 +346,7 @@ def test_cli_module_keeps_tensorflow_out():
 def test_wrap_tflite_keeps_old_output_until_new_is_complete(tmp_path, monkeypatch):
     """The new artifact failing to move into place leaves the earlier one as it was (it used to be deleted
     before the rename)."""
-    from edgeopt.converters.backends import tflite
+    from edgeopt import tflite_artifact as tflite
 
     src = tmp_path / "m.tflite"
     src.write_bytes(b"not read: specs are faked")

@@ -14,14 +14,13 @@ the ONNX model (the transposes are read from the TFLite shapes and, where a shap
 by agreement with ONNX Runtime on the check samples). Inputs that already look channel-last (e.g. from
 tf2onnx) get onnx2tf's ``-kt`` hint. ``export_c`` also writes ``model_data.h``/``.c`` (firmware C array).
 
-:func:`wrap_tflite` turns an existing ``.tflite`` file into an artifact (for bench/validation).
+:func:`edgeopt.tflite_artifact.wrap_tflite` turns an existing ``.tflite`` file into an artifact (for bench/validation).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import shutil
 from pathlib import Path
 
@@ -48,7 +47,6 @@ from edgeopt.converters.base import (
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import (
-    BadModelError,
     EdgeoptError,
     MissingDependencyError,
     StageError,
@@ -346,93 +344,6 @@ def _compare(onnx_path, runtime: dict, io: dict, ctx: ChainContext, feeds) -> di
     except Exception as err:  # noqa: BLE001 - LiteRT's own errors: one line naming the stage
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise StageError(f"tflite: the converted model does not run: {first}", LOG_HINT) from err
-
-
-# --------------------------------------------------------------------------- existing .tflite files
-
-
-def tflite_specs(path: str | os.PathLike) -> tuple[list[dict], list[dict], str]:
-    """(inputs, outputs, precision) of a ``.tflite`` as manifest tensor entries; UnsupportedOpError for
-    a model LiteRT cannot run (a custom op), BadModelError for a file it cannot read."""
-    from edgeopt.runtime.runners.tflite import open_interpreter, unresolved_op
-
-    try:
-        interp = open_interpreter(str(path))
-    except (RuntimeError, ValueError) as err:
-        op = unresolved_op(str(err))
-        if op:
-            raise UnsupportedOpError(f"{Path(path).name}: needs the op '{op}', which LiteRT cannot run "
-                                     "(a custom op not built into ai-edge-litert)",
-                                     "register the op in your own LiteRT build, or use a model without it") from err
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise BadModelError(f"{Path(path).name}: not a model LiteRT can load: {first}", "check the file") from err
-    sigs = interp.get_signature_list()
-    if sigs:
-        sig = interp.get_signature_runner(next(iter(sigs)))
-        ins, outs = dict(sig.get_input_details()), dict(sig.get_output_details())
-        order = sigs[next(iter(sigs))]
-        ins = {n: ins[n] for n in order["inputs"]}
-        outs = {n: outs[n] for n in order["outputs"]}
-    else:
-        ins = {d["name"]: d for d in interp.get_input_details()}
-        outs = {d["name"]: d for d in interp.get_output_details()}
-    quantized = any(np.dtype(d["dtype"]).kind in "iu" and d["quantization"][0] for d in {**ins, **outs}.values())
-
-    def entry(name, d):
-        dt = np.dtype(d["dtype"])
-        return {"name": name, "shape": [int(x) for x in d["shape"]],
-                "dtype": "float32" if dt.kind in "iu" and d["quantization"][0] else dt.name}
-
-    return ([entry(n, d) for n, d in ins.items()], [entry(n, d) for n, d in outs.items()],
-            "int8" if quantized else "fp32")
-
-
-def wrap_tflite(path: str | os.PathLike, out_dir: str | os.PathLike, *, threads: int | None = None) -> Path:
-    """An artifact directory (manifest + ``model.tflite``) for an existing ``.tflite`` file, written atomically."""
-    import tempfile
-
-    from edgeopt import __version__
-    from edgeopt.artifact import Calibration, Manifest, SourceModel, TensorInfo, guess_layout, write_manifest
-    from edgeopt.deps import version_of
-    from edgeopt.files import file_sha256
-    from edgeopt.outputs import publish
-
-    src, out = Path(path), Path(out_dir)
-    if not src.is_file():
-        raise BadModelError(f"'{src}' not found", "check the path")
-    inputs, outputs, precision = tflite_specs(src)
-    io = {kind: [{"name": t["name"], "runtime_name": t["name"], "transpose": None} for t in specs]
-          for kind, specs in (("inputs", inputs), ("outputs", outputs))}
-    manifest = Manifest(
-        edgeopt_version=__version__, backend=BackendName.TFLITE.value, precision=precision, profile="none",
-        source_model=SourceModel(path=str(src), sha256=file_sha256(src)),
-        inputs=[TensorInfo(**t, layout=guess_layout(t["shape"])) for t in inputs],
-        outputs=[TensorInfo(**t) for t in outputs],
-        runtime={"backend": BackendName.TFLITE.value, "model": MODEL_FILE,
-                 "settings": {"threads": threads, "delegate": "xnnpack"}, "io": io},
-        stages=[], versions={"edgeopt": __version__, "ai-edge-litert": version_of("ai-edge-litert")},
-        calibration=Calibration(), plan_hash="", plan={"note": "wrapped an existing .tflite; not converted"},
-        warnings=["wrapped an existing .tflite as-is: not converted or validated by edgeopt"],
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        shutil.copyfile(src, tmp / MODEL_FILE)
-        write_manifest(tmp, manifest)
-        publish(tmp, out, force=True)  # the old output stays until the new one is complete
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def wrapped_tflite(path: str | os.PathLike) -> Path:
-    """``wrap_tflite`` into the artifact cache (keyed by the file's sha256); reused when already there."""
-    from edgeopt.files import file_sha256
-    from edgeopt.paths import CacheArea, cache_subdir
-
-    out = cache_subdir(CacheArea.ARTIFACTS) / f"tflite-file-{file_sha256(path)[:24]}"
-    return out if (out / "manifest.json").is_file() else wrap_tflite(path, out)
 
 
 BACKEND = TFLiteBackend

@@ -78,7 +78,7 @@ def bench(
             sys.stderr.write(_json.dumps({"progress": frac}) + "\n")
 
     if any(t.suffix.lower() == ".tflite" for t in targets):  # a .tflite file is wrapped as a tflite artifact
-        from edgeopt.converters.backends.tflite import wrapped_tflite
+        from edgeopt.tflite_artifact import wrapped_tflite
 
         targets = [wrapped_tflite(t) if t.suffix.lower() == ".tflite" else t for t in targets]
     is_model = len(targets) == 1 and targets[0].suffix.lower() == ".onnx" and not targets[0].is_dir()
