@@ -35,6 +35,40 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def user_option(default: Any, description: str, *, name: str | None = None, **checks: Any) -> Any:
+    """A stage config field that is also a user option: ``--name`` on the command line, ``name:`` in a recipe, a
+    keyword of the API. This field is the option's one declaration (type, default, checks, description):
+    :class:`edgeopt.options.ChainRequest` and the CLI flags are generated from it. ``name``: the option's name
+    where it differs from the field's (``budget_s`` is ``--recover-budget``)."""
+    return Field(default=default, description=description, json_schema_extra={"option": name or "", "declares": True},
+                 **checks)
+
+
+def from_option(name: str, default: Any = None, **checks: Any) -> Any:
+    """A stage config field the planner fills from a user option declared elsewhere (a chain-level option such as
+    ``threads``, or another stage's, such as ``per_channel``): no description here, the declaration has it."""
+    return Field(default=default, json_schema_extra={"option": name, "declares": False}, **checks)
+
+
+def option_name(field_name: str, info: Any) -> str | None:
+    """The user option a config field declares or takes (None: a field only a recipe's ``stages:`` reaches)."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if "option" not in extra:
+        return None
+    return str(extra["option"] or field_name)
+
+
+def options_for(config_cls: type[StageConfig], given: dict[str, Any]) -> dict[str, Any]:
+    """The options the user gave (``ChainOptions.given``, by option name) that ``config_cls`` declares or takes,
+    by its field names: what ``configure`` passes on, so a value not given keeps the declaration's default."""
+    out = {}
+    for field_name, info in config_cls.model_fields.items():
+        name = option_name(field_name, info)
+        if name is not None and given.get(name) is not None:
+            out[field_name] = given[name]
+    return out
+
+
 class CalibMethod(StrEnum):
     MINMAX = "minmax"
     PERCENTILE = "percentile"
@@ -61,18 +95,16 @@ class ChainOptions(StageConfig):
     prune_mode: PruneMode = PruneMode.CHANNELS
     # distil the pruned model from FP32 (converters/recover.py): None = when pruning channels and the train extra is installed
     recover: bool | None = None
-    recover_budget_s: float = Field(default=120.0, gt=0)  # the recover stage's time budget
     # (multiple, why): kept channel counts rounded to what the profile's unit for this backend likes (the planner's)
     prune_channel_multiple: tuple[int, str] = (1, "")
-    calib_method: CalibMethod = CalibMethod.MINMAX
-    per_channel: bool = True
     bound: AccuracyBound = AccuracyBound()  # --max-accuracy-drop, --metric, --search-budget…: every searching stage's
+    # the stage-declared options the user gave (by option name: per_channel, recover_budget…); each stage takes its
+    # own with ``options_for`` and keeps its declaration's default for the others
+    given: dict[str, Any] = {}
     threads: int | None = None
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
     stage_overrides: dict[str, dict[str, Any]] = {}
     input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
-    export_c: bool = False  # --export-c: the backend also writes its model as a C array (a backend with the field)
-    c_name: str | None = None  # the C symbols' name (None: the backend config's default)
     # (INT8 preset, why) for the profile's ISA, settled by the planner so the plan alone decides the artifact
     quant_preset: tuple[str | None, str | None] = (None, None)
     # facts of the profile that stages' warnings and hints name, settled by the planner like the two above

@@ -31,6 +31,8 @@ from edgeopt.converters.base import (
     Stage,
     StageConfig,
     StageRecord,
+    options_for,
+    user_option,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import version_of
@@ -47,7 +49,8 @@ INTERRUPTED = "recover: interrupted (Ctrl-C); the best student so far was kept"
 
 
 class RecoverConfig(StageConfig):
-    budget_s: float = Field(default=120.0, gt=0)  # wall time for the whole stage (teacher, training, export)
+    budget_s: float = user_option(120.0, "Seconds for the recover stage: distilling a pruned model from FP32 "
+                                         "(teacher, training, export).", name="recover_budget", gt=0)
     max_epochs: int = Field(default=60, ge=1)
     # epochs without a better held-back figure before stopping: 4 stopped the 40 %-pruned digits CNN at epoch 21
     # (-1.11 points on digits_test, unlabelled); 8 (with 60 epochs) found a better student at epoch 17 (-0.92)
@@ -108,7 +111,8 @@ class Recover(Stage):
             return None  # auto: the plan says why (make_plan's warning)
         if options.recover:
             require_train()
-        return RecoverConfig(budget_s=options.recover_budget_s, required=bool(options.recover), bound=options.bound)
+        return RecoverConfig(required=bool(options.recover), bound=options.bound,
+                             **options_for(RecoverConfig, options.given))
 
     @classmethod
     def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
-from edgeopt.converters.base import CalibMethod, PruneMode
+from edgeopt.converters.base import PruneMode
 from edgeopt.enums import Precision, QuantMode
 from edgeopt.errors import UsageError, did_you_mean
 
@@ -33,21 +33,30 @@ class _ChainRequestBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: str | None = None  # a BackendName value (a plugin's too); default: the profile's first installed
-    precision: Precision | None = None
-    # the kind of 8-bit (static | dynamic | weights | auto: the search picks what pays and holds the bound)
-    quant_mode: QuantMode | None = None
-    # fraction of channels (mode channels) to remove, or "auto": the largest within --max-accuracy-drop
-    prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = None
-    prune_mode: PruneMode | None = None
-    recover: bool | None = None  # distil the pruned model from FP32 (default: when the train extra is installed)
-    recover_budget: float | None = Field(default=None, gt=0)  # seconds for the recover stage (default 120)
-    calib_method: CalibMethod | None = None
-    per_channel: bool | None = None
-    threads: int | None = Field(default=None, gt=0)
-    export_c: bool | None = None  # also write the model as a C array (model_data.h/.c, firmware); TFLite only
-    c_name: str | None = None  # with export_c: the C symbols' name, g_<c_name>_model_data (default "model")
-    stages: dict[str, dict[str, Any]] = {}  # per-stage config overrides: {quantize: {...}, onnxruntime: {...}}
+    # The chain-level options (they choose the plan's stages and backend, so no one stage declares them); a stage's
+    # own options are declared in its config (user_option) and generated below.
+    backend: str | None = Field(
+        default=None, description="onnxruntime | openvino | tflite | tvm (default: the profile's first installed), "
+        "or auto: on the host profile, build with each installed backend and keep the fastest that holds.")
+    precision: Precision | None = Field(
+        default=None, description="int8 | bf16 | fp16 | fp32 (default: the profile's; bf16 where the CPU has "
+        "AMX/AVX512-BF16).")
+    quant_mode: QuantMode | None = Field(
+        default=None, description="static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
+        "--max-accuracy-drop the fastest that fits the graph and holds the bound).")
+    prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = Field(
+        default=None, description="Fraction of channels to remove (0-1), or 'auto': the largest ratio whose "
+        "recovered model stays within --max-accuracy-drop (needs it and --calib).")
+    prune_mode: PruneMode | None = Field(
+        default=None, description="channels | 2:4 (2:4 zeroes 2 of every 4 weights for sparse tensor cores; only "
+        "when asked for).")
+    recover: bool | None = Field(
+        default=None, description="Distil the pruned model from FP32 on --calib (default: when the train extra is "
+        "installed).")
+    threads: int | None = Field(default=None, gt=0, description="Runtime threads (and the searches').")
+    stages: dict[str, dict[str, Any]] = Field(
+        default={}, description="Per-stage config overrides, {quantize: {calib_samples: 64}, ...}; on the command "
+        "line --set STAGE.FIELD=VALUE.")
 
     @field_validator("prune", mode="before")
     @classmethod
@@ -58,6 +67,12 @@ class _ChainRequestBase(BaseModel):
         """The bound every searching stage gets: the fields given here over :class:`AccuracyBound`'s defaults."""
         given = {k: getattr(self, k) for k in AccuracyBound.model_fields if getattr(self, k) is not None}
         return AccuracyBound.model_validate(given)
+
+    def stage_options(self) -> dict[str, Any]:
+        """The options a stage config declares (:func:`stage_declared_options`, not the bound's) given here, by name:
+        what ``ChainOptions.given`` carries to every stage's ``configure``."""
+        return {k: getattr(self, k) for k in stage_declared_options()
+                if k not in AccuracyBound.model_fields and getattr(self, k) is not None}
 
     def chain_request(self) -> ChainRequest:
         """Only the chain options of a model that derives from this one (a recipe, a target, convert's options)."""
@@ -80,9 +95,25 @@ def _as_requested(field: FieldInfo) -> tuple[Any, FieldInfo]:
     return field.annotation | None, FieldInfo.merge_field_infos(field, default=None)
 
 
-# The accuracy bound's options are declared once, in AccuracyBound; the request takes them from there.
+def stage_declared_options() -> dict[str, FieldInfo]:
+    """Every user option a stage config declares (``user_option``), by option name: the accuracy bound's fields and
+    the stages' own (``per_channel``, ``recover_budget``, ``export_c``…)."""
+    from edgeopt.converters.backends.tflite import TFLiteConfig
+    from edgeopt.converters.base import option_name
+    from edgeopt.converters.quantize import QuantizeConfig
+    from edgeopt.converters.recover import RecoverConfig
+
+    out = dict(AccuracyBound.model_fields)
+    for config in (QuantizeConfig, RecoverConfig, TFLiteConfig):  # tests/test_option_declarations.py checks the list
+        for field_name, info in config.model_fields.items():
+            if (info.json_schema_extra or {}).get("declares"):
+                out[option_name(field_name, info)] = info
+    return out
+
+
+# Each stage option is declared once, in its stage config; the request is generated from those declarations.
 ChainRequest = create_model("ChainRequest", __base__=_ChainRequestBase, __module__=__name__,
-                            **{name: _as_requested(f) for name, f in AccuracyBound.model_fields.items()})
+                            **{name: _as_requested(f) for name, f in stage_declared_options().items()})
 
 
 def prune_field(v):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
-from edgeopt.converters.base import CalibMethod, ChainOptions, PruneMode, StageConfig
+from edgeopt.converters.base import ChainOptions, PruneMode, StageConfig
 from edgeopt.enums import BackendName, Precision, QuantMode, UnitKind
 from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
 from edgeopt.files import read_text_file
@@ -80,9 +80,23 @@ class Recipe(ChainRequest):
     profile's defaults; CLI flags override it in turn."""
 
 
-def _validation_message(err: ValidationError, origin: str, fields: list[str]) -> BadInputError:
+def _nested_fields(model: type[BaseModel], path) -> list[str]:
+    """The field names of the sub-config at ``path`` inside ``model`` (``bound`` -> AccuracyBound's)."""
+    for part in path:
+        info = model.model_fields.get(str(part))
+        subs = [a for a in (info.annotation, *getattr(info.annotation, "__args__", ())) if info is not None
+                and isinstance(a, type) and issubclass(a, BaseModel)]
+        if not subs:
+            return []
+        model = subs[0]
+    return list(model.model_fields)
+
+
+def _validation_message(err: ValidationError, origin: str, fields: list[str] | type[BaseModel]) -> BadInputError:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
+    if not isinstance(fields, list):
+        fields = _nested_fields(fields, first["loc"][:-1])
     if first["type"] == "extra_forbidden":
         key = str(first["loc"][-1])
         return BadInputError(f"{origin}: unknown key '{loc}'", did_you_mean(key, fields) or f"known keys: {', '.join(fields)}")
@@ -172,14 +186,23 @@ def _stage_class(name: str):
         raise UsageError(f"stage '{name}' is not available in this edgeopt build", f"plan without it ({err.name} missing)") from err
 
 
+def _deep_merge(base: dict, override: dict) -> dict:
+    """``override`` over ``base``, key by key into nested mappings (``bound: {search_fraction: 0.3}`` keeps the
+    bound's other fields)."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
     config = cls.configure(options)
     override = options.stage_overrides.get(name)
     if config is not None and override:
         try:
-            config = type(config).model_validate({**config.model_dump(), **override})
+            config = type(config).model_validate(_deep_merge(config.model_dump(), override))
         except ValidationError as err:
-            raise _validation_message(err, f"recipe stages.{name}", list(type(config).model_fields)) from err
+            raise _validation_message(err, f"recipe stages.{name}", type(config)) from err
     settle = getattr(cls, "settle_config", None)  # after the overrides: what they name (TVM: its database's hash)
     return settle(config) if config is not None and settle is not None else config
 
@@ -249,6 +272,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
             specs.append(StageSpec(name=name, config=config))
     specs.append(StageSpec(name=resolved.backend.value, config=_configure(resolved.backend.value, bcls, resolved)))
     specs = _with_planned_auto_recovery(specs)
+    _check_unplanned_overrides(resolved, {s.name for s in specs}, warnings)
     return Plan(profile=profile.name, backend=resolved.backend, precision=resolved.precision, options=resolved,
                 stages=tuple(specs), warnings=tuple(warnings))
 
@@ -306,16 +330,12 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
             prune_auto=prune_auto,
             prune_mode=mode,
             recover=_pick(r.recover, None),
-            recover_budget_s=_pick(r.recover_budget, 120.0),
-            calib_method=_enum(CalibMethod, _pick(r.calib_method, CalibMethod.MINMAX), "--calib-method"),
-            per_channel=_pick(r.per_channel, True),
             bound=r.accuracy_bound(),
+            given=r.stage_options(),
             threads=r.threads,
             backend_settings=dict(target.settings) if target else {},
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
-            export_c=_pick(r.export_c, False),
-            c_name=r.c_name,
             prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile, target),
             profile_name=profile.name,
@@ -327,6 +347,20 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
     if not 0.0 <= options.prune < 1.0:
         raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
     return options
+
+
+def _check_unplanned_overrides(options: ChainOptions, planned: set[str], warnings: list[str]) -> None:
+    """Overrides of a stage this plan does not run are still checked (an unknown key is an error, never dropped)
+    and named in a warning: they do nothing here."""
+    for name, override in options.stage_overrides.items():
+        if name in planned or not override:
+            continue
+        config_cls = _stage_class(name).Config
+        try:
+            config_cls.model_validate(_deep_merge(config_cls().model_dump(), override))
+        except ValidationError as err:
+            raise _validation_message(err, f"recipe stages.{name}", config_cls) from err
+        warnings.append(f"stages.{name} ({', '.join(override)}) does nothing: this plan runs no {name} stage")
 
 
 def _check_stage_names(r: ChainRequest, backend_name: BackendName) -> None:

@@ -70,7 +70,7 @@ def test_configure_only_for_int8_fp16_and_backends_that_do_not_quantize():
     assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP32)) is None
     assert QuantizeStage.configure(ChainOptions(backend=BackendName.OPENVINO, precision=Precision.INT8)) is None
     cfg = QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.INT8,
-                                               calib_method="percentile", bound=AccuracyBound(max_accuracy_drop=0.5)))
+                                               given={"calib_method": "percentile"}, bound=AccuracyBound(max_accuracy_drop=0.5)))
     assert cfg.precision == Precision.INT8 and cfg.calib_method == "percentile" and cfg.bound.max_accuracy_drop == 0.5
     assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP16)).precision == "fp16"
 

@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import shutil
 
-from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.base import (
+    Backend,
+    ChainContext,
+    ChainOptions,
+    Format,
+    Intermediate,
+    StageConfig,
+    from_option,
+)
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
 
@@ -48,7 +56,7 @@ class OnnxRuntimeConfig(StageConfig):
     provider: str = "CPUExecutionProvider"
     fallback_providers: tuple[str, ...] = ()  # tried in order where ``provider`` is not there; CPU is always last
     provider_options: dict[str, str | bool | int | float] = {}  # ``provider``'s options (TensorRT: its engine cache)
-    threads: int | None = None
+    threads: int | None = from_option("threads")
     graph_optimization_level: GraphOptLevel = GraphOptLevel.ALL
     save_optimized: bool = False
     saved_optimization_level: GraphOptLevel = GraphOptLevel.EXTENDED

@@ -30,6 +30,7 @@ from edgeopt.converters.base import (
     Format,
     Intermediate,
     StageConfig,
+    from_option,
 )
 from edgeopt.converters.quantize.openvino_quantizer import nncf_logs_follow_prints
 from edgeopt.converters.registry import register_stage
@@ -50,11 +51,11 @@ class NNCFPreset(StrEnum):
 
 
 class OpenVINOConfig(StageConfig):
-    precision: Precision = Precision.FP32
-    mode: QuantMode = QuantMode.AUTO  # --quant-mode: static (nncf.quantize) or weights (nncf.compress_weights)
+    precision: Precision = from_option("precision", Precision.FP32)
+    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)  # --quant-mode: static (nncf.quantize) or weights (nncf.compress_weights)
     device: str = "CPU"
     inference_precision: InferencePrecision = InferencePrecision.F32
-    threads: int | None = None
+    threads: int | None = from_option("threads")
     performance_hint: str = "LATENCY"
     subset_size: int = 300
     preset: NNCFPreset = NNCFPreset.PERFORMANCE

@@ -43,6 +43,9 @@ from edgeopt.converters.base import (
     Format,
     Intermediate,
     StageConfig,
+    from_option,
+    options_for,
+    user_option,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision
@@ -59,15 +62,17 @@ LOG_FILE = "onnx2tf.log"
 
 
 class TFLiteConfig(StageConfig):
-    precision: Precision = Precision.FP32
+    precision: Precision = from_option("precision", Precision.FP32)
     io_dtype: IODtype = IODtype.FLOAT32  # INT8 models only: int8 or float32 model inputs/outputs
-    threads: int | None = None
+    threads: int | None = from_option("threads")
     delegate: str = "xnnpack"  # LiteRT's default CPU delegate
-    per_channel: bool = True
+    per_channel: bool = from_option("per_channel", True)
     calib_samples: int = 200  # most calibration samples given to the quantizer
     keep_layout: tuple[str, ...] | None = None  # inputs onnx2tf must not transpose (None: those that look NHWC)
-    export_c: bool = False
-    c_name: str = "model"  # C symbols g_<c_name>_model_data[_len] (--export-c uses the model's file name)
+    export_c: bool = user_option(False, "Also write the model as a C array for firmware (model_data.h/.c); "
+                                        "TFLite only.")
+    c_name: str = user_option("model", "With --export-c: the C symbols' name, g_<c_name>_model_data[_len] "
+                                       "(convert uses the model's file name).")
     timeout_s: float = 3600.0
     bound: AccuracyBound = AccuracyBound()  # INT8: the search of converters/quantize/tflite_search.py (the planner's)
 
@@ -94,14 +99,11 @@ class TFLiteBackend(Backend):
     @classmethod
     def configure(cls, options: ChainOptions) -> TFLiteConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "per_channel": options.per_channel,
-              "threads": options.threads or s.get("threads"), "bound": options.bound}
+        kw = {"precision": options.precision, "threads": options.threads or s.get("threads"), "bound": options.bound}
         for key in ("io_dtype", "delegate", "calib_samples", "export_c"):
             if key in s:
                 kw[key] = s[key]
-        if options.export_c:  # --export-c (a chain option), and its C name when given
-            kw.update(export_c=True, **({"c_name": options.c_name} if options.c_name else {}))
-        return TFLiteConfig(**kw)
+        return TFLiteConfig(**{**kw, **options_for(TFLiteConfig, options.given)})  # --per-channel, --export-c…
 
     def run(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext) -> Intermediate:
         """Convert, then quantize; any failure keeps onnx2tf's log beside the output and says where."""

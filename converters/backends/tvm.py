@@ -23,7 +23,15 @@ import time
 from pathlib import Path
 
 from edgeopt.converters.backends import tvm_build as tb
-from edgeopt.converters.base import Backend, ChainContext, ChainOptions, Format, Intermediate, StageConfig
+from edgeopt.converters.base import (
+    Backend,
+    ChainContext,
+    ChainOptions,
+    Format,
+    Intermediate,
+    StageConfig,
+    from_option,
+)
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision
 
@@ -36,7 +44,7 @@ class TVMConfig(StageConfig):
     target: dict | None = None  # the profile's target dict; None = this machine
     tuning_db: str | None = None  # a MetaSchedule JSON database dir to apply (else the tuning cache)
     use_tuning_cache: bool = True  # look for $EDGEOPT_CACHE_DIR/tvm-tuning/<key>
-    threads: int | None = None  # runtime threads (the runner's thread pool)
+    threads: int | None = from_option("threads")  # runtime threads (the runner's thread pool)
     profile_name: str | None = None  # the planner's: named in the hint to tune an untuned library
     # content hash of the database(s) the build may apply (tuning_db's, or the whole tuning cache's), "none":
     # settled by the planner (settle_config), so a new 'edgeopt tune' changes the plan hash and the cache keys

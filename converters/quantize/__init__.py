@@ -19,6 +19,9 @@ from edgeopt.converters.base import (
     Intermediate,
     Stage,
     StageConfig,
+    from_option,
+    options_for,
+    user_option,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import Precision
@@ -29,16 +32,18 @@ from .presets import PRESETS, get_preset, preset_for_profile
 
 
 class QuantizeConfig(StageConfig):
-    precision: Precision = Precision.INT8
-    mode: QuantMode = QuantMode.AUTO  # --quant-mode (the planner's)
+    precision: Precision = from_option("precision", Precision.INT8)
+    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)  # the planner's
     backend: str | None = None  # the backend the result is for (named in the report)
     preset: str | None = None  # a name in presets.PRESETS, asked for; None: the profile's (below)
     # the planner's choice for the profile's ISA, and why: in the plan, its hash and --dry-run
     profile_preset: str | None = None
     profile_preset_reason: str | None = None
     profile_has_gpu: bool | None = None  # the planner's: FP16 without a GPU warns; INT8 names FP16 where it has one
-    calib_method: CalibMethod | None = None  # None: the preset's
-    per_channel: bool | None = None  # None: the preset's
+    calib_method: CalibMethod | None = user_option(None, "INT8 calibration: minmax | percentile (default: the "
+                                                         "profile's INT8 preset's, minmax).")
+    per_channel: bool | None = user_option(None, "INT8 weights with one scale per output channel (default: the "
+                                                 "preset's, per-channel); --no-per-channel: one scale per tensor.")
     calib_samples: int | None = 128
     pre_process: bool = True
     nodes_to_exclude: tuple[str, ...] = ()
@@ -75,9 +80,8 @@ class QuantizeStage(Stage):
             profile_preset_reason=why,
             profile_has_gpu=options.profile_has_gpu,
             precision=options.precision,
-            calib_method=options.calib_method,
-            per_channel=options.per_channel,
             bound=options.bound,
+            **options_for(QuantizeConfig, options.given),
         )
 
     def run(self, model: Intermediate, config: QuantizeConfig, ctx: ChainContext) -> Intermediate:

@@ -9,8 +9,10 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.chain_flags import chain_option
 from edgeopt.cli.options import (
     BatchOption,
+    CalibOption,
     CtcBlankOption,
     MetricAxisOption,
     MetricOption,
@@ -56,9 +58,9 @@ def bench(
     profile: str = typer.Option(None, "--profile", help="Device profile (TDP for energy; required for a model)."),
     label: list[str] = typer.Option(None, "--label", help="Tag the runs: KEY=VALUE (e.g. stage=int8), repeatable."),
     backends: str = typer.Option("all", "--backends", help="With a model: 'all' or e.g. onnxruntime,openvino."),
-    calib: Path = typer.Option(None, "--calib", help="With a model: calibration data for INT8."),
+    calib: Path = CalibOption,
     eval_data: Path = typer.Option(None, "--eval", help="With a model: labelled data for accuracy."),
-    precision: str = typer.Option(None, "--precision", help="With a model: fp32 / fp16 / int8."),
+    precision: str = chain_option("precision", context="With a model: "),
     metric: str = MetricOption,
     metric_axis: int = MetricAxisOption,
     ctc_blank: int = CtcBlankOption,

@@ -8,31 +8,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.chain_flags import chain_flags
 from edgeopt.cli.options import (
-    CalibMethodOption,
     CalibOption,
-    CtcBlankOption,
     DryRunOption,
     EvalOption,
     InputShapeOption,
-    MaxAccuracyDropOption,
-    MetricAxisOption,
-    MetricOption,
-    MetricThresholdOption,
-    MinCosineOption,
-    MinSpeedupOption,
-    MinSqnrOption,
-    PrecisionOption,
     PreprocessOption,
     ProfileDirOption,
     ProfileOption,
-    PruneModeOption,
-    PruneOption,
     RecipeOption,
-    RecoverBudgetOption,
-    RecoverOption,
-    SearchBudgetOption,
-    ThreadsOption,
 )
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
@@ -41,36 +26,17 @@ if TYPE_CHECKING:
 
 
 @app.command("convert")
+@chain_flags()
 def convert_cmd(
     model: Path = typer.Argument(None, help="The ONNX model (omit with --from-torch)."),
     profile: str = ProfileOption,
     output: Path = typer.Option(None, "--output", "-o",
                                 help="Artifact directory to write (default: MODEL-PROFILE in the current directory)."),
-    backend: str = typer.Option(None, "--backend", help="onnxruntime | openvino | tflite | tvm (default: the profile's), or auto: on the host profile, build with each installed backend and keep the fastest that holds."),
-    precision: str = PrecisionOption,
-    quant_mode: str = typer.Option(None, "--quant-mode",
-                                   help="static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
-                                   "--max-accuracy-drop the fastest that fits the graph and holds the bound)."),
-    prune: str = PruneOption,
-    prune_mode: str = PruneModeOption,
-    recover: bool = RecoverOption,
-    recover_budget: float = RecoverBudgetOption,
     calib: Path = CalibOption,
     eval_: Path = EvalOption,
     preprocess: str = PreprocessOption,
-    calib_method: str = CalibMethodOption,
     input_shape: list[str] = InputShapeOption,
-    max_accuracy_drop: float = MaxAccuracyDropOption,
-    min_cosine: float = MinCosineOption,
-    search_budget: float = SearchBudgetOption,
-    min_speedup: float = MinSpeedupOption,
-    metric: str = MetricOption,
-    metric_axis: int = MetricAxisOption,
-    ctc_blank: int = CtcBlankOption,
-    metric_threshold: float = MetricThresholdOption,
-    min_sqnr_db: float = MinSqnrOption,
     recipe: Path = RecipeOption,
-    threads: int = ThreadsOption,
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
     dry_run: bool = DryRunOption,
     from_torch: str = typer.Option(None, "--from-torch", help="package.module:factory building a torch.nn.Module."),
@@ -83,11 +49,10 @@ def convert_cmd(
                                   help="ARM profiles: when the profile's first backend misses the bound, try its next "
                                   "one, and when no INT8 holds, write the best float precision that holds (labelled). "
                                   "--no-fallback: exit 5 instead."),
-    export_c: bool = typer.Option(False, "--export-c", help="tflite: also write model_data.h/.c (C array for firmware; symbols named after the model file)."),
     json_out: bool = JsonOption,
+    chain: dict | None = None,
 ) -> None:
     """Convert a model for a device profile into a validated artifact directory."""
-    from edgeopt.cli.options import metric_spec
     from edgeopt.convert_on_device import convert
     from edgeopt.errors import UsageError
     from edgeopt.options import ConvertOptions, from_keywords
@@ -96,13 +61,11 @@ def convert_cmd(
         raise UsageError("no model given", "pass an ONNX file, or --from-torch package.module:factory --weights FILE")
     if output is None and not dry_run:  # `convert model.onnx --profile jetson-orin` writes model-jetson-orin/
         output = Path(f"{Path(model or from_torch.split(':')[0]).stem}-{Path(profile).stem}")
+    chain = dict(chain or {})
+    if chain.get("export_c") and not chain.get("c_name") and model:  # the C symbols: the model file's name
+        chain["c_name"] = Path(model).stem
     options = from_keywords(ConvertOptions, dict(
-        backend=backend, precision=precision, quant_mode=quant_mode, prune=prune, prune_mode=prune_mode, recover=recover,
-        recover_budget=recover_budget, calib_method=calib_method, max_accuracy_drop=max_accuracy_drop,
-        min_cosine=min_cosine, search_budget=search_budget, min_speedup=min_speedup, threads=threads,
-        metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
-        export_c=export_c or None, c_name=Path(model).stem if export_c and model else None,  # C symbols: the file's
-        recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
+        **chain, recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
         from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
         verify_on=verify_on, fallback=fallback,
     ), where="convert")

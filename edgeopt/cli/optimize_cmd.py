@@ -7,14 +7,15 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.chain_flags import chain_option
 from edgeopt.cli.options import (
+    CalibOption,
     CtcBlankOption,
     MetricAxisOption,
     MetricOption,
     MetricThresholdOption,
     MinSqnrOption,
     ProfileOption,
-    SearchBudgetOption,
 )
 from edgeopt.cli.output import JsonOption, emit, stderr
 
@@ -25,8 +26,8 @@ def optimize_cmd(
     profile: str = ProfileOption,
     max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Bound: most points of the task metric lost."),
     time_budget: float = typer.Option(10.0, "--time-budget", help="Minutes for the search (builds stop after it)."),
-    search_budget: float = SearchBudgetOption,
-    calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz named after the inputs)."),
+    search_budget: float = chain_option("search_budget", context="Each INT8 candidate's search: "),
+    calib: Path = CalibOption,
     eval_: Path = typer.Option(None, "--eval", help="Evaluation data with 'labels' (the accuracy bound needs it)."),
     output: Path = typer.Option(None, "--output", "-o", help="Copy the winning artifact here."),
     recipe_out: Path = typer.Option(None, "--recipe-out", help="Winning edgeopt.yaml (default: OUT.edgeopt.yaml)."),

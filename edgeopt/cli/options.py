@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.errors import UsageError
 
 ProfileOption = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file.")
@@ -12,24 +13,13 @@ InputShapeOption = typer.Option(None, "--input-shape",
                                 help="Fix an input's shape: NAME=DIMS, e.g. input=1x3x224x224 (repeatable).")
 
 
-# The chain options of ``convert`` and ``tune`` (tune's plan is the one convert makes for the same flags).
-PrecisionOption = typer.Option(None, "--precision", help="int8 | bf16 | fp16 | fp32 (default: the profile's; bf16 where the CPU has AMX/AVX512-BF16).")
-PruneOption = typer.Option(None, "--prune", help="Fraction of channels to remove (0-1), or 'auto': the largest "
-                           "ratio whose recovered model stays within --max-accuracy-drop (needs it and --calib).")
-PruneModeOption = typer.Option(None, "--prune-mode", help="channels | 2:4")
-RecoverOption = typer.Option(None, "--recover/--no-recover",
-                             help="Distil the pruned model from FP32 on --calib (default: when the train extra is installed).")
-RecoverBudgetOption = typer.Option(None, "--recover-budget", min=0.001, help="Seconds for recovery (default 120).")
+# The chain options' flags are generated from their declarations (edgeopt/cli/chain_flags.py); these are the
+# data and run flags several verbs share.
 CalibOption = typer.Option(None, "--calib", help="Calibration data: .npz named after the inputs, or an image folder.")
 EvalOption = typer.Option(None, "--eval", help="Evaluation data (.npz with 'labels', or class sub-folders).")
 PreprocessOption = typer.Option(None, "--preprocess", help="Image preprocessing: resize=224x224,mean=...,std=...,"
                                 "layout=NCHW,channels=RGB,scale=255 or a YAML file.")
-CalibMethodOption = typer.Option(None, "--calib-method", help="minmax | percentile")
-MaxAccuracyDropOption = typer.Option(None, "--max-accuracy-drop",
-                                     help="Gate: most points of the task metric lost (dB below --min-sqnr-db for sqnr).")
-MinCosineOption = typer.Option(None, "--min-cosine", help="Gate: least cosine similarity to FP32.")
 RecipeOption = typer.Option(None, "--recipe", help="Recipe YAML (backend, precision, prune, stages: {...}).")
-ThreadsOption = typer.Option(None, "--threads", help="Runtime threads.")
 DryRunOption = typer.Option(False, "--dry-run", help="Print the plan and stop.")
 
 
@@ -45,13 +35,7 @@ def _streams(value: str | None) -> int | str | None:
 StreamsOption = typer.Option(None, "--streams", callback=_streams,
                              help="Also measure N requests in flight at once; 'auto': the backend's choice.")
 BatchOption = typer.Option(None, "--batch", min=1, help="Also measure one stream at this batch (symbolic batch dims).")
-SearchBudgetOption = typer.Option(None, "--search-budget", min=1,
-                                  help="Seconds for the accuracy-aware INT8 search (--max-accuracy-drop; default 120).")
-MinSpeedupOption = typer.Option(None, "--min-speedup", min=0.01,
-                                help="Gate: accuracy-aware INT8 must be this many times faster than FP32 (quick estimate).")
-MetricOption = typer.Option(None, "--metric",
-                            help="Task metric: top1 | position_agreement | ctc | map_iou | cosine | sqnr, or "
-                                 "MODULE:FUNCTION (your own; default: chosen from the output and the labels).")
+MetricOption = typer.Option(None, "--metric", help=AccuracyBound.model_fields["metric"].description)  # its declaration
 MetricAxisOption = typer.Option(None, "--metric-axis", help="The output's class axis (e.g. 1 for [N,C,H,W]).")
 CtcBlankOption = typer.Option(None, "--ctc-blank", min=0, help="--metric ctc: the blank class index (default 0).")
 MetricThresholdOption = typer.Option(None, "--metric-threshold",

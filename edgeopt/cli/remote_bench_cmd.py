@@ -10,7 +10,8 @@ from rich.table import Table
 
 from edgeopt.bench.table import describe_throughput
 from edgeopt.cli import app
-from edgeopt.cli.options import BatchOption, StreamsOption
+from edgeopt.cli.chain_flags import chain_option
+from edgeopt.cli.options import BatchOption, CalibOption, StreamsOption
 from edgeopt.cli.output import JsonOption, emit, progress, stderr, stdout, write_json_line
 
 
@@ -51,9 +52,9 @@ def remote_bench_cmd(
     min_seconds: float = typer.Option(None, "--min-seconds", help="Least seconds of timed runs."),
     streams: str = StreamsOption,
     batch: int = BatchOption,
-    backend: str = typer.Option(None, "--backend", help="With a model: backend to convert for (default: the profile's)."),
-    precision: str = typer.Option(None, "--precision", help="With a model: int8 | fp16 | fp32."),
-    calib: Path = typer.Option(None, "--calib", help="With a model: calibration data (.npz named after the inputs, or an image folder)."),
+    backend: str = chain_option("backend", context="With a model: "),
+    precision: str = chain_option("precision", context="With a model: "),
+    calib: Path = CalibOption,
     setup: bool = typer.Option(False, "--setup", help="Create a venv under the work dir and pip-install a missing runtime."),
     wheels: Path = typer.Option(None, "--wheels", help="With --setup: a folder of the device's wheels (offline boards)."),
     devices: Path = typer.Option(None, "--devices", help="Inventory file (default: $EDGEOPT_CONFIG_DIR/devices.toml)."),

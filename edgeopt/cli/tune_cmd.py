@@ -7,36 +7,22 @@ from pathlib import Path
 import typer
 
 from edgeopt.cli import app
+from edgeopt.cli.chain_flags import chain_flags
 from edgeopt.cli.options import (
-    CalibMethodOption,
     CalibOption,
-    CtcBlankOption,
     DryRunOption,
     EvalOption,
     InputShapeOption,
-    MaxAccuracyDropOption,
-    MetricAxisOption,
-    MetricOption,
-    MetricThresholdOption,
-    MinCosineOption,
-    MinSpeedupOption,
-    MinSqnrOption,
-    PrecisionOption,
     PreprocessOption,
     ProfileDirOption,
     ProfileOption,
-    PruneModeOption,
-    PruneOption,
     RecipeOption,
-    RecoverBudgetOption,
-    RecoverOption,
-    SearchBudgetOption,
-    ThreadsOption,
 )
 from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
 @app.command("tune")
+@chain_flags(exclude=("backend", "export_c", "c_name"))  # TVM's plan: no other backend, no C array
 def tune_cmd(
     model: Path = typer.Argument(..., help="The ONNX model."),
     profile: str = ProfileOption,
@@ -46,42 +32,22 @@ def tune_cmd(
                                    "stages.tvm.tuning_db, else $EDGEOPT_CACHE_DIR/tvm-tuning/<key>)."),
     rpc_tracker: str = typer.Option(None, "--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (measure on the board)."),
     rpc_key: str = typer.Option(None, "--rpc-key", help="The board's key at the tracker."),
-    precision: str = PrecisionOption,
-    prune: str = PruneOption,
-    prune_mode: str = PruneModeOption,
-    recover: bool = RecoverOption,
-    recover_budget: float = RecoverBudgetOption,
     calib: Path = CalibOption,
     eval_: Path = EvalOption,
     preprocess: str = PreprocessOption,
-    calib_method: str = CalibMethodOption,
     input_shape: list[str] = InputShapeOption,
-    max_accuracy_drop: float = MaxAccuracyDropOption,
-    min_cosine: float = MinCosineOption,
-    search_budget: float = SearchBudgetOption,
-    min_speedup: float = MinSpeedupOption,
-    metric: str = MetricOption,
-    metric_axis: int = MetricAxisOption,
-    ctc_blank: int = CtcBlankOption,
-    metric_threshold: float = MetricThresholdOption,
-    min_sqnr_db: float = MinSqnrOption,
     recipe: Path = RecipeOption,
-    threads: int = ThreadsOption,
     dry_run: bool = DryRunOption,
     profile_dir: list[Path] = ProfileDirOption,
     json_out: bool = JsonOption,
+    chain: dict | None = None,
 ) -> None:
     """Tune a model's TVM kernels for a profile; later 'convert --backend tvm' runs with the same flags use the database."""
-    from edgeopt.cli.options import metric_spec
     from edgeopt.options import ConvertOptions, from_keywords
     from edgeopt.tune import tune, tune_plan
 
     options = from_keywords(ConvertOptions, dict(  # the flags convert takes: tune plans what convert would
-        precision=precision, prune=prune, prune_mode=prune_mode, recover=recover, recover_budget=recover_budget,
-        calib_method=calib_method, max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine,
-        search_budget=search_budget, min_speedup=min_speedup, threads=threads,
-        metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db),
-        recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
+        **(chain or {}), recipe=recipe, calib=calib, eval=eval_, input_shapes=input_shape, preprocess=preprocess,
         profile_dirs=profile_dir,
     ), where="tune")
     if dry_run:
