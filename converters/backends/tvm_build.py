@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from edgeopt.deps import require, version_of
 from edgeopt.errors import BadProfileError, MissingDependencyError, UnsupportedOpError
 from edgeopt.files import atomic_path
+from edgeopt.outputs import publish
 from edgeopt.paths import CacheArea, cache_subdir
 
 WORKLOAD_FILE = "database_workload.json"
@@ -385,11 +385,10 @@ def device_bundle(out_dir, arch: str | None = None, *, wheel_dir=None, python_ve
         sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in site.iterdir() if p.is_dir()}
         info = {"arch": arch, "source": source, "site": str(out / "site"), "bytes": sum(sizes.values()),
                 "packages_bytes": sizes, "env": {"TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": str(out / "site")},
-                "tvm": version_of("apache-tvm"), "without": sorted(_SKIP_FILES)}
+                "tvm": version_of("apache-tvm"), "without": sorted(_SKIP_FILES),
+                "edgeopt_version": version_of("edgeopt")}
         (tmp / "bundle.json").write_text(json.dumps(info, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        publish(tmp, out, force=True)  # the old bundle stays until the new one is in place
         return info
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

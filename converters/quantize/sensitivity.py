@@ -104,17 +104,12 @@ def isolate(qdq, fp32, node: str):
 
 
 def output_error(reference: list[dict], got: list[dict]) -> float:
-    """Mean (1 - cosine) over samples and outputs."""
-    errs = []
-    for r, g in zip(reference, got, strict=True):
-        for name, a in r.items():
-            a = np.asarray(a, np.float64).ravel()
-            b = np.asarray(g[name], np.float64).ravel()
-            if not np.all(np.isfinite(b)):
-                errs.append(1.0)
-                continue
-            na, nb = np.linalg.norm(a), np.linalg.norm(b)
-            errs.append(0.0 if na == nb == 0 else 1.0 - float(a @ b / (na * nb)) if na and nb else 1.0)
+    """Mean (1 - cosine) over samples and outputs (``edgeopt.metrics.kinds.cosine``, the one definition); an output
+    with a non-finite value counts as 1."""
+    from edgeopt.metrics.kinds import cosine
+
+    errs = [1.0 - cosine(a, g[name]) if np.all(np.isfinite(g[name])) else 1.0
+            for r, g in zip(reference, got, strict=True) for name, a in r.items()]
     return float(np.mean(errs)) if errs else 0.0
 
 
