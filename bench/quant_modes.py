@@ -407,19 +407,27 @@ def _named(r: dict | None) -> str:
     return f"{BACKEND_NAMES[r['backend']]} {r['mode']} ×{r['x_vs_ort_fp32']:.2f}" if r else "none"
 
 
+def _versus(r: dict | None, int8: dict | None) -> str:
+    if r is None:
+        return ""
+    said = f" ×{r['x_vs_ort_fp32']:.2f}"
+    if not r["within_bound"]:
+        return said + f", over the bound on unseen data (drop {r['drop']:g})"
+    return said + (f": {r['x_vs_ort_fp32'] / int8['x_vs_ort_fp32']:.2f} of the best INT8" if int8 else "")
+
+
 def summary(results: list[dict]) -> str:
     """One line per model: the best single candidate within the bound, and each backend's choice against it."""
     out = []
     for m in (m for r in results for m in r["models"]):
         best, int8 = best_single(m["rows"]), best_single(m["rows"], int8_only=True)
         said = [f"{m['model']}: fastest within the bound " + _named(best) + ", of the INT8 modes " + _named(int8)]
-        x = {r["backend"]: r["x_vs_ort_fp32"] for r in m["rows"] if r.get("chosen_by_convert")}
+        mine = {r["backend"]: r for r in m["rows"] if r.get("chosen_by_convert")}
         for b, c in m["chosen"].items():
             if c.get("exit"):
                 said.append(f"{BACKEND_NAMES[b]} exit {c['exit']} ({' '.join(c.get('error') or [])[:120]})")
             else:
-                said.append(f"{BACKEND_NAMES[b]} chose {_chosen_label(c)}"
-                            + (f" ×{x[b]:.2f}: {x[b] / int8['x_vs_ort_fp32']:.2f} of the best INT8" if b in x and int8 else ""))
+                said.append(f"{BACKEND_NAMES[b]} chose {_chosen_label(c)}" + _versus(mine.get(b), int8))
         out.append("; ".join(said))
     return "\n".join(out)
 
