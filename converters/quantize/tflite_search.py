@@ -28,7 +28,7 @@ import numpy as np
 
 from edgeopt.errors import StageError, UsageError
 
-from .modes import Granularity, QuantMode
+from .modes import DynamicMode, Granularity, QuantMode, StaticMode, WeightsMode
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 from .sensitivity import UNRANKED
 from .tflite_quantizer import read_ops
@@ -58,7 +58,8 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.search_fraction, seed=0)
-    modes = quantizer.mode_configs(QuantMode.AUTO, granularity)  # static, dynamic-range, weight-only, static
+    other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
+    modes = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
     t0 = time.perf_counter()
     static_failed = None
     try:
