@@ -12,6 +12,11 @@ Models:
 - ``rapidocr_cls``: rapidocr's pretrained text-line 0/180° classifier (MobileNetV3, from the
   rapidocr-onnxruntime wheel, input fixed at 1x3x48x192), on 300 rendered text lines (labels by construction):
   60 calibration, 120 ``--eval``, 120 unseen. Metric: top-1.
+- the cases of ``bench/real_models.py`` and ``bench/matrix_cases.py`` with their own data and metric (inputs
+  fixed at the case's shapes; the case's eval data split in half: ``--eval`` and unseen): ``rapidocr_rec_ctc``
+  (PP-OCRv4 CTC recogniser, ``ctc`` vs FP32's reading), ``rapidocr_det_dbnet`` (DBNet detector, ``map_iou`` at
+  0.3 vs FP32's map), ``minilm_l6_embedding`` (all-MiniLM-L6-v2, cosine to FP32), ``silero_vad`` (Conv + LSTM,
+  top-1 of its speech decision on labels by construction), ``g2p_gru`` (g2p-en's GRU, top-1 agreement with FP32).
 
 Native float precisions are rows too: on a CPU with AMX/AVX512-BF16 (``native_float_precisions`` of the
 ``host`` profile), OpenVINO's bf16 (the FP32 model compiled with ``INFERENCE_PRECISION_HINT`` bf16: what a
@@ -19,9 +24,11 @@ Native float precisions are rows too: on a CPU with AMX/AVX512-BF16 (``native_fl
 
 Every candidate is built once by the backend's quantizer (no search), then all are timed in **blocks**
 (each runtime's calls back to back, blocks alternating over rounds; ONNX Runtime sessions with
-``session.intra_op.allow_spinning`` 0), 2 threads. ``choice`` runs the CLI as a user would.
+``session.intra_op.allow_spinning`` 0), ``--threads`` threads. A candidate that fails to build is a row with its
+error. ``choice`` runs the CLI as a user would (``convert --backend onnxruntime`` and ``--backend openvino``).
 
-    .venv/bin/python bench/quant_modes.py [--models lstm,cnn,rapidocr_cls] [--bound 1] [--rounds 7] [--threads 2] > out.json
+    .venv/bin/python bench/quant_modes.py [--models lstm,cnn,rapidocr_cls,g2p_gru,...] [--bound 1] [--rounds 7] \
+        [--threads 2] > out.json
 
 Prints one JSON object. Not a test: no assertions.
 """
@@ -33,6 +40,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -117,7 +125,8 @@ def digits_data(work: Path) -> dict[str, Path]:
 
 # ---------------------------------------------------------------------------------- candidates
 def candidates(model: Path, calib: Dataset, work: Path, threads: int) -> list[dict]:
-    """Each (backend, mode) built once, with its run function and op counts."""
+    """Each (backend, mode) built once, with its run function and op counts; a build that fails is a row with
+    its error (the other candidates still run)."""
     import openvino as ov
 
     from edgeopt.converters.quantize.bound import ort_runner
@@ -130,24 +139,36 @@ def candidates(model: Path, calib: Dataset, work: Path, threads: int) -> list[di
              "units": count_units(model)}]
     names = [o.name for o in rows[0]["run"].session.get_outputs()]
     oq = OnnxRuntimeQuantizer()
-    for mode in (StaticMode(), DynamicMode(), DynamicMode(granularity=Granularity.PER_TENSOR)):
+
+    def ort(mode):
         q = oq.quantize(model, mode, work / f"ort-{mode.kind.value}-{mode.granularity.value}.onnx", calib=calib)
-        rows.append({"backend": "onnxruntime", "mode": mode.label(), "run": ort_runner(q.path, threads, spinning=False),
-                     "units": (q.quantized_units, q.float_units)})
+        return ort_runner(q.path, threads, spinning=False), (q.quantized_units, q.float_units)
+
+    for mode in (StaticMode(), DynamicMode(), DynamicMode(granularity=Granularity.PER_TENSOR)):
+        rows.append(_built("onnxruntime", mode.label(), lambda m=mode: ort(m)))
     core, vq = ov.Core(), OpenVINOQuantizer()
     fp32 = read_model(model)
-    ins = [p.get_any_name() for p in fp32.inputs]
-    rows.append({"backend": "openvino", "mode": "fp32 (f32 hint)", "run": compiled_run(core, fp32, ins, names, threads),
-                 "units": (0, sum(count_units(model)))})
+    ins, every = [p.get_any_name() for p in fp32.inputs], (0, sum(count_units(model)))
+    rows.append(_built("openvino", "fp32 (f32 hint)", lambda: (compiled_run(core, fp32, ins, names, threads), every)))
     if host_has_bf16():
-        rows.append({"backend": "openvino", "mode": "bf16", "run": compiled_run(core, fp32, ins, names, threads, "bf16"),
-                     "units": (0, sum(count_units(model)))})
-    for mode in (StaticMode(), WeightsMode()):
+        rows.append(_built("openvino", "bf16", lambda: (compiled_run(core, fp32, ins, names, threads, "bf16"), every)))
+
+    def nncf(mode):
         q = vq.quantize(model, mode, work / f"ov-{mode.kind.value}.xml", calib=calib)
-        rows.append({"backend": "openvino", "mode": mode.label(),
-                     "run": compiled_run(core, core.read_model(str(q.path)), ins, names, threads),
-                     "units": (q.quantized_units, q.float_units)})
+        return compiled_run(core, core.read_model(str(q.path)), ins, names, threads), (q.quantized_units, q.float_units)
+
+    for mode in (StaticMode(), WeightsMode()):
+        rows.append(_built("openvino", mode.label(), lambda m=mode: nncf(m)))
     return rows
+
+
+def _built(backend: str, mode: str, build) -> dict:
+    """One candidate row: ``build()`` gives (run function, (8-bit units, float units)); its failure, one line."""
+    try:
+        run, units = build()
+    except Exception as err:  # noqa: BLE001 - a quantizer's crash is a figure of this bench, not its end
+        return {"backend": backend, "mode": mode, "error": f"{type(err).__name__}: {str(err).strip()[:300]}"}
+    return {"backend": backend, "mode": mode, "run": run, "units": units}
 
 
 def host_has_bf16() -> bool:
@@ -178,6 +199,8 @@ def text_line_data(work: Path) -> tuple[Path, dict[str, Path]]:
 
 
 def score(run, ds: Dataset, metric) -> float:
+    if hasattr(metric, "score"):  # an edgeopt Metric, bound to ``ds`` (its FP32 figure made on it)
+        return metric.score(run, ds)
     outputs = [run(f) for f in ds.feeds()]
     if metric == "top1":
         pred = np.array([int(np.argmax(next(iter(o.values())))) for o in outputs])
@@ -185,15 +208,83 @@ def score(run, ds: Dataset, metric) -> float:
     return float(metric(outputs, ds.labels))
 
 
-def choice(model: Path, files: dict, backend: str, bound: float, metric: str | None, threads: int, work: Path) -> dict:
+# ---------------------------------------------------------------------------------- the real-models cases
+# the CTC recogniser, the detector, the embedder, the VAD (bench/real_models.py) and the GRU (bench/matrix_cases.py),
+# with their data builders: each case's eval data is split in half here, one half --eval (the search), one unseen
+CASE_MODULES = {"rapidocr_rec_ctc": "real_models", "rapidocr_det_dbnet": "real_models",
+                "minilm_l6_embedding": "real_models", "silero_vad": "real_models", "g2p_gru": "matrix_cases"}
+
+
+@dataclass
+class Setup:
+    model: Path
+    files: dict[str, Path]  # calib, eval (convert's --eval), test (unseen)
+    calib: Dataset
+    test: Dataset
+    metric: object  # "top1", a user metric function, or an edgeopt MetricSpec (None: chosen automatically)
+    cli_metric: list[str]  # the --metric flags convert gets for the same metric
+    data: str
+    metric_name: str = ""
+
+
+def case_setup(name: str, work: Path) -> Setup:
+    """A ``Case`` of bench/real_models.py or bench/matrix_cases.py, its input shapes fixed in the model file."""
+    import importlib
+
+    import onnx
+
+    from edgeopt.metrics import MetricSpec
+    from edgeopt.model import fix_input_shapes
+
+    sys.path.insert(0, str(REPO / "bench"))
+    case = importlib.import_module(CASE_MODULES[name]).CASES[name](work)
+    model = case.model
+    if case.shapes:
+        model = work / f"{name}-fixed.onnx"
+        onnx.save(fix_input_shapes(onnx.load(str(case.model)), case.shapes), str(model))
+    search, unseen = case.eval.split(0.5, seed=2)
+    files = {}
+    for part, ds in (("calib", case.calib), ("eval", search), ("test", unseen)):
+        files[part] = work / f"{name}_{part}.npz"
+        np.savez(files[part], **ds.arrays, **({} if ds.labels is None else {"labels": ds.labels}))
+    spec = MetricSpec(**case.metric) if case.metric else None
+    flags = []
+    if case.metric:
+        flags = ["--metric", case.metric["name"]] + (["--metric-threshold", str(case.metric["threshold"])]
+                                                       if "threshold" in case.metric else [])
+    return Setup(model, files, case.calib, unseen, spec, flags, f"{case.kind}: {case.data}")
+
+
+def legacy_setup(name: str, work: Path) -> Setup:
+    """The first three models (resemblyzer's LSTM with the user's metric, the digits CNN, rapidocr_cls)."""
+    if name == "lstm":
+        sys.path.insert(0, str(REPO / "bench"))
+        from speaker_metric import verification
+
+        model, files, metric = speaker_encoder(work), speaker_data(work), verification
+        flags, data = ["--metric", "speaker_metric:verification"], \
+            "espeak-ng speech, 12 voices as speakers (labels by construction)"
+    elif name == "rapidocr_cls":
+        (model, files), metric = text_line_data(work), "top1"
+        flags, data = [], "rendered text lines, every other one turned 180° (labels by construction)"
+    else:
+        model, files, metric = REPO / "fixtures" / "models" / "digits_cnn.onnx", digits_data(work), "top1"
+        flags, data = [], "sklearn digits, human labels"
+    calib, test = load_npz(files["calib"]), load_npz(files["test"])
+    rank = {"lstm": 3, "cnn": 4, "rapidocr_cls": 4}[name]
+    calib.ranks = test.ranks = {k: rank for k in calib.arrays}
+    label = "100 - EER % of speaker verification (user metric)" if name == "lstm" else "top1 %"
+    return Setup(model, files, calib, test, metric, flags, data, label)
+
+
+def choice(model: Path, files: dict, backend: str, bound: float, metric: list[str], threads: int, work: Path) -> dict:
     """``edgeopt convert --precision int8 --max-accuracy-drop`` as a user runs it; the mode it chose and why."""
     out = work / f"chosen-{backend}"
     cmd = [sys.executable, "-m", "edgeopt", "convert", str(model), "--profile", "host", "--backend", backend,
            "--precision", "int8", "--calib", str(files["calib"]), "--eval", str(files["eval"]),
            "--max-accuracy-drop", str(bound), "--threads", str(threads), "-o", str(out), "--json"]
-    if metric:
-        cmd += ["--metric", metric]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO / "bench", timeout=900)
+    cmd += metric
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO / "bench", timeout=1800)
     row = {"command": " ".join(["edgeopt", *cmd[3:]]), "exit": r.returncode}
     if r.returncode != 0:
         row["error"] = r.stderr.strip().splitlines()[-1:] if r.stderr else []
@@ -201,81 +292,162 @@ def choice(model: Path, files: dict, backend: str, bound: float, metric: str | N
     manifest = json.loads((out / "manifest.json").read_text())
     stage = "quantize" if backend == "onnxruntime" else backend
     rep = next(s["report"] for s in manifest["stages"] if s["name"] == stage)
-    row.update(mode=rep.get("mode"), quantized=rep.get("quantized"), mode_reason=rep.get("mode_reason"),
+    kept = (rep.get("accuracy_aware") or {}).get("kept_in_float") or []
+    row.update(artifact=str(out), kept_in_float=[k.get("node") or k.get("quantizer") if isinstance(k, dict) else k
+                                                 for k in kept],
+               mode=rep.get("mode"), quantized=rep.get("quantized"), mode_reason=rep.get("mode_reason"),
                mode_search=rep.get("mode_search"), speed=(rep.get("speed") or {}).get("speedup_vs_fp32"),
                validation={k: manifest["validation"].get(k) for k in ("metric", "metric_reference", "metric_value",
                                                                        "metric_drop")})
     return row
 
 
-def _chosen_label(c: dict) -> str:
-    """The bench row of the mode convert chose: the mode search's chosen label, else the stage's mode, per-channel."""
-    return (c.get("mode_search") or {}).get("chosen") or f"{c['mode']} per-channel"
-
-
 def run_model(name: str, work: Path, bound: float, rounds: int, threads: int) -> dict:
     import os
 
     from edgeopt.converters.quantize.search import blocked_latency_ms
+    from edgeopt.metrics import make_metric
 
-    if name == "lstm":
-        sys.path.insert(0, str(REPO / "bench"))
-        from speaker_metric import verification
-
-        model, files, metric = speaker_encoder(work), speaker_data(work), verification
-        user_metric, data = "speaker_metric:verification", "espeak-ng speech, 12 voices as speakers (labels by construction)"
-    elif name == "rapidocr_cls":
-        (model, files), metric = text_line_data(work), "top1"
-        user_metric, data = None, "rendered text lines, every other one turned 180° (labels by construction)"
-    else:
-        model, files, metric = REPO / "fixtures" / "models" / "digits_cnn.onnx", digits_data(work), "top1"
-        user_metric, data = None, "sklearn digits, human labels"
-    calib, test = load_npz(files["calib"]), load_npz(files["test"])
-    rank = {"lstm": 3, "cnn": 4, "rapidocr_cls": 4}[name]
-    calib.ranks = test.ranks = {k: rank for k in calib.arrays}
-    rows = candidates(model, calib, work, threads)
+    su = case_setup(name, work) if name in CASE_MODULES else legacy_setup(name, work)
+    built = candidates(su.model, su.calib, work, threads)
+    chosen = {b: choice(su.model, su.files, b, bound, su.cli_metric, threads, work) for b in ("onnxruntime", "openvino")}
+    rows = [r for r in built if "run" in r] + [r for b, c in chosen.items() if (r := chosen_row(b, c, threads))]
+    metric = su.metric
+    if not (metric == "top1" or callable(metric)):  # an edgeopt metric, its FP32 figure on the unseen data
+        metric = make_metric(rows[0]["run"], su.test, su.metric)
+        su.metric_name = f"{metric.name} ({metric.unit}, {'labels' if metric.labels_used else 'vs FP32'})"
     for r in rows:
-        r["metric_unseen"] = round(score(r["run"], test, metric), 3)
-    feed, load_before = test.feed(0), os.getloadavg()
+        r["metric_unseen"] = round(score(r["run"], su.test, metric), 3)
+    feed, load_before = su.test.feed(0), os.getloadavg()
     latency = blocked_latency_ms({f"{r['backend']} {r['mode']}": r["run"] for r in rows}, feed, calls=30,
                                  rounds=rounds, target_s=None)
-    ref = latency["onnxruntime fp32"]
-    fp32_metric = rows[0]["metric_unseen"]
+    load_after = os.getloadavg()
+    ref, fp32_metric = latency["onnxruntime fp32"], rows[0]["metric_unseen"]
     for r in rows:
         key = f"{r['backend']} {r['mode']}"
         r.update(p50_ms=latency[key], x_vs_ort_fp32=round(ref / latency[key], 3),
                  drop=round(fp32_metric - r["metric_unseen"], 3), quantized_units=r["units"][0],
                  float_units=r["units"][1], within_bound=fp32_metric - r["metric_unseen"] <= bound)
         del r["run"], r["units"]
-    int8 = [r for r in rows if "fp32" not in r["mode"] and r["within_bound"]]  # INT8 modes and bf16
-    best = max(int8, key=lambda r: r["x_vs_ort_fp32"], default=None)
-    load_after = os.getloadavg()
-    chosen = {b: choice(model, files, b, bound, user_metric, threads, work) for b in ("onnxruntime", "openvino")}
-    for b, c in chosen.items():
-        row = next((r for r in rows if r["backend"] == b and c.get("mode") and r["mode"] == _chosen_label(c)), None)
-        if row is not None and best is not None:
-            c["bench_row"] = {k: row[k] for k in ("mode", "metric_unseen", "drop", "p50_ms", "x_vs_ort_fp32")}
-            c["speed_vs_best_single_candidate"] = round(row["x_vs_ort_fp32"] / best["x_vs_ort_fp32"], 3)
-    return {"model": name, "data": data, "threads": threads,
+    best, best_int8 = best_single(rows), best_single(rows, int8_only=True)
+    for r in rows:
+        if r.get("chosen_by_convert") and best is not None:
+            chosen[r["backend"]].update(speed_vs_best_single_candidate=round(r["x_vs_ort_fp32"] / best["x_vs_ort_fp32"], 3),
+                                        speed_vs_best_int8=round(r["x_vs_ort_fp32"] / best_int8["x_vs_ort_fp32"], 3)
+                                        if best_int8 else None)
+    return {"model": name, "data": su.data, "threads": threads,
             "load_avg_during_timing": {"before": [round(x, 2) for x in load_before],
                                        "after": [round(x, 2) for x in load_after]},
-            "metric": "100 - EER % of speaker verification (user metric)" if name == "lstm" else "top1 %",
-            "samples": {"calib": len(calib), "unseen": len(test)}, "bound_points": bound, "rows": rows,
+            "metric": su.metric_name or "top1 %", "samples": {"calib": len(su.calib), "unseen": len(su.test)},
+            "bound_points": bound, "rows": rows + [r for r in built if "error" in r],
             "best_single_candidate_within_bound": best and {k: best[k] for k in ("backend", "mode", "x_vs_ort_fp32")},
+            "best_int8_within_bound": best_int8 and {k: best_int8[k] for k in ("backend", "mode", "x_vs_ort_fp32")},
             "chosen": chosen}
+
+
+def best_single(rows: list[dict], *, int8_only: bool = False) -> dict | None:
+    """The fastest candidate within the bound as built plainly (an INT8 mode, or bf16 unless ``int8_only``)."""
+    fits = [r for r in rows if "fp32" not in r["mode"] and not r.get("chosen_by_convert") and "error" not in r
+            and r["within_bound"] and not (int8_only and r["mode"] == "bf16")]
+    return max(fits, key=lambda r: r["x_vs_ort_fp32"], default=None)
+
+
+def _chosen_label(c: dict) -> str:
+    """What convert wrote: the mode search's chosen candidate, else the stage's mode (with the ops it kept float)."""
+    label = (c.get("mode_search") or {}).get("chosen") or f"{c['mode']}"
+    kept = c.get("kept_in_float") or []
+    return label + (f", {len(kept)} ops kept float" if kept else "")
+
+
+def chosen_row(backend: str, c: dict, threads: int) -> dict | None:
+    """convert's artifact on ``backend`` as a row of its own, run by its shipped runner (ONNX Runtime's pool
+    threads asleep between calls, as the other rows), timed in the same blocks: the searched artifact may keep
+    ops float or use other options than the plain candidate of its mode."""
+    from edgeopt.runtime.runners import open_runner, read_manifest
+
+    if c.get("exit") != 0:
+        return None
+    manifest = read_manifest(c["artifact"])
+    if backend == "onnxruntime":
+        manifest["runtime"].setdefault("settings", {})["allow_spinning"] = False
+    runner = open_runner(c["artifact"], threads=threads, manifest=manifest)
+    q = c.get("quantized") or {}
+    return {"backend": backend, "mode": f"chosen by convert: {_chosen_label(c)}", "chosen_by_convert": True,
+            "run": runner.run, "units": (q.get("quantized_units"), q.get("float_units"))}
+
+
+# ---------------------------------------------------------------------------------- the README table
+BACKEND_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+
+
+def table(results: list[dict]) -> str:
+    """The README's markdown table from this script's JSON outputs: every row, the modes convert chose in bold,
+    and per model the best single candidate within the bound and how the choices compare with it."""
+    lines = ["| model | backend | mode | metric on unseen data (drop) | p50 ms | × ORT FP32 | ops 8-bit / float |",
+             "|---|---|---|---|---|---|---|"]
+    for m in (m for r in results for m in r["models"]):
+        first = f"{m['model']} ({m['samples']['unseen']} unseen, bound {m['bound_points']:g})"
+        for r in m["rows"]:
+            mode = r["mode"].replace("fp32 (f32 hint)", "FP32 (f32 hint)").replace("fp32", "FP32")
+            if r.get("chosen_by_convert"):
+                mode = f"**{mode.removeprefix('chosen by convert: ')}** (convert's choice)"
+            if "error" in r:
+                cells = [f"failed to build: {r['error'].splitlines()[-1][:100]}", "–", "–", "–"]
+            else:
+                over = "" if r["within_bound"] else ", over"
+                drop = "" if "fp32" in r["mode"] and r["backend"] == "onnxruntime" else f" ({r['drop']:g}{over})"
+                cells = [f"{r['metric_unseen']:g}{drop}", f"{r['p50_ms']:.3g}", f"{r['x_vs_ort_fp32']:.2f}",
+                         f"{r['quantized_units']} / {r['float_units']}"]
+            lines.append(f"| {first} | {BACKEND_NAMES[r['backend']]} | {mode} | " + " | ".join(cells) + " |")
+            first = ""
+    return "\n".join(lines)
+
+
+def _named(r: dict | None) -> str:
+    return f"{BACKEND_NAMES[r['backend']]} {r['mode']} ×{r['x_vs_ort_fp32']:.2f}" if r else "none"
+
+
+def _versus(r: dict | None, int8: dict | None) -> str:
+    if r is None:
+        return ""
+    said = f" ×{r['x_vs_ort_fp32']:.2f}"
+    if not r["within_bound"]:
+        return said + f", over the bound on unseen data (drop {r['drop']:g})"
+    return said + (f": {r['x_vs_ort_fp32'] / int8['x_vs_ort_fp32']:.2f} of the best INT8" if int8 else "")
+
+
+def summary(results: list[dict]) -> str:
+    """One line per model: the best single candidate within the bound, and each backend's choice against it."""
+    out = []
+    for m in (m for r in results for m in r["models"]):
+        best, int8 = best_single(m["rows"]), best_single(m["rows"], int8_only=True)
+        said = [f"{m['model']}: fastest within the bound " + _named(best) + ", of the INT8 modes " + _named(int8)]
+        mine = {r["backend"]: r for r in m["rows"] if r.get("chosen_by_convert")}
+        for b, c in m["chosen"].items():
+            if c.get("exit"):
+                said.append(f"{BACKEND_NAMES[b]} exit {c['exit']} ({' '.join(c.get('error') or [])[:120]})")
+            else:
+                said.append(f"{BACKEND_NAMES[b]} chose {_chosen_label(c)}" + _versus(mine.get(b), int8))
+        out.append("; ".join(said))
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="lstm,cnn")
+    ap.add_argument("--models", default="lstm,cnn", help="lstm, cnn, rapidocr_cls, " + ", ".join(CASE_MODULES))
     ap.add_argument("--bound", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print the README table of these outputs, run nothing")
     args = ap.parse_args()
+    if args.table:
+        results = [json.loads(Path(f).read_text()) for f in args.table]
+        print(table(results) + "\n\n" + summary(results))
+        return
     from edgeopt.runtime import environment
 
     out = {"what": "INT8 modes x backends and native float precisions (bf16 where the CPU has it): metric on unseen "
-                   "data, p50 vs ONNX Runtime FP32 (blocks, 2 threads), "
+                   f"data, p50 vs ONNX Runtime FP32 (blocks, {args.threads} thread(s)), "
                    "and the mode convert chose", "environment": environment.collect(), "models": []}
     out["environment"].pop("_cpu_counters_before", None)
     with tempfile.TemporaryDirectory() as d:

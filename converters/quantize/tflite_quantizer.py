@@ -111,17 +111,28 @@ def _constant(model, tensor) -> bool:
 
 
 class TFLiteQuantizer(Quantizer):
-    """``quantize(float_tflite, mode, out, calib=Dataset, keep_float=(op scopes…))`` with ai-edge-quantizer.
+    """``quantize(float_tflite, mode, out, calib=Dataset, keep_float=(op scopes…))`` with ai-edge-quantizer: the
+    :class:`.modes.Quantizer` the TFLite backend names, with the three modes ai-edge-quantizer's recipes offer.
 
     ``io_inputs`` is the artifact's ``runtime.io.inputs`` (ONNX name → signature name and layout transpose),
-    so calibration data in the ONNX model's layout reaches the ``.tflite`` as it expects it; ``float_io``
-    keeps a static model's inputs and outputs float (quantize/dequantize inside), else they are int8."""
+    so calibration data in the ONNX model's layout reaches the ``.tflite`` as it expects it (None: the data's
+    arrays are named after the signature's inputs and in their layout, as for any float ``.tflite``);
+    ``float_io`` keeps a static model's inputs and outputs float (quantize/dequantize inside), else they are int8."""
 
     modes: ClassVar[tuple[QuantMode, ...]] = (QuantMode.STATIC, QuantMode.DYNAMIC, QuantMode.WEIGHTS)
 
-    def __init__(self, io_inputs: list[dict], *, samples: int = 200, float_io: bool = True):
-        self.io_inputs, self.samples, self.float_io = list(io_inputs), int(samples), bool(float_io)
+    def __init__(self, io_inputs: list[dict] | None = None, *, samples: int = 200, float_io: bool = True):
+        self.io_inputs = None if io_inputs is None else list(io_inputs)
+        self.samples, self.float_io = int(samples), bool(float_io)
         self._calibrated: dict[str, dict] = {}
+
+    @staticmethod
+    def mode_configs(pinned: QuantMode, granularity: Granularity) -> list[StaticMode | DynamicMode | WeightsMode]:
+        """The modes a build tries, in order: with ``auto``, static with ``granularity`` (weights), dynamic-range,
+        weight-only, then static with the other granularity; a pinned mode, only that kind (``--quant-mode``)."""
+        other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
+        every = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
+        return every if pinned == QuantMode.AUTO else [m for m in every if m.kind == pinned]
 
     def recipe(self, mode: StaticMode | DynamicMode | WeightsMode, keep_float: tuple[str, ...] = ()) -> list[dict]:
         from ai_edge_quantizer import qtyping, recipe_manager
@@ -211,10 +222,12 @@ class TFLiteQuantizer(Quantizer):
 
         sig = open_interpreter(str(model)).get_signature_runner(SIGNATURE)
         details = dict(sig.get_input_details())
+        entries = self.io_inputs if self.io_inputs is not None else [
+            {"name": name, "runtime_name": name, "transpose": None} for name in details]
         feeds = []
         for feed in data.feeds(min(len(data), self.samples)):
             one = {}
-            for entry in self.io_inputs:
+            for entry in entries:
                 arr = np.asarray(feed[entry["name"]])
                 if entry.get("transpose"):
                     arr = np.transpose(arr, entry["transpose"])
