@@ -48,7 +48,7 @@ from edgeopt.converters.base import (
     user_option,
 )
 from edgeopt.converters.registry import register_stage
-from edgeopt.enums import BackendName, Precision
+from edgeopt.enums import BackendName, Precision, QuantMode
 from edgeopt.errors import (
     EdgeoptError,
     MissingDependencyError,
@@ -67,6 +67,7 @@ class TFLiteConfig(StageConfig):
     threads: int | None = from_option("threads")
     delegate: str = "xnnpack"  # LiteRT's default CPU delegate
     per_channel: bool = from_option("per_channel", True)
+    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)  # --quant-mode: static, dynamic-range or weight-only
     calib_samples: int = 200  # most calibration samples given to the quantizer
     keep_layout: tuple[str, ...] | None = None  # inputs onnx2tf must not transpose (None: those that look NHWC)
     export_c: bool = user_option(False, "Also write the model as a C array for firmware (model_data.h/.c); "
@@ -95,11 +96,13 @@ class TFLiteBackend(Backend):
     per_layer_profiler = "edgeopt.bench.per_layer:per_layer_tflite"  # LiteRT can't time ops: a static breakdown
     quantizes_itself = True
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
+    quantizer = "edgeopt.converters.quantize.tflite_quantizer:TFLiteQuantizer"
 
     @classmethod
     def configure(cls, options: ChainOptions) -> TFLiteConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "threads": options.threads or s.get("threads"), "bound": options.bound}
+        kw = {"precision": options.precision, "mode": options.quant_mode, "threads": options.threads or s.get("threads"),
+              "bound": options.bound}
         for key in ("io_dtype", "delegate", "calib_samples", "export_c"):
             if key in s:
                 kw[key] = s[key]
@@ -182,6 +185,9 @@ class TFLiteBackend(Backend):
 
             made, report["accuracy_aware"] = search_tflite(self, quantizer, float_tflite, model, config, ctx,
                                                            runtime=runtime, granularity=gran)
+        elif config.mode != QuantMode.AUTO:  # --quant-mode: that mode, or its failure
+            made = quantizer.quantize(float_tflite, quantizer.mode_configs(config.mode, gran)[0],
+                                      ctx.work_dir / "int8.tflite", calib=ctx.calib)
         else:
             try:
                 made = quantizer.quantize(float_tflite, StaticMode(granularity=gran), ctx.work_dir / "int8.tflite",

@@ -28,7 +28,7 @@ import numpy as np
 
 from edgeopt.errors import StageError, UsageError
 
-from .modes import DynamicMode, Granularity, QuantMode, StaticMode, WeightsMode
+from .modes import Granularity, QuantMode
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 from .sensitivity import UNRANKED
 from .tflite_quantizer import read_ops
@@ -58,8 +58,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
                          "give an .npz with the model's inputs (and 'labels' if you have them)")
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(config.bound.search_fraction, seed=0)
-    other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
-    modes = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
+    modes = quantizer.mode_configs(config.mode, granularity)  # --quant-mode: that kind only
     t0 = time.perf_counter()
     static_failed = None
     try:
@@ -67,6 +66,8 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
     except StageError as err:  # e.g. a recurrent layer's WHILE loop: the other modes need no calibration
         static_failed = err.message
         modes = [m for m in modes if m.kind != QuantMode.STATIC]
+        if not modes:  # --quant-mode static, which can't be made here
+            raise
     calibration_s = time.perf_counter() - t0
     work = ctx.work_dir / "tflite_search"
     work.mkdir(exist_ok=True)
