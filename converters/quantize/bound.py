@@ -30,6 +30,7 @@ class Bounded:
     confirm: Any  # the part held back, which only confirms a hit
     fp32_run: Callable
     threads: int
+    whole: Any = None  # the eval data as given (both parts): the metric's kind is chosen on it, as the gate does
 
 
 def ort_runner(model, threads: int | None = 2, spinning: bool = True):
@@ -64,7 +65,14 @@ def prepare(ctx, prefix: str, onnx_path, fraction: float = 0.5) -> Bounded:
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(fraction, seed=0)
     # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
-    return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads)
+    return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads, ctx.eval)
+
+
+def warn_small_eval(ctx, report: dict, prefix: str) -> None:
+    """Say on stderr (and in the manifest's warnings) when the eval set is too small for the bound to mean much
+    (``report['eval_too_small']``, set by the search: :func:`edgeopt.validation_model.small_eval_warning`)."""
+    if report.get("eval_too_small"):
+        ctx.warn(f"{prefix}: {report['eval_too_small']}")
 
 
 @dataclass
@@ -86,7 +94,7 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                 backend: str, progress=None, feed: dict | None = None) -> ModeChoice:
     """The fastest candidate within ``bound`` on both parts, timed on the backend against ``fp32_timed``."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
-                       progress=progress, what=f"INT8 mode search ({backend})")
+                       progress=progress, what=f"INT8 mode search ({backend})", whole=b.whole)
     built: dict[str, tuple[Any, Callable, Any]] = {}
     rows: list[dict] = []
     try:
@@ -110,14 +118,12 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                        search_value=round(c.search_value, 4), search_drop_points=round(s.drop(c.search_value), 3))
             if c.confirm_value is not None:
                 row.update(confirm_value=round(c.confirm_value, 4),
-                           confirm_drop_points=round(s.drop(c.confirm_value, True), 3))
+                           confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
+                           all_drop_points=round(s.m_all.fp32_value - c.all_value, 3))
             if q.notes.get("per_tensor_retry"):
                 row["per_tensor_retry"] = q.notes["per_tensor_retry"]
             if not c.met:
-                part = "held-back" if c.confirm_value is not None else "search"
-                drop = s.drop(c.confirm_value, True) if c.confirm_value is not None else s.drop(c.search_value)
-                row.update(verdict="dropped", why=f"over the bound: drop {drop:.2f} points on the {part} part "
-                                                  f"(bound {bound:g})")
+                row.update(verdict="dropped", why=f"over the bound: {s.why_missed(c)}")
             elif q.quantized_units == 0:
                 row.update(verdict="dropped", why="quantizes nothing (every op with weights stayed float)")
     finally:
@@ -125,7 +131,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     within = [r["mode"] for r in rows if "verdict" not in r]
     report = {"metric": s.report["metric"], "metric_unit": s.report["metric_unit"], "bound_points": bound,
               "fp32": s.report["fp32"], "backend": backend, "candidates": rows,
-              "search_samples": len(b.search), "confirm_samples": len(b.confirm)}
+              "search_samples": len(b.search), "confirm_samples": len(b.confirm), "acceptance": s.report["acceptance"],
+              **({"eval_too_small": s.report["eval_too_small"]} if "eval_too_small" in s.report else {})}
     if not within:
         return ModeChoice(None, report=report)
     runs = {"fp32": fp32_timed, **{label: built[label][1] for label in within}}

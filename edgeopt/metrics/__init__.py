@@ -84,6 +84,11 @@ def metric_context(spec: MetricSpec | None, search_path=()):
         _ACTIVE.reset(token)
 
 
+def active_metric_spec() -> MetricSpec | None:
+    """What the running :func:`metric_context` asks for (None outside one, or when the user named nothing)."""
+    return _ACTIVE.get()[0]
+
+
 def make_metric(fp32_run, dataset, spec: MetricSpec | None = None, *, search_path=None, role: str = "eval") -> Metric:
     """The metric for ``dataset`` (FP32 run once on it); labels are validated here (exit 3 when they can't
     be what the output means, or when FP32 scores at or below chance with them). ``spec`` None: the one of
@@ -177,5 +182,5 @@ def _check_chance(m: Metric, shape: tuple, role: str) -> None:
                            "check the label order/mapping and that the labels belong to these samples")
 
 
-__all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "make_metric", "metric_context", "metric_for_outputs",
+__all__ = ["Metric", "MetricName", "MetricSpec", "active_metric_spec", "as_metric_spec", "ctc_decode", "make_metric", "metric_context", "metric_for_outputs",
            "parse_metric_spec"]
