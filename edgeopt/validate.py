@@ -83,7 +83,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     m = metric_for_outputs(ref_outs, data.labels, metric, search_path=search_path,
                            role="eval" if data_source == "eval" else "calib")
     value = m.score_outputs(got_outs)
-    v.metric, v.metric_description, v.metric_unit = m.name, m.description, m.unit
+    v.metric, v.metric_description, v.metric_unit, v.metric_kind = m.name, m.description, m.unit, m.kind.value
     v.metric_basis = "labels" if m.labels_used else "fp32"
     v.metric_reference, v.metric_value = round(m.fp32_value, 4), round(value, 4)
     v.metric_drop = round(m.fp32_value - value, 4)

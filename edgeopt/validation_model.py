@@ -45,6 +45,7 @@ class Validation(BaseModel):
     accuracy: float | None = None  # top-1 %, the artifact
     accuracy_drop: float | None = None  # points
     metric: str | None = None  # the task metric's name, e.g. "ctc_exact_match_vs_fp32"
+    metric_kind: str | None = None  # its kind (edgeopt.metrics.MetricName), e.g. "ctc": to judge other data alike
     metric_description: str | None = None
     metric_unit: str | None = None  # "%" or "dB"
     metric_basis: str | None = None  # "labels" or "fp32"
