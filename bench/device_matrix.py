@@ -251,18 +251,18 @@ def combine(parts: list[dict]) -> dict:
     first = parts[0]
     out = {k: first[k] for k in ("bench", "bound_points", "search_budget_s", "threads", "verify_on",
                                  "held_back_fraction", "machine", "versions") if k in first}
-    out["edgeopt_commit"] = sorted({p.get("edgeopt_commit") or "?" for p in parts})
-    out["runs"] = [{"profiles": sorted({c["profile"] for c in p["cells"]}), "cells": len(p["cells"]),
-                    **{k: p.get(k) for k in ("search_budget_s", "verify_on", "edgeopt_commit", "versions")},
-                    "load_before": (p.get("machine") or {}).get("load_before"),
-                    "load_after": (p.get("environment_after") or {}).get("load_before")} for p in parts]
+    out["edgeopt_commit"] = sorted({str(x) for p in parts for x in _as_list(p.get("edgeopt_commit") or "?")})
+    out["runs"], offsets = [], []
+    for p in parts:  # a part that is itself a combination brings its runs (and its cells' run numbers) along
+        offsets.append(len(out["runs"]))
+        out["runs"] += p["runs"] if "runs" in p and "superseded" in p else [_run_summary(p)]
     out["cases"] = {}
     for p in parts:
         out["cases"].update(p.get("cases") or {})
-    out["cells"], out["superseded"] = [], []
-    for run, p in enumerate(parts):  # a later run's cell replaces an earlier one of the same model and profile
+    out["cells"], out["superseded"] = [], [s for p in parts for s in p.get("superseded") or []]
+    for offset, p in zip(offsets, parts, strict=True):  # a later run's cell replaces an earlier one (same model, profile)
         for c in p["cells"]:
-            c = {**c, "run": run}
+            c = {**c, "run": offset + (c.get("run", 0) if "superseded" in p else 0)}
             same = next((i for i, o in enumerate(out["cells"]) if (o["model"], o["profile"]) == (c["model"], c["profile"])),
                         None)
             if same is None:
@@ -271,6 +271,17 @@ def combine(parts: list[dict]) -> dict:
                 out["superseded"].append(out["cells"][same])
                 out["cells"][same] = c
     return out
+
+
+def _as_list(x) -> list:
+    return x if isinstance(x, list) else [x]
+
+
+def _run_summary(p: dict) -> dict:
+    return {"profiles": sorted({c["profile"] for c in p["cells"]}), "cells": len(p["cells"]),
+            **{k: p.get(k) for k in ("search_budget_s", "verify_on", "edgeopt_commit", "versions")},
+            "load_before": (p.get("machine") or {}).get("load_before"),
+            "load_after": (p.get("environment_after") or {}).get("load_before")}
 
 
 def main() -> None:
