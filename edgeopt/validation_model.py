@@ -1,5 +1,7 @@
 """The validation's result: :class:`Validation` (what ``edgeopt.validate`` measures, stored as the manifest's
-``validation``), its gates, where it ran, and :func:`counted_drop`, the one rule for the drop the gates count.
+``validation``), its gates, where it ran, :func:`counted_drop`, the one rule for the drop the gates count, and
+:func:`within_bound`, the one rule for when a drop is within ``--max-accuracy-drop`` (the convert gate and every
+INT8 search judge by it).
 
 A small module without numpy or runtimes, so :mod:`edgeopt.artifact` can type ``Manifest.validation`` with it;
 :mod:`edgeopt.validate` re-exports these names.
@@ -43,6 +45,7 @@ class Validation(BaseModel):
     accuracy: float | None = None  # top-1 %, the artifact
     accuracy_drop: float | None = None  # points
     metric: str | None = None  # the task metric's name, e.g. "ctc_exact_match_vs_fp32"
+    metric_kind: str | None = None  # its kind (edgeopt.metrics.MetricName), e.g. "ctc": to judge other data alike
     metric_description: str | None = None
     metric_unit: str | None = None  # "%" or "dB"
     metric_basis: str | None = None  # "labels" or "fp32"
@@ -52,6 +55,9 @@ class Validation(BaseModel):
     # compute units of the artifact's model: {"quantized", "float", "file"} (edgeopt.quant_units); None: not read
     units: dict | None = None
     checked_on: CheckedOn | None = None  # the runner's provider vs the artifact's (None: the runner records none)
+    # points one sample is worth for a metric that counts samples (top-1, CTC exact match): the room the
+    # max_accuracy_drop gate keeps under the bound (within_bound); None: a metric averaged within samples
+    sample_points: float | None = None
     gates: dict[str, Gate] = {}
 
     @property
@@ -72,3 +78,48 @@ def counted_drop(v: Validation | dict | None) -> tuple[float | None, bool]:
     if get("synthetic") or get("metric_drop") is None:
         return None, False
     return get("metric_drop"), True
+
+
+# ---------------------------------------------------------------------------------------------- the bound
+MIN_SAMPLES_IN_BOUND = 3  # fewer samples than this fit in the bound: too few eval samples for it to mean much
+
+
+def sample_points(metric_kind, unit: str | None, samples: int) -> float | None:
+    """Points of the metric one sample is worth, for a % metric that counts samples right or wrong (top-1
+    accuracy or agreement, a decision, CTC exact match): 100/n. None for metrics averaged within each sample
+    (per-position agreement, map IoU, cosine, SQNR) or a user's own, where one sample moves the figure by
+    less and by an amount the figure alone doesn't tell."""
+    # imported here: edgeopt.metrics needs numpy, which artifact.py (typing the manifest with this module) doesn't
+    from edgeopt.metrics.base import MetricName
+
+    counted = (MetricName.TOP1, MetricName.CTC)  # each sample is right or wrong as a whole
+    if metric_kind not in counted or unit != "%" or samples <= 0:
+        return None
+    return 100.0 / samples
+
+
+def within_bound(drop: float | None, bound: float, points: float | None) -> bool:
+    """The one rule for "within ``--max-accuracy-drop``" (the convert gate, and each INT8 search's confirmation on
+    all its eval samples): ``drop <= max(0, bound - points)``, ``points`` being one sample's worth
+    (:func:`sample_points`); where one sample is worth the bound or more, only no drop at all is within it.
+
+    Why one sample of room: a counted metric moves in steps of 100/n, and a candidate accepted at the bound is
+    one sample away from being over it on the next n samples; with few samples that step is the size of the
+    bound itself (on 33 samples one sample is 3 points), so a candidate can pass a small held-back part by luck
+    and miss on data it never saw (the device matrix's misses: silero VAD 1.61 points on its 249 eval samples,
+    2.01 on 249 others). Keeping one step of room asks the drop to hold even if one more sample flipped."""
+    if drop is None:
+        return False
+    return drop <= max(0.0, bound - (points or 0.0)) + 1e-9
+
+
+def small_eval_warning(metric_name: str | None, points: float | None, samples: int, bound: float) -> str | None:
+    """A warning when one sample is so large a share of the bound that it can't mean much: fewer than
+    ``MIN_SAMPLES_IN_BOUND`` samples fit in it (None otherwise), naming how many eval samples would do."""
+    if points is None or bound <= 0 or bound >= MIN_SAMPLES_IN_BOUND * points:
+        return None
+    need = int(-(-MIN_SAMPLES_IN_BOUND * 100.0 // bound))
+    return (f"{metric_name}: one of the {samples} eval samples is {points:.3g} points, so --max-accuracy-drop "
+            f"{bound:g} can't be judged finely (a drop is within it only up to {max(0.0, bound - points):.3g} "
+            f"points, one sample less); give "
+            f"at least {need} eval samples for the bound to mean {MIN_SAMPLES_IN_BOUND} samples or more")

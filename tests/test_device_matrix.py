@@ -75,3 +75,25 @@ def test_combine_keeps_every_cell_and_each_runs_environment(matrix):
     assert [(r["profiles"], r["load_before"][0]) for r in merged["runs"]] == [(["pi5"], 1.0), (["host"], 5.0),
                                                                                (["pi5"], 2.0)]
     assert merged["cases"] == {"m": {"kind": "k"}} and merged["verify_on"] == "pi5-emu"
+
+
+def test_a_combined_matrix_combines_again_keeping_its_runs_and_superseded_cells(matrix):
+    """The all-profiles JSON is itself a combination: a rerun combined into it keeps its runs (the cells' run
+    numbers follow), the cells it superseded before, and supersedes the cell it reruns."""
+    def run(profile, commit):
+        return {"bench": "device_matrix", "edgeopt_commit": commit, "machine": {"load_before": [1.0, 0, 0]},
+                "cells": [_cell(profile=profile)]}
+
+    first = matrix.combine([run("pi5", "a"), run("host", "b"), run("pi5", "c")])
+    again = matrix.combine([first, run("host", "d")])
+    assert [(c["profile"], c["run"]) for c in again["cells"]] == [("pi5", 2), ("host", 3)]
+    assert [(c["profile"], c["run"]) for c in again["superseded"]] == [("pi5", 0), ("host", 1)]
+    assert len(again["runs"]) == 4 and again["edgeopt_commit"] == ["a", "b", "c", "d"]
+
+
+def test_the_table_shows_the_kind_the_held_back_samples_alone_would_pick(matrix):
+    other = {"metric": "ctc_exact_match_vs_fp32", "unit": "%", "fp32": 100.0, "artifact": 97.0}
+    hb = {"metric": "per_position_agreement_with_fp32", "unit": "%", "fp32": 100.0, "artifact": 99.5, "drop": 0.5,
+          "within_bound": True, "chosen_here": other}
+    row = matrix.table({"cells": [_cell(held_back=hb)]}).splitlines()[2]
+    assert "per_position_agreement_with_fp32: 100 -> 99.5 %; ctc_exact_match_vs_fp32: 100 -> 97 %" in row

@@ -21,10 +21,11 @@ DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
 OLD_VALIDATION = {
     "samples": 540, "data_source": "eval", "synthetic": False, "cosine_min": 0.998372, "cosine_mean": 0.9999,
     "max_abs_err": "inf", "top1_agreement": 1.0, "accuracy_reference": 99.4444, "accuracy": 99.4444,
-    "accuracy_drop": 0.0, "metric": "top1_accuracy", "metric_description": "top-1 accuracy against the labels",
+    "accuracy_drop": 0.0, "metric": "top1_accuracy", "metric_kind": "top1", "metric_description": "top-1 accuracy against the labels",
     "metric_unit": "%", "metric_basis": "labels", "metric_reference": 99.4444, "metric_value": 99.4444,
     "metric_drop": 0.0, "units": {"quantized": 5, "float": 0, "file": "model.onnx"},
     "checked_on": {"provider": "CPUExecutionProvider", "target": "CPUExecutionProvider", "why": None},
+    "sample_points": 100 / 540,
     "gates": {"int8_quantized_units": {"threshold": 1.0, "value": 5.0, "passed": True},
               "max_accuracy_drop": {"threshold": 1.0, "value": 0.0, "passed": True}},
 }

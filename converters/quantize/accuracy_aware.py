@@ -16,7 +16,7 @@ from pathlib import Path
 from edgeopt.converters.base import CalibMethod
 
 from . import sensitivity
-from .bound import ort_runner
+from .bound import ort_runner, warn_small_eval
 from .onnxruntime_quantizer import count_units
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
@@ -113,8 +113,9 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         budget_s=accuracy_bound.search_budget, progress=ctx.progress, what="INT8 search (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
-        fallback_bases=len(variants))
+        fallback_bases=len(variants), whole=b.whole)
     report = result.report
+    warn_small_eval(ctx, report, "quantize")
     if retry:
         from .ort_modes import warn_retry
 

@@ -32,6 +32,7 @@ class Bounded:
     threads: int
     metric: Any = None  # the bound's MetricSpec (--metric; None: chosen from the output and the data)
     search_path: tuple[str, ...] = ()  # where a MODULE:FUNCTION metric is imported from
+    whole: Any = None  # the eval data as given (both parts): the metric's kind is chosen on it, as the gate does
 
 
 def ort_runner(model, threads: int | None = 2, spinning: bool = True):
@@ -68,7 +69,14 @@ def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
     search, confirm = ctx.eval.split(bound.search_fraction, seed=0)
     # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
     return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads, bound.metric,
-                   tuple(ctx.metric_search_path))
+                   tuple(ctx.metric_search_path), ctx.eval)
+
+
+def warn_small_eval(ctx, report: dict, prefix: str) -> None:
+    """Say on stderr (and in the manifest's warnings) when the eval set is too small for the bound to mean much
+    (``report['eval_too_small']``, set by the search: :func:`edgeopt.validation_model.small_eval_warning`)."""
+    if report.get("eval_too_small"):
+        ctx.warn(f"{prefix}: {report['eval_too_small']}")
 
 
 @dataclass
@@ -91,7 +99,7 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     """The fastest candidate within ``bound`` on both parts, timed on the backend against ``fp32_timed``."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=f"INT8 mode search ({backend})", metric_spec=b.metric,
-                       search_path=b.search_path)
+                       search_path=b.search_path, whole=b.whole)
     built: dict[str, tuple[Any, Callable, Any]] = {}
     rows: list[dict] = []
     try:
@@ -115,14 +123,12 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                        search_value=round(c.search_value, 4), search_drop_points=round(s.drop(c.search_value), 3))
             if c.confirm_value is not None:
                 row.update(confirm_value=round(c.confirm_value, 4),
-                           confirm_drop_points=round(s.drop(c.confirm_value, True), 3))
+                           confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
+                           all_drop_points=round(s.m_all.fp32_value - c.all_value, 3))
             if q.notes.get("per_tensor_retry"):
                 row["per_tensor_retry"] = q.notes["per_tensor_retry"]
             if not c.met:
-                part = "held-back" if c.confirm_value is not None else "search"
-                drop = s.drop(c.confirm_value, True) if c.confirm_value is not None else s.drop(c.search_value)
-                row.update(verdict="dropped", why=f"over the bound: drop {drop:.2f} points on the {part} part "
-                                                  f"(bound {bound:g})")
+                row.update(verdict="dropped", why=f"over the bound: {s.why_missed(c)}")
             elif q.quantized_units == 0:
                 row.update(verdict="dropped", why="quantizes nothing (every op with weights stayed float)")
     finally:
@@ -130,7 +136,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     within = [r["mode"] for r in rows if "verdict" not in r]
     report = {"metric": s.report["metric"], "metric_unit": s.report["metric_unit"], "bound_points": bound,
               "fp32": s.report["fp32"], "backend": backend, "candidates": rows,
-              "search_samples": len(b.search), "confirm_samples": len(b.confirm)}
+              "search_samples": len(b.search), "confirm_samples": len(b.confirm), "acceptance": s.report["acceptance"],
+              **({"eval_too_small": s.report["eval_too_small"]} if "eval_too_small" in s.report else {})}
     if not within:
         return ModeChoice(None, report=report)
     runs = {"fp32": fp32_timed, **{label: built[label][1] for label in within}}

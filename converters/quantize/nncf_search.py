@@ -489,15 +489,16 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
         return
     t = time.perf_counter()
     q, run = build()
-    s_val, c_val = result.m_search.score(run, search), result.m_confirm.score(run, confirm)
-    s_drop, c_drop = result.m_search.fp32_value - s_val, result.m_confirm.fp32_value - c_val
+    judged = result.judge(run)  # the one confirmation (converters/quantize/search.py BudgetedSearch.judge)
+    s_val, c_val = judged.search_value, judged.confirm_value
+    s_drop = result.m_search.fp32_value - s_val
+    c_drop = None if c_val is None else round(result.m_confirm.fp32_value - c_val, 3)  # None: not confirmed
     seconds = time.perf_counter() - t
     r["search_seconds"] = round(r["search_seconds"] + seconds, 2)  # the rebuild is part of the search's time
-    entry = {"search_drop_points": round(s_drop, 3), "confirm_drop_points": round(c_drop, 3),
-             "seconds": round(seconds, 2)}
-    if s_drop <= bound and c_drop <= bound:
+    entry = {"search_drop_points": round(s_drop, 3), "confirm_drop_points": c_drop, "seconds": round(seconds, 2)}
+    if judged.met:
         result.best.artifact = q
-        r.update(search_drop_points=round(s_drop, 3), confirm_drop_points=round(c_drop, 3),
+        r.update(search_drop_points=round(s_drop, 3), confirm_drop_points=c_drop,
                  search_value=round(s_val, 4), confirm_value=round(c_val, 4))
         r["final_build"] = {"what": "nncf.quantize with those ops in ignored_scope", **entry}
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgeopt.errors import GateFailedError
 
-from .bound import ModeCandidate, choose_mode, prepare
+from .bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from .modes import DynamicMode, Granularity, StaticMode
 from .onnxruntime_quantizer import OnnxRuntimeQuantizer
 from .search import speed_verdict
@@ -58,6 +58,7 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
                          fp32_timed=ort_runner(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
+    warn_small_eval(ctx, choice.report, "quantize")
     for row in choice.report["candidates"]:
         if row.get("per_tensor_retry"):
             _warn_retry(ctx, row["mode"], row["per_tensor_retry"])

@@ -9,8 +9,14 @@
    1, 2, 4, 8, … until a candidate meets the bound, and is bisected between the last miss and that
    hit. A candidate is built by the backend's own quantizer with those ops excluded
    (``nodes_to_exclude`` / NNCF ``ignored_scope``), so its calibration and fusions stay right.
-3. Every candidate is scored on the search part only; one that meets the bound there is confirmed on
-   the held-back part (never seen by the search) before it counts.
+3. Every candidate is scored on the search part only; one that meets the bound there is confirmed (one place,
+   :meth:`BudgetedSearch.judge`, for the options, the per-op float search and the mode search of
+   :mod:`.bound`): within the bound on the held-back part (never seen by the search), and within it on all the
+   eval samples (both parts) by :func:`edgeopt.validation_model.within_bound`, the convert gate's own rule:
+   for a metric that counts samples (top-1, CTC exact match) the drop plus one sample's worth (100/n points)
+   must be within the bound. A candidate that passes a small held-back part by luck (a 1-sample swing is
+   2 points on 50 samples) is one sample from the bound on all of them, and is refused. The metric's kind is
+   chosen once, on the whole eval set as the gate chooses it, and judges both parts the same way.
 
 A time budget bounds the whole search: a candidate is not started when the time already spent plus
 what a candidate has cost so far would pass it (the first option always runs, so there is always a
@@ -30,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
+from edgeopt.validation_model import sample_points, small_eval_warning, within_bound
 
 from .sensitivity import UNRANKED
 
@@ -47,6 +54,48 @@ def make_task_metric(fp32_run, dataset, spec=None, search_path=()):
     return make_metric(fp32_run, dataset, spec, search_path=list(search_path))
 
 
+def joined(a, b):
+    """The two parts of the eval data as one data set (``a``'s samples, then ``b``'s)."""
+    from edgeopt.data import Dataset
+
+    labels = None if a.labels is None or b.labels is None else np.concatenate([a.labels, b.labels])
+    return Dataset({k: np.concatenate([v, b.arrays[k]]) for k, v in a.arrays.items()}, labels, a.source,
+                   a.synthetic, dict(a.ranks), list(a.notes))
+
+
+def _replay(outputs: list):
+    """A run function that gives ``outputs`` back in order: FP32 run once per sample, scored by several metrics."""
+    it = iter(outputs)
+    return lambda feed: next(it)
+
+
+def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=None):
+    """The metric of the search part, the held-back part and both together, of one kind: chosen once, on
+    ``whole`` (the eval data as given, as the convert gate chooses it; default both parts together), then fixed
+    for the parts. Chosen on each part alone, a borderline choice can differ between them (a recogniser whose
+    FP32 argmax is the CTC blank at 48 % of positions on one half and 51 % on the other was searched by
+    per-position agreement and confirmed by CTC exact match)."""
+    from edgeopt.metrics.flags import declared_kind
+
+    s_out = [fp32_run(search.feed(i)) for i in range(len(search))]
+    c_out = [fp32_run(confirm.feed(i)) for i in range(len(confirm))]
+    both = joined(search, confirm)
+    pinned = spec  # a kind the user named
+    if declared_kind(spec) is None:  # chosen from FP32's outputs: once, as the gate chooses it
+        chooser = (make_task_metric(fp32_run, whole, spec, search_path) if whole is not None
+                   else make_task_metric(_replay(s_out + c_out), both, spec, search_path))
+        pinned = _pinned(spec, chooser.kind)
+    return (make_task_metric(_replay(s_out), search, pinned, search_path),
+            make_task_metric(_replay(c_out), confirm, pinned, search_path),
+            make_task_metric(_replay(s_out + c_out), both, pinned, search_path))
+
+
+def _pinned(spec, kind):
+    from edgeopt.metrics import MetricSpec
+
+    return (spec or MetricSpec()).model_copy(update={"name": kind})
+
+
 def metric_name(m) -> str:
     return getattr(m, "name", None) or getattr(m, "kind", "metric")
 
@@ -61,6 +110,7 @@ class Candidate:
     kept: tuple[str, ...] = ()
     search_value: float | None = None
     confirm_value: float | None = None
+    all_value: float | None = None  # on both parts together: what within_bound judges
     seconds: float = 0.0
     artifact: Any = None
     met: bool = False
@@ -74,17 +124,20 @@ class SearchResult:
     report: dict = field(default_factory=dict)
     m_confirm: Any = None  # the metric on the held-back part (for checking other precisions the same way)
     m_search: Any = None
+    judge: Callable | None = None  # BudgetedSearch.judge: a run scored and confirmed the one way (a rebuilt hit)
 
 
 class BudgetedSearch:
     """Scores candidates against the bound within a time budget, with a progress bar."""
 
     def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
-                 what: str = "INT8 search", labels: bool | None = None, metric_spec=None, search_path=()):
+                 what: str = "INT8 search", labels: bool | None = None, metric_spec=None, search_path=(),
+                 whole=None):
         self.search, self.confirm, self.bound = search, confirm, float(bound)
         self.budget_s = float(budget_s)
-        self.m_search = make_task_metric(fp32_run, search, metric_spec, search_path)
-        self.m_confirm = make_task_metric(fp32_run, confirm, metric_spec, search_path)
+        self.m_search, self.m_confirm, self.m_all = part_metrics(fp32_run, search, confirm, metric_spec, search_path,
+                                                                 whole)
+        self.points = sample_points(self.m_all.kind, self.m_all.unit, self.m_all.samples)
         self.t0 = time.perf_counter()
         self.costs: list[float] = []
         self.tried: list[dict] = []
@@ -101,10 +154,17 @@ class BudgetedSearch:
             "bound_points": self.bound,
             "search_samples": len(search),
             "confirm_samples": len(confirm),
-            "fp32": {"search": self.m_search.fp32_value, "confirm": self.m_confirm.fp32_value},
+            "fp32": {"search": self.m_search.fp32_value, "confirm": self.m_confirm.fp32_value,
+                     "all": self.m_all.fp32_value},
+            "acceptance": (f"within the bound on the held-back part, and on all {self.m_all.samples} eval samples "
+                           + (f"with one sample's {self.points:.3g} points of room (drop <= "
+                              f"{max(0.0, self.bound - self.points):.3g})" if self.points else "(drop <= the bound)")),
             "budget_s": self.budget_s,
             "tried": self.tried,
         }
+        small = small_eval_warning(self.report["metric"], self.points, self.m_all.samples, self.bound)
+        if small:
+            self.report["eval_too_small"] = small
 
     # ------------------------------------------------------------------ time
     def elapsed(self) -> float:
@@ -142,6 +202,32 @@ class BudgetedSearch:
         ref = (self.m_confirm if confirm else self.m_search).fp32_value
         return float(ref - value)
 
+    def why_missed(self, c: Candidate) -> str:
+        """Why ``c`` (judged) is over the bound: the part, the drop, and the room kept for one sample."""
+        if c.confirm_value is None:
+            return f"drop {self.drop(c.search_value):.2f} points on the search part (bound {self.bound:g})"
+        if self.drop(c.confirm_value, True) > self.bound:
+            return f"drop {self.drop(c.confirm_value, True):.2f} points on the held-back part (bound {self.bound:g})"
+        return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples, "
+                f"with one sample's {self.points or 0:.3g} points of room (bound {self.bound:g})")
+
+    def _digests(self, run, part) -> list:
+        return [self.m_all.digest(run(part.feed(i))) for i in range(len(part))]
+
+    def judge(self, run, searched: list | None = None) -> Candidate:
+        """``run`` scored on the search part and, when within the bound there, confirmed: within it on the
+        held-back part and on all the eval samples by ``within_bound`` (the module doc). ``searched``: the search
+        part's digests when already computed. The one confirmation every search here uses."""
+        searched = self._digests(run, self.search) if searched is None else searched
+        c = Candidate("", search_value=float(self.m_search.score_digests(searched)))
+        if self.drop(c.search_value) <= self.bound:
+            held = self._digests(run, self.confirm)
+            c.confirm_value = float(self.m_confirm.score_digests(held))
+            c.all_value = float(self.m_all.score_digests(searched + held))
+            c.met = (self.drop(c.confirm_value, True) <= self.bound
+                     and within_bound(self.m_all.fp32_value - c.all_value, self.bound, self.points))
+        return c
+
     def fmt(self, value: float | None) -> str:
         unit = metric_unit(self.m_search)
         return "n/a" if value is None else f"{value:.2f}{' dB' if unit == 'dB' else ' %' if unit == '%' else ''}"
@@ -152,15 +238,15 @@ class BudgetedSearch:
         self._show(f"building {label}")
         t = time.perf_counter()
         artifact, run = build()
-        c = Candidate(label, tuple(kept), artifact=artifact)
-        c.search_value = float(self.m_search.score(run, self.search))
+        c = self.judge(run)
+        c.label, c.kept, c.artifact = label, tuple(kept), artifact
         entry = {"what": label, "search_value": round(c.search_value, 4),
                  "search_drop_points": round(self.drop(c.search_value), 3), "kept_in_float": len(kept)}
-        if self.drop(c.search_value) <= self.bound:
-            c.confirm_value = float(self.m_confirm.score(run, self.confirm))
+        if c.confirm_value is not None:
             entry["confirm_value"] = round(c.confirm_value, 4)
             entry["confirm_drop_points"] = round(self.drop(c.confirm_value, True), 3)
-            c.met = self.drop(c.confirm_value, True) <= self.bound
+            entry["all_drop_points"] = round(self.m_all.fp32_value - c.all_value, 3)
+            entry["met"] = c.met
         c.seconds = time.perf_counter() - t
         entry["seconds"] = round(c.seconds, 2)
         self.costs.append(c.seconds)
@@ -174,15 +260,16 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "", metric_spec=None, search_path=(),
-               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1) -> SearchResult:
+               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
     holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
     every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none).
     ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
-    ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes)."""
+    ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes).
+    ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`part_metrics`)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
-                       progress=progress, what=what, metric_spec=metric_spec, search_path=search_path)
+                       progress=progress, what=what, metric_spec=metric_spec, search_path=search_path, whole=whole)
     try:
         return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases)
     finally:
@@ -305,13 +392,14 @@ def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranke
         search_drop_points=round(s.drop(chosen.search_value), 3),
         confirm_value=None if chosen.confirm_value is None else round(chosen.confirm_value, 4),
         confirm_drop_points=None if chosen.confirm_value is None else round(s.drop(chosen.confirm_value, True), 3),
+        all_drop_points=None if chosen.all_value is None else round(s.m_all.fp32_value - chosen.all_value, 3),
         kept_in_float_count=len(chosen.kept),
         quantized_ops_ranked=len(ranked) if ranked else None,
         search_seconds=round(s.elapsed(), 2),
         stopped_by_budget=s.stopped_by_budget,
         candidates=len(s.tried),
     )
-    return SearchResult(best, closest, ranked, s.report, s.m_confirm, s.m_search)
+    return SearchResult(best, closest, ranked, s.report, s.m_confirm, s.m_search, s.judge)
 
 
 def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedError:

@@ -51,7 +51,7 @@ def _runner(model_file: Path, runtime: dict, threads: int | None):
 def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *, runtime: dict,
                   granularity: Granularity):
     """Returns (the chosen ``QuantizedModel``, the search report)."""
-    from .bound import ort_runner
+    from .bound import ort_runner, warn_small_eval
 
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError("tflite: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
@@ -94,8 +94,9 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         search=search, confirm=confirm, bound=config.bound.max_accuracy_drop, budget_s=config.bound.search_budget,
         metric_spec=config.bound.metric, search_path=tuple(ctx.metric_search_path),
         progress=ctx.progress, what="INT8 search (tflite/ai-edge-quantizer)",
-        sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs")
+        sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs", whole=ctx.eval)
     report = result.report
+    warn_small_eval(ctx, report, "tflite")
     report["calibration_seconds"] = round(calibration_s, 2)
     if static_failed:
         report["static_failed"] = static_failed
