@@ -145,6 +145,8 @@ def test_weighted_ops_only_is_tried_after_nncf_defaults_and_its_units_keep_the_m
     assert report["quantized"]["quantized_units"] + report["quantized"]["float_units"] == 3
     skipped = {s["what"]: s["why"] for s in aa["options_skipped"]}
     assert "quantizing every op is what loses" in skipped["preset mixed (asymmetric activations)"]
+    cheaper = aa["cheaper_float"]  # the hit's float unit was tried quantized again with cheaper ones in float
+    assert cheaper["tried"] and cheaper["final_cost"] <= cheaper["kept_cost"]
 
 
 def test_a_hit_with_every_weighted_op_in_float_is_no_int8_result(tmp_path):
@@ -159,3 +161,29 @@ def test_a_hit_with_every_weighted_op_in_float_is_no_int8_result(tmp_path):
     assert "--backend onnxruntime" in err.value.hint and "--precision fp32" in err.value.hint
     tried = err.value.details["tried"]
     assert all(t["search_drop_points"] > 2.0 or t.get("quantized_compute_ops") == 0 for t in tried)
+
+
+def test_cost_of_a_unit_kept_float_is_its_weighted_ops_multiply_adds(tmp_path):
+    """The estimate the cheaper swap ranks units by: output elements x weights per output channel (the one-hot
+    MatMul 16 positions x 16 x 32, fc1 64 x 16, fc2 10 x 64), on the converted model's static shapes."""
+    import openvino as ov
+
+    from edgeopt.converters.quantize.nncf_float_cost import op_macs
+
+    model = tmp_path / "bytes.onnx"
+    byte_classifier(model)
+    ops = {op.get_friendly_name(): op for op in ov.convert_model(str(model)).get_ordered_ops()}
+    # fc2 is named after its output, the graph's "logits", once converted
+    assert {name: op_macs(ops[name]) for name in ("embed", "fc1", "logits")} == {"embed": 8192.0, "fc1": 1024.0,
+                                                                                 "logits": 640.0}
+
+
+def test_swap_quantizes_a_costly_unit_again_with_cheaper_ones_in_float():
+    """A hit keeping the costly unit float is retried with it quantized and, in float, the units not kept that cost
+    less (in ranking order, while together cheaper): magika's Conv (90 % of its multiply-adds) against its MatMuls."""
+    from edgeopt.converters.quantize.nncf_float_cost import swap_plan
+
+    cost = {"conv": 100.0, "mm1": 10.0, "mm2": 1.0, "ln": 0.0}
+    assert swap_plan(("conv",), ["conv", "mm1", "mm2", "ln"], cost, "conv") == ("mm1", "mm2", "ln")
+    assert swap_plan(("conv",), ["conv", "mm1", "mm2", "ln"], dict(cost, mm1=95.0, mm2=10.0), "conv") == ("mm1", "ln")
+    assert swap_plan(("mm2", "conv"), ["conv", "mm2", "mm1"], cost, "mm2") is None  # nothing cheaper than mm2

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .accuracy_aware import WEIGHTED_LABEL, _skip_all_ops_option
+from .nncf_float_cost import cheaper_float
 from .search import SearchResult, gate_failure, run_search
 from .sensitivity import UNRANKED
 
@@ -411,6 +412,9 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
         result.report["sensitivity"]["method"] = s.ranking_method
     chosen = next((i for i, (label, _) in enumerate(s.variants)
                    if label == result.report["quantizer_options"]["chosen"]), 0)
+    if result.best is not None and result.best.kept:
+        cheaper_float(result, s.units_for(s.fq_owner[chosen]), lambda kept: s.bypassed(chosen, kept),
+                      lambda q: count_units(q)[0] > 0, search, confirm, bound)
     result.report.update(s.kept_report(result, chosen))
     if result.best is not None and result.best.kept:
         _final_build(result, s.with_float(chosen, result.best.kept), search, confirm, bound)
