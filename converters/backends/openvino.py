@@ -274,13 +274,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     import openvino as ov
 
     from edgeopt.converters.quantize.bound import prepare
-    from edgeopt.converters.quantize.nncf_search import compiled_run, search_nncf
-    from edgeopt.converters.quantize.search import (
-        QUICK_S,
-        gate_failure,
-        interleaved_latency_ms,
-        speed_verdict,
-    )
+    from edgeopt.converters.quantize.nncf_search import compiled_run, no_int8_holds, search_nncf
+    from edgeopt.converters.quantize.search import QUICK_S, interleaved_latency_ms, speed_verdict
 
     bound = float(config.bound.max_accuracy_drop)
     b = prepare(ctx, "openvino", onnx_path, config.bound)
@@ -295,12 +290,14 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
                         "weights) made float in the best option's model in the order of one ranking, within "
                         "--search-budget; each hit confirmed on the held-out part; the hit rebuilt with those ops in "
                         "ignored_scope (see final_build)")
-    if result.best is None:
-        ctx.stage_report().update(accuracy_aware=report)
-        raise gate_failure("openvino", result, bound)
-    q = result.best.artifact
     core = ov.Core()
     in_names = [p.get_any_name() for p in ov_model.inputs]
+    if result.best is None:
+        ctx.stage_report().update(accuracy_aware=report)
+        bf16 = _bf16_run(core, ov_model, in_names, out_names, threads)
+        raise no_int8_holds(result, bound, None if bf16 is None else
+                            result.m_confirm.fp32_value - result.m_confirm.score(bf16, confirm))
+    q = result.best.artifact
     runs = {"fp32": compiled_run(core, ov_model, in_names, out_names, threads),
             "int8_final": compiled_run(core, q, in_names, out_names, threads)}
     feed = (ctx.check_samples or search).feed(0)
@@ -316,17 +313,25 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
 def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency) -> dict | None:
     """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
     with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points."""
-    from edgeopt.converters.quantize.nncf_search import compiled_run
     from edgeopt.converters.quantize.search import interleaved_latency_ms
 
-    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+    run = _bf16_run(core, ov_model, in_names, out_names, threads)
+    if run is None:
         return None
-    run = compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
     ms = interleaved_latency_ms({"bf16": run}, feed)["bf16"]
     value = result.m_confirm.score(run, confirm)  # the search's own metric, on data it never saw
     return {"bf16": {"latency_ms": ms, "value": round(value, 4),
                      "drop": f"drop {result.m_confirm.fp32_value - value:.2f} points on the held-out part",
                      "suggest": "--precision bf16 (an OpenVINO artifact run in bf16)"}}
+
+
+def _bf16_run(core, ov_model, in_names, out_names, threads):
+    """OpenVINO's bf16 run of the FP32 model where this CPU runs bf16 natively (AMX/AVX512-BF16), else None."""
+    from edgeopt.converters.quantize.nncf_search import compiled_run
+
+    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        return None
+    return compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
 
 
 def ov_run_fn(artifact_dir, runtime: dict, threads: int | None = None):

@@ -45,18 +45,21 @@ def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
 WEIGHTED_LABEL = "weighted ops only"
 
 
-def _skip_all_ops_option(bound: float):
+def _skip_all_ops_option(bound: float, base: str = "preset"):
     """``skip_when`` of the options that quantize every op (another calibration, biases): pointless once Q/DQ at the
     weighted ops only scored more than the bound above the preset (the placement, not the calibration, is what
-    loses), and each costs a calibration (a percentile one of magika's one-hot input: half the search's share)."""
+    loses), and each costs a calibration (a percentile one of magika's one-hot input: half the search's share).
+    ``base``: the label of the option quantizing every op that the placement is compared with (OpenVINO's search
+    names it after NNCF's)."""
     def skip_when(scored: dict) -> str | None:
-        preset = scored.get("preset")
+        preset = scored.get(base)
         weighted = [c for label, c in scored.items() if label.startswith(WEIGHTED_LABEL)]
         if preset is None or not weighted:
             return None
         best = max(weighted, key=lambda c: c.search_value)
         if best.search_value - preset.search_value > bound:
-            return (f"'{best.label}' scored {best.search_value - preset.search_value:.1f} points above the preset: "
+            above = "the preset" if base == "preset" else f"'{base}'"
+            return (f"'{best.label}' scored {best.search_value - preset.search_value:.1f} points above {above}: "
                     "quantizing every op is what loses, not its calibration")
         return None
     return skip_when
