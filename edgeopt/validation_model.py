@@ -113,6 +113,13 @@ def within_bound(drop: float | None, bound: float, points: float | None) -> bool
     return drop <= max(0.0, bound - (points or 0.0)) + 1e-9
 
 
+def validation_points(v: Validation | None) -> float | None:
+    """One sample's worth (:func:`sample_points`) in a validation's own metric and data (None: not validated)."""
+    if v is None or v.samples is None:
+        return None
+    return sample_points(v.metric_kind, v.metric_unit, v.samples)
+
+
 def small_eval_warning(metric_name: str | None, points: float | None, samples: int, bound: float) -> str | None:
     """A warning when one sample is so large a share of the bound that it can't mean much: fewer than
     ``MIN_SAMPLES_IN_BOUND`` samples fit in it (None otherwise), naming how many eval samples would do."""

@@ -33,3 +33,16 @@ def test_the_pipeline_gate_counts_the_same_drop():
     v = Validation(**BASE)  # the pipeline's row holds the manifest's validation typed
     [gate] = check(Gates(max_accuracy_drop=1.0), validation=v, bench=None, est=None, artifact_bytes=1)
     assert gate.value == counted_drop(v)[0] == 1.5 and gate.passed is False
+
+
+@pytest.mark.parametrize("samples, passed", [(50, False), (1000, True)])
+def test_the_pipeline_gate_keeps_the_convert_gates_room_of_one_sample(samples, passed):
+    """Top-1 on 50 samples moves in steps of 2 points: a drop of 1 under a bound of 2 is within it only with one
+    sample of room left, as the convert gate and the INT8 searches judge it (validation_model.within_bound)."""
+    from edgeopt.pipeline.gates import check
+    from edgeopt.pipeline.recipe import Gates
+
+    v = Validation(samples=samples, data_source="eval", synthetic=False, metric="top1_accuracy", metric_kind="top1",
+                   metric_unit="%", accuracy_drop=1.0, metric_drop=1.0)
+    [gate] = check(Gates(max_accuracy_drop=2.0), validation=v, bench=None, est=None, artifact_bytes=1)
+    assert gate.value == 1.0 and gate.passed is passed

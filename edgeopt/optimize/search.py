@@ -132,7 +132,7 @@ class _Search:
 
         v = load_artifact(b.artifact).validation
         c.artifact, c.cached, c.build_seconds = str(b.artifact), b.cached, round(time.perf_counter() - t0, 3)
-        from edgeopt.validate import counted_drop
+        from edgeopt.validation_model import counted_drop, validation_points, within_bound
 
         drop, vs_fp32 = counted_drop(v)  # the one rule the gates use: labels, else the task metric vs FP32
         if drop is not None and not vs_fp32:
@@ -145,7 +145,8 @@ class _Search:
             c.accuracy = round(100.0 * v.top1_agreement, 4)
             c.accuracy_drop = round(100.0 - c.accuracy, 4)
             c.accuracy_basis = "agreement with FP32 (no labels)"
-        c.feasible = c.accuracy_drop is not None and c.accuracy_drop <= self.bound
+        points = validation_points(v) if drop is not None else None  # the convert gate's rule: one sample of room
+        c.feasible = within_bound(c.accuracy_drop, self.bound, points)
         self.candidates.append(c)
         return c
 
