@@ -61,7 +61,7 @@ def _measure(rows: list[dict], ev: Path) -> None:
 
 def one_model(name: str, bound: float, budget: float) -> dict:
     from edgeopt.artifact import load_artifact
-    from edgeopt.optimize.search import optimize
+    from edgeopt.optimize.optimizer import optimize
     from edgeopt.profiles import load_profile
     from fixtures import fixture_data, fixture_model
 

@@ -59,7 +59,7 @@ _LAZY = {
     "tune": ("edgeopt.tune", "tune"),
     "tune_plan": ("edgeopt.tune", "tune_plan"),
     "run_pipeline": ("edgeopt.pipeline.run", "run_pipeline"),
-    "optimize": ("edgeopt.optimize.search", "optimize"),
+    "optimize": ("edgeopt.optimize.optimizer", "optimize"),
     "ChainRequest": ("edgeopt.options", "ChainRequest"),  # the typed options convert/remote_bench take
     "ConvertOptions": ("edgeopt.options", "ConvertOptions"),
     "BenchOptions": ("edgeopt.bench.api", "BenchOptions"),

@@ -18,8 +18,8 @@ out = edgeopt.convert(model, "host", {str(tmp_path / 'a')!r}, precision="fp32")
 again = edgeopt.convert(model, "host", {str(tmp_path / 'b')!r}, precision="fp32")
 assert out.manifest.files == again.manifest.files
 from edgeopt.convert import ConvertResult  # the modules are still importable
-from edgeopt.optimize import search
-assert callable(edgeopt.optimize) and isinstance(out, ConvertResult) and search.__name__ == "edgeopt.optimize.search"
+from edgeopt.optimize import optimizer
+assert callable(edgeopt.optimize) and isinstance(out, ConvertResult) and optimizer.__name__ == "edgeopt.optimize.optimizer"
 print("ok")
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

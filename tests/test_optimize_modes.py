@@ -62,7 +62,7 @@ def test_native_float_precisions_are_candidates_on_each_backend_but_the_incumben
 
 def test_why_a_candidate_was_dropped_names_its_figures():
     from edgeopt.optimize.candidates import dropped_why
-    from edgeopt.optimize.search import Candidate
+    from edgeopt.optimize.optimizer import Candidate
 
     win = Candidate(step="int8", label="onnxruntime int8 dynamic", target={}, p50_ms=1.0, accuracy_drop=0.2,
                     feasible=True)
@@ -116,7 +116,7 @@ def test_optimize_on_a_recurrent_model_tries_each_mode_x_backend_and_shows_each_
 @pytest.mark.onnxruntime
 def test_optimize_times_onnx_runtime_candidates_with_their_pool_threads_asleep_between_calls(tmp_path):
     from edgeopt.convert import convert
-    from edgeopt.optimize.search import _Search
+    from edgeopt.optimize.optimizer import _Search
     from edgeopt.runtime.runners import open_runner
 
     art = tmp_path / "ort"

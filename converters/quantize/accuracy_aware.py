@@ -45,7 +45,7 @@ def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
 WEIGHTED_LABEL = "weighted ops only"
 
 
-def _skip_all_ops_option(bound: float, base: str = "preset"):
+def skip_all_ops_option(bound: float, base: str = "preset"):
     """``skip_when`` of the options that quantize every op (another calibration, biases): pointless once Q/DQ at the
     weighted ops only scored more than the bound above the preset (the placement, not the calibration, is what
     loses), and each costs a calibration (a percentile one of magika's one-hot input: half the search's share).
@@ -88,7 +88,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
                                        calib_cache=work / "calibration")
             return paths[i], ort_runner(paths[i], threads)
         if 0 < i < 100 and not settings.op_types_to_quantize:  # an option quantizing every op, past the preset
-            go.skip_when = _skip_all_ops_option(bound)
+            go.skip_when = skip_all_ops_option(bound)
         return go
 
     method = [sensitivity.ISOLATED_METHOD]

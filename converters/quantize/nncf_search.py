@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .accuracy_aware import WEIGHTED_LABEL, _skip_all_ops_option
+from .accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
 from .nncf_float_cost import cheaper_float
 from .search import SearchResult, gate_failure, run_search
 from .sensitivity import UNRANKED
@@ -114,7 +114,7 @@ def skip_option(label: str, variants: list[tuple[str, dict]], bound: float):
     only scored more than the bound above the first option (the placement loses, not the calibration)."""
     bias = bias_correction_on_the_better_preset(label, variants)
     every_op = (lambda scored: None) if label.startswith(WEIGHTED_LABEL) or label == variants[0][0] else \
-        _skip_all_ops_option(bound, base=variants[0][0])
+        skip_all_ops_option(bound, base=variants[0][0])
     return lambda scored: bias(scored) or every_op(scored)
 
 

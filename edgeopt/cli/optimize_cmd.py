@@ -43,8 +43,8 @@ def optimize_cmd(
     fastest within the bound."""
     from edgeopt.cli.options import metric_spec
     from edgeopt.errors import GateFailedError
+    from edgeopt.optimize.optimizer import optimize
     from edgeopt.optimize.pareto import pareto_text, waterfall_text
-    from edgeopt.optimize.search import optimize
 
     def event(message: str) -> None:
         stderr.print(message, markup=False, highlight=False)

@@ -105,7 +105,7 @@ def folded(fields: dict) -> dict:
 
 
 def dropped_why(c, winner, bound: float) -> str:
-    """Why candidate ``c`` (an ``optimize.search.Candidate``) was not the winner (or that it was), from the final
+    """Why candidate ``c`` (an ``optimize.optimizer.Candidate``) was not the winner (or that it was), from the final
     figures."""
     if c.error:
         return f"failed to build: {c.error}"
