@@ -214,10 +214,10 @@ def test_options_quantizing_every_op_are_skipped_once_the_placement_is_shown_to_
     """Once Q/DQ at the weighted ops only scored more than the bound above the preset, the options that quantize every
     op with another calibration (or float biases) are skipped, with why: each costs a calibration (a percentile one
     took half the search's share on magika) and scored 0-60 % there against 98 % for the placement."""
-    from edgeopt.converters.quantize.accuracy_aware import _skip_all_ops_option
+    from edgeopt.converters.quantize.accuracy_aware import skip_all_ops_option
     from edgeopt.converters.quantize.search import Candidate
 
-    skip = _skip_all_ops_option(2.0)
+    skip = skip_all_ops_option(2.0)
     preset = Candidate("preset", search_value=4.8)
     weighted = Candidate("weighted ops only, calibration percentile", search_value=97.6)
     why = skip({"preset": preset, weighted.label: weighted})
