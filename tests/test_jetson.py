@@ -99,7 +99,7 @@ def test_int8_search_measures_against_the_unpruned_model(tmp_path):
                        eval=test, check_samples=test.subset(np.arange(8)), threads=2,
                        record=StageRecord("quantize", {}))
     QuantizeStage().run(Intermediate(pruned), spec.config, ctx)
-    search, _ = test.split(spec.config.search_fraction, seed=0)
+    search, _ = test.split(spec.config.bound.search_fraction, seed=0)
     unpruned, sparse = _top1(DIGITS, search), _top1(pruned, search)
     assert unpruned != sparse  # 2:4 changed the digits it reads
     assert ctx.record.report["accuracy_aware"]["fp32"]["search"] == pytest.approx(unpruned)

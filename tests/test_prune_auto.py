@@ -83,10 +83,12 @@ def test_each_candidates_recovery_is_planned_with_the_recipes_recover_settings(c
 def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_path):
     # round_to 8 from the recipe: the host's own multiple is 16 on AVX-512 CPUs, where 0.1-0.3 keep every channel
     # of the digits CNN's 24- and 48-channel Convs (tested below), so the search would have little to choose from
+    # bound 3: the 51 held-back calibration images judge each candidate, one image is 1.96 points, so a bound of 1
+    # would ask a few seconds of distillation on a loaded machine for no flipped image at all (a coin toss at 0.2)
     (tmp_path / "r.yaml").write_text("stages: {prune: {round_to: 8}}\n")
     out = tmp_path / "auto"
     r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
-            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "1", "--search-budget", "60",
+            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "3", "--search-budget", "60",
             "--calib", str(fixture_data("digits_calib")), "--eval", str(fixture_data("digits_test")),
             "--recipe", str(tmp_path / "r.yaml"), "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -96,10 +98,10 @@ def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_pa
     assert rep["auto"] and 1 <= len(rep["tried"]) <= 3
     within = [t["ratio"] for t in rep["tried"] if t["within"]]
     assert rep["ratio"] == max(within) and rep["flops_reduction"] > 0.1
-    assert all(t["drop"] <= 1.0 for t in rep["tried"] if t["within"])
+    assert all(t["drop"] <= 3.0 for t in rep["tried"] if t["within"])
     assert stages["recover"]["report"]["done_by"] == "prune auto search"
     assert stages["prune"]["checks"]["output_shapes_unchanged"]
-    assert res["validation"]["accuracy_drop"] <= 1.0  # on digits_test, which the search never saw
+    assert res["validation"]["accuracy_drop"] <= 3.0  # on digits_test, which the search never saw
 
 
 @pytest.mark.onnxruntime
