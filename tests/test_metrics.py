@@ -501,3 +501,37 @@ def test_scoring_a_run_keeps_only_what_each_metric_needs():
         assert isinstance(d, kind) and not isinstance(d, dict)
         assert m.score(run, ds) == m.score_outputs(outs) == pytest.approx(m.fp32_value)
     assert metric_for_outputs(outs, None, MetricSpec(name="position_agreement")).digest(outs[0]).shape == (12,)
+
+
+def _frames(rng, n: int, t: int, c: int, blank_share: float, run: int) -> list[dict]:
+    """``n`` one-hot-ish [1,t,c] outputs: the blank at ``blank_share`` of the frames, the rest runs of ``run``
+    frames of one random non-blank class (a peaky CTC output at run 1, a frame-wise tagger at longer runs)."""
+    outs = []
+    for _ in range(n):
+        seq, i = np.zeros(t, np.int64), 0
+        while i < t:
+            if rng.random() < blank_share:
+                i += 1
+                continue
+            seq[i:i + run] = rng.integers(1, c)
+            i += run
+        logits = np.full((1, t, c), -5.0, np.float32)
+        logits[0, np.arange(t), seq] = 5.0
+        outs.append({"logits": logits})
+    return outs
+
+
+def test_dense_ctc_lines_are_told_by_their_peaky_output_not_a_blank_majority():
+    """PP-OCRv4's recogniser on dense rendered lines emits the blank at 0.47-0.53 of the frames, so the old rule
+    (half or more) flipped the run's metric between CTC and per-position from one data split to the next."""
+    from edgeopt.metrics import looks_like_ctc, metric_for_outputs
+
+    rng = np.random.default_rng(0)
+    dense = _frames(rng, 24, 40, 6625, 0.4, 1)  # characters one frame each, the blank at ~40 % of frames
+    assert looks_like_ctc([o["logits"][0] for o in dense])
+    assert metric_for_outputs(dense, None).name == "ctc_exact_match_vs_fp32"
+    tagger = _frames(rng, 24, 40, 6625, 0.4, 4)  # the same share, but classes held for 4 frames: per position
+    assert not looks_like_ctc([o["logits"][0] for o in tagger])
+    assert metric_for_outputs(tagger, None).name != "ctc_exact_match_vs_fp32"
+    few_tags = _frames(rng, 24, 40, 9, 0.4, 1)  # a handful of tags (NER-like) is not an alphabet
+    assert not looks_like_ctc([o["logits"][0] for o in few_tags])
