@@ -12,7 +12,7 @@ from fixtures_models import digits_datasets
 from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, ChainOptions, Format, Intermediate, StageRecord
 from edgeopt.data import Dataset
-from edgeopt.enums import BackendName, Precision
+from edgeopt.enums import BackendName, Precision, QuantMode
 from edgeopt.errors import MissingDependencyError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,7 +175,8 @@ def test_int8_accuracy_control_recovers_outlier_model(tmp_path):
     protos = outlier_classifier(model)
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
     ctx = _ctx(tmp_path, calib, ev)
-    OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
+    OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,
+                                                      bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)  # the static search
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
     assert aa["kept_in_float_count"] >= 1 and aa["search_samples"] + aa["confirm_samples"] == len(ev)
@@ -200,7 +201,7 @@ def test_convert_cli_openvino_int8_accuracy_control(tmp_path, cli):
     out = tmp_path / "ov"
     proc = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
                "--calib", str(DATA / "digits_calib.npz"), "--eval", str(DATA / "digits_test.npz"),
-               "--max-accuracy-drop", "1", "--threads", "2", "-o", str(out), "--json")
+               "--max-accuracy-drop", "1", "--threads", "2", "--quant-mode", "static", "-o", str(out), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     json.loads(proc.stdout)  # NNCF's progress bars and INFO log lines stay off stdout
     manifest = json.loads((out / "manifest.json").read_text())

@@ -180,10 +180,10 @@ def _quantize_report(art: Path, stage: str) -> dict:
 
 
 @pytest.mark.openvino
-def test_auto_with_a_bound_tries_weight_only_on_a_recurrent_model_and_only_static_on_a_cnn(tmp_path, cli):
+def test_auto_with_a_bound_tries_weight_only_and_static_on_a_recurrent_model(tmp_path, cli):
     """OpenVINO: on the LSTM, weight-only and static are both built; static INT8 of this LSTM's activations is
-    far over the bound (dropped, with its figures) and weight-only is kept. On the digits CNN only static is
-    tried. The manifest names the mode, the backend and the quantized/float op counts."""
+    far over the bound (dropped, with its figures) and weight-only is kept. The manifest names the mode, the
+    backend and the quantized/float op counts."""
     model = tiny_lstm(tmp_path / "lstm.onnx")
     np.savez(tmp_path / "cal.npz", x=lstm_data(64, 1).arrays["x"][:, 0])
     np.savez(tmp_path / "ev.npz", x=lstm_data(64, 2).arrays["x"][:, 0])
@@ -197,14 +197,32 @@ def test_auto_with_a_bound_tries_weight_only_on_a_recurrent_model_and_only_stati
     assert rows["static per-channel"]["verdict"] == "dropped" and "over the bound" in rows["static per-channel"]["why"]
     assert rep["mode"] == "weights" and rows["weights per-channel"]["verdict"] == "chosen"
     assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
+    assert "static per-channel: dropped (over the bound" in rep["mode_reason"]
+
+
+@pytest.mark.openvino
+def test_auto_with_a_bound_on_a_cnn_tries_weight_only_and_static_on_openvino(tmp_path, cli):
+    """A convolutional graph gets both candidates too (weight-only beat static on rapidocr's PP-LCNet): each is
+    judged on the bound, those within it timed on OpenVINO, the fastest kept; the report says why the other went."""
     data = REPO / "fixtures" / "data"
     r = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
             "--calib", str(data / "digits_calib.npz"), "--eval", str(data / "digits_test.npz"),
             "--max-accuracy-drop", "1", "-o", str(tmp_path / "cnn"), "--json")
     assert r.returncode == 0, r.stderr
     rep = _quantize_report(tmp_path / "cnn", "openvino")
-    assert rep["mode"] == "static" and "mode_search" not in rep and "weight-only not tried" in rep["mode_reason"]
-    assert rep["quantized"]["quantized_units"] == 5 and rep["quantized"]["float_units"] == 0
+    rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
+    assert set(rows) == {"weights per-channel", "static per-channel"}
+    assert "weight-only and static INT8 are both built" in rep["mode_reason"] and "not tried" not in rep["mode_reason"]
+    assert all(f"{m}: {row['verdict']}" in rep["mode_reason"] for m, row in rows.items())
+    chosen = [m for m, row in rows.items() if row["verdict"] == "chosen"]
+    if chosen:  # the fastest of those within the bound, the other dropped with its reason
+        assert len(chosen) == 1 and rep["mode"] == chosen[0].split()[0] and rep["mode_search"]["chosen"] == chosen[0]
+        timed = [row for row in rows.values() if "latency_ms" in row]
+        assert rows[chosen[0]]["latency_ms"] == min(row["latency_ms"] for row in timed)
+    else:  # none held as built: static with its fallback search
+        assert rep["mode"] == "static" and "accuracy_aware" in rep
+    assert all(row["verdict"] == "dropped" and row["why"] for m, row in rows.items() if m not in chosen)
+    assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
 
 
 @pytest.mark.onnxruntime

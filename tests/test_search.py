@@ -20,7 +20,7 @@ from fixtures_models import outlier_mlp
 from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
 from edgeopt.data import Dataset
-from edgeopt.enums import Precision
+from edgeopt.enums import Precision, QuantMode
 from edgeopt.errors import GateFailedError
 
 pytestmark = pytest.mark.onnxruntime
@@ -186,7 +186,8 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
 
     monkeypatch.setattr(nncf_search, "activation_quantizers", counting)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
-    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,  # auto: weight-only first
+                                                                    bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
     assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
@@ -421,7 +422,7 @@ def test_openvino_search_through_the_cli_keeps_nncf_logs_off_stderr(tagger, tmp_
     np.savez(tmp_path / "eval.npz", x=ev.arrays["x"])
     proc = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8", "--calib",
                str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--max-accuracy-drop", "1",
-               "-o", str(tmp_path / "out"), "--json")
+               "--quant-mode", "static", "-o", str(tmp_path / "out"), "--json")  # auto would try weight-only first
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = next(s for s in json.loads((tmp_path / "out/manifest.json").read_text())["stages"]
                   if s["name"] == "openvino")["report"]["accuracy_aware"]

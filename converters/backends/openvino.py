@@ -203,21 +203,20 @@ class OpenVINOBackend(Backend):
 
     @staticmethod
     def _modes(ov_model, config, ctx, model, report, proto, common):
-        """Weight-only (pinned), or the mode search where weight-only fits the graph; None: go on with static."""
-        from edgeopt.converters.quantize.dynamic import dynamic_decision
+        """Weight-only (pinned), or the bounded auto search over weight-only and static as built, on every graph
+        (the fastest within the bound kept); None: no mode held the bound, go on with static and its fallbacks."""
+        from edgeopt.converters.quantize.dynamic import op_mix
         from edgeopt.converters.quantize.modes import WeightsMode
         from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
-        from edgeopt.converters.quantize.ov_modes import search_ov_modes
+        from edgeopt.converters.quantize.ov_modes import auto_reason, search_ov_modes
 
         pinned = config.mode == QuantMode.WEIGHTS
         if pinned and config.bound.max_accuracy_drop is None:
             report.update(mode=QuantMode.WEIGHTS.value, method="nncf.compress_weights INT8 (weights only)")
             return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode())
-        pays, why, mix = dynamic_decision(proto)
-        report.update(op_mix=mix, mode_reason=why)
-        if not pays and not pinned:
-            report["mode_reason"] += "; static INT8 (weight-only not tried)"
-            return None
+        mix = op_mix(proto)
+        report.update(op_mix=mix, mode_reason="--quant-mode weights: weight-only INT8 judged on the bound" if pinned
+                      else auto_reason(mix))
         q = search_ov_modes(ov_model, ctx.calib, {k: v for k, v in common.items() if v is not None}, config, ctx,
                             model.path, report, pinned=pinned)
         if q is None:

@@ -1,6 +1,7 @@
 """OpenVINO's modes under a bound: NNCF weight-only INT8 (``compress_weights``) and static INT8
 (``nncf.quantize``), each built once on the converted model, the fastest within the bound on OpenVINO kept
-(:func:`.bound.choose_mode`). Used by the OpenVINO backend where weight-only fits the graph (MatMul/LSTM-heavy)
+(:func:`.bound.choose_mode`). Used by the OpenVINO backend for every graph under a bound with ``--quant-mode auto``
+(a convolutional one too: on rapidocr's PP-LCNet classifier weight-only was 1.41x ONNX Runtime FP32 and static 1.16x)
 and for a pinned ``--quant-mode weights``."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
+    report["mode_reason"] = (report.get("mode_reason") or "") + "; " + candidates_said(choice.report)
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]
@@ -51,3 +53,16 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads)
     return choice.artifact
+
+
+def auto_reason(mix: dict) -> str:
+    """``mode_reason`` of the bounded auto search on OpenVINO: the op mix, and that both modes are tried."""
+    n = mix["nodes"]
+    return (f"{mix['matmul_lstm_gru_share']:.0%} of the weights in MatMul/Gemm/LSTM/GRU nodes ({n['conv']} Conv, "
+            f"{n['dynamic']} MatMul/Gemm/LSTM/GRU): on OpenVINO weight-only and static INT8 are both built on every "
+            "graph, judged on the bound and timed on OpenVINO (each in its own block); the fastest within it kept")
+
+
+def candidates_said(search: dict) -> str:
+    """Each candidate of the mode search and its verdict with why, in one line."""
+    return "; ".join(f"{r['mode']}: {r.get('verdict', '?')} ({r.get('why', '')})" for r in search.get("candidates", []))
