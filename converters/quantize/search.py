@@ -9,6 +9,11 @@
    1, 2, 4, 8, … until a candidate meets the bound, and is bisected between the last miss and that
    hit. A candidate is built by the backend's own quantizer with those ops excluded
    (``nodes_to_exclude`` / NNCF ``ignored_scope``), so its calibration and fusions stay right.
+   With a ``FloatPrefix`` (ONNX Runtime's ``tensorrt`` preset) the fallback starts from its option (Q/DQ at the
+   weighted ops only, which is what TensorRT fuses) and first keeps a graph-order prefix of that option's weighted
+   ops in float (the first 1/8, 1/4, 1/2, 3/4), bisected between the last miss and the first hit: where INT8 loses
+   in the early layers' activation tails (DBNet's first HardSwish blocks), a per-op ranking picks ops one at a
+   time and runs out of budget before it reaches them. Without a prefix hit, the ranking follows on that option.
 3. Every candidate is scored on the search part only; one that meets the bound there is confirmed (one place,
    :meth:`BudgetedSearch.judge`, for the options, the per-op float search and the mode search of
    :mod:`.bound`): within the bound on the held-back part (never seen by the search), and within it on all the
@@ -125,6 +130,19 @@ class SearchResult:
     m_confirm: Any = None  # the metric on the held-back part (for checking other precisions the same way)
     m_search: Any = None
     judge: Callable | None = None  # BudgetedSearch.judge: a run scored and confirmed the one way (a rebuilt hit)
+
+
+@dataclass(frozen=True)
+class FloatPrefix:
+    """Float fallback by graph order (module doc, 2.): option ``base`` (its index in the options) with the first
+    ``k`` of ``ops(artifact)`` (its quantized weighted ops, in graph order) in float, ``k`` a share ``fractions`` of
+    them, then bisected."""
+    base: int
+    ops: Callable[[Any], list[str]]
+    fractions: tuple[float, ...] = (1 / 8, 1 / 4, 1 / 2, 3 / 4)
+
+    def sizes(self, n: int) -> list[int]:
+        return sorted({max(1, int(round(n * f))) for f in self.fractions if 0 < round(n * f) < n})
 
 
 class BudgetedSearch:
@@ -260,29 +278,57 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "", metric_spec=None, search_path=(),
-               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None) -> SearchResult:
+               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None,
+               float_prefix: FloatPrefix | None = None) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
     holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
     every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none).
     ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
     ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes).
-    ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`part_metrics`)."""
+    ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`part_metrics`).
+    ``float_prefix``: the graph-order float fallback tried first, on its own option (module doc, 2.)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=what, metric_spec=metric_spec, search_path=search_path, whole=whole)
     try:
-        return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases)
+        return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases, float_prefix)
     finally:
         s.close()
 
 
 def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None,
-         fallback_bases: int = 1) -> SearchResult:
+         fallback_bases: int = 1, float_prefix: FloatPrefix | None = None) -> SearchResult:
+    report = s.report
+    results, done = _options(s, options, float_prefix.base if float_prefix is not None else None)
+    if done is not None:
+        return done
+    order = sorted(results, key=lambda j: -results[j].search_value)
+    if float_prefix is not None and float_prefix.base in results:  # its option is the fallback's first base
+        order.remove(float_prefix.base)
+        order.insert(0, float_prefix.base)
+    base_i = order[0]
+    base = results[base_i]
+    report["quantizer_options"] = {"chosen": base.label}
+    closest = base
+    if float_prefix is not None and with_float is not None and base_i == float_prefix.base:
+        hit, closest = _prefix_fallback(s, float_prefix, base, with_float, quantizes, closest)
+        if hit is not None:
+            return _finish(s, hit, closest, [])
+    return _ranked_fallback(s, results, order, rank, with_float, sensitivity_method, quantizes, fallback_bases,
+                            closest)
+
+
+def _options(s: BudgetedSearch, options, must: int | None = None) -> tuple[dict[int, Candidate], SearchResult | None]:
+    """The quantizer's options in order (module doc, 1.): ({option index: its candidate}, the result when one met
+    the bound, else None). Option ``must`` (the graph-order fallback's base) is scored even past the options' share
+    of the budget, while the whole budget allows it."""
     report = s.report
     results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
-        if i > 0 and not s.can_afford(share=OPTIONS_SHARE):
-            break
+        if i > 0 and not s.can_afford(share=1.0 if i == must else OPTIONS_SHARE):
+            if must is None or i >= must:
+                break
+            continue
         why = getattr(build, "skip_when", lambda _: None)({results[j].label: results[j] for j in results})
         if why:  # an option made pointless by the ones scored before it (e.g. bias correction on the worse preset)
             report.setdefault("options_skipped", []).append({"what": label, "why": why})
@@ -299,13 +345,17 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
         results[i] = c
         if c.met:
             report["quantizer_options"] = {"chosen": label}
-            return _finish(s, c, c, [])
-    # the option closest to the bound is the base of the float fallback; the next ones follow while time is left
-    order = sorted(results, key=lambda j: -results[j].search_value)
+            return results, _finish(s, c, c, [])
+    return results, None
+
+
+def _ranked_fallback(s: BudgetedSearch, results: dict[int, Candidate], order: list[int], rank, with_float,
+                     sensitivity_method, quantizes, fallback_bases: int, closest: Candidate) -> SearchResult:
+    """The per-op float fallback by sensitivity (module doc, 2.) on the options in ``order`` (the option closest to
+    the bound first, or the graph-order fallback's), the next ones while time is left."""
+    report = s.report
     base_i = order[0]
     base = results[base_i]
-    report["quantizer_options"] = {"chosen": base.label}
-    closest = base
     ranked: list[tuple[str, float]] = []
     if rank is None or with_float is None or not s.can_afford():
         return _finish(s, None, closest, ranked)
@@ -381,6 +431,48 @@ def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, wit
     if hit is not None and len(hit.kept) >= n:
         return None, True, closest
     return hit, any(k_all_float.values()), closest
+
+
+def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base: Candidate, with_float, quantizes,
+                     closest: Candidate) -> tuple[Candidate | None, Candidate]:
+    """The first k of the base option's weighted ops (graph order) in float, k grown over ``fp.sizes`` then bisected
+    between the last miss and the first hit (module doc, 2.): (the smallest hit that still quantizes, or None; the
+    closest)."""
+    names = list(fp.ops(base.artifact))
+    n = len(names)
+    s.report["float_prefix"] = entry = {"base": base.label, "weighted_ops": n, "tried": []}
+
+    def attempt(k: int) -> Candidate:
+        nonlocal closest
+        kept = tuple(names[:k])
+        c = s.evaluate(f"{base.label} + first {k} of {n} weighted op(s) in float (graph order)",
+                       with_float(fp.base, kept), kept)
+        entry["tried"].append(k)
+        if quantizes is not None and not quantizes(c.artifact):
+            s.tried[-1]["quantized_compute_ops"] = 0
+            c.met = False  # the FP32 model is no INT8 result
+        elif c.search_value > closest.search_value or (c.met and not closest.met):
+            closest = c
+        return c
+
+    lo, hit = 0, None
+    for k in fp.sizes(n):
+        if not s.can_afford():
+            break
+        c = attempt(k)
+        if c.met:
+            hit = c
+            break
+        lo = k
+    while hit is not None and len(hit.kept) - lo > 1 and s.can_afford():
+        mid = (lo + len(hit.kept)) // 2
+        c = attempt(mid)
+        if c.met:
+            hit = c
+        else:
+            lo = mid
+    entry["hit"] = None if hit is None else len(hit.kept)
+    return hit, closest
 
 
 def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
