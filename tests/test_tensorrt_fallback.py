@@ -123,12 +123,17 @@ def test_the_tensorrt_fallback_keeps_a_graph_order_prefix_of_the_weighted_ops_in
 def test_another_preset_has_no_graph_order_fallback():
     """The graph-order prefix is the TensorRT preset's (its Q/DQ sit at the weighted ops only); the CPU presets
     keep the ranking by sensitivity alone."""
-    from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, WEIGHTED_OPTION, _variants, tensorrt_prefix
+    from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, _variants, tensorrt_prefix
     from edgeopt.converters.quantize.ort_static import StaticSettings
     from edgeopt.converters.quantize.presets import PRESETS, TENSORRT
+    from edgeopt.converters.quantize.search import Candidate
 
     assert tensorrt_prefix("x86-vnni") is None and tensorrt_prefix(None) is None
     fp = tensorrt_prefix(TENSORRT)
-    assert _variants(StaticSettings.from_preset(PRESETS[TENSORRT]))[fp.base][0].startswith(WEIGHTED_LABEL)
-    assert fp.base == WEIGHTED_OPTION
+    variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]))
+    assert all(variants[i][0].startswith(WEIGHTED_LABEL) for i in fp.bases)
+    scored = {0: Candidate("preset", search_value=90.0), fp.bases[0]: Candidate("a", search_value=60.0),
+              fp.bases[1]: Candidate("b", search_value=80.0)}
+    assert fp.base(scored) == fp.bases[1]  # the better weighted-only option, never the preset
+    assert fp.base({0: scored[0]}) is None
     assert fp.sizes(64) == [8, 16, 32, 48] and fp.sizes(2) == [1]

@@ -134,12 +134,17 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class FloatPrefix:
-    """Float fallback by graph order (module doc, 2.): option ``base`` (its index in the options) with the first
-    ``k`` of ``ops(artifact)`` (its quantized weighted ops, in graph order) in float, ``k`` a share ``fractions`` of
-    them, then bisected."""
-    base: int
+    """Float fallback by graph order (module doc, 2.): the best scored of options ``bases`` (their indices in the
+    options; the first is always scored) with the first ``k`` of ``ops(artifact)`` (its quantized weighted ops, in
+    graph order) in float, ``k`` a share ``fractions`` of them, then bisected."""
+    bases: tuple[int, ...]
     ops: Callable[[Any], list[str]]
     fractions: tuple[float, ...] = (1 / 8, 1 / 4, 1 / 2, 3 / 4)
+
+    def base(self, results: dict) -> int | None:
+        """The option the prefixes start from: the best scored of ``bases`` (None: none was scored)."""
+        scored = [i for i in self.bases if i in results]
+        return max(scored, key=lambda i: results[i].search_value) if scored else None
 
     def sizes(self, n: int) -> list[int]:
         return sorted({max(1, int(round(n * f))) for f in self.fractions if 0 < round(n * f) < n})
@@ -299,19 +304,20 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
 def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None,
          fallback_bases: int = 1, float_prefix: FloatPrefix | None = None) -> SearchResult:
     report = s.report
-    results, done = _options(s, options, float_prefix.base if float_prefix is not None else None)
+    results, done = _options(s, options, float_prefix.bases[0] if float_prefix is not None else None)
     if done is not None:
         return done
     order = sorted(results, key=lambda j: -results[j].search_value)
-    if float_prefix is not None and float_prefix.base in results:  # its option is the fallback's first base
-        order.remove(float_prefix.base)
-        order.insert(0, float_prefix.base)
+    prefix_base = float_prefix.base(results) if float_prefix is not None else None
+    if prefix_base is not None:  # its option is the fallback's first base
+        order.remove(prefix_base)
+        order.insert(0, prefix_base)
     base_i = order[0]
     base = results[base_i]
     report["quantizer_options"] = {"chosen": base.label}
     closest = base
-    if float_prefix is not None and with_float is not None and base_i == float_prefix.base:
-        hit, closest = _prefix_fallback(s, float_prefix, base, with_float, quantizes, closest)
+    if prefix_base is not None and with_float is not None:
+        hit, closest = _prefix_fallback(s, float_prefix, base_i, base, with_float, quantizes, closest)
         if hit is not None:
             return _finish(s, hit, closest, [])
     return _ranked_fallback(s, results, order, rank, with_float, sensitivity_method, quantizes, fallback_bases,
@@ -433,7 +439,7 @@ def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, wit
     return hit, any(k_all_float.values()), closest
 
 
-def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base: Candidate, with_float, quantizes,
+def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base_i: int, base: Candidate, with_float, quantizes,
                      closest: Candidate) -> tuple[Candidate | None, Candidate]:
     """The first k of the base option's weighted ops (graph order) in float, k grown over ``fp.sizes`` then bisected
     between the last miss and the first hit (module doc, 2.): (the smallest hit that still quantizes, or None; the
@@ -446,7 +452,7 @@ def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base: Candidate, with_f
         nonlocal closest
         kept = tuple(names[:k])
         c = s.evaluate(f"{base.label} + first {k} of {n} weighted op(s) in float (graph order)",
-                       with_float(fp.base, kept), kept)
+                       with_float(base_i, kept), kept)
         entry["tried"].append(k)
         if quantizes is not None and not quantizes(c.artifact):
             s.tried[-1]["quantized_compute_ops"] = 0
