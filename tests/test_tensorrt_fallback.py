@@ -97,9 +97,9 @@ def _quantize(tmp_path: Path, preset: str, budget: float = 120):
 
 def test_the_tensorrt_fallback_keeps_a_graph_order_prefix_of_the_weighted_ops_in_float(tmp_path):
     """Every option misses (the tail channel sits in the second conv's INT8 input however it is placed or
-    calibrated); the fallback then starts from the weighted-ops-only option and keeps its first convs in float: the
-    first conv alone misses and is not chosen, the first two meet the bound, the rest stay INT8, and the model keeps
-    TensorRT's Q/DQ rules."""
+    calibrated); the fallback then starts from the weighted-ops-only option and keeps its first convs in float, their
+    number bisected from the half: the first conv alone misses and is not chosen, the first two meet the bound, the
+    rest stay INT8, and the model keeps TensorRT's Q/DQ rules."""
     import onnx
 
     from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq
@@ -110,6 +110,7 @@ def test_the_tensorrt_fallback_keeps_a_graph_order_prefix_of_the_weighted_ops_in
     assert any(t["what"].startswith("weighted ops only") for t in aa["tried"])
     prefix = aa["float_prefix"]
     assert prefix["base"].startswith("weighted ops only") and prefix["weighted_ops"] == CONVS + 1
+    assert prefix["tried"] == [3, 1, 2]  # bisected from the half: a hit, a miss, the smallest hit
     first = next(t for t in aa["tried"] if "first 1 of" in t["what"])
     assert not first.get("met") and first["search_drop_points"] > 2  # over the bound: tried, not chosen
     assert aa["met"] and "first 2 of 7 weighted op(s) in float" in aa["chosen"]
@@ -136,4 +137,3 @@ def test_another_preset_has_no_graph_order_fallback():
               fp.bases[1]: Candidate("b", search_value=80.0)}
     assert fp.base(scored) == fp.bases[1]  # the better weighted-only option, never the preset
     assert fp.base({0: scored[0]}) is None
-    assert fp.sizes(64) == [8, 16, 32, 48] and fp.sizes(2) == [1]

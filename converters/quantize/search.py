@@ -11,9 +11,11 @@
    (``nodes_to_exclude`` / NNCF ``ignored_scope``), so its calibration and fusions stay right.
    With a ``FloatPrefix`` (ONNX Runtime's ``tensorrt`` preset) the fallback starts from its option (Q/DQ at the
    weighted ops only, which is what TensorRT fuses) and first keeps a graph-order prefix of that option's weighted
-   ops in float (the first 1/8, 1/4, 1/2, 3/4), bisected between the last miss and the first hit: where INT8 loses
-   in the early layers' activation tails (DBNet's first HardSwish blocks), a per-op ranking picks ops one at a
-   time and runs out of budget before it reaches them. Without a prefix hit, the ranking follows on that option.
+   ops in float, its length bisected from half of them (the option itself missed, all of them in float is FP32):
+   where INT8 loses in the early layers' activation tails (DBNet's first HardSwish blocks), a per-op ranking picks
+   ops one at a time and runs out of budget before it reaches them, and bisecting from the half finds a hit within
+   two candidates where one exists past it (a loaded machine's 60 s hold few 4-15 s candidates). Without a prefix
+   hit, the ranking follows on that option.
 3. Every candidate is scored on the search part only; one that meets the bound there is confirmed (one place,
    :meth:`BudgetedSearch.judge`, for the options, the per-op float search and the mode search of
    :mod:`.bound`): within the bound on the held-back part (never seen by the search), and within it on all the
@@ -136,18 +138,14 @@ class SearchResult:
 class FloatPrefix:
     """Float fallback by graph order (module doc, 2.): the best scored of options ``bases`` (their indices in the
     options; the first is always scored) with the first ``k`` of ``ops(artifact)`` (its quantized weighted ops, in
-    graph order) in float, ``k`` a share ``fractions`` of them, then bisected."""
+    graph order) in float, ``k`` bisected from half of them."""
     bases: tuple[int, ...]
     ops: Callable[[Any], list[str]]
-    fractions: tuple[float, ...] = (1 / 8, 1 / 4, 1 / 2, 3 / 4)
 
     def base(self, results: dict) -> int | None:
         """The option the prefixes start from: the best scored of ``bases`` (None: none was scored)."""
         scored = [i for i in self.bases if i in results]
         return max(scored, key=lambda i: results[i].search_value) if scored else None
-
-    def sizes(self, n: int) -> list[int]:
-        return sorted({max(1, int(round(n * f))) for f in self.fractions if 0 < round(n * f) < n})
 
 
 class BudgetedSearch:
@@ -441,9 +439,8 @@ def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, wit
 
 def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base_i: int, base: Candidate, with_float, quantizes,
                      closest: Candidate) -> tuple[Candidate | None, Candidate]:
-    """The first k of the base option's weighted ops (graph order) in float, k grown over ``fp.sizes`` then bisected
-    between the last miss and the first hit (module doc, 2.): (the smallest hit that still quantizes, or None; the
-    closest)."""
+    """The first k of the base option's weighted ops (graph order) in float, k bisected between 0 (the option
+    missed) and all of them (FP32) (module doc, 2.): (the smallest hit that still quantizes, or None; the closest)."""
     names = list(fp.ops(base.artifact))
     n = len(names)
     s.report["float_prefix"] = entry = {"base": base.label, "weighted_ops": n, "tried": []}
@@ -461,20 +458,12 @@ def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base_i: int, base: Cand
             closest = c
         return c
 
-    lo, hit = 0, None
-    for k in fp.sizes(n):
-        if not s.can_afford():
-            break
-        c = attempt(k)
-        if c.met:
-            hit = c
-            break
-        lo = k
-    while hit is not None and len(hit.kept) - lo > 1 and s.can_afford():
-        mid = (lo + len(hit.kept)) // 2
+    lo, hi, hit = 0, n, None  # lo: known to miss; hi: known to meet (n: every op in float, the FP32 model)
+    while hi - lo > 1 and s.can_afford():
+        mid = (lo + hi) // 2
         c = attempt(mid)
         if c.met:
-            hit = c
+            hit, hi = c, mid
         else:
             lo = mid
     entry["hit"] = None if hit is None else len(hit.kept)
