@@ -107,6 +107,8 @@ def test_the_tensorrt_fallback_keeps_a_graph_order_prefix_of_the_weighted_ops_in
     out, report = _quantize(tmp_path, "tensorrt")
     aa = report["accuracy_aware"]
     assert aa["tried"][0]["what"] == "preset" and aa["tried"][0]["search_drop_points"] > 2
+    assert [t["what"] for t in aa["tried"][1:3]] == [
+        "weighted ops only (Add/Mul/activations/normalisation in float)", "weighted ops only, calibration percentile"]
     assert any(t["what"].startswith("weighted ops only") for t in aa["tried"])
     prefix = aa["float_prefix"]
     assert prefix["base"].startswith("weighted ops only") and prefix["weighted_ops"] == CONVS + 1
@@ -131,8 +133,10 @@ def test_another_preset_has_no_graph_order_fallback():
 
     assert tensorrt_prefix("x86-vnni") is None and tensorrt_prefix(None) is None
     fp = tensorrt_prefix(TENSORRT)
-    variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]))
+    variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]), tensorrt=True)
+    assert [label for label, _ in variants][0] == "preset" and len(variants) == 3  # no other all-ops calibration
     assert all(variants[i][0].startswith(WEIGHTED_LABEL) for i in fp.bases)
+    assert len(_variants(StaticSettings.from_preset(PRESETS["x86-vnni"]))) > 3
     scored = {0: Candidate("preset", search_value=90.0), fp.bases[0]: Candidate("a", search_value=60.0),
               fp.bases[1]: Candidate("b", search_value=80.0)}
     assert fp.base(scored) == fp.bases[1]  # the better weighted-only option, never the preset

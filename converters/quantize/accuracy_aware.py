@@ -23,12 +23,15 @@ from .presets import TENSORRT
 from .search import QUICK_S, FloatPrefix, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
 
-def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
+def _variants(base: StaticSettings, tensorrt: bool = False) -> list[tuple[str, StaticSettings]]:
     """The quantizer's options, in the order tried. Placement comes before calibration: quantizing the arithmetic
     between the weighted ops is what breaks most models that INT8 breaks (unrolled LayerNorm statistics, whose
     E[x^2]-E[x]^2 cancels; the cube inside a tanh-GELU, whose range is 10^5 times its median), and Q/DQ at the
     weighted ops' inputs only is TensorRT's own placement advice. Each placement is then tried with the other
-    calibration method. Biases kept float is offered only where the preset quantizes them."""
+    calibration method. Biases kept float is offered only where the preset quantizes them. For TensorRT
+    (``tensorrt``) the preset and the two weighted-only placements only: the graph-order float fallback starts from
+    the latter and needs the budget that another calibration of every op costs (DBNet's percentile one: 11-15 s of
+    60 on a loaded machine, 1 point above the preset, and the fallback then had no time for one candidate)."""
     flip = CalibMethod.PERCENTILE if base.calib_method == CalibMethod.MINMAX else CalibMethod.MINMAX
     weighted = base.model_copy(update={"op_types_to_quantize": WEIGHTED_OPS})
     out = [
@@ -38,6 +41,8 @@ def _variants(base: StaticSettings) -> list[tuple[str, StaticSettings]]:
         (f"calibration {flip.value}", base.model_copy(update={"calib_method": flip})),
         ("moving-average calibration", base.model_copy(update={"moving_average": True})),
     ]
+    if tensorrt:
+        return out[:3]
     if base.quantize_bias:
         out.append(("biases kept float (QuantizeBias=False)", base.model_copy(update={"quantize_bias": False})))
     return out
@@ -97,7 +102,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
     b = prepare(ctx, "quantize", src, accuracy_bound)
     bound, min_speedup = float(accuracy_bound.max_accuracy_drop), accuracy_bound.min_speedup
     threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
-    variants = _variants(base)
+    variants = _variants(base, tensorrt=preset == TENSORRT)
     paths: dict[int, Path] = {}
 
     retry: dict = {}

@@ -306,6 +306,7 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
     if done is not None:
         return done
     order = sorted(results, key=lambda j: -results[j].search_value)
+    closest = results[order[0]]  # the best option, whichever base the fallback starts from
     prefix_base = float_prefix.base(results) if float_prefix is not None else None
     if prefix_base is not None:  # its option is the fallback's first base
         order.remove(prefix_base)
@@ -313,7 +314,6 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
     base_i = order[0]
     base = results[base_i]
     report["quantizer_options"] = {"chosen": base.label}
-    closest = base
     if prefix_base is not None and with_float is not None:
         hit, closest = _prefix_fallback(s, float_prefix, base_i, base, with_float, quantizes, closest)
         if hit is not None:
