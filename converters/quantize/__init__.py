@@ -166,7 +166,7 @@ class QuantizeStage(Stage):
             from .accuracy_aware import accuracy_aware
 
             path, aa = accuracy_aware(src, work, settings, ctx, config.bound, input_names, config.calib_samples,
-                                      fp16_hint=bool(config.profile_has_gpu))
+                                      fp16_hint=bool(config.profile_has_gpu), preset=report.get("preset"))
             report["accuracy_aware"] = aa
             shutil.copyfile(path, out)
         else:

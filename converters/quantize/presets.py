@@ -18,6 +18,9 @@ from edgeopt.enums import StrEnum, UnitKind
 from edgeopt.errors import UsageError, did_you_mean
 
 
+TENSORRT = "tensorrt"  # the preset for ONNX Runtime's TensorRT execution provider (the search adds to it)
+
+
 class QType(StrEnum):
     QUINT8 = "quint8"
     QINT8 = "qint8"
@@ -64,7 +67,7 @@ PRESETS: dict[str, HardwarePreset] = {
             description="Arm64 without dot-product: U8 activations, S8 per-channel weights",
         ),
         HardwarePreset(
-            name="tensorrt",
+            name=TENSORRT,
             description="TensorRT explicit quantization: symmetric S8 activations (zero point 0) and S8 per-channel "
                         "weights, QDQ; biases float (TensorRT's parser rejects an int32 bias DequantizeLinear)",
             activation_type=QType.QINT8,
@@ -90,7 +93,7 @@ def preset_for_profile(profile, provider: str | None = None) -> tuple[HardwarePr
 
     if provider == TRT_PROVIDER:
         where = f"profile {profile.name}" if profile is not None else "the backend"
-        return PRESETS["tensorrt"], (f"{where}: ONNX Runtime's TensorRT execution provider runs it, and TensorRT reads "
+        return PRESETS[TENSORRT], (f"{where}: ONNX Runtime's TensorRT execution provider runs it, and TensorRT reads "
                                      "QDQ as symmetric signed INT8 (zero point 0) with per-channel weights")
     if profile is None:  # no target named: quantize for the machine that runs it
         from edgeopt.profiles import load_profile

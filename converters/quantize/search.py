@@ -9,6 +9,13 @@
    1, 2, 4, 8, … until a candidate meets the bound, and is bisected between the last miss and that
    hit. A candidate is built by the backend's own quantizer with those ops excluded
    (``nodes_to_exclude`` / NNCF ``ignored_scope``), so its calibration and fusions stay right.
+   With a ``FloatPrefix`` (ONNX Runtime's ``tensorrt`` preset) the fallback starts from its option (Q/DQ at the
+   weighted ops only, which is what TensorRT fuses) and first keeps a graph-order prefix of that option's weighted
+   ops in float, its length bisected from half of them (the option itself missed, all of them in float is FP32):
+   where INT8 loses in the early layers' activation tails (DBNet's first HardSwish blocks), a per-op ranking picks
+   ops one at a time and runs out of budget before it reaches them, and bisecting from the half finds a hit within
+   two candidates where one exists past it (a loaded machine's 60 s hold few 4-15 s candidates). Without a prefix
+   hit, the ranking follows on that option.
 3. Every candidate is scored on the search part only; one that meets the bound there is confirmed (one place,
    :meth:`BudgetedSearch.judge`, for the options, the per-op float search and the mode search of
    :mod:`.bound`): within the bound on the held-back part (never seen by the search), and within it on all the
@@ -125,6 +132,20 @@ class SearchResult:
     m_confirm: Any = None  # the metric on the held-back part (for checking other precisions the same way)
     m_search: Any = None
     judge: Callable | None = None  # BudgetedSearch.judge: a run scored and confirmed the one way (a rebuilt hit)
+
+
+@dataclass(frozen=True)
+class FloatPrefix:
+    """Float fallback by graph order (module doc, 2.): the best scored of options ``bases`` (their indices in the
+    options; the first is always scored) with the first ``k`` of ``ops(artifact)`` (its quantized weighted ops, in
+    graph order) in float, ``k`` bisected from half of them."""
+    bases: tuple[int, ...]
+    ops: Callable[[Any], list[str]]
+
+    def base(self, results: dict) -> int | None:
+        """The option the prefixes start from: the best scored of ``bases`` (None: none was scored)."""
+        scored = [i for i in self.bases if i in results]
+        return max(scored, key=lambda i: results[i].search_value) if scored else None
 
 
 class BudgetedSearch:
@@ -260,29 +281,58 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                with_float: Callable[[int, tuple[str, ...]], Build] | None, fp32_run, search, confirm,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "", metric_spec=None, search_path=(),
-               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None) -> SearchResult:
+               quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None,
+               float_prefix: FloatPrefix | None = None) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
     holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
     every ranked op in float (the ranking may hold ops without weights, so fewer than all of them can leave none).
     ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
     ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes).
-    ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`part_metrics`)."""
+    ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`part_metrics`).
+    ``float_prefix``: the graph-order float fallback tried first, on its own option (module doc, 2.)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=what, metric_spec=metric_spec, search_path=search_path, whole=whole)
     try:
-        return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases)
+        return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases, float_prefix)
     finally:
         s.close()
 
 
 def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quantizes=None,
-         fallback_bases: int = 1) -> SearchResult:
+         fallback_bases: int = 1, float_prefix: FloatPrefix | None = None) -> SearchResult:
+    report = s.report
+    results, done = _options(s, options, float_prefix.bases[0] if float_prefix is not None else None)
+    if done is not None:
+        return done
+    order = sorted(results, key=lambda j: -results[j].search_value)
+    closest = results[order[0]]  # the best option, whichever base the fallback starts from
+    prefix_base = float_prefix.base(results) if float_prefix is not None else None
+    if prefix_base is not None:  # its option is the fallback's first base
+        order.remove(prefix_base)
+        order.insert(0, prefix_base)
+    base_i = order[0]
+    base = results[base_i]
+    report["quantizer_options"] = {"chosen": base.label}
+    if prefix_base is not None and with_float is not None:
+        hit, closest = _prefix_fallback(s, float_prefix, base_i, base, with_float, quantizes, closest)
+        if hit is not None:
+            return _finish(s, hit, closest, [])
+    return _ranked_fallback(s, results, order, rank, with_float, sensitivity_method, quantizes, fallback_bases,
+                            closest)
+
+
+def _options(s: BudgetedSearch, options, must: int | None = None) -> tuple[dict[int, Candidate], SearchResult | None]:
+    """The quantizer's options in order (module doc, 1.): ({option index: its candidate}, the result when one met
+    the bound, else None). Option ``must`` (the graph-order fallback's base) is scored even past the options' share
+    of the budget, while the whole budget allows it."""
     report = s.report
     results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
-        if i > 0 and not s.can_afford(share=OPTIONS_SHARE):
-            break
+        if i > 0 and not s.can_afford(share=1.0 if i == must else OPTIONS_SHARE):
+            if must is None or i >= must:
+                break
+            continue
         why = getattr(build, "skip_when", lambda _: None)({results[j].label: results[j] for j in results})
         if why:  # an option made pointless by the ones scored before it (e.g. bias correction on the worse preset)
             report.setdefault("options_skipped", []).append({"what": label, "why": why})
@@ -299,13 +349,17 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
         results[i] = c
         if c.met:
             report["quantizer_options"] = {"chosen": label}
-            return _finish(s, c, c, [])
-    # the option closest to the bound is the base of the float fallback; the next ones follow while time is left
-    order = sorted(results, key=lambda j: -results[j].search_value)
+            return results, _finish(s, c, c, [])
+    return results, None
+
+
+def _ranked_fallback(s: BudgetedSearch, results: dict[int, Candidate], order: list[int], rank, with_float,
+                     sensitivity_method, quantizes, fallback_bases: int, closest: Candidate) -> SearchResult:
+    """The per-op float fallback by sensitivity (module doc, 2.) on the options in ``order`` (the option closest to
+    the bound first, or the graph-order fallback's), the next ones while time is left."""
+    report = s.report
     base_i = order[0]
     base = results[base_i]
-    report["quantizer_options"] = {"chosen": base.label}
-    closest = base
     ranked: list[tuple[str, float]] = []
     if rank is None or with_float is None or not s.can_afford():
         return _finish(s, None, closest, ranked)
@@ -381,6 +435,39 @@ def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, wit
     if hit is not None and len(hit.kept) >= n:
         return None, True, closest
     return hit, any(k_all_float.values()), closest
+
+
+def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base_i: int, base: Candidate, with_float, quantizes,
+                     closest: Candidate) -> tuple[Candidate | None, Candidate]:
+    """The first k of the base option's weighted ops (graph order) in float, k bisected between 0 (the option
+    missed) and all of them (FP32) (module doc, 2.): (the smallest hit that still quantizes, or None; the closest)."""
+    names = list(fp.ops(base.artifact))
+    n = len(names)
+    s.report["float_prefix"] = entry = {"base": base.label, "weighted_ops": n, "tried": []}
+
+    def attempt(k: int) -> Candidate:
+        nonlocal closest
+        kept = tuple(names[:k])
+        c = s.evaluate(f"{base.label} + first {k} of {n} weighted op(s) in float (graph order)",
+                       with_float(base_i, kept), kept)
+        entry["tried"].append(k)
+        if quantizes is not None and not quantizes(c.artifact):
+            s.tried[-1]["quantized_compute_ops"] = 0
+            c.met = False  # the FP32 model is no INT8 result
+        elif c.search_value > closest.search_value or (c.met and not closest.met):
+            closest = c
+        return c
+
+    lo, hi, hit = 0, n, None  # lo: known to miss; hi: known to meet (n: every op in float, the FP32 model)
+    while hi - lo > 1 and s.can_afford():
+        mid = (lo + hi) // 2
+        c = attempt(mid)
+        if c.met:
+            hit, hi = c, mid
+        else:
+            lo = mid
+    entry["hit"] = None if hit is None else len(hit.kept)
+    return hit, closest
 
 
 def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
