@@ -38,17 +38,16 @@ def test_a_recurrent_graph_gets_dynamic_and_weight_only_beside_static_on_each_ba
     assert notes == []  # every mode each backend offers fits a recurrent graph
 
 
-def test_a_cnn_gets_static_and_weight_only_and_says_why_dynamic_was_not_tried():
+def test_a_cnn_gets_static_only_and_says_why_the_other_modes_were_not_tried():
     import onnx
 
     from edgeopt.optimize.candidates import int8_options
 
     options, notes = int8_options(onnx.load(str(DIGITS)), ["onnxruntime", "openvino", "tvm"], {})
     assert _modes(options) == {("onnxruntime", "static", "minmax"), ("onnxruntime", "static", "percentile"),
-                               ("openvino", "static", None), ("openvino", "weights", None),
-                               ("tvm", "static", "minmax"), ("tvm", "static", "percentile")}
+                               ("openvino", "static", None), ("tvm", "static", "minmax"), ("tvm", "static", "percentile")}
     assert any(n.startswith("int8 onnxruntime: dynamic not tried: a convolutional model") for n in notes)
-    assert not any(n.startswith("int8 openvino") for n in notes)  # weight-only fits a CNN too, as convert tries it
+    assert any(n.startswith("int8 openvino: weights not tried: a convolutional model") for n in notes)
 
 
 def test_native_float_precisions_are_candidates_on_each_backend_but_the_incumbents_own():

@@ -38,10 +38,8 @@ def fitting_modes(proto, backend: str) -> tuple[list[QuantMode], str]:
     if not pays and mix["nodes"]["dynamic"]:  # the backend-neutral part of the reason (ORT's ConvInteger is one case)
         n = mix["nodes"]
         why = (f"a convolutional model ({n['conv']} Conv vs {n['dynamic']} MatMul/Gemm/LSTM/GRU nodes, "
-               f"{mix['matmul_lstm_gru_share']:.0%} of the weights in the latter): dynamic INT8 does not pay on it")
-    # weight-only fits every graph (as convert's bounded auto search on OpenVINO builds it on every graph: on
-    # rapidocr_cls's PP-LCNet it was the fastest INT8 that held); dynamic only where the weights are in MatMuls
-    wanted = (QuantMode.DYNAMIC, QuantMode.WEIGHTS, QuantMode.STATIC) if pays else (QuantMode.WEIGHTS, QuantMode.STATIC)
+               f"{mix['matmul_lstm_gru_share']:.0%} of the weights in the latter): static INT8 fits it")
+    wanted = (QuantMode.DYNAMIC, QuantMode.WEIGHTS, QuantMode.STATIC) if pays else (QuantMode.STATIC,)
     return [m for m in wanted if m in offered], why
 
 
