@@ -175,7 +175,10 @@ def test_pi5_artifact_verified_on_the_emulated_board(emulated_pi5, cli, tmp_path
     vo = json.loads((out / "manifest.json").read_text())["verified_on"]
     assert vo["device"] == "pi5-emu" and vo["profile"] == "pi5" and vo["emulated"] is True
     assert vo["device_arch"] == "aarch64" and vo["samples"] == 8 and vo["passed"] is True
-    assert 0.0 <= vo["max_abs_diff"] <= vo["tolerance"]
+    if vo["max_abs_diff"] > vo["tolerance"]:  # an AVX2-only host's INT8 kernels round unlike the A76's: then the
+        err = vo["error_vs_fp32"]  # board passes only by being as accurate vs FP32 as this host (the stated rule)
+        assert err is not None and err["board"] <= err["allowed"]
+    assert vo["max_abs_diff"] >= 0.0
 
 
 def test_a_runtime_missing_on_the_board_says_how_convert_gets_it_there(tmp_path, monkeypatch):
