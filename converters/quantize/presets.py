@@ -17,7 +17,6 @@ from edgeopt.converters.base import CalibMethod
 from edgeopt.enums import StrEnum, UnitKind
 from edgeopt.errors import UsageError, did_you_mean
 
-
 TENSORRT = "tensorrt"  # the preset for ONNX Runtime's TensorRT execution provider (the search adds to it)
 
 
