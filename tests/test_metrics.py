@@ -535,3 +535,47 @@ def test_dense_ctc_lines_are_told_by_their_peaky_output_not_a_blank_majority():
     assert metric_for_outputs(tagger, None).name != "ctc_exact_match_vs_fp32"
     few_tags = _frames(rng, 24, 40, 9, 0.4, 1)  # a handful of tags (NER-like) is not an alphabet
     assert not looks_like_ctc([o["logits"][0] for o in few_tags])
+
+
+def _detector_outputs(rng, n: int) -> list[dict]:
+    """``n`` samples of a detector's two outputs: class scores [1,50,12] and box coordinates [1,50,4]."""
+    return [{"scores": rng.standard_normal((1, 50, 12)).astype(np.float32),
+             "boxes": rng.uniform(0, 300, (1, 50, 4)).astype(np.float32)} for _ in range(n)]
+
+
+def test_a_model_with_several_outputs_is_judged_on_every_output_and_the_worst_counts():
+    """PicoDet's boxes were never judged (only its first output, scores): an INT8 that breaks the boxes must be
+    caught. Without labels or flags every output gets its own metric vs FP32 and the worst one counts; labels, a
+    metric flag or --metric-output still judge one output."""
+    from edgeopt.metrics import MetricName, metric_for_outputs
+
+    rng = np.random.default_rng(3)
+    fp32 = _detector_outputs(rng, 8)
+    m = metric_for_outputs(fp32, None)
+    assert m.kind == MetricName.ALL_OUTPUTS and m.fp32_value == pytest.approx(100.0)
+    assert "'scores' per_position_agreement_with_fp32" in m.description and "'boxes'" in m.description
+    boxes_off = [{"scores": o["scores"], "boxes": o["boxes"][..., ::-1].copy()} for o in fp32]
+    scores_off = [{"scores": -o["scores"], "boxes": o["boxes"]} for o in fp32]
+    first_only = metric_for_outputs(fp32, None, MetricSpec(name="position_agreement"))
+    assert first_only.score_outputs(boxes_off) == pytest.approx(100.0)  # the first output alone misses it
+    assert m.score_outputs(boxes_off) < 99.0 and m.score_outputs(scores_off) < 99.0
+    assert m.score_outputs(fp32) == pytest.approx(100.0)
+
+    labels = np.stack([np.argmax(o["scores"][0], axis=-1) for o in fp32])
+    assert metric_for_outputs(fp32, labels).kind == MetricName.POSITION_AGREEMENT
+    assert metric_for_outputs(fp32, None, MetricSpec(output="boxes")).output == "boxes"
+    asked = metric_for_outputs(fp32, None, MetricSpec(name="all_outputs"))
+    assert asked.kind == MetricName.ALL_OUTPUTS and asked.score_outputs(boxes_off) == m.score_outputs(boxes_off)
+
+
+def test_all_outputs_leaves_out_an_output_no_metric_fits_and_says_so_when_none_does():
+    from edgeopt.metrics import MetricName, metric_for_outputs
+
+    rng = np.random.default_rng(4)
+    state = [{"p": rng.uniform(0, 1, (1, 1)).astype(np.float32),
+              "state": rng.standard_normal((2, 1, 7, 128)).astype(np.float32)} for _ in range(6)]
+    m = metric_for_outputs(state, None)  # the state [2,1,7,128] has no class axis to tell: only p is judged
+    assert m.kind == MetricName.TOP1 and m.output == "p"
+    only_state = [{"state": o["state"]} for o in state]
+    with pytest.raises(BadInputError, match="no output of the model can be judged"):
+        metric_for_outputs(only_state, None, MetricSpec(name="all_outputs"))

@@ -17,7 +17,10 @@ gave, and picks (unless :class:`MetricSpec` names one):
   automatically without labels: outputs named like embeddings/hidden states, and any output whose rows have
   unit L2 norm, whatever its name; cosine to FP32 is a proxy for the task's own figure); ``--min-sqnr-db``
   alone picks ``sqnr``;
-* ``custom``: ``pkg.module:function`` (:mod:`.custom`).
+* ``custom``: ``pkg.module:function`` (:mod:`.custom`);
+* ``all_outputs``: every output judged by its own metric above, vs FP32; the worst counts (:mod:`.all_outputs`).
+  Chosen automatically for a model with several outputs when nothing else is said (no labels, no metric flag):
+  a detector's boxes count as much as its scores.
 
 Every metric is higher-is-better. Its ``drop`` is ``fp32_value - value``: points for % metrics; for ``sqnr``
 ``fp32_value`` is the target (``min_sqnr_db``, default 30 dB), so the drop is the dB below the target.
@@ -29,10 +32,11 @@ import itertools
 
 import numpy as np
 
-from edgeopt.errors import BadDataError
+from edgeopt.errors import BadDataError, BadInputError
 from edgeopt.metrics.flags import check_metric_flags, declared_kind
 
 from . import labels as lab
+from .all_outputs import worst_of
 from .base import Metric, MetricName, MetricSpec, sample_of
 from .custom import is_custom
 from .kinds import BUILDERS, ctc_decode
@@ -162,6 +166,10 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
         raise BadDataError(f"--{role}: no samples to judge accuracy on", "give at least one sample")
     if labels is not None:
         lab.count_check(labels, n, role)
+    if _judges_every_output(spec, labels, fp32_outputs):
+        parts = _output_metrics(fp32_outputs, spec, n, role, search_path)
+        if len(parts) > 1 or declared_kind(spec) == MetricName.ALL_OUTPUTS:
+            return worst_of(parts, fp32_outputs) if parts else _no_output_judged(fp32_outputs)
     out_name = spec.output or next(iter(fp32_outputs[0]))
     ref = [sample_of(o, out_name) for o in fp32_outputs]
     shape = tuple(ref[0].shape)
@@ -173,6 +181,34 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
         m.fp32_value = m.score_outputs(fp32_outputs)
     _check_chance(m, shape, role)
     return m
+
+
+def _judges_every_output(spec: MetricSpec, labels, fp32_outputs: list[dict]) -> bool:
+    """``--metric all_outputs``, or nothing said about the metric (no flag, no labels, which belong to one output)
+    on a model with more than one output."""
+    if declared_kind(spec) == MetricName.ALL_OUTPUTS:
+        return True
+    return not spec.model_fields_set and labels is None and len(fp32_outputs[0]) > 1
+
+
+def _output_metrics(fp32_outputs: list[dict], spec: MetricSpec, n: int, role: str, search_path) -> list[Metric]:
+    """Each output's own metric vs FP32 (chosen as for a one-output model); an output no metric fits (a state
+    tensor with no class axis) is left out."""
+    parts = []
+    for name in fp32_outputs[0]:
+        ref = [sample_of(o, name) for o in fp32_outputs]
+        shape = tuple(ref[0].shape)
+        kind = _auto(shape, ref, None, name, True, spec.ctc_blank)
+        try:
+            parts.append(BUILDERS[kind](ref, None, MetricSpec(), shape, name, n, role, fp32_outputs, search_path))
+        except BadInputError:
+            continue
+    return parts
+
+
+def _no_output_judged(fp32_outputs: list[dict]):
+    raise BadInputError("--metric all_outputs: no output of the model can be judged by a metric vs FP32 "
+                        f"(outputs: {', '.join(fp32_outputs[0])})", "give --metric and --metric-output")
 
 
 def _check_chance(m: Metric, shape: tuple, role: str) -> None:

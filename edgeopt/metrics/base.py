@@ -22,6 +22,7 @@ class MetricName(StrEnum):
     COSINE = "cosine"
     SQNR = "sqnr"
     CUSTOM = "custom"
+    ALL_OUTPUTS = "all_outputs"  # every output judged by its own metric; the worst one counts
 
 
 class MetricSpec(BaseModel):

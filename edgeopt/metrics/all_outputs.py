@@ -1,0 +1,33 @@
+"""One metric over every output of a multi-output model: each judged by its own metric, the worst one counts.
+
+A detector's outputs are scores and boxes side by side (PicoDet: four score maps and four box distributions);
+judging the first alone lets a search quantize everything that feeds only the others, unchecked. Chosen
+automatically for a model with more than one output when no labels and no ``--metric-output`` are given, and by
+``--metric all_outputs``. Every part is judged against FP32's own output, so each part's FP32 figure is its
+ceiling (100 %) and the combined figure is ``100 - the largest part's drop``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .base import Metric, MetricName
+
+TOP = 100.0
+
+
+def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
+    """The metric that scores a candidate by its worst part (``parts``: one metric per output, vs FP32)."""
+    ceilings = [p.score_outputs(fp32_outputs) for p in parts]
+
+    def score(digests: list) -> float:
+        drops = [c - p.score_digests([d[i] for d in digests]) for i, (p, c) in enumerate(zip(parts, ceilings,
+                                                                                            strict=True))]
+        return TOP - max(drops)
+
+    digest: Callable[[dict], tuple] = lambda out: tuple(p.digest(out) for p in parts)  # noqa: E731
+    names = ", ".join(f"'{p.output}' {p.name}" for p in parts)
+    m = Metric(MetricName.ALL_OUTPUTS, f"worst_of_{len(parts)}_outputs_vs_fp32",
+               f"100 minus the largest drop among the outputs, each judged against FP32 by its own metric: {names}",
+               "%", None, False, parts[0].samples, score, digest=digest)
+    m.fp32_value = m.score_outputs(fp32_outputs)
+    return m
