@@ -189,7 +189,7 @@ def test_auto_with_a_bound_tries_weight_only_and_static_on_a_recurrent_model(tmp
     np.savez(tmp_path / "ev.npz", x=lstm_data(64, 2).arrays["x"][:, 0])
     r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
             "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "5",
-            "-o", str(tmp_path / "ov"), "--json")
+            "-o", str(tmp_path / "ov"))
     assert r.returncode == 0, r.stderr
     rep = _quantize_report(tmp_path / "ov", "openvino")
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
@@ -197,7 +197,8 @@ def test_auto_with_a_bound_tries_weight_only_and_static_on_a_recurrent_model(tmp
     assert rows["static per-channel"]["verdict"] == "dropped" and "over the bound" in rows["static per-channel"]["why"]
     assert rep["mode"] == "weights" and rows["weights per-channel"]["verdict"] == "chosen"
     assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
-    assert "static per-channel: dropped (over the bound" in rep["mode_reason"]
+    assert "openvino modes: weights per-channel: chosen" in r.stdout  # the report says it once, from mode_search
+    assert "static per-channel: dropped (over the bound" in r.stdout and "dropped" not in rep["mode_reason"]
 
 
 @pytest.mark.openvino
@@ -213,7 +214,6 @@ def test_auto_with_a_bound_on_a_cnn_tries_weight_only_and_static_on_openvino(tmp
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
     assert set(rows) == {"weights per-channel", "static per-channel"}
     assert "weight-only and static INT8 are both built" in rep["mode_reason"] and "not tried" not in rep["mode_reason"]
-    assert all(f"{m}: {row['verdict']}" in rep["mode_reason"] for m, row in rows.items())
     chosen = [m for m, row in rows.items() if row["verdict"] == "chosen"]
     if chosen:  # the fastest of those within the bound, the other dropped with its reason
         assert len(chosen) == 1 and rep["mode"] == chosen[0].split()[0] and rep["mode_search"]["chosen"] == chosen[0]

@@ -131,11 +131,11 @@ def test_another_preset_has_no_graph_order_fallback():
     from edgeopt.converters.quantize.presets import PRESETS, TENSORRT
     from edgeopt.converters.quantize.search import Candidate
 
-    assert tensorrt_prefix("x86-vnni") is None and tensorrt_prefix(None) is None
-    fp = tensorrt_prefix(TENSORRT)
     variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]), tensorrt=True)
+    assert tensorrt_prefix("x86-vnni", variants) is None and tensorrt_prefix(None, variants) is None
+    fp = tensorrt_prefix(TENSORRT, variants)
     assert [label for label, _ in variants][0] == "preset" and len(variants) == 3  # no other all-ops calibration
-    assert all(variants[i][0].startswith(WEIGHTED_LABEL) for i in fp.bases)
+    assert len(fp.bases) == 2 and all(variants[i][0].startswith(WEIGHTED_LABEL) for i in fp.bases)
     assert len(_variants(StaticSettings.from_preset(PRESETS["x86-vnni"]))) > 3
     scored = {0: Candidate("preset", search_value=90.0), fp.bases[0]: Candidate("a", search_value=60.0),
               fp.bases[1]: Candidate("b", search_value=80.0)}

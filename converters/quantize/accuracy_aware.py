@@ -42,14 +42,18 @@ def _variants(base: StaticSettings, tensorrt: bool = False) -> list[tuple[str, S
         ("moving-average calibration", base.model_copy(update={"moving_average": True})),
     ]
     if tensorrt:
-        return out[:3]
+        return [(label, v) for label, v in out if label == "preset" or label.startswith(WEIGHTED_LABEL)]
     if base.quantize_bias:
         out.append(("biases kept float (QuantizeBias=False)", base.model_copy(update={"quantize_bias": False})))
     return out
 
 
 WEIGHTED_LABEL = "weighted ops only"
-WEIGHTED_OPTIONS = (1, 2)  # Q/DQ at the weighted ops only, with the preset's calibration and the other, in _variants
+
+
+def weighted_options(variants: list[tuple[str, StaticSettings]]) -> tuple[int, ...]:
+    """The indices in ``variants`` (:func:`_variants`) of the options with Q/DQ at the weighted ops only, by label."""
+    return tuple(i for i, (label, _) in enumerate(variants) if label.startswith(WEIGHTED_LABEL))
 
 
 def weighted_in_graph_order(qdq_path) -> list[str]:
@@ -62,12 +66,14 @@ def weighted_in_graph_order(qdq_path) -> list[str]:
     return [n for n in sensitivity.quantized_nodes(qdq) if n and ops.get(n) in WEIGHTED_OPS]
 
 
-def tensorrt_prefix(preset: str | None) -> FloatPrefix | None:
+def tensorrt_prefix(preset: str | None, variants: list[tuple[str, StaticSettings]]) -> FloatPrefix | None:
     """The graph-order float fallback on the better weighted-ops-only option, for the ``tensorrt`` preset: TensorRT fuses
     Q/DQ into the weighted ops only, so the rest of the graph runs as TensorRT chooses whatever its Q/DQ say, and the
     early layers are where INT8 loses on detectors (DBNet: 98.4 % map IoU vs FP32 held back with its first 32 of 64
     convs float, while the ranking by sensitivity spent its budget on Add/Clip nodes)."""
-    return FloatPrefix(bases=WEIGHTED_OPTIONS, ops=weighted_in_graph_order) if preset == TENSORRT else None
+    if preset != TENSORRT:
+        return None
+    return FloatPrefix(bases=weighted_options(variants), ops=weighted_in_graph_order)
 
 
 def skip_all_ops_option(bound: float, base: str = "preset"):
@@ -141,7 +147,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         budget_s=accuracy_bound.search_budget, progress=ctx.progress, what="INT8 search (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
-        fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset))
+        fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants))
     report = result.report
     warn_small_eval(ctx, report, "quantize")
     if retry:

@@ -40,7 +40,6 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
-    report["mode_reason"] = (report.get("mode_reason") or "") + "; " + candidates_said(choice.report)
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]
@@ -62,7 +61,3 @@ def auto_reason(mix: dict) -> str:
             f"{n['dynamic']} MatMul/Gemm/LSTM/GRU): on OpenVINO weight-only and static INT8 are both built on every "
             "graph, judged on the bound and timed on OpenVINO (each in its own block); the fastest within it kept")
 
-
-def candidates_said(search: dict) -> str:
-    """Each candidate of the mode search and its verdict with why, in one line."""
-    return "; ".join(f"{r['mode']}: {r.get('verdict', '?')} ({r.get('why', '')})" for r in search.get("candidates", []))

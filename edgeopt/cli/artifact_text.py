@@ -26,3 +26,9 @@ def backend_search_text(row: dict) -> str:
     speed = (f"{row['latency_ms']:.3g} ms, x{row['speedup_vs_onnxruntime_fp32']:.2f} ONNX Runtime FP32, "
              if row.get("latency_ms") is not None else "")
     return f"backend {row['backend']}: {speed}{row['verdict']} ({row['why']})"
+
+
+def mode_search_text(stage: str, search: dict) -> str:
+    """A stage's INT8 mode search (``--quant-mode auto`` under a bound): each mode tried, chosen or dropped, and why."""
+    rows = "; ".join(f"{r['mode']}: {r.get('verdict', '?')} ({r.get('why', '')})" for r in search.get("candidates", []))
+    return f"{stage} modes: {rows}"

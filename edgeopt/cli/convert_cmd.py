@@ -88,7 +88,8 @@ def _report(result, json_out: bool) -> None:
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
                "backend_search": m.backend_search}
 
-    from edgeopt.cli.artifact_text import backend_search_text, checked_on_text, precision_fallback_text
+    from edgeopt.cli.artifact_text import (backend_search_text, checked_on_text, mode_search_text,
+                                           precision_fallback_text)
 
     def human(c):
         c.print(str(result.plan), markup=False)
@@ -100,6 +101,9 @@ def _report(result, json_out: bool) -> None:
             c.print(precision_fallback_text(m.precision, m.precision_fallback), markup=False)
         for row in m.backend_search:
             c.print(backend_search_text(row), markup=False)
+        for st in m.stages:
+            if (st.get("report") or {}).get("mode_search"):
+                c.print(mode_search_text(st["name"], st["report"]["mode_search"]), markup=False)
         if m.verified_on:
             c.print(_verified_text(m.verified_on), markup=False)
 
