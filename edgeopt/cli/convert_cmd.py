@@ -88,8 +88,12 @@ def _report(result, json_out: bool) -> None:
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
                "backend_search": m.backend_search}
 
-    from edgeopt.cli.artifact_text import (backend_search_text, checked_on_text, mode_search_text,
-                                           precision_fallback_text)
+    from edgeopt.cli.artifact_text import (
+        backend_search_text,
+        checked_on_text,
+        mode_search_text,
+        precision_fallback_text,
+    )
 
     def human(c):
         c.print(str(result.plan), markup=False)
