@@ -24,8 +24,13 @@ from edgeopt.validation_model import CheckedOn, Gate, Validation, counted_drop, 
 __all__ = ["CheckedOn", "Gate", "Validation", "check_gates", "check_task_metric", "counted_drop", "validate_artifact"]
 
 
-def _judged(outputs: dict[str, np.ndarray], name: str | None) -> dict[str, np.ndarray]:
-    """Only the output the metric judges (the first unless named): what is kept per sample."""
+def _judged(outputs: dict[str, np.ndarray], name: str | None, every: bool, names: list[str] | None = None) \
+        -> dict[str, np.ndarray]:
+    """Only the outputs the metric judges (``every``: all, under the reference's ``names`` in order where the
+    runtime names them otherwise; else the first unless named): what is kept per sample."""
+    if every:
+        keys = list(outputs) if names is None or set(names) == set(outputs) else names
+        return {k: np.asarray(v) for k, v in zip(keys, outputs.values(), strict=True)}
     key = name if name in outputs else next(iter(outputs))
     return {key: np.asarray(outputs[key])}
 
@@ -36,7 +41,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     """Compare the artifact with ``reference_model`` on ``data`` (an :class:`edgeopt.data.Dataset`);
     ``metric``: an :class:`edgeopt.metrics.MetricSpec` (None: chosen from the output and the labels)."""
     from edgeopt.converters.checks import compare, ort_run_fn
-    from edgeopt.metrics import metric_for_outputs
+    from edgeopt.metrics import judges_every_output, metric_for_outputs
     from edgeopt.runtime.runners import open_runner
 
     reference = ort_run_fn(Path(reference_model), threads)
@@ -54,7 +59,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         n = len(data)
         cos_min, cos_means, max_abs, agree = [], [], 0.0, []
         ref_outs, got_outs = [], []
-        judged = getattr(metric, "output", None)
+        judged, every = getattr(metric, "output", None), None
         bar = progress("validating", n) if progress else nullcontext()
         with bar as tick:
             for i in range(n):
@@ -65,8 +70,10 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
                 max_abs = max(max_abs, r["max_abs_err"])
                 if r["top1_agreement"] is not None:
                     agree.append(r["top1_agreement"])
-                ref_outs.append(_judged(seen["ref"], judged))
-                got_outs.append(_judged(seen["got"], judged))
+                if every is None:
+                    every = judges_every_output(metric, data.labels, list(seen["ref"]))
+                ref_outs.append(_judged(seen["ref"], judged, every))
+                got_outs.append(_judged(seen["got"], judged, every, list(seen["ref"])))
                 if tick is not None:
                     tick.advance()
         checked_on = _checked_on(getattr(runner, "execution", None))

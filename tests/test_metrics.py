@@ -579,3 +579,35 @@ def test_all_outputs_leaves_out_an_output_no_metric_fits_and_says_so_when_none_d
     only_state = [{"state": o["state"]} for o in state]
     with pytest.raises(BadInputError, match="no output of the model can be judged"):
         metric_for_outputs(only_state, None, MetricSpec(name="all_outputs"))
+
+
+def _two_output_model(path: Path) -> Path:
+    """x [1,16] -> MatMul -> 'scores' [1,12] and MatMul -> 'boxes' [1,4]: a detector's two heads in miniature."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 12)).astype(np.float32), "w_scores"),
+             numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w_boxes")]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w_scores"], ["scores"]), helper.make_node("MatMul", ["x", "w_boxes"], ["boxes"])],
+        "two_heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 12]),
+         helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_convert_validates_a_two_output_model_on_both_outputs(tmp_path, cli):
+    """The artifact's validation keeps every output when the metric judges them all (it kept only the first)."""
+    model = _two_output_model(tmp_path / "heads.onnx")
+    np.savez(tmp_path / "ev.npz", x=np.random.default_rng(1).standard_normal((20, 16)).astype(np.float32))
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "fp32",
+            "--eval", str(tmp_path / "ev.npz"), "-o", str(tmp_path / "out"), "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads((tmp_path / "out" / "manifest.json").read_text())["validation"]
+    assert v["metric"] == "worst_of_2_outputs_vs_fp32" and v["metric_kind"] == "all_outputs"
+    assert "'scores' top1_agreement_with_fp32" in v["metric_description"] and "'boxes'" in v["metric_description"]
+    assert v["metric_drop"] == pytest.approx(0.0)

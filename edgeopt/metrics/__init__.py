@@ -166,7 +166,7 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
         raise BadDataError(f"--{role}: no samples to judge accuracy on", "give at least one sample")
     if labels is not None:
         lab.count_check(labels, n, role)
-    if _judges_every_output(spec, labels, fp32_outputs):
+    if judges_every_output(spec, labels, list(fp32_outputs[0])):
         parts = _output_metrics(fp32_outputs, spec, n, role, search_path)
         if len(parts) > 1 or declared_kind(spec) == MetricName.ALL_OUTPUTS:
             return worst_of(parts, fp32_outputs) if parts else _no_output_judged(fp32_outputs)
@@ -183,12 +183,12 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     return m
 
 
-def _judges_every_output(spec: MetricSpec, labels, fp32_outputs: list[dict]) -> bool:
+def judges_every_output(spec: MetricSpec | None, labels, output_names: list[str]) -> bool:
     """``--metric all_outputs``, or nothing said about the metric (no flag, no labels, which belong to one output)
-    on a model with more than one output."""
-    if declared_kind(spec) == MetricName.ALL_OUTPUTS:
+    on a model with more than one output (``output_names``)."""
+    if spec is not None and declared_kind(spec) == MetricName.ALL_OUTPUTS:
         return True
-    return not spec.model_fields_set and labels is None and len(fp32_outputs[0]) > 1
+    return (spec is None or not spec.model_fields_set) and labels is None and len(output_names) > 1
 
 
 def _output_metrics(fp32_outputs: list[dict], spec: MetricSpec, n: int, role: str, search_path) -> list[Metric]:
@@ -221,5 +221,6 @@ def _check_chance(m: Metric, shape: tuple, role: str) -> None:
                            "check the label order/mapping and that the labels belong to these samples")
 
 
-__all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "make_metric", "metric_for_outputs",
+__all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "judges_every_output", "make_metric",
+           "metric_for_outputs",
            "parse_metric_spec"]
