@@ -178,3 +178,21 @@ def test_dbnet_tensorrt_int8_holds_the_bound_with_a_float_prefix(tmp_path):
     assert aa["confirm_drop_points"] <= 2
     assert ctx.record.report["quantized"]["quantized_units"] > 0
     assert check_tensorrt_qdq(onnx.load(str(out.path))).passed
+
+
+def test_a_graph_with_convs_and_matmuls_gets_a_matmul_only_option():
+    """The recogniser's conv backbone loses, its matmul neck doesn't: Q/DQ at the matmuls only is an option (last,
+    and one of the TensorRT preset's weighted-only bases), offered only where the graph has both kinds."""
+    from edgeopt.converters.quantize.accuracy_aware import MATMUL_OPS, _variants, tensorrt_prefix
+    from edgeopt.converters.quantize.ort_static import StaticSettings
+    from edgeopt.converters.quantize.presets import PRESETS, TENSORRT
+
+    both = frozenset({"Conv", "MatMul", "Add"})
+    cpu = _variants(StaticSettings.from_preset(PRESETS["x86-vnni"]), op_types=both)
+    assert tuple(cpu[-1][1].op_types_to_quantize) == MATMUL_OPS and "convolutions in float" in cpu[-1][0]
+    trt = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]), tensorrt=True, op_types=both)
+    assert tuple(trt[-1][1].op_types_to_quantize) == MATMUL_OPS
+    assert len(trt) - 1 in tensorrt_prefix(TENSORRT, trt).bases
+    for only in ({"Conv", "Relu"}, {"MatMul", "Add"}):
+        options = _variants(StaticSettings.from_preset(PRESETS["x86-vnni"]), op_types=frozenset(only))
+        assert all("convolutions in float" not in label for label, _ in options)
