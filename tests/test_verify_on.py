@@ -200,3 +200,14 @@ def test_a_runtime_missing_on_the_board_says_how_convert_gets_it_there(tmp_path,
         with pytest.raises(RemoteError) as err:
             verify.verify_on(tmp_path, dev, samples, "int8")
         assert says in err.value.hint and "rerun with --setup" not in err.value.hint
+
+
+def test_the_report_line_says_which_rule_passed_the_board_check():
+    """A board check passed by the error-vs-FP32 rule never reads 'max |diff| 0.152 <= tolerance 0.01'."""
+    from edgeopt.cli.convert_cmd import _verified_text
+
+    base = {"device": "pi5-emu", "emulated": True, "device_arch": "aarch64", "samples": 8, "tolerance": 0.01}
+    assert "max |diff| 0.004 <= tolerance 0.01" in _verified_text({**base, "max_abs_diff": 0.004})
+    err = {"here": 0.0512, "board": 0.0636, "allowed": 0.064, "measure": "relative L2 error vs FP32 over every sample"}
+    line = _verified_text({**base, "max_abs_diff": 0.152, "error_vs_fp32": err})
+    assert "<=" not in line and "beyond the tolerance 0.01" in line and "0.0636 there, 0.0512 here" in line

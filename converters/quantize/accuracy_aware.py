@@ -22,7 +22,6 @@ from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .presets import TENSORRT
 from .search import QUICK_S, FloatPrefix, gate_failure, interleaved_latency_ms, run_search, speed_verdict
 
-
 MATMUL_OPS = ("MatMul", "Gemm")
 
 
