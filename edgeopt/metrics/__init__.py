@@ -167,9 +167,12 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     if labels is not None:
         lab.count_check(labels, n, role)
     if judges_every_output(spec, labels, list(fp32_outputs[0])):
-        parts = _output_metrics(fp32_outputs, spec, n, role, search_path)
-        if len(parts) > 1 or declared_kind(spec) == MetricName.ALL_OUTPUTS:
-            return worst_of(parts, fp32_outputs) if parts else _no_output_judged(fp32_outputs)
+        parts, asked = _output_metrics(fp32_outputs, spec, n, role, search_path), declared_kind(spec) is not None
+        if asked and not parts:
+            raise BadInputError("--metric all_outputs: no output of the model can be judged by a metric vs FP32 "
+                                f"(outputs: {', '.join(fp32_outputs[0])})", "give --metric and --metric-output")
+        if len(parts) > 1 or asked:
+            return worst_of(parts, fp32_outputs)
     out_name = spec.output or next(iter(fp32_outputs[0]))
     ref = [sample_of(o, out_name) for o in fp32_outputs]
     shape = tuple(ref[0].shape)
@@ -206,11 +209,6 @@ def _output_metrics(fp32_outputs: list[dict], spec: MetricSpec, n: int, role: st
     return parts
 
 
-def _no_output_judged(fp32_outputs: list[dict]):
-    raise BadInputError("--metric all_outputs: no output of the model can be judged by a metric vs FP32 "
-                        f"(outputs: {', '.join(fp32_outputs[0])})", "give --metric and --metric-output")
-
-
 def _check_chance(m: Metric, shape: tuple, role: str) -> None:
     if not m.labels_used or m.kind == MetricName.CUSTOM:
         return
@@ -222,5 +220,4 @@ def _check_chance(m: Metric, shape: tuple, role: str) -> None:
 
 
 __all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "judges_every_output", "make_metric",
-           "metric_for_outputs",
-           "parse_metric_spec"]
+           "metric_for_outputs", "parse_metric_spec"]

@@ -8,8 +8,6 @@ ceiling (100 %) and the combined figure is ``100 - the largest part's drop``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .base import Metric, MetricName
 
 TOP = 100.0
@@ -20,11 +18,12 @@ def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
     ceilings = [p.score_outputs(fp32_outputs) for p in parts]
 
     def score(digests: list) -> float:
-        drops = [c - p.score_digests([d[i] for d in digests]) for i, (p, c) in enumerate(zip(parts, ceilings,
-                                                                                            strict=True))]
-        return TOP - max(drops)
+        scores = [p.score_digests([d[i] for d in digests]) for i, p in enumerate(parts)]
+        return TOP - max(c - v for c, v in zip(ceilings, scores, strict=True))
 
-    digest: Callable[[dict], tuple] = lambda out: tuple(p.digest(out) for p in parts)  # noqa: E731
+    def digest(out: dict) -> tuple:
+        return tuple(p.digest(out) for p in parts)
+
     names = ", ".join(f"'{p.output}' {p.name}" for p in parts)
     m = Metric(MetricName.ALL_OUTPUTS, f"worst_of_{len(parts)}_outputs_vs_fp32",
                f"100 minus the largest drop among the outputs, each judged against FP32 by its own metric: {names}",
