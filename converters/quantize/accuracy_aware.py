@@ -11,6 +11,7 @@ one-value output (a probability) agreement of the decision at 0.5; the report sa
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from edgeopt.converters.base import CalibMethod
@@ -25,14 +26,18 @@ from .search import QUICK_S, FloatPrefix, gate_failure, interleaved_latency_ms, 
 MATMUL_OPS = ("MatMul", "Gemm")
 
 
-def _variants(base: StaticSettings, tensorrt: bool = False, op_types: frozenset[str] = frozenset()) \
+MIN_NECK_MATMULS = 4  # MatMul/Gemm nodes that make a matmul neck (or head stack), not one classifier layer
+
+
+def _variants(base: StaticSettings, tensorrt: bool = False, op_counts: dict[str, int] | None = None) \
         -> list[tuple[str, StaticSettings]]:
     """The quantizer's options, in the order tried. Placement comes before calibration: quantizing the arithmetic
     between the weighted ops is what breaks most models that INT8 breaks (unrolled LayerNorm statistics, whose
     E[x^2]-E[x]^2 cancels; the cube inside a tanh-GELU, whose range is 10^5 times its median), and Q/DQ at the
     weighted ops' inputs only is TensorRT's own placement advice. Each placement is then tried with the other
     calibration method. Biases kept float is offered only where the preset quantizes them. Last, on a graph with both
-    convolutions and matmuls (``op_types``), Q/DQ at the matmuls only: the PP-OCRv4 recogniser's conv backbone is
+    convolutions and a matmul neck (``op_counts``: nodes per op type; ``MIN_NECK_MATMULS`` matmuls or more, so a
+    CNN's one Gemm head is no such option: it would hold the bound with the head alone INT8), Q/DQ at the matmuls only: the PP-OCRv4 recogniser's conv backbone is
     what loses (greedy CTC readings of 100 lines vs FP32, TensorRT-shaped Q/DQ: 54 with the convs alone INT8, 99 with
     the 13 matmuls alone, 49 with both). For TensorRT
     (``tensorrt``) the preset and the two weighted-only placements only: the graph-order float fallback starts from
@@ -49,7 +54,9 @@ def _variants(base: StaticSettings, tensorrt: bool = False, op_types: frozenset[
     ]
     if base.quantize_bias:
         out.append(("biases kept float (QuantizeBias=False)", base.model_copy(update={"quantize_bias": False})))
-    if op_types & set(MATMUL_OPS) and op_types & {"Conv", "ConvTranspose"}:  # a conv backbone under a matmul neck
+    counts = op_counts or {}
+    matmuls, convs = sum(counts.get(t, 0) for t in MATMUL_OPS), counts.get("Conv", 0) + counts.get("ConvTranspose", 0)
+    if matmuls >= MIN_NECK_MATMULS and convs:  # a conv backbone under a matmul neck, not a CNN's one Gemm head
         out.append((f"{WEIGHTED_LABEL}: MatMul/Gemm, convolutions in float",
                     base.model_copy(update={"op_types_to_quantize": MATMUL_OPS})))
     if tensorrt:
@@ -118,7 +125,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
     bound, min_speedup = float(accuracy_bound.max_accuracy_drop), accuracy_bound.min_speedup
     threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     variants = _variants(base, tensorrt=preset == TENSORRT,
-                         op_types=frozenset(n.op_type for n in onnx.load(str(src), load_external_data=False).graph.node))
+                         op_counts=Counter(n.op_type for n in onnx.load(str(src), load_external_data=False).graph.node))
     paths: dict[int, Path] = {}
 
     retry: dict = {}
