@@ -246,6 +246,24 @@ def test_pinned_quant_mode_on_the_cli_and_a_mode_the_backend_lacks(tmp_path, cli
 
 
 @pytest.mark.onnxruntime
+def test_a_jetson_profile_gets_static_int8_only_because_tensorrt_reads_qdq(tmp_path, cli):
+    """TensorRT builds INT8 from explicit Q/DQ only: on a Jetson profile the recurrent model that gets dynamic INT8 on
+    the host gets static (its LSTM in float, the MatMul in Q/DQ), and a pinned dynamic is refused with the reason."""
+    model = tiny_lstm(tmp_path / "lstm.onnx")
+    np.savez(tmp_path / "cal.npz", x=lstm_data(32, 1).arrays["x"][:, 0])
+    r = cli("convert", str(model), "--profile", "jetson-orin-nano", "--backend", "onnxruntime", "--precision", "int8",
+            "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "j"), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = _quantize_report(tmp_path / "j", "quantize")
+    assert rep["mode"] == "static" and "TensorRT builds its INT8 engine from explicit Q/DQ" in rep["mode_reason"]
+    assert rep["preset"] == "tensorrt" and rep["quantized"]["quantized_units"] == 1
+    r = cli("convert", str(model), "--profile", "jetson-orin-nano", "--backend", "onnxruntime", "--precision", "int8",
+            "--quant-mode", "dynamic", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "jd"))
+    assert r.returncode == 2 and "dynamic INT8 refused: TensorRT" in r.stderr and "--quant-mode static" in r.stderr
+    assert not (tmp_path / "jd").exists()
+
+
+@pytest.mark.onnxruntime
 def test_auto_with_a_bound_on_a_recurrent_model_tries_dynamic_and_static_on_onnxruntime(tmp_path):
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
 
@@ -259,6 +277,59 @@ def test_auto_with_a_bound_on_a_recurrent_model_tries_dynamic_and_static_on_onnx
     assert len(chosen) == 1 and chosen[0]["latency_ms"] == min(r["latency_ms"] for r in rows if "latency_ms" in r)
     assert rep["mode"] == chosen[0]["mode"].split()[0] and rep["quantized"]["backend"] == "onnxruntime"
     assert rep["speed"]["speedup_vs_fp32"] is not None
+
+
+def outlier_mlp(path: Path, width: int = 64, depth: int = 4, seed: int = 0) -> Path:
+    """MatMul + Tanh, ``depth`` times: fed :func:`outlier_data`, whose feature 0 is 300x the others, the first MatMul's
+    input quantized per call (one scale for the whole tensor) loses the small features; the later ones see tanh's
+    range and lose little."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, cur = [], [], "x"
+    for i in range(depth):
+        inits.append(nh.from_array(rng.normal(0, 1 / np.sqrt(width), (width, width)).astype(np.float32), f"W{i}"))
+        nodes += [h.make_node("MatMul", [cur, f"W{i}"], [f"m{i}"], name=f"fc{i}"),
+                  h.make_node("Tanh", [f"m{i}"], [f"a{i}"], name=f"act{i}")]
+        cur = f"a{i}"
+    graph = h.make_graph(nodes, "outlier_mlp", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                         [h.make_tensor_value_info(cur, TensorProto.FLOAT, [1, width])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def outlier_data(n: int, seed: int, width: int = 64) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, width)).astype(np.float32)
+    x[:, 0] *= 300
+    return x
+
+
+@pytest.mark.onnxruntime
+def test_dynamic_keeps_its_most_sensitive_op_in_float_when_no_mode_holds_as_built(tmp_path, cli):
+    """Every mode as built misses the bound (dynamic per-channel 92 % top-1 agreement with FP32: the first MatMul's
+    input has a 300x outlier feature); dynamic then goes on with ops in float, ranked by the error each brings alone,
+    and keeps the first MatMul in float: 3 of 4 MatMuls INT8, within the bound, named in the manifest and the text."""
+    model = outlier_mlp(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "cal.npz", x=outlier_data(32, 1))
+    np.savez(tmp_path / "ev.npz", x=outlier_data(64, 2))
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+            "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "2",
+            "-o", str(tmp_path / "q"))
+    assert r.returncode == 0, r.stderr
+    rep = _quantize_report(tmp_path / "q", "quantize")
+    rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
+    assert all(row["verdict"] == "dropped" and "over the bound" in row["why"] for row in rows.values())
+    fallback = rep["mode_search"]["float_fallback"]
+    assert fallback["kept_in_float"] == ["fc0"] and fallback["sensitivity"]["top"][0]["node"] == "fc0"
+    assert rep["mode"] == "dynamic" and rep["quantized"]["quantized_units"] == 3 and rep["quantized"]["float_units"] == 1
+    assert rep["mode_search"]["chosen"] == "dynamic per-channel + 1 most sensitive op(s) in float"
+    assert "accuracy_aware" not in rep  # the static search did not run
+    assert "then dynamic per-channel + 1 most sensitive op(s) in float" in r.stdout
 
 
 # --------------------------------------------------------------------------- the per-channel crash (#23)

@@ -97,7 +97,8 @@ def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(ta
     monkeypatch.setattr(sensitivity, "rank_nodes", counting_rank)
     monkeypatch.setattr(sensitivity, "isolate", counting_isolate)
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+    # static pinned: this is the static search's test (with auto, dynamic with ops in float holds first)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and aa["search_drop_points"] <= 1.0
     # ranked once: one ranking, one isolated model per quantized node, whatever the number of candidates
@@ -161,7 +162,7 @@ def test_min_speedup_gate_fails_when_int8_is_no_faster(tagger, tmp_path):
     model, calib, ev = tagger
     ctx = _ctx(tmp_path, calib, ev)
     with pytest.raises(GateFailedError, match=r"below --min-speedup 100") as err:
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0, min_speedup=100.0)), ctx)
+        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, min_speedup=100.0)), ctx)
     assert {"fp32", "int8_final"} <= set(err.value.details["latency_ms"])
 
 

@@ -28,7 +28,7 @@ from edgeopt.enums import Precision
 from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
 
 from .modes import QuantMode
-from .presets import PRESETS, get_preset, preset_for_profile
+from .presets import PRESETS, TENSORRT, get_preset, preset_for_profile
 
 
 class QuantizeConfig(StageConfig):
@@ -48,6 +48,10 @@ class QuantizeConfig(StageConfig):
     pre_process: bool = True
     nodes_to_exclude: tuple[str, ...] = ()
     bound: AccuracyBound = AccuracyBound()  # the accuracy-aware search's bound, metric and budget (the planner's)
+
+
+TENSORRT_STATIC_ONLY = ("TensorRT builds its INT8 engine from explicit Q/DQ (static INT8) only: dynamic INT8's "
+                        "MatMulInteger/DynamicQuantizeLSTM would run outside TensorRT")
 
 
 def _auto_reason(pays: bool, why: str, mix: dict, bounded: bool) -> str:
@@ -104,9 +108,11 @@ class QuantizeStage(Stage):
             from .dynamic import dynamic_decision
 
             pays, why, mix = dynamic_decision(fp32)
+            if pays and (config.preset or config.profile_preset) == TENSORRT:
+                pays, why = False, TENSORRT_STATIC_ONLY
             report.update(op_mix=mix, dynamic_decision=why)
             if mode == QuantMode.DYNAMIC and not pays:
-                raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use mode static (or auto, the default)")
+                raise UsageError(f"quantize: dynamic INT8 refused: {why}", "use --quant-mode static (or auto, the default)")
             if mode == QuantMode.AUTO:
                 report["mode_reason"] = _auto_reason(pays, why, mix, config.bound.max_accuracy_drop is not None)
         if config.precision == Precision.FP16:
@@ -126,7 +132,8 @@ class QuantizeStage(Stage):
             static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
             if not search_ort_modes(Path(model.path), out, work, config, ctx, report, pinned=mode == QuantMode.DYNAMIC,
                                     static=static):
-                report["mode_reason"] += "; none held the bound as built: static INT8 with its options and ops in float"
+                report["mode_reason"] += ("; none held the bound as built, nor dynamic with ops in float: static INT8 "
+                                          "with its options and ops in float")
                 self._static(model, config, ctx, fp32, out, work, report, setup=static)
         elif mode == QuantMode.DYNAMIC or pays:
             from .dynamic import quantize_dynamic

@@ -1,6 +1,7 @@
 """ONNX Runtime's modes under a bound: dynamic per-channel, dynamic per-tensor and static QDQ, each built once
 with :class:`.onnxruntime_quantizer.OnnxRuntimeQuantizer`, the fastest within the bound kept
-(:func:`.bound.choose_mode`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
+(:func:`.bound.choose_mode`); when none holds as built, dynamic again with its most sensitive ops kept in float
+(:mod:`.ort_dynamic_float`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
 and for a pinned ``--quant-mode dynamic``."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from edgeopt.enums import QuantMode
 from edgeopt.errors import GateFailedError
 
 from .bound import ModeCandidate, choose_mode, prepare, warn_small_eval
@@ -62,6 +64,8 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     for row in choice.report["candidates"]:
         if row.get("per_tensor_retry"):
             _warn_retry(ctx, row["mode"], row["per_tensor_retry"])
+    if choice.label is None and _dynamic_with_float(Path(model_path), out, work, config, ctx, report, b, grains):
+        return True
     if choice.label is None:
         if pinned:
             best = max((r for r in choice.report["candidates"] if "search_value" in r),
@@ -76,6 +80,36 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
                   "the fastest mode within the bound")
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="quantize", threads=b.threads)
+    return True
+
+
+def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, report: dict, b, grains) -> bool:
+    """Dynamic INT8 with its most sensitive ops in float (:mod:`.ort_dynamic_float`), kept when it holds the bound,
+    as a mode that holds as built is (its speed against FP32, timed in blocks, is reported and warned about like
+    theirs; ``--min-speedup`` gates it): True when written to ``out``. Its search is under
+    ``report['mode_search']['float_fallback']``."""
+    from .bound import ort_runner
+    from .ort_dynamic_float import search_dynamic_with_float
+    from .search import blocked_latency_ms
+
+    result = search_dynamic_with_float(model_path, work, b, bound=float(config.bound.max_accuracy_drop),
+                                       budget_s=config.bound.search_budget, grains=grains, progress=ctx.progress)
+    entry = report["mode_search"]["float_fallback"] = result.report
+    if result.best is None:
+        entry["verdict"] = "no dynamic candidate with ops in float held the bound"
+        return False
+    best = result.best
+    latency = blocked_latency_ms({"fp32": ort_runner(model_path, b.threads), best.label: ort_runner(best.artifact, b.threads)},
+                                 (ctx.check_samples or b.search).feed(0))
+    entry.update(latency_ms=latency, speedup_vs_fp32=round(latency["fp32"] / latency[best.label], 3),
+                 kept_in_float=list(best.kept), verdict="chosen: holds the bound")
+    report["mode_search"]["chosen"] = best.label
+    shutil.copyfile(best.artifact, out)
+    report.update(mode=QuantMode.DYNAMIC.value,
+                  method=f"{best.label} INT8 (onnxruntime.quantization): no mode held the bound as built, "
+                         f"{len(best.kept)} op(s) kept in float ({', '.join(best.kept[:4])})")
+    report["speed"] = speed_verdict(latency, final_key=best.label, runtime=RUNTIME, min_speedup=config.bound.min_speedup,
+                                    ctx=ctx, prefix="quantize", threads=b.threads)
     return True
 
 

@@ -31,4 +31,8 @@ def backend_search_text(row: dict) -> str:
 def mode_search_text(stage: str, search: dict) -> str:
     """A stage's INT8 mode search (``--quant-mode auto`` under a bound): each mode tried, chosen or dropped, and why."""
     rows = "; ".join(f"{r['mode']}: {r.get('verdict', '?')} ({r.get('why', '')})" for r in search.get("candidates", []))
+    fallback = search.get("float_fallback")
+    if fallback:  # the dynamic modes again, with their most sensitive ops in float
+        rows += (f"; then {fallback.get('chosen', 'dynamic')} ({fallback.get('candidates', 0)} candidates): "
+                 f"{fallback.get('verdict', '?')}")
     return f"{stage} modes: {rows}"
