@@ -225,6 +225,23 @@ def test_auto_with_a_bound_on_a_cnn_tries_weight_only_and_static_on_openvino(tmp
     assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
 
 
+@pytest.mark.openvino
+def test_an_npu_profile_judges_the_candidates_at_the_precision_the_artifact_runs_at(tmp_path, cli):
+    """intel-npu's artifact runs with OpenVINO's f16 hint (checked on the CPU here): its mode search judges each
+    candidate at f16 too, so the search and the final gate measure the same model (the PP-OCRv4 recogniser passed a
+    search judged at f32 and then failed the gate at f16, 2.00 points over)."""
+    data = REPO / "fixtures" / "data"
+    r = cli("convert", str(DIGITS), "--profile", "intel-npu", "--precision", "int8", "--calib",
+            str(data / "digits_calib.npz"), "--eval", str(data / "digits_test.npz"), "--max-accuracy-drop", "1",
+            "-o", str(tmp_path / "npu"), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "npu" / "manifest.json").read_text())
+    rep = _quantize_report(tmp_path / "npu", "openvino")
+    assert manifest["runtime"]["settings"]["inference_precision"] == "f16"
+    assert rep["mode_search"]["judged_at_hint"] == "f16"
+    assert rep.get("accuracy_aware", {}).get("judged_at_hint", "f16") == "f16"
+
+
 @pytest.mark.onnxruntime
 def test_pinned_quant_mode_on_the_cli_and_a_mode_the_backend_lacks(tmp_path, cli):
     model = tiny_lstm(tmp_path / "lstm.onnx")

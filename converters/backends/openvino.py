@@ -283,7 +283,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                          confirm=confirm, bound=bound, budget_s=config.bound.search_budget, progress=ctx.progress,
                          metric_spec=b.metric, search_path=b.search_path,
-                         threads=threads)
+                         threads=threads, precision=config.inference_precision.value)
     report = result.report
     report["method"] = ("nncf.quantize: NNCF's options, then units (an activation quantizer and its readers' INT8 "
                         "weights) made float in the best option's model in the order of one ranking, within "
@@ -298,7 +298,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
                             result.m_confirm.fp32_value - result.m_confirm.score(bf16, confirm))
     q = result.best.artifact
     runs = {"fp32": compiled_run(core, ov_model, in_names, out_names, threads),
-            "int8_final": compiled_run(core, q, in_names, out_names, threads)}
+            "int8_final": compiled_run(core, q, in_names, out_names, threads, precision=config.inference_precision.value)}
     feed = (ctx.check_samples or search).feed(0)
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)

@@ -410,18 +410,20 @@ def _error(reference: list[dict], got: list[dict]) -> float:
 def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: list[str], search, confirm,
                 bound: float, budget_s: float, progress=None, threads: int | None = None,
                 rank_samples: int = 16, on_rank: Callable | None = None, metric_spec=None,
-                search_path=()) -> SearchResult:
-    """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models."""
+                search_path=(), precision: str = "f32") -> SearchResult:
+    """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models, each judged
+    at ``precision``, the inference precision hint the artifact will run with (an NPU profile's f16)."""
     from .openvino_quantizer import count_units
 
     s = _NncfSearch(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
-                    threads=threads, rank_samples=rank_samples, on_rank=on_rank)
+                    threads=threads, rank_samples=rank_samples, on_rank=on_rank, precision=precision)
     # a candidate with every weighted op in float is the FP32 model whatever FakeQuantize it keeps elsewhere
     result = run_search(options=s.options(bound), rank=s.rank, with_float=s.bypassed, fp32_run=fp32_run,
                         search=search, confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
                         what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used",
                         metric_spec=metric_spec, search_path=search_path, quantizes=lambda q: count_units(q)[0] > 0)
     result.report["transformer_options"] = s.transformer
+    result.report["judged_at_hint"] = precision
     if "sensitivity" in result.report:
         result.report["sensitivity"]["method"] = s.ranking_method
     chosen = next((i for i, (label, _) in enumerate(s.variants)
@@ -440,12 +442,12 @@ class _NncfSearch:
     units, the ranking of them, and the float weights put back for each candidate."""
 
     def __init__(self, nncf, ov_model, calib, common: dict, *, fp32_run, out_names, search, threads, rank_samples,
-                 on_rank):
+                 on_rank, precision: str = "f32"):
         import openvino as ov
 
         self.nncf, self.ov_model, self.calib, self.common = nncf, ov_model, calib, common
         self.fp32_run, self.out_names, self.search, self.threads = fp32_run, out_names, search, threads
-        self.rank_samples, self.on_rank = rank_samples, on_rank
+        self.rank_samples, self.on_rank, self.precision = rank_samples, on_rank, precision
         self.core = ov.Core()
         self.in_names = [p.get_any_name() for p in ov_model.inputs]
         self.transformer = looks_like_transformer(ov_model)
@@ -456,7 +458,7 @@ class _NncfSearch:
         self.weights_back: dict[tuple[int, tuple[str, ...]], int] = {}
 
     def _compiled(self, q):
-        return compiled_run(self.core, q, self.in_names, self.out_names, self.threads)
+        return compiled_run(self.core, q, self.in_names, self.out_names, self.threads, precision=self.precision)
 
     def build(self, kw: dict) -> Callable:
         def go():

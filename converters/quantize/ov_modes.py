@@ -31,7 +31,9 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
         def go():
             q = OpenVINOQuantizer.quantize_model(ov_model, mode, calib=calib, input_names=in_names, common=common)
             n_q, n_f = count_units(q)
-            return q, compiled_run(core, q, in_names, out_names, b.threads), QuantizedModel(None, mode, n_q, n_f)
+            # judged at the hint the artifact runs with (an NPU profile's f16), as its validation runs it
+            return q, compiled_run(core, q, in_names, out_names, b.threads, precision=config.inference_precision.value), \
+                QuantizedModel(None, mode, n_q, n_f)
         return go
 
     modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
@@ -39,7 +41,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                          budget_s=config.bound.search_budget, backend="openvino", progress=ctx.progress,
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
                          feed=(ctx.check_samples or b.search).feed(0))
-    report["mode_search"] = choice.report
+    report["mode_search"] = choice.report | {"judged_at_hint": config.inference_precision.value}
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]
