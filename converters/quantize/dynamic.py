@@ -75,6 +75,10 @@ def dynamic_decision(model) -> tuple[bool, str, dict]:
 def quantize_dynamic(src: Path, dst: Path, per_channel: bool = False, nodes_to_exclude: tuple[str, ...] = ()) -> Path:
     q = require("onnxruntime.quantization", "dynamic INT8 quantization")
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
+    # ONNX Runtime's dynamic quantizer first rewrites each Gemm as a MatMul named '<gemm>_MatMul' (+ an Add) and
+    # matches nodes_to_exclude on the rewritten graph: a Gemm kept in float is named both ways (MiniLM's 36 Gemms,
+    # after normalize, stayed INT8 whatever was excluded)
+    nodes_to_exclude = tuple(n for name in nodes_to_exclude for n in (name, f"{name}_MatMul"))
     try:
         q.quantize_dynamic(str(src), str(tmp), op_types_to_quantize=list(DYNAMIC_OPS), per_channel=per_channel,
                            weight_type=q.QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude) or None)
