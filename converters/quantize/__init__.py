@@ -49,6 +49,11 @@ class QuantizeConfig(StageConfig):
     nodes_to_exclude: tuple[str, ...] = ()
     bound: AccuracyBound = AccuracyBound()  # the accuracy-aware search's bound, metric and budget (the planner's)
 
+    @property
+    def preset_name(self) -> str | None:
+        """The preset this stage quantizes with: the one asked for, else the profile's (None: no plan made it)."""
+        return self.preset or self.profile_preset
+
 
 TENSORRT_STATIC_ONLY = ("TensorRT builds its INT8 engine from explicit Q/DQ (static INT8) only: dynamic INT8's "
                         "MatMulInteger/DynamicQuantizeLSTM would run outside TensorRT")
@@ -108,7 +113,7 @@ class QuantizeStage(Stage):
             from .dynamic import dynamic_decision
 
             pays, why, mix = dynamic_decision(fp32)
-            if pays and (config.preset or config.profile_preset) == TENSORRT:
+            if pays and config.preset_name == TENSORRT:
                 pays, why = False, TENSORRT_STATIC_ONLY
             report.update(op_mix=mix, dynamic_decision=why)
             if mode == QuantMode.DYNAMIC and not pays:
@@ -193,10 +198,10 @@ class QuantizeStage(Stage):
 
         if ctx.calib is None or len(ctx.calib) == 0:
             raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
-        if config.preset:
-            preset, why = get_preset(config.preset), f"preset {config.preset} asked for"
-        elif config.profile_preset:
-            preset, why = get_preset(config.profile_preset), config.profile_preset_reason or "chosen by the planner"
+        if config.preset_name:
+            preset = get_preset(config.preset_name)
+            why = f"preset {config.preset} asked for" if config.preset else (config.profile_preset_reason
+                                                                              or "chosen by the planner")
         else:  # a config made without a plan (the stage used directly): this machine's
             preset, why = preset_for_profile(None)
         overrides = {}
