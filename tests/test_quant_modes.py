@@ -240,6 +240,34 @@ def test_an_npu_profile_judges_the_candidates_at_the_precision_the_artifact_runs
     assert manifest["runtime"]["settings"]["inference_precision"] == "f16"
     assert rep["mode_search"]["judged_at_hint"] == "f16"
     assert rep.get("accuracy_aware", {}).get("judged_at_hint", "f16") == "f16"
+    # what this CPU really ran the f16 hint as (bf16 on an AVX512-BF16 CPU, f32 without) is said, not hidden
+    from edgeopt.converters.quantize.nncf_search import cpu_runs_hint_as
+
+    ran = cpu_runs_hint_as("f16")
+    assert rep["mode_search"].get("cpu_ran_it_as", "f16") == ran
+    on = manifest["validation"]["checked_on"]
+    assert on["target"] == "openvino NPU (f16)" and on["provider"] == f"openvino CPU ({ran})"
+    assert on["why"].startswith("NPU is not on this machine")
+    assert ("the artifact is checked on CPU" + (f", which runs its f16 precision hint as {ran}" if ran != "f16" else "")
+            in r.stderr)
+
+
+def test_an_npu_int8_miss_names_the_precision_it_was_judged_at_and_the_cpu_build():
+    """No INT8 within the bound on an NPU profile: the message says the CPU here ran the NPU's f16 hint as another
+    precision, and the hint names the build for the laptop's CPU (the NPU has no fp32 to keep)."""
+    from edgeopt.converters.quantize.nncf_search import no_int8_holds
+    from edgeopt.converters.quantize.search import Candidate, SearchResult
+
+    report = {"metric": "top1_agreement_with_fp32", "metric_unit": "%", "budget_s": 60, "candidates": 6,
+              "fp32": {"search": 100.0, "confirm": 100.0}, "tried": [], "judged_at_hint": "f16",
+              "cpu_ran_it_as": "bf16"}
+    result = SearchResult(None, Candidate("static", search_value=90.48), report=report)
+    err = no_int8_holds(result, 2.0, None, "NPU")
+    assert err.exit_code == 5
+    assert "judged at the NPU's f16 precision hint, which this CPU runs as bf16" in err.message
+    assert "--set openvino.device=CPU --set openvino.inference_precision=f32" in err.hint
+    on_cpu = no_int8_holds(result, 2.0, 13.3)
+    assert "--precision bf16 (native here: drop 13.30" in on_cpu.hint and "openvino.device" not in on_cpu.hint
 
 
 @pytest.mark.onnxruntime

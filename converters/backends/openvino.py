@@ -114,7 +114,12 @@ class OpenVINOBackend(Backend):
             raise StageError(f"openvino: ov.convert_model failed: {'; '.join(ops[:2])[:300] if ops else lines[0][:240]}",
                              "the model uses ops OpenVINO's ONNX frontend cannot convert; try --backend onnxruntime") from err
         if config.device not in ("CPU", "AUTO") and config.device not in ov.Core().available_devices:
-            ctx.warn(f"openvino: device {config.device} is not on this machine; the artifact is checked on CPU")
+            from edgeopt.converters.quantize.nncf_search import cpu_runs_hint_as
+
+            hint = config.inference_precision.value
+            ran = cpu_runs_hint_as(hint)
+            ctx.warn(f"openvino: device {config.device} is not on this machine; the artifact is checked on CPU"
+                     + (f", which runs its {hint} precision hint as {ran}" if ran != hint else ""))
         if config.precision == Precision.INT8:
             from edgeopt.converters.quantize.openvino_quantizer import count_units
 
@@ -295,7 +300,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
         ctx.stage_report().update(accuracy_aware=report)
         bf16 = _bf16_run(core, ov_model, in_names, out_names, threads)
         raise no_int8_holds(result, bound, None if bf16 is None else
-                            result.m_confirm.fp32_value - result.m_confirm.score(bf16, confirm))
+                            result.m_confirm.fp32_value - result.m_confirm.score(bf16, confirm), config.device)
     q = result.best.artifact
     runs = {"fp32": compiled_run(core, ov_model, in_names, out_names, threads),
             "int8_final": compiled_run(core, q, in_names, out_names, threads, precision=config.inference_precision.value)}

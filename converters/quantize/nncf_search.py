@@ -18,6 +18,8 @@ here), so it does not finish within a budget.
 
 from __future__ import annotations
 
+import functools
+
 import time
 from collections.abc import Callable
 
@@ -401,6 +403,28 @@ def compiled_run(core, model, in_names: list[str], out_names: list[str], threads
     return run
 
 
+@functools.lru_cache(maxsize=8)
+def cpu_runs_hint_as(precision: str) -> str:
+    """What this machine's OpenVINO CPU plugin computes in when asked for the inference precision hint
+    ``precision`` (``f32``, ``bf16`` or ``f16``): without native f16 it substitutes bf16 where the CPU has it (AMD
+    EPYC with AVX512-BF16 here) and f32 elsewhere, so an NPU profile's f16 is judged at another precision on a
+    machine without the NPU; read from a one-op model compiled with that hint."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    tiny = ov.Model([ops.relu(x)], [x], "hint_probe")
+    compiled = ov.Core().compile_model(tiny, "CPU", {"INFERENCE_PRECISION_HINT": precision})
+    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+
+
+def judged_at(precision: str) -> dict:
+    """The report's record of the precision the candidates were judged at: the hint, and what this CPU ran it as
+    when that differs (``cpu_ran_it_as``)."""
+    ran = cpu_runs_hint_as(precision)
+    return {"judged_at_hint": precision, **({"cpu_ran_it_as": ran} if ran != precision else {})}
+
+
 def _error(reference: list[dict], got: list[dict]) -> float:
     from .sensitivity import output_error
 
@@ -423,7 +447,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                         what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used",
                         metric_spec=metric_spec, search_path=search_path, quantizes=lambda q: count_units(q)[0] > 0)
     result.report["transformer_options"] = s.transformer
-    result.report["judged_at_hint"] = precision
+    result.report.update(judged_at(precision))
     if "sensitivity" in result.report:
         result.report["sensitivity"]["method"] = s.ranking_method
     chosen = next((i for i, (label, _) in enumerate(s.variants)
@@ -570,15 +594,26 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
                                     "nncf.quantize with the same ops in ignored_scope missed the bound", **entry}
 
 
-def no_int8_holds(result: SearchResult, bound: float, bf16_drop: float | None):
+def no_int8_holds(result: SearchResult, bound: float, bf16_drop: float | None, device: str = "CPU"):
     """The exit-5 error of a search with no INT8 within the bound (:func:`.search.gate_failure`'s figures), with the
     ways out an OpenVINO build has: ONNX Runtime's own INT8 search, or a float precision (bf16 where this CPU runs it
-    natively, with its drop on the held-out part; the x86 profiles have no float fallback of their own)."""
+    natively, with its drop on the held-out part; the x86 profiles have no float fallback of their own). For a
+    ``device`` other than the CPU (an NPU profile's f16), the message says at which precision this CPU judged it
+    when that is not the device's own, and the hint names the build for the laptop's CPU."""
     err = gate_failure("openvino", result, bound)
+    hint, ran = result.report.get("judged_at_hint", "f32"), result.report.get("cpu_ran_it_as")
+    if ran:
+        err.message += (f" (judged at the {device}'s {hint} precision hint, which this CPU runs as {ran}; the {device} "
+                        f"itself computes in {hint})")
     floats = "--precision fp32"
     if bf16_drop is not None:
         floats += f" or --precision bf16 (native here: drop {bf16_drop:.2f} points on the held-out part)"
     budget = "raise --search-budget, " if result.report.get("stopped_by_budget") else ""
+    if device != "CPU":
+        err.hint = (f"{budget}build for the CPU instead of the {device} (--set openvino.device=CPU --set "
+                    f"openvino.inference_precision=f32), relax --max-accuracy-drop, or check on the {device} itself "
+                    f"(--precision fp16, then edgeopt remote-bench)")
+        return err
     err.hint = (f"{budget}try --backend onnxruntime (its own INT8 search), relax --max-accuracy-drop, or keep float: "
                 f"{floats}")
     return err

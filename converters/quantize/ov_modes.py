@@ -20,7 +20,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     """The chosen quantized ``ov.Model``, or None when no mode held the bound (pinned: exit 5 instead)."""
     import openvino as ov
 
-    from .nncf_search import compiled_run
+    from .nncf_search import compiled_run, judged_at
 
     b = prepare(ctx, "openvino", onnx_path, config.bound)
     core = ov.Core()
@@ -41,7 +41,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                          budget_s=config.bound.search_budget, backend="openvino", progress=ctx.progress,
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
                          feed=(ctx.check_samples or b.search).feed(0))
-    report["mode_search"] = choice.report | {"judged_at_hint": config.inference_precision.value}
+    report["mode_search"] = choice.report | judged_at(config.inference_precision.value)
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]

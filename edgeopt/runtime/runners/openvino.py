@@ -25,12 +25,13 @@ class Runner(base.Runner):
         settings = self.runtime.get("settings", {})
         core = ov.Core()
         model = core.read_model(os.path.join(artifact_dir, self.runtime["model"]))
-        device = settings.get("device") or "CPU"
+        wanted = device = settings.get("device") or "CPU"
         if device not in core.available_devices and device != "AUTO":
             device = "CPU"  # e.g. an NPU artifact checked on a machine without one
         self.device = device
+        asked = settings.get("inference_precision") or "f32"
         config = {
-            "INFERENCE_PRECISION_HINT": settings.get("inference_precision") or "f32",
+            "INFERENCE_PRECISION_HINT": asked,
             "PERFORMANCE_HINT": settings.get("performance_hint") or "LATENCY",
         }
         if self.threads and device == "CPU":
@@ -43,6 +44,12 @@ class Runner(base.Runner):
         self._core, self._model, self._config = core, model, config
         hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")
         self.properties = {"INFERENCE_PRECISION_HINT": str(getattr(hint, "get_type_name", lambda: hint)())}
+        ran = self.properties["INFERENCE_PRECISION_HINT"]
+        if device != wanted or ran != asked:  # where it really ran, for the validation's "checked on"
+            why = [f"{wanted} is not on this machine"] if device != wanted else []
+            why += [f"this {device} runs the {asked} precision hint as {ran}"] if ran != asked else []
+            self.execution = {"provider": f"openvino {device} ({ran})", "target_provider": f"openvino {wanted} ({asked})",
+                              "why": "; ".join(why)}
         self.request = self.compiled.create_infer_request()
         self._io_in = {io["name"]: io for io in self._io("inputs")}
         self._io_out = self._io("outputs")
