@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -93,7 +94,7 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
     if proc is not None and not payload.get("ok", False):
         err = payload.get("error") or {}
         tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        cell["reason"] = err.get("message", tail)[:400] + (f" ({err['hint']})" if err.get("hint") else "")
+        cell["reason"] = err.get("message", tail)[:1200] + (f" ({err['hint']})" if err.get("hint") else "")
         cell["error_kind"] = err.get("kind")
     if proc is not None:  # each backend left for the next, and why (also kept in the manifest when one holds)
         cell["backends_left"] = [ln.split("convert: ", 1)[-1][:600] for ln in proc.stderr.splitlines()
@@ -209,6 +210,9 @@ def table(result: dict) -> str:
         if other:  # the kind these samples alone would have picked: its figure too
             metric += f"; {other['metric']}: {other['fp32']:.4g} -> {other['artifact']:.4g} {other['unit']}"
         why = (c.get("reason") or "").replace("|", "/")[:150] if not c.get("artifact") else ""
+        judged = re.search(r"judged at the (\w+)'s (\w+) precision hint, which this CPU runs as (\w+)", c.get("reason") or "")
+        if why and judged:  # an NPU cell judged here at another precision than the NPU's: said in the row too
+            why += f" … judged at the {judged[1]}'s {judged[2]} hint, which this CPU ran as {judged[3]}"
         size = f"{c['artifact_bytes'] / 1e6:.2f} MB" if c.get("artifact_bytes") else "-"
         q = f"{units['quantized']} / {units['float']}" if "quantized" in units else "-"
         rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {written(c)} | {metric} | {q} | "
