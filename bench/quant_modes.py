@@ -206,8 +206,9 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
 
 def ov_shipped_run(ov_model, folder: Path, threads: int, precision: str = "f32"):
     """``ov_model`` saved as an artifact's ``model.xml`` and run by edgeopt's shipped OpenVINO runner, as convert's
-    artifacts are (inputs bound once; CompiledModel's ``__call__`` with a dict costs a tiny model 0.1-0.2 ms a call
-    in Python, which made the plain OpenVINO rows of a 0.1 ms model up to 2.7x slower than the same model shipped)."""
+    artifacts are (inputs bound once, one stream on ``threads`` threads). Compiled as the searches compile them (the
+    LATENCY hint, a dict call) beside every other candidate in this process, the plain rows timed up to 2.7x slower
+    than the same model shipped (the LSTM's FP32 24-29 ms vs 9.9 ms; alone in a process both take 9-12 ms)."""
     import openvino as ov
 
     from edgeopt.runtime.runners.openvino import Runner
