@@ -178,7 +178,6 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
              "units": count_units(shipped)},
             {"backend": "onnxruntime", "mode": "fp32 (normalized)", "run": ort_runner(model, threads, spinning=False),
              "units": count_units(model)}]
-    names = [o.name for o in rows[0]["run"].session.get_outputs()]
     oq = OnnxRuntimeQuantizer()
 
     def ort(mode):
@@ -189,7 +188,7 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
         rows.append(_built("onnxruntime", mode.label(), lambda m=mode: ort(m)))
     core, vq = ov.Core(), OpenVINOQuantizer()
     fp32 = read_model(model)
-    ins, every = [p.get_any_name() for p in fp32.inputs], (0, sum(count_units(model)))
+    every = (0, sum(count_units(model)))
     rows.append(_built("openvino", "fp32 (f32 hint)", lambda: (ov_shipped_run(fp32, work / "ov-fp32", threads), every)))
     if host_has_bf16():
         rows.append(_built("openvino", "bf16", lambda: (ov_shipped_run(fp32, work / "ov-bf16", threads, "bf16"), every)))

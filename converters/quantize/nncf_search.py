@@ -19,7 +19,6 @@ here), so it does not finish within a budget.
 from __future__ import annotations
 
 import functools
-
 import time
 from collections.abc import Callable
 
