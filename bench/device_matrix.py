@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -96,6 +95,9 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
         tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         cell["reason"] = err.get("message", tail)[:1200] + (f" ({err['hint']})" if err.get("hint") else "")
         cell["error_kind"] = err.get("kind")
+        details = err.get("details") or {}
+        if details.get("cpu_ran_it_as"):  # judged here at another precision than the device's own hint (an NPU's f16)
+            cell["judged_at"] = {"hint": details.get("judged_at_hint"), "cpu_ran_it_as": details["cpu_ran_it_as"]}
     if proc is not None:  # each backend left for the next, and why (also kept in the manifest when one holds)
         cell["backends_left"] = [ln.split("convert: ", 1)[-1][:600] for ln in proc.stderr.splitlines()
                                  if "could not hold this model" in ln]
@@ -210,9 +212,9 @@ def table(result: dict) -> str:
         if other:  # the kind these samples alone would have picked: its figure too
             metric += f"; {other['metric']}: {other['fp32']:.4g} -> {other['artifact']:.4g} {other['unit']}"
         why = (c.get("reason") or "").replace("|", "/")[:150] if not c.get("artifact") else ""
-        judged = re.search(r"judged at the (\w+)'s (\w+) precision hint, which this CPU runs as (\w+)", c.get("reason") or "")
+        judged = c.get("judged_at")
         if why and judged:  # an NPU cell judged here at another precision than the NPU's: said in the row too
-            why += f" … judged at the {judged[1]}'s {judged[2]} hint, which this CPU ran as {judged[3]}"
+            why += f" … judged at the {judged['hint']} hint, which this CPU ran as {judged['cpu_ran_it_as']}"
         size = f"{c['artifact_bytes'] / 1e6:.2f} MB" if c.get("artifact_bytes") else "-"
         q = f"{units['quantized']} / {units['float']}" if "quantized" in units else "-"
         rows.append(f"| {c['model']} | {c['profile']} | {c['exit_code']} | {written(c)} | {metric} | {q} | "
