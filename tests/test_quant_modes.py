@@ -97,6 +97,27 @@ def test_openvino_quantizer_static_and_weights_count_units_and_refuse_dynamic(tm
         q.quantize(model, WeightsMode(granularity=Granularity.PER_TENSOR), tmp_path / "t.xml")
 
 
+
+def test_openvino_searches_time_the_lstm_kernel_the_artifact_runs(tmp_path):
+    """The searches compile a candidate as the artifact's runner will: from IR. ``ov.convert_model``'s in-memory
+    model of a torch-exported LSTM compiles to TensorIterator loops (2x slower on resemblyzer's encoder), the same
+    model read from IR to oneDNN's RNNSeq; timing the in-memory one judged OpenVINO by a kernel it never ships."""
+    import openvino as ov
+    from test_tflite_quantizer import _torch_lstm
+
+    from edgeopt.converters.quantize.nncf_search import compiled_run
+
+    def kernels(compiled) -> set[str]:
+        return {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
+
+    path = _torch_lstm(tmp_path / "enc.onnx")
+    in_memory = ov.convert_model(str(path))
+    core = ov.Core()
+    assert "TensorIterator" in kernels(core.compile_model(in_memory, "CPU"))  # the trap, still there
+    run = compiled_run(core, in_memory, ["mels"], ["embed"], 1)
+    assert "RNNSeq" in kernels(run.compiled) and "TensorIterator" not in kernels(run.compiled)
+    assert run({"mels": np.ones((1, 20, 8), np.float32)})["embed"].shape == (1, 12)
+
 # --------------------------------------------------------------------------- the mode search
 def test_choose_mode_keeps_the_fastest_within_the_bound_and_says_why_others_were_dropped(tmp_path):
     """Three candidates on a 4-class agreement metric: one over the bound, one within it but slow (it sleeps

@@ -388,11 +388,15 @@ def _channel_error(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...] = (1,)) -
 def compiled_run(core, model, in_names: list[str], out_names: list[str], threads: int | None,
                  precision: str = "f32"):
     """A run function over ``model`` compiled for the CPU at ``precision`` (OpenVINO's inference precision hint;
-    f32 unless asked, since its default is bf16 where the CPU has it)."""
+    f32 unless asked, since its default is bf16 where the CPU has it), compiled from the model as saved and read
+    back, as the artifact's runner compiles it: ``ov.convert_model``'s in-memory model of a torch-exported LSTM
+    compiles its LSTMs as TensorIterator loops, the same model read from IR as oneDNN's RNNSeq (resemblyzer's
+    3-layer LSTM: 22-26 ms against 11 ms, 1 thread), so a search that timed the in-memory model judged OpenVINO
+    2x slower than what it ships."""
     config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
-    compiled = core.compile_model(model, "CPU", config)
+    compiled = core.compile_model(saved_and_read(model), "CPU", config)
 
     def run(feed):
         res = compiled({k: v for k, v in feed.items() if k in in_names})
