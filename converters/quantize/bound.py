@@ -124,7 +124,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
             if c.confirm_value is not None:
                 row.update(confirm_value=round(c.confirm_value, 4),
                            confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
-                           all_drop_points=round(s.m_all.fp32_value - c.all_value, 3))
+                           all_drop_points=round(s.m_all.fp32_value - c.all_value, 3),
+                           **({} if c.halves_p90 is None else {"halves_drop_p90": c.halves_p90}))
             if q.notes.get("per_tensor_retry"):
                 row["per_tensor_retry"] = q.notes["per_tensor_retry"]
             if not c.met:
