@@ -126,6 +126,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                            confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
                            all_drop_points=round(s.m_all.fp32_value - c.all_value, 3),
                            **({} if c.halves_p90 is None else {"halves_drop_p90": c.halves_p90}))
+            if c.met is False or q.quantized_units > 0:  # one that quantizes nothing neither held nor missed
+                row["within_bound"] = c.met
             if q.notes.get("per_tensor_retry"):
                 row["per_tensor_retry"] = q.notes["per_tensor_retry"]
             if not c.met:

@@ -90,9 +90,8 @@ def _static_held_where_dynamic_missed(choice) -> bool:
     float (ONNX Runtime has no static LSTM), so dynamic with one op in float can be the faster one that holds
     (resemblyzer's encoder: static x1.03 ORT FP32, dynamic with its first LSTM float x1.9)."""
     dynamic = [r for r in choice.report["candidates"] if r["mode"].startswith("dynamic")]
-    missed = [r for r in dynamic if r.get("why", "").startswith("over the bound")]
-    held = [r for r in dynamic if r.get("verdict") == "chosen" or r.get("why", "").startswith("slower")]
-    return choice.label.startswith("static") and bool(missed) and not held
+    return choice.label.startswith("static") and any(r.get("within_bound") is False for r in dynamic) \
+        and not any(r.get("within_bound") for r in dynamic)
 
 
 def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, report: dict, b, grains,

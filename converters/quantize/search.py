@@ -271,7 +271,8 @@ class BudgetedSearch:
             return f"drop {self.drop(c.confirm_value, True):.2f} points on the held-back part (bound {self.bound:g})"
         if c.halves_p90 is not None and c.halves_p90 > self.bound + 1e-9:
             return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples "
-                    f"but {c.halves_p90:.2f} on 1 in 10 of their random halves: the eval data can't show it holds "
+                    f"but {c.halves_p90:.2f} on 1 in {round(100 / (100 - HALVES_PERCENTILE))} of their random halves: the eval "
+                    "data can't show it holds "
                     f"(bound {self.bound:g})")
         return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples, "
                 f"with one sample's {self.points or 0:.3g} points of room (bound {self.bound:g})")
