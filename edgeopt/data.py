@@ -22,6 +22,8 @@ class Dataset:
     synthetic: bool = False
     ranks: dict[str, int] = field(default_factory=dict)  # the model input's rank, per name
     notes: list[str] = field(default_factory=list)  # what loading changed (dtype casts): for warnings
+    # each sample's position in the data set it was taken from (subset, split); None: the data as loaded
+    positions: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
@@ -51,6 +53,7 @@ class Dataset:
             self.synthetic,
             dict(self.ranks),
             list(self.notes),
+            np.asarray(idx) if self.positions is None else self.positions[idx],
         )
 
 

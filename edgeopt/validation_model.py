@@ -1,7 +1,7 @@
 """The validation's result: :class:`Validation` (what ``edgeopt.validate`` measures, stored as the manifest's
 ``validation``), its gates, where it ran, :func:`counted_drop`, the one rule for the drop the gates count, and
 :func:`within_bound`, the one rule for when a drop is within ``--max-accuracy-drop`` (the convert gate and every
-INT8 search judge by it).
+INT8 search judge by it), and :func:`holds_bound`, that rule and the halves rule on a validation.
 
 A small module without numpy or runtimes, so :mod:`edgeopt.artifact` can type ``Manifest.validation`` with it;
 :mod:`edgeopt.validate` re-exports these names.
@@ -58,6 +58,9 @@ class Validation(BaseModel):
     # points one sample is worth for a metric that counts samples (top-1, CTC exact match): the room the
     # max_accuracy_drop gate keeps under the bound (within_bound); None: a metric averaged within samples
     sample_points: float | None = None
+    # for a metric that doesn't count samples: its drop at the 90th percentile of random halves of the samples
+    # (edgeopt.metrics.halves), which must be within the bound too; None: a counted metric, or too few samples
+    halves_drop_p90: float | None = None
     gates: dict[str, Gate] = {}
 
     @property
@@ -111,6 +114,16 @@ def within_bound(drop: float | None, bound: float, points: float | None) -> bool
     if drop is None:
         return False
     return drop <= max(0.0, bound - (points or 0.0)) + 1e-9
+
+
+def holds_bound(v: Validation | None, bound: float) -> bool:
+    """Whether a validation's drop (:func:`counted_drop`) is within ``bound`` by :func:`within_bound` and, for a
+    metric that doesn't count samples, on 9 of 10 random halves of its samples (``halves_drop_p90``): the rules
+    the INT8 search confirmed its choice by, so the gates and ``optimize`` judge an artifact as its search did."""
+    drop, _ = counted_drop(v)
+    if not within_bound(drop, bound, validation_points(v)):
+        return False
+    return v.halves_drop_p90 is None or v.halves_drop_p90 <= bound + 1e-9
 
 
 def validation_points(v: Validation | None) -> float | None:

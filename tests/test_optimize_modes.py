@@ -74,6 +74,10 @@ def test_why_a_candidate_was_dropped_names_its_figures():
     assert dropped_why(slow, win, 1.0) == "slower: 2.5000 ms vs 1.0000 ms (onnxruntime int8 dynamic)"
     assert dropped_why(over, win, 1.0) == "over the bound: drop 3.00 > 1 points"
     assert dropped_why(broke, win, 1.0) == "failed to build: tflite: calibration failed"
+    spread = Candidate(step="int8", label="onnxruntime int8 dynamic", target={}, p50_ms=0.4, accuracy_drop=0.73,
+                       halves_drop_p90=1.52)
+    assert dropped_why(spread, win, 1.0) == ("over the bound on random halves of the eval data: drop 0.73 on all of "
+                                             "it but 1.52 > 1 points on 1 in 10 halves")
 
 
 @pytest.mark.slow

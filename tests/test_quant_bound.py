@@ -147,9 +147,6 @@ def test_the_metric_kind_is_chosen_once_for_both_parts():
 def test_the_convert_gate_keeps_the_same_room(tmp_path, flipped, passed):
     """``validate_artifact``'s max_accuracy_drop gate judges by the searches' rule: 2 of 100 samples flipped is a
     2-point drop, within a 2-point bound as a plain comparison but one sample from it, so the gate misses."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     from edgeopt.errors import GateFailedError
     from edgeopt.validate import check_gates, validate_artifact
 
@@ -159,6 +156,20 @@ def test_the_convert_gate_keeps_the_same_room(tmp_path, flipped, passed):
     ds.arrays["x"][marked, 0, -1] = 1.0
     w_art = w.copy()
     w_art[-1, 0] = 1e3  # the marker makes class 0 win: the marked samples' top-1 flips
+
+    art, manifest = _reference_and_artifact(tmp_path, w, w_art)
+    v = validate_artifact(art, tmp_path / "ref.onnx", ds, data_source="eval", manifest=manifest, max_accuracy_drop=2.0)
+    assert v.metric_drop == pytest.approx(flipped) and v.sample_points == 1.0
+    assert v.gates["max_accuracy_drop"].passed is passed
+    if not passed:
+        with pytest.raises(GateFailedError, match=r"drop 2.00 pts > 2.0 \(one of the 100 samples, 1 pts, is kept"):
+            check_gates(v)
+
+
+def _reference_and_artifact(tmp_path, w, w_art):
+    """ref.onnx (x @ w) and an ONNX Runtime artifact of x @ w_art: the artifact's directory and manifest."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
 
     def save(weights, path):
         g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
@@ -173,9 +184,39 @@ def test_the_convert_gate_keeps_the_same_room(tmp_path, flipped, passed):
     save(w_art, art / "model.onnx")
     manifest = {"precision": "fp32", "inputs": [{"name": "x"}], "outputs": [{"name": "y"}],
                 "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}}}
-    v = validate_artifact(art, tmp_path / "ref.onnx", ds, data_source="eval", manifest=manifest, max_accuracy_drop=2.0)
-    assert v.metric_drop == pytest.approx(flipped) and v.sample_points == 1.0
-    assert v.gates["max_accuracy_drop"].passed is passed
-    if not passed:
-        with pytest.raises(GateFailedError, match=r"drop 2.00 pts > 2.0 \(one of the 100 samples, 1 pts, is kept"):
-            check_gates(v)
+    return art, manifest
+
+
+@pytest.mark.onnxruntime
+def test_the_convert_gate_and_the_pipeline_gate_judge_a_metric_that_does_not_count_samples_on_random_halves(
+        tmp_path):
+    """Cosine to FP32 on 100 samples, 6 of them far off: the drop on all of them is within a bound that the drop on
+    1 in 10 random halves is not. The convert gate refuses it as the INT8 search would (the halves rule, one
+    declaration: edgeopt.metrics.halves), saying so; so does the pipeline's gate; a bound over the halves' drop
+    holds."""
+    from edgeopt.errors import GateFailedError
+    from edgeopt.metrics import MetricName, MetricSpec
+    from edgeopt.pipeline.gates import check
+    from edgeopt.pipeline.recipe import Gates
+    from edgeopt.validate import check_gates, validate_artifact
+
+    ds, w = _data()
+    _mark(ds, 6)
+    w_art = w.copy()
+    w_art[-1] = 3.0  # the marked samples' outputs turn towards (1, 1, ...)
+    art, manifest = _reference_and_artifact(tmp_path, w, w_art)
+
+    def validate(bound):
+        return validate_artifact(art, tmp_path / "ref.onnx", ds, data_source="eval", manifest=manifest,
+                                 max_accuracy_drop=bound, metric=MetricSpec(name=MetricName.COSINE))
+
+    seen = validate(100.0)
+    assert seen.sample_points is None and seen.halves_drop_p90 > seen.metric_drop + 0.2
+    between = validate((seen.metric_drop + seen.halves_drop_p90) / 2)
+    assert between.halves_drop_p90 == seen.halves_drop_p90 and not between.gates["max_accuracy_drop"].passed
+    with pytest.raises(GateFailedError, match=r"on 1 in 10 of their random halves: the eval data can't show it"):
+        check_gates(between)
+    [gate] = check(Gates(max_accuracy_drop=between.gates["max_accuracy_drop"].threshold), validation=between,
+                   bench=None, est=None, artifact_bytes=1)
+    assert gate.passed is False
+    assert validate(seen.halves_drop_p90 + 0.01).gates["max_accuracy_drop"].passed

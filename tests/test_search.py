@@ -492,6 +492,33 @@ def test_a_metric_that_does_not_count_samples_must_hold_on_random_halves_of_the_
     assert counted.halves == [] and "random halves" not in counted.report["acceptance"]
 
 
+def test_the_validation_judges_the_search_choice_on_the_same_random_halves():
+    """The search draws its halves over its two shuffled parts; the artifact's validation (the convert gate,
+    optimize) over the eval data as given: the same halves, so a choice the search confirmed is not refused by
+    the gate for a different draw."""
+    from edgeopt.converters.quantize.search import BudgetedSearch
+    from edgeopt.metrics import MetricName, MetricSpec
+    from edgeopt.metrics.halves import halves_drop
+
+    _, _, search, confirm, fp32_run = _linear_model_search_data()
+    given = np.empty((len(search) + len(confirm), 1, 4), np.float32)  # the data as given, from the parts' positions
+    given[search.positions], given[confirm.positions] = search.arrays["x"], confirm.arrays["x"]
+    bad = {float(search.feed(i)["x"].sum()) for i in range(2)} | {float(confirm.feed(0)["x"].sum())}
+
+    def run(feed):
+        y = fp32_run(feed)["y"]
+        return {"y": _rotated(y, 0.8) if float(feed["x"].sum()) in bad else y}
+
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=60,
+                       metric_spec=MetricSpec(name=MetricName.COSINE))
+    chosen = s.judge(run)
+    assert chosen.halves_p90 is not None and chosen.halves_p90 > 0
+    feeds = [{"x": given[i]} for i in range(len(given))]
+    validated = halves_drop([fp32_run(f) for f in feeds], [run(f) for f in feeds], None,
+                            MetricSpec(name=MetricName.COSINE))
+    assert validated == chosen.halves_p90
+
+
 def test_dynamic_with_ops_in_float_is_tried_when_only_static_held_and_every_dynamic_mode_missed():
     """ONNX Runtime has no static LSTM: where static held (its Linear INT8, x1.03 on resemblyzer's encoder) and
     every dynamic mode missed, dynamic with its most sensitive ops in float can be the faster one that holds."""
@@ -510,3 +537,22 @@ def test_dynamic_with_ops_in_float_is_tried_when_only_static_held_and_every_dyna
     failed = ("dynamic per-channel", "dropped")  # failed to build: never judged
     assert not _static_held_where_dynamic_missed(choice("static per-channel", [failed]))
     assert not _static_held_where_dynamic_missed(choice("dynamic per-tensor", [over]))
+
+
+@pytest.mark.parametrize("bf16_ms, holds, named", [(0.17, True, True), (0.17, False, False), (0.33, True, False)])
+def test_int8_faster_than_fp32_still_names_a_float_precision_that_holds_and_is_much_faster(bf16_ms, holds, named):
+    """g2p-en's GRU on an AMX CPU: OpenVINO's INT8 a little faster than its FP32, bf16 twice as fast and within
+    the bound. --precision int8 keeps 8 bits, and says which float was faster (only one that holds, 1.2x)."""
+    from edgeopt.converters.quantize.search import speed_verdict
+
+    said: list[str] = []
+    ctx = type("Ctx", (), {"warn": staticmethod(said.append)})()
+    alternatives = {"bf16": {"latency_ms": bf16_ms, "holds": holds, "drop": "drop 0.00 points on the held-out part",
+                             "suggest": "--precision bf16"}}
+    entry = speed_verdict({"fp32": 0.39, "int8_final": 0.36}, final_key="int8_final", runtime="openvino",
+                          min_speedup=None, ctx=ctx, prefix="openvino", alternatives=alternatives)
+    assert entry["speedup_vs_fp32"] == pytest.approx(1.083)
+    assert ("faster_float" in entry) is named
+    assert bool(said) is named
+    if named:
+        assert "bf16 holds the bound and is x2.1 faster" in said[0] and "--precision bf16" in said[0]

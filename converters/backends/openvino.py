@@ -306,7 +306,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
             "int8_final": compiled_run(core, q, in_names, out_names, threads, precision=config.inference_precision.value)}
     feed = (ctx.check_samples or search).feed(0)
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
-    alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency)
+    alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, bound)
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final", runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino",
@@ -314,9 +314,10 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     return q, report
 
 
-def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, latency) -> dict | None:
+def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, bound) -> dict | None:
     """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
-    with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points."""
+    with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points
+    (``holds``: its drop there is within ``bound``)."""
     from edgeopt.converters.quantize.search import interleaved_latency_ms
 
     run = _bf16_run(core, ov_model, in_names, out_names, threads)
@@ -324,8 +325,9 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
         return None
     ms = interleaved_latency_ms({"bf16": run}, feed)["bf16"]
     value = result.m_confirm.score(run, confirm)  # the search's own metric, on data it never saw
-    return {"bf16": {"latency_ms": ms, "value": round(value, 4),
-                     "drop": f"drop {result.m_confirm.fp32_value - value:.2f} points on the held-out part",
+    drop = result.m_confirm.fp32_value - value
+    return {"bf16": {"latency_ms": ms, "value": round(value, 4), "holds": bool(drop <= bound + 1e-9),
+                     "drop": f"drop {drop:.2f} points on the held-out part",
                      "suggest": "--precision bf16 (an OpenVINO artifact run in bf16)"}}
 
 

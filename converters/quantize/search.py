@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
+from edgeopt.metrics.halves import HALVES_PERCENTILE, half_indices, one_in, percentile_drop
 from edgeopt.validation_model import sample_points, small_eval_warning, within_bound
 
 from .sensitivity import UNRANKED
@@ -70,8 +71,9 @@ def joined(a, b):
     from edgeopt.data import Dataset
 
     labels = None if a.labels is None or b.labels is None else np.concatenate([a.labels, b.labels])
+    positions = None if a.positions is None or b.positions is None else np.concatenate([a.positions, b.positions])
     return Dataset({k: np.concatenate([v, b.arrays[k]]) for k, v in a.arrays.items()}, labels, a.source,
-                   a.synthetic, dict(a.ranks), list(a.notes))
+                   a.synthetic, dict(a.ranks), list(a.notes), positions)
 
 
 def _replay(outputs: list):
@@ -80,8 +82,6 @@ def _replay(outputs: list):
     return lambda feed: next(it)
 
 
-HALVES = 20  # random halves of all the eval samples, for a metric that doesn't count samples (the drop's spread)
-HALVES_PERCENTILE = 90  # the drop on 9 halves in 10 must be within the bound
 
 
 def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=None):
@@ -91,6 +91,7 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
     FP32 argmax is the CTC blank at 48 % of positions on one half and 51 % on the other was searched by
     per-position agreement and confirmed by CTC exact match). Returns the three metrics and
     :func:`half_metrics` over both parts (empty for a metric that counts samples)."""
+    from edgeopt.metrics import pinned_spec
     from edgeopt.metrics.flags import declared_kind
 
     s_out = [fp32_run(search.feed(i)) for i in range(len(search))]
@@ -100,7 +101,7 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
     if declared_kind(spec) is None:  # chosen from FP32's outputs: once, as the gate chooses it
         chooser = (make_task_metric(fp32_run, whole, spec, search_path) if whole is not None
                    else make_task_metric(_replay(s_out + c_out), both, spec, search_path))
-        pinned = _pinned(spec, chooser.kind)
+        pinned = pinned_spec(spec, chooser.kind)
     m_all = make_task_metric(_replay(s_out + c_out), both, pinned, search_path)
     counted = sample_points(m_all.kind, m_all.unit, m_all.samples) is not None
     return (make_task_metric(_replay(s_out), search, pinned, search_path),
@@ -108,21 +109,13 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
             [] if counted else half_metrics(s_out + c_out, both, pinned, search_path))
 
 
-def half_metrics(outputs: list, both, spec, search_path, k: int = HALVES, seed: int = 0) -> list:
-    """``k`` random halves of the eval samples, each ``(indices, metric on that half)``: the drop on each half
-    spreads as the drop on all of them would over other data of that size (half-sampling, the delete-n/2
-    jackknife). A metric averaged over samples, or a user's (100 - EER of speaker verification), has no
-    one-sample step to keep as room; its spread is the room. resemblyzer's LSTM, dynamic INT8: drop 0.73 points
-    on 144 eval utterances, 1.52 at the 90th percentile of the halves, 2.05 on 144 unseen ones; with the first
-    LSTM float: 0.10, 0.11 and 0.01. Empty when the eval data is too small to halve or a half can't be scored
-    (a user's metric may need every label present)."""
-    n = len(both)
-    if n < 8:
-        return []
-    rng = np.random.default_rng(seed)
+def half_metrics(outputs: list, both, spec, search_path) -> list:
+    """The halves rule's (:mod:`edgeopt.metrics.halves`) random halves of the eval samples, each ``(indices,
+    metric on that half)``: the halves the validation draws on the eval data as given, at their positions in
+    ``both`` (a shuffle of it), so the convert gate judges the search's choice on the same halves. Empty when the eval data is too small to halve or a half can't be scored (a user's
+    metric may need every label present)."""
     out = []
-    for _ in range(k):
-        idx = np.sort(rng.choice(n, n // 2, replace=False))
+    for idx in half_indices(len(both), order=both.positions):
         try:
             m = make_task_metric(_replay([outputs[i] for i in idx]), both.subset(idx), spec, search_path)
         except (GateFailedError, UsageError):
@@ -131,12 +124,6 @@ def half_metrics(outputs: list, both, spec, search_path, k: int = HALVES, seed: 
             return []
         out.append((idx, m))
     return out
-
-
-def _pinned(spec, kind):
-    from edgeopt.metrics import MetricSpec
-
-    return (spec or MetricSpec()).model_copy(update={"name": kind})
 
 
 def metric_name(m) -> str:
@@ -271,7 +258,7 @@ class BudgetedSearch:
             return f"drop {self.drop(c.confirm_value, True):.2f} points on the held-back part (bound {self.bound:g})"
         if c.halves_p90 is not None and c.halves_p90 > self.bound + 1e-9:
             return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples "
-                    f"but {c.halves_p90:.2f} on 1 in {round(100 / (100 - HALVES_PERCENTILE))} of their random halves: the eval "
+                    f"but {c.halves_p90:.2f} on 1 in {one_in()} of their random halves: the eval "
                     "data can't show it holds "
                     f"(bound {self.bound:g})")
         return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples, "
@@ -300,8 +287,7 @@ class BudgetedSearch:
     def halves_drop(self, digests: list) -> float:
         """The drop at the 90th percentile over the random halves of the eval samples (``digests``: both parts'
         digests, in the order of :func:`part_metrics`' ``both``)."""
-        drops = [m.fp32_value - m.score_digests([digests[i] for i in idx]) for idx, m in self.halves]
-        return round(float(np.percentile(drops, HALVES_PERCENTILE)), 3)
+        return percentile_drop(m.fp32_value - m.score_digests([digests[i] for i in idx]) for idx, m in self.halves)
 
     def fmt(self, value: float | None) -> str:
         unit = metric_unit(self.m_search)
@@ -621,6 +607,21 @@ def blocked_latency_ms(runs: dict[str, Callable], feed: dict, *, calls: int = 20
     return {k: round(float(np.median(v)), 4) for k, v in times.items()}
 
 
+FASTER_FLOAT = 1.2  # a float precision that holds the bound and is this much faster than the INT8 is named
+
+
+def _faster_float(alternatives: dict | None, final: float) -> str | None:
+    """The native float precisions (bf16 on AMX/AVX512-BF16) that hold the bound and run ``FASTER_FLOAT`` times
+    faster than the INT8 result ``final`` (ms), said with what to type; None when there are none. A small
+    recurrent model (g2p-en's GRU on an AMX CPU: OpenVINO bf16 x1.54 over ONNX Runtime FP32, its INT8 x1.12 at
+    best) can be faster in bf16 than any INT8: ``--precision int8`` keeps 8 bits, and says so."""
+    named = [f"{k} holds the bound and is x{final / v['latency_ms']:.2g} faster ({v['latency_ms']:.3g} ms vs "
+             f"{final:.3g} ms, {v['drop']}; quick estimate): {v['suggest']}"
+             for k, v in (alternatives or {}).items()
+             if v.get("holds") and v.get("latency_ms") and final >= FASTER_FLOAT * v["latency_ms"]]
+    return "; ".join(named) or None
+
+
 def speed_verdict(latency: dict, *, final_key: str, runtime: str, min_speedup: float | None, ctx,
                   prefix: str, alternatives: dict | None = None, threads: int | None = None) -> dict:
     """Compare the searched INT8 result with FP32 (``latency`` from :func:`interleaved_latency_ms`):
@@ -647,6 +648,9 @@ def speed_verdict(latency: dict, *, final_key: str, runtime: str, min_speedup: f
         entry["warning"] = msg
         if min_speedup is None:
             ctx.warn(msg)
+    elif speedup is not None and (better := _faster_float(alternatives, final)):
+        entry["faster_float"] = better
+        ctx.warn(f"{prefix}: INT8 is x{speedup:g} over FP32, but " + better)
     if min_speedup is not None and (speedup is None or speedup < min_speedup):
         raise GateFailedError(f"{prefix}: INT8 speed-up x{speedup or 0:g} over FP32 is below --min-speedup {min_speedup:g} "
                               f"({final:.3g} ms vs {fp32:.3g} ms, quick estimate)"

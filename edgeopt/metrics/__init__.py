@@ -186,6 +186,12 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     return m
 
 
+def pinned_spec(spec: MetricSpec | None, kind) -> MetricSpec:
+    """``spec`` with its metric fixed to ``kind`` (the one chosen on all the samples): parts of the data, or
+    random halves of it, are then scored by the same metric, never by one chosen again on fewer samples."""
+    return (spec or MetricSpec()).model_copy(update={"name": kind})
+
+
 def judges_every_output(spec: MetricSpec | None, labels, output_names: list[str]) -> bool:
     """``--metric all_outputs``, or nothing said about the metric (no flag, no labels, which belong to one output)
     on a model with more than one output (``output_names``)."""

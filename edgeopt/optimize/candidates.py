@@ -107,10 +107,17 @@ def folded(fields: dict) -> dict:
 def dropped_why(c, winner, bound: float) -> str:
     """Why candidate ``c`` (an ``optimize.optimizer.Candidate``) was not the winner (or that it was), from the final
     figures."""
+    from edgeopt.metrics.halves import one_in
+
     if c.error:
         return f"failed to build: {c.error}"
     if c.accuracy_drop is None:
         return "accuracy not measured (no real --eval data): not judged against the bound"
+    if not c.feasible and c.accuracy_drop <= bound and c.halves_drop_p90 is not None:
+        return (f"over the bound on random halves of the eval data: drop {c.accuracy_drop:.2f} on all of it but "
+                f"{c.halves_drop_p90:.2f} > {bound:g} points on 1 in {one_in()} halves")
+    if not c.feasible and c.accuracy_drop <= bound:
+        return f"over the bound with one sample's room: drop {c.accuracy_drop:.2f}, bound {bound:g} points"
     if not c.feasible:
         return f"over the bound: drop {c.accuracy_drop:.2f} > {bound:g} points"
     if winner is None or c.p50_ms is None:

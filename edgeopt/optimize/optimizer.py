@@ -73,6 +73,7 @@ class Candidate(BaseModel):
     accuracy_reference: float | None = None
     accuracy_drop: float | None = None
     accuracy_basis: str | None = None  # "labels" or "agreement with FP32 (no labels)"
+    halves_drop_p90: float | None = None  # the drop on 1 in 10 random halves of the eval data (not counted metrics)
     feasible: bool = False
     error: str | None = None
 
@@ -132,7 +133,7 @@ class _Search:
 
         v = load_artifact(b.artifact).validation
         c.artifact, c.cached, c.build_seconds = str(b.artifact), b.cached, round(time.perf_counter() - t0, 3)
-        from edgeopt.validation_model import counted_drop, validation_points, within_bound
+        from edgeopt.validation_model import counted_drop, holds_bound, within_bound
 
         drop, vs_fp32 = counted_drop(v)  # the one rule the gates use: labels, else the task metric vs FP32
         if drop is not None and not vs_fp32:
@@ -145,8 +146,9 @@ class _Search:
             c.accuracy = round(100.0 * v.top1_agreement, 4)
             c.accuracy_drop = round(100.0 - c.accuracy, 4)
             c.accuracy_basis = "agreement with FP32 (no labels)"
-        points = validation_points(v) if drop is not None else None  # the convert gate's rule: one sample of room
-        c.feasible = within_bound(c.accuracy_drop, self.bound, points)
+        # the convert gate's rules (one sample of room, or the halves rule), judged as the INT8 search judged
+        c.feasible = holds_bound(v, self.bound) if drop is not None else within_bound(c.accuracy_drop, self.bound, None)
+        c.halves_drop_p90 = v.halves_drop_p90 if drop is not None else None
         self.candidates.append(c)
         return c
 
@@ -424,7 +426,8 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     for row in trail:  # the path's steps; pruned/recovered and every precision candidate shown, kept or not
         c = row["candidate"]
         waterfall.append({"step": row["step"], "label": c.label, "p50_ms": c.p50_ms, "accuracy": c.accuracy,
-                          "accuracy_drop": c.accuracy_drop, "within_bound": c.feasible, "kept": row["kept"],
+                          "accuracy_drop": c.accuracy_drop, "halves_drop_p90": c.halves_drop_p90,
+                          "within_bound": c.feasible, "kept": row["kept"],
                           "why": dropped_why(c, winner, max_accuracy_drop), **({"error": c.error} if c.error else {})})
     points = [c.model_dump(include={"label", "p50_ms", "accuracy", "accuracy_drop", "feasible"})
               for c in s.candidates if c.artifact]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from edgeopt.pipeline.recipe import Gates, LatencySource
-from edgeopt.validation_model import Validation, counted_drop, validation_points, within_bound
+from edgeopt.validation_model import Validation, counted_drop, holds_bound
 
 
 class GateResult(BaseModel):
@@ -61,7 +61,7 @@ def check(gates: Gates, *, validation: Validation | None, bench: dict | None, es
             src += f", {v.metric}" + (" (no labels: vs FP32)" if vs_fp32 else "")
         unit = "dB" if v is not None and v.metric_unit == "dB" else "pts"
         out.append(GateResult(gate="max_accuracy_drop", threshold=gates.max_accuracy_drop, value=value, unit=unit,
-                              source=src, passed=within_bound(value, gates.max_accuracy_drop, validation_points(v))))
+                              source=src, passed=holds_bound(v, gates.max_accuracy_drop)))
     if gates.max_p99_latency_ms is not None:
         like = measured_here_for(target_profile)
         use_measured = gates.latency_source == LatencySource.MEASURED or (
