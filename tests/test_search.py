@@ -556,3 +556,25 @@ def test_int8_faster_than_fp32_still_names_a_float_precision_that_holds_and_is_m
     assert bool(said) is named
     if named:
         assert "bf16 holds the bound and is x2.1 faster" in said[0] and "--precision bf16" in said[0]
+
+
+def test_a_native_float_is_judged_and_timed_beside_the_modes_never_chosen_by_them():
+    """choose_mode's ``floats`` (OpenVINO's bf16 where the CPU has it): judged by the search's rules, timed in the
+    same blocks, reported with whether it holds, and handed to the speed verdict; the choice stays an INT8 mode."""
+    from edgeopt.converters.quantize.bound import Bounded, ModeCandidate, choose_mode
+    from edgeopt.converters.quantize.modes import DynamicMode, QuantizedModel
+
+    _, w, search, confirm, fp32_run = _linear_model_search_data()
+    b = Bounded(search, confirm, fp32_run, 1)
+
+    def off(feed):  # a float precision that costs the bound: every score negated
+        return {"y": -(feed["x"] @ w)}
+
+    mode = ModeCandidate("dynamic per-channel", lambda: ("int8.onnx", fp32_run, QuantizedModel(None, DynamicMode(), 1, 0)))
+    choice = choose_mode([mode], b=b, bound=1.0, budget_s=60, fp32_timed=fp32_run, backend="openvino",
+                         floats={"bf16": (fp32_run, "--precision bf16"), "fp16": (off, "--precision fp16")})
+    assert choice.label == "dynamic per-channel" and set(choice.latency) == {"fp32", "dynamic per-channel"}
+    assert choice.floats["bf16"]["holds"] is True and choice.floats["bf16"]["latency_ms"] > 0
+    assert choice.floats["bf16"]["drop"].startswith("drop 0.00 points on all 40 eval samples")
+    assert choice.floats["fp16"]["holds"] is False and "on the search part" in choice.floats["fp16"]["drop"]
+    assert choice.report["floats"] == choice.floats

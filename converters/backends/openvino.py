@@ -278,7 +278,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     import openvino as ov
 
     from edgeopt.converters.quantize.bound import prepare
-    from edgeopt.converters.quantize.nncf_search import compiled_run, no_int8_holds, search_nncf
+    from edgeopt.converters.quantize.nncf_search import bf16_run, compiled_run, no_int8_holds, search_nncf
     from edgeopt.converters.quantize.search import QUICK_S, interleaved_latency_ms, speed_verdict
 
     bound = float(config.bound.max_accuracy_drop)
@@ -298,7 +298,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     in_names = [p.get_any_name() for p in ov_model.inputs]
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
-        bf16 = _bf16_run(core, ov_model, in_names, out_names, threads)
+        bf16 = bf16_run(core, ov_model, in_names, out_names, threads)
         raise no_int8_holds(result, bound, None if bf16 is None else
                             result.m_confirm.fp32_value - result.m_confirm.score(bf16, confirm), config.device)
     q = result.best.artifact
@@ -318,9 +318,10 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
     """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
     with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points
     (``holds``: its drop there is within ``bound``)."""
+    from edgeopt.converters.quantize.nncf_search import BF16_SUGGEST, bf16_run
     from edgeopt.converters.quantize.search import interleaved_latency_ms
 
-    run = _bf16_run(core, ov_model, in_names, out_names, threads)
+    run = bf16_run(core, ov_model, in_names, out_names, threads)
     if run is None:
         return None
     ms = interleaved_latency_ms({"bf16": run}, feed)["bf16"]
@@ -328,16 +329,7 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
     drop = result.m_confirm.fp32_value - value
     return {"bf16": {"latency_ms": ms, "value": round(value, 4), "holds": bool(drop <= bound + 1e-9),
                      "drop": f"drop {drop:.2f} points on the held-out part",
-                     "suggest": "--precision bf16 (an OpenVINO artifact run in bf16)"}}
-
-
-def _bf16_run(core, ov_model, in_names, out_names, threads):
-    """OpenVINO's bf16 run of the FP32 model where this CPU runs bf16 natively (AMX/AVX512-BF16), else None."""
-    from edgeopt.converters.quantize.nncf_search import compiled_run
-
-    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
-        return None
-    return compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
+                     "suggest": BF16_SUGGEST}}
 
 
 def ov_run_fn(artifact_dir, runtime: dict, threads: int | None = None):

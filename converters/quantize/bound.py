@@ -92,11 +92,16 @@ class ModeChoice:
     quantized: Any = None  # its QuantizedModel
     report: dict = field(default_factory=dict)
     latency: dict = field(default_factory=dict)  # p50 ms per candidate timed, and "fp32"
+    floats: dict | None = None  # the native float precisions judged and timed beside them (speed_verdict's alternatives)
 
 
 def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, budget_s: float, fp32_timed: Callable,
-                backend: str, progress=None, feed: dict | None = None) -> ModeChoice:
-    """The fastest candidate within ``bound`` on both parts, timed on the backend against ``fp32_timed``."""
+                backend: str, progress=None, feed: dict | None = None,
+                floats: dict[str, tuple[Callable, str]] | None = None) -> ModeChoice:
+    """The fastest candidate within ``bound`` on both parts, timed on the backend against ``fp32_timed``.
+    ``floats``: native float precisions of the FP32 model (``{"bf16": (run, what to type)}``), judged by the same
+    rules and timed in the same blocks, never chosen here (``--precision int8`` keeps 8 bits): the speed verdict
+    names one that holds and is faster (``ModeChoice.floats``)."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=f"INT8 mode search ({backend})", metric_spec=b.metric,
                        search_path=b.search_path, whole=b.whole)
@@ -134,6 +139,7 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                 row.update(verdict="dropped", why=f"over the bound: {s.why_missed(c)}")
             elif q.quantized_units == 0:
                 row.update(verdict="dropped", why="quantizes nothing (every op with weights stayed float)")
+        judged = {name: (s.judge(run), run, suggest) for name, (run, suggest) in (floats or {}).items()}
     finally:
         s.close()
     within = [r["mode"] for r in rows if "verdict" not in r]
@@ -143,8 +149,12 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
               **({"eval_too_small": s.report["eval_too_small"]} if "eval_too_small" in s.report else {})}
     if not within:
         return ModeChoice(None, report=report)
-    runs = {"fp32": fp32_timed, **{label: built[label][1] for label in within}}
+    runs = {"fp32": fp32_timed, **{label: built[label][1] for label in within},
+            **{name: run for name, (_, run, _) in judged.items()}}
     latency = blocked_latency_ms(runs, feed if feed is not None else b.search.feed(0))
+    alternatives = {name: _float_row(s, c, latency.pop(name), suggest) for name, (c, _, suggest) in judged.items()}
+    if alternatives:
+        report["floats"] = alternatives
     best = min(within, key=lambda label: latency[label])
     for r in rows:
         if r["mode"] in latency:
@@ -157,4 +167,12 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     report.update(chosen=best, timing=f"p50 ms, each in its own block of calls, {b.threads} threads, vs FP32 "
                                       f"{latency['fp32']:.3g} ms on the same backend (a quick estimate)")
     artifact, _, quantized = built[best]
-    return ModeChoice(best, artifact, quantized, report, latency)
+    return ModeChoice(best, artifact, quantized, report, latency, alternatives or None)
+
+
+def _float_row(s: BudgetedSearch, c, ms: float, suggest: str) -> dict:
+    """A native float precision judged by the search's rules (``c``) and timed beside the modes: the speed verdict's
+    ``alternatives`` entry."""
+    drop = (f"drop {s.m_all.fp32_value - c.all_value:.2f} points on all {s.m_all.samples} eval samples"
+            if c.all_value is not None else f"drop {s.drop(c.search_value):.2f} points on the search part")
+    return {"latency_ms": ms, "holds": bool(c.met), "drop": drop, "suggest": suggest}

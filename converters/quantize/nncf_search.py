@@ -597,6 +597,16 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
                                     "nncf.quantize with the same ops in ignored_scope missed the bound", **entry}
 
 
+BF16_SUGGEST = "--precision bf16 (an OpenVINO artifact run in bf16)"
+
+
+def bf16_run(core, ov_model, in_names, out_names, threads):
+    """OpenVINO's bf16 run of the FP32 model where this CPU runs bf16 natively (AMX/AVX512-BF16), else None."""
+    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        return None
+    return compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
+
+
 def no_int8_holds(result: SearchResult, bound: float, bf16_drop: float | None, device: str = "CPU"):
     """The exit-5 error of a search with no INT8 within the bound (:func:`.search.gate_failure`'s figures), with the
     ways out an OpenVINO build has: ONNX Runtime's own INT8 search, or a float precision (bf16 where this CPU runs it

@@ -20,7 +20,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     """The chosen quantized ``ov.Model``, or None when no mode held the bound (pinned: exit 5 instead)."""
     import openvino as ov
 
-    from .nncf_search import compiled_run, judged_at
+    from .nncf_search import BF16_SUGGEST, bf16_run, compiled_run, judged_at
 
     b = prepare(ctx, "openvino", onnx_path, config.bound)
     core = ov.Core()
@@ -37,10 +37,12 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
         return go
 
     modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
+    bf16 = bf16_run(core, ov_model, in_names, out_names, b.threads)  # where the CPU has it: named if faster
     choice = choose_mode([ModeCandidate(m.label(), build(m)) for m in modes], b=b, bound=float(config.bound.max_accuracy_drop),
                          budget_s=config.bound.search_budget, backend="openvino", progress=ctx.progress,
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
-                         feed=(ctx.check_samples or b.search).feed(0))
+                         feed=(ctx.check_samples or b.search).feed(0),
+                         floats=None if bf16 is None else {"bf16": (bf16, BF16_SUGGEST)})
     report["mode_search"] = choice.report | judged_at(config.inference_precision.value)
     if choice.label is None:
         if pinned:
@@ -52,7 +54,8 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     report.update(mode=choice.quantized.mode.kind.value,
                   method=f"{choice.label} INT8 (NNCF), the fastest mode within the bound")
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
-                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads)
+                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads,
+                                    alternatives=choice.floats)
     return choice.artifact
 
 

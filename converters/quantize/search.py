@@ -634,7 +634,8 @@ def speed_verdict(latency: dict, *, final_key: str, runtime: str, min_speedup: f
              "note": "quick interleaved p50 on this machine before the artifact was written: an estimate, "
                      "not a benchmark (use edgeopt bench)",
              "machine": {k: v for k, v in cpu_facts().items() if k in ("model", "cores", "logical_cpus")}}
-    faster = [f"{k} ({v['latency_ms']:.3g} ms, {v['drop']})" for k, v in (alternatives or {}).items()
+    faster = [f"{k} ({v['latency_ms']:.3g} ms, {v['drop']}{': ' + v['suggest'] if v.get('holds') else ''})"
+              for k, v in (alternatives or {}).items()
               if v.get("latency_ms") is not None and v["latency_ms"] < final]
     if alternatives:
         entry["alternatives"] = alternatives
