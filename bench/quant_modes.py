@@ -193,13 +193,16 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
     if host_has_bf16():
         rows.append(_built("openvino", "bf16", lambda: (ov_shipped_run(fp32, work / "ov-bf16", threads, "bf16"), every)))
 
-    def nncf(mode):
+    def nncf(mode, hint="f32"):
         q = vq.quantize(model, mode, work / f"ov-{mode.kind.value}.xml", calib=calib)
-        return (ov_shipped_run(core.read_model(str(q.path)), work / f"ov-{mode.kind.value}", threads),
+        return (ov_shipped_run(core.read_model(str(q.path)), work / f"ov-{mode.kind.value}-{hint}", threads, hint),
                 (q.quantized_units, q.float_units))
 
     for mode in (StaticMode(), WeightsMode()):
         rows.append(_built("openvino", mode.label(), lambda m=mode: nncf(m)))
+    if host_has_bf16():  # INT8 weights, float ops and activations in bf16: a candidate of convert's search here
+        for mode in (StaticMode(), WeightsMode()):
+            rows.append(_built("openvino", f"{mode.label()}, bf16 activations", lambda m=mode: nncf(m, "bf16")))
     return rows
 
 

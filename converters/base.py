@@ -112,6 +112,8 @@ class ChainOptions(StageConfig):
     profile_name: str | None = None
     profile_has_gpu: bool | None = None
     sparse_units: tuple[str, ...] | None = None  # the profile's units with 2:4 sparse tensor cores
+    # the float precisions the profile's unit runs natively on the chosen backend (edgeopt.float_precisions)
+    native_floats: tuple[str, ...] | None = None
 
 
 @dataclass

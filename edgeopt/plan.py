@@ -305,7 +305,7 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
-    from edgeopt.float_precisions import check_native
+    from edgeopt.float_precisions import check_native, native_float_precisions
 
     check_native(profile, backend_name, prec)  # bf16 only where the profile's unit runs it natively
     quant_mode = _enum(QuantMode, _pick(r.quant_mode, QuantMode.AUTO), "--quant-mode")
@@ -341,6 +341,7 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
             profile_name=profile.name,
             profile_has_gpu=profile.unit(UnitKind.GPU) is not None,
             sparse_units=tuple(u.kind.value for u in profile.compute_units if u.sparse_peak_gops is not None),
+            native_floats=tuple(p.value for p in native_float_precisions(profile, backend_name)),
         )
     except ValidationError as err:
         raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err

@@ -46,6 +46,25 @@ def tiny_lstm(path: Path, steps: int = 20, feat: int = 16, hidden: int = 32, out
     return path
 
 
+def bf16_here() -> bool:
+    """This CPU runs bf16 natively (AMX/AVX512-BF16) and so does the host profile made from it: the host's
+    OpenVINO INT8 mode search then tries each mode with bf16 activations too."""
+    import openvino as ov
+
+    from edgeopt.enums import Precision
+    from edgeopt.float_precisions import native_float_precisions
+    from edgeopt.profiles import load_profile
+
+    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES") and \
+        Precision.BF16 in native_float_precisions(load_profile("host"), "openvino")
+
+
+def ov_mode_rows(*modes: str) -> set[str]:
+    """The OpenVINO mode search's candidates on the host profile: ``modes``, and each with bf16 activations where
+    this CPU runs bf16."""
+    return set(modes) | ({f"{m}, bf16 activations" for m in modes} if bf16_here() else set())
+
+
 def lstm_data(n: int, seed: int) -> Dataset:
     x = np.random.default_rng(seed).normal(size=(n, 1, 20, 16)).astype(np.float32)
     return Dataset({"x": x}, ranks={"x": 3})
@@ -214,9 +233,10 @@ def test_auto_with_a_bound_tries_weight_only_and_static_on_a_recurrent_model(tmp
     assert r.returncode == 0, r.stderr
     rep = _quantize_report(tmp_path / "ov", "openvino")
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
-    assert set(rows) == {"weights per-channel", "static per-channel"}
+    assert set(rows) == ov_mode_rows("weights per-channel", "static per-channel")
     assert rows["static per-channel"]["verdict"] == "dropped" and "over the bound" in rows["static per-channel"]["why"]
-    assert rep["mode"] == "weights" and rows["weights per-channel"]["verdict"] == "chosen"
+    [chosen] = [m for m, row in rows.items() if row["verdict"] == "chosen"]
+    assert rep["mode"] == "weights" and chosen.startswith("weights per-channel")
     assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
     assert "openvino modes: weights per-channel: chosen" in r.stdout  # the report says it once, from mode_search
     assert "static per-channel: dropped (over the bound" in r.stdout and "dropped" not in rep["mode_reason"]
@@ -233,7 +253,7 @@ def test_auto_with_a_bound_on_a_cnn_tries_weight_only_and_static_on_openvino(tmp
     assert r.returncode == 0, r.stderr
     rep = _quantize_report(tmp_path / "cnn", "openvino")
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
-    assert set(rows) == {"weights per-channel", "static per-channel"}
+    assert set(rows) == ov_mode_rows("weights per-channel", "static per-channel")
     assert "weight-only and static INT8 are both built" in rep["mode_reason"] and "not tried" not in rep["mode_reason"]
     chosen = [m for m, row in rows.items() if row["verdict"] == "chosen"]
     if chosen:  # the fastest of those within the bound, the other dropped with its reason
@@ -271,6 +291,52 @@ def test_an_npu_profile_judges_the_candidates_at_the_precision_the_artifact_runs
     assert on["why"].startswith("NPU is not on this machine")
     assert ("the artifact is checked on CPU" + (f", which runs its f16 precision hint as {ran}" if ran != "f16" else "")
             in r.stderr)
+
+
+@pytest.mark.openvino
+def test_int8_weights_with_bf16_activations_are_candidates_where_the_cpu_runs_bf16(tmp_path, cli):
+    """On a CPU with AMX/AVX512-BF16 (the host profile made from it), OpenVINO's own recipe there, INT8 weights
+    with float ops and activations in bf16, is a candidate of each mode, judged and timed like the others; when
+    chosen the artifact runs at the bf16 hint and says so (g2p-en's GRU on an AMX Xeon: weight-only INT8 with bf16
+    activations x1.89 over OpenVINO FP32, weight-only at f32 x0.97). Without bf16 here only the f32 candidates."""
+    model = tiny_lstm(tmp_path / "lstm.onnx")
+    np.savez(tmp_path / "cal.npz", x=lstm_data(64, 1).arrays["x"][:, 0])
+    np.savez(tmp_path / "ev.npz", x=lstm_data(64, 2).arrays["x"][:, 0])
+    r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
+            "--quant-mode", "weights", "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"),
+            "--max-accuracy-drop", "5", "-o", str(tmp_path / "ov"), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "ov" / "manifest.json").read_text())
+    rep = _quantize_report(tmp_path / "ov", "openvino")
+    rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
+    assert set(rows) == ov_mode_rows("weights per-channel")
+    [chosen] = [m for m, row in rows.items() if row["verdict"] == "chosen"]
+    hint = "bf16" if chosen.endswith("bf16 activations") else "f32"
+    assert manifest["precision"] == "int8" and rep["mode"] == "weights" and rep["quantized"]["quantized_units"] >= 1
+    assert manifest["runtime"]["settings"]["inference_precision"] == hint
+    assert rep.get("int8_activations", "f32") == hint
+    from edgeopt.runtime.runners import open_runner
+
+    with open_runner(str(tmp_path / "ov"), threads=1) as runner:
+        assert runner.properties["INFERENCE_PRECISION_HINT"] == hint  # what the CPU plugin compiled it with
+
+
+def test_bf16_activations_are_planned_only_for_a_cpu_with_native_bf16_and_tried_only_where_it_can_be_checked():
+    from edgeopt.converters.quantize.ov_modes import activation_hints
+    from edgeopt.plan import make_plan
+    from edgeopt.profiles import load_profile
+
+    def ov_config(profile):
+        plan = make_plan(load_profile(profile), backend="openvino", precision="int8")
+        return next(s for s in plan.stages if s.name == "openvino").config
+
+    avx512 = ov_config("x86-avx512")
+    assert [h.value for h in avx512.int8_activation_hints] == ["bf16"]
+    assert ov_config("intel-npu").int8_activation_hints == ()  # an NPU runs its own f16 hint
+    report: dict = {}
+    assert activation_hints(avx512, False, report) == []  # a CPU here without bf16 can't check them: said
+    assert "can't be checked here" in report["int8_activation_hints_skipped"]
+    assert activation_hints(avx512, True, {}) == ["bf16"]
 
 
 def test_an_npu_int8_miss_names_the_precision_it_was_judged_at_and_the_cpu_build():

@@ -62,6 +62,9 @@ class OpenVINOConfig(StageConfig):
     model_type: str | None = None  # "transformer" for attention models
     fast_bias_correction: bool = True
     ignored_scope: tuple[str, ...] = ()  # OpenVINO op names kept in float
+    # precision hints the bounded INT8 mode search also tries each mode at (its float ops and activations): bf16
+    # where the profile's CPU runs it natively (OpenVINO's own default there), INT8 weights kept
+    int8_activation_hints: tuple[InferencePrecision, ...] = ()
     bound: AccuracyBound = AccuracyBound()  # the accuracy-aware search's bound, metric and budget (the planner's)
 
 
@@ -93,6 +96,9 @@ class OpenVINOBackend(Backend):
                 kw[key] = s[key]
         if options.precision == Precision.BF16:
             kw["inference_precision"] = InferencePrecision.BF16
+        elif options.precision == Precision.INT8 and kw.get("device", "CPU") == "CPU" and \
+                kw.get("inference_precision", "f32") == "f32" and Precision.BF16.value in (options.native_floats or ()):
+            kw["int8_activation_hints"] = (InferencePrecision.BF16,)
         elif options.precision == Precision.FP32 and kw.get("inference_precision") == InferencePrecision.BF16.value:
             raise UsageError("openvino: the profile's inference_precision bf16 would run an fp32 artifact in bf16",
                              "use --precision bf16 (the artifact then says bf16), or inference_precision f32")
@@ -120,17 +126,18 @@ class OpenVINOBackend(Backend):
             ran = cpu_runs_hint_as(hint)
             ctx.warn(f"openvino: device {config.device} is not on this machine; the artifact is checked on CPU"
                      + (f", which runs its {hint} precision hint as {ran}" if ran != hint else ""))
+        hint = config.inference_precision.value
         if config.precision == Precision.INT8:
             from edgeopt.converters.quantize.openvino_quantizer import count_units
 
-            ov_model = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
+            ov_model, hint = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
             n_q, n_f = count_units(ov_model)
             report.setdefault("mode", QuantMode.STATIC.value)
             report["quantized"] = {"mode": report["mode"], "backend": self.backend.value, "quantized_units": n_q,
                                    "float_units": n_f, "units": "ops with weights (Convolution, MatMul, LSTM, ...)"}
         settings = {
             "device": config.device,
-            "inference_precision": config.inference_precision.value,
+            "inference_precision": hint,
             "performance_hint": config.performance_hint,
             "threads": config.threads,
         }
@@ -191,14 +198,15 @@ class OpenVINOBackend(Backend):
             with library_prints(), nncf_logs_follow_prints():  # stdout is the CLI's output
                 if config.mode == QuantMode.WEIGHTS or (config.mode == QuantMode.AUTO and
                                                         config.bound.max_accuracy_drop is not None):
-                    q = self._modes(ov_model, config, ctx, model, report, proto, common)
-                    if q is not None:
-                        return q
+                    chosen = self._modes(ov_model, config, ctx, model, report, proto, common)
+                    if chosen is not None:
+                        return chosen
+                hint = config.inference_precision.value
                 if config.bound.max_accuracy_drop is None:
-                    return nncf.quantize(ov_model, calib, **common)
+                    return nncf.quantize(ov_model, calib, **common), hint
                 q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
                 report["accuracy_aware"] = aa
-                return q
+                return q, hint
         except (GateFailedError, UsageError):
             raise
         except Exception as err:  # noqa: BLE001
@@ -209,7 +217,8 @@ class OpenVINOBackend(Backend):
     @staticmethod
     def _modes(ov_model, config, ctx, model, report, proto, common):
         """Weight-only (pinned), or the bounded auto search over weight-only and static as built, on every graph
-        (the fastest within the bound kept); None: no mode held the bound, go on with static and its fallbacks."""
+        (the fastest within the bound kept), each also at ``int8_activation_hints``: (the quantized model, the
+        precision hint it runs at); None: no mode held the bound, go on with static and its fallbacks."""
         from edgeopt.converters.quantize.dynamic import op_mix
         from edgeopt.converters.quantize.modes import WeightsMode
         from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
@@ -218,7 +227,7 @@ class OpenVINOBackend(Backend):
         pinned = config.mode == QuantMode.WEIGHTS
         if pinned and config.bound.max_accuracy_drop is None:
             report.update(mode=QuantMode.WEIGHTS.value, method="nncf.compress_weights INT8 (weights only)")
-            return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode())
+            return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode()), config.inference_precision.value
         mix = op_mix(proto)
         report.update(op_mix=mix, mode_reason="--quant-mode weights: weight-only INT8 judged on the bound" if pinned
                       else auto_reason(mix))

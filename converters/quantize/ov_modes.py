@@ -17,7 +17,9 @@ RUNTIME = "openvino CPU (INFERENCE_PRECISION_HINT f32)"
 
 
 def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, report: dict, *, pinned: bool):
-    """The chosen quantized ``ov.Model``, or None when no mode held the bound (pinned: exit 5 instead)."""
+    """The chosen quantized ``ov.Model`` and the precision hint it runs at (its float ops and activations: the
+    config's, or one of ``int8_activation_hints`` where this CPU runs it natively), or None when no candidate held
+    the bound (pinned: exit 5 instead)."""
     import openvino as ov
 
     from .nncf_search import BF16_SUGGEST, bf16_run, compiled_run, judged_at
@@ -26,24 +28,30 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     core = ov.Core()
     in_names = [p.get_any_name() for p in ov_model.inputs]
     out_names = [o.name for o in b.fp32_run.session.get_outputs()]
+    base = config.inference_precision.value
+    quantized: dict[str, tuple] = {}  # mode label -> (model, units): one NNCF call a mode, whatever the hint
 
-    def build(mode):
+    def build(mode, hint):
         def go():
-            q = OpenVINOQuantizer.quantize_model(ov_model, mode, calib=calib, input_names=in_names, common=common)
-            n_q, n_f = count_units(q)
+            if mode.label() not in quantized:
+                q = OpenVINOQuantizer.quantize_model(ov_model, mode, calib=calib, input_names=in_names, common=common)
+                quantized[mode.label()] = (q, count_units(q))
+            q, (n_q, n_f) = quantized[mode.label()]
             # judged at the hint the artifact runs with (an NPU profile's f16), as its validation runs it
-            return q, compiled_run(core, q, in_names, out_names, b.threads, precision=config.inference_precision.value), \
+            return (q, hint), compiled_run(core, q, in_names, out_names, b.threads, precision=hint), \
                 QuantizedModel(None, mode, n_q, n_f)
         return go
 
-    modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
     bf16 = bf16_run(core, ov_model, in_names, out_names, b.threads)  # where the CPU has it: named if faster
-    choice = choose_mode([ModeCandidate(m.label(), build(m)) for m in modes], b=b, bound=float(config.bound.max_accuracy_drop),
-                         budget_s=config.bound.search_budget, backend="openvino", progress=ctx.progress,
+    hints = [base, *activation_hints(config, bf16 is not None, report)]
+    modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
+    choice = choose_mode([ModeCandidate(mode_label(m, h, base), build(m, h)) for h in hints for m in modes], b=b,
+                         bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
+                         backend="openvino", progress=ctx.progress,
                          fp32_timed=compiled_run(core, ov_model, in_names, out_names, b.threads),
                          feed=(ctx.check_samples or b.search).feed(0),
                          floats=None if bf16 is None else {"bf16": (bf16, BF16_SUGGEST)})
-    report["mode_search"] = choice.report | judged_at(config.inference_precision.value)
+    report["mode_search"] = choice.report | judged_at(base)
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]
@@ -51,12 +59,31 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                                   f"{row.get('why', '')}", "use --quant-mode auto, relax the bound, or --precision fp32",
                                   details=choice.report)
         return None
+    q, hint = choice.artifact
     report.update(mode=choice.quantized.mode.kind.value,
                   method=f"{choice.label} INT8 (NNCF), the fastest mode within the bound")
+    if hint != base:
+        report["int8_activations"] = hint
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino", threads=b.threads,
                                     alternatives=choice.floats)
-    return choice.artifact
+    return q, hint
+
+
+def mode_label(mode, hint: str, base: str) -> str:
+    """A candidate's name: the mode, and the precision its float ops run at when not the config's own."""
+    return mode.label() if hint == base else f"{mode.label()}, {hint} activations"
+
+
+def activation_hints(config, cpu_runs_bf16: bool, report: dict) -> list[str]:
+    """The config's ``int8_activation_hints`` this machine can check (bf16 needs AMX/AVX512-BF16 here too: the
+    search and the validation run the artifact here); one it can't is said in the report."""
+    hints = [h.value for h in config.int8_activation_hints]
+    if hints and not cpu_runs_bf16:
+        report["int8_activation_hints_skipped"] = (f"{', '.join(hints)} activations not tried: this machine's CPU "
+                                                   "doesn't run bf16 natively, so they can't be checked here")
+        return []
+    return hints
 
 
 def auto_reason(mix: dict) -> str:
