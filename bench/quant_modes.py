@@ -20,7 +20,8 @@ Models:
 
 Native float precisions are rows too: on a CPU with AMX/AVX512-BF16 (``native_float_precisions`` of the
 ``host`` profile), OpenVINO's bf16 (the FP32 model compiled with ``INFERENCE_PRECISION_HINT`` bf16: what a
-``--precision bf16`` artifact runs).
+``--precision bf16`` artifact runs), and each OpenVINO INT8 mode with bf16 activations (INT8 weights, its float ops
+run at the bf16 hint: candidates of convert's own OpenVINO search on such a CPU, so INT8 rows).
 
 Every plain candidate is built from the **normalized** graph (``converters/normalize.py``'s stage, run here as convert
 runs it: shapes checked, constants and Conv+BN folded with onnxslim), the graph convert quantizes, so a plain
@@ -37,7 +38,7 @@ error. ``choice`` runs the CLI as a user would (``convert --backend onnxruntime`
 
 Per model the JSON has the fastest candidate within the bound among the plain rows and convert's chosen rows
 together (``fastest_within_bound``; bf16 counts) and among the INT8 rows only (``fastest_int8_within_bound``:
-``--precision int8`` does not pick bf16, by decision), and each chosen row's ratio to both (``chosen[backend]
+``--precision int8`` does not pick plain bf16, by decision; INT8 with bf16 activations counts), and each chosen row's ratio to both (``chosen[backend]
 .vs_fastest``: 0.95 or more is the issue's "within 5 %").
 
 Prints one JSON object. Not a test: no assertions.
@@ -408,8 +409,8 @@ def run_model(name: str, work: Path, bound: float, rounds: int, threads: int) ->
             "best_int8_within_bound": best_int8 and {k: best_int8[k] for k in ("backend", "mode", "x_vs_ort_fp32")},
             "fastest_within_bound": _brief(fastest["any"]), "fastest_int8_within_bound": _brief(fastest["int8"]),
             "compared": "fastest_*: plain rows (built from the normalized graph) and convert's chosen rows together, "
-                        "within the bound on unseen data; _int8: INT8 rows only (--precision int8 does not pick bf16, "
-                        "by decision)", "chosen": chosen}
+                        "within the bound on unseen data; _int8: INT8 rows only, with bf16 activations too (--precision "
+                        "int8 does not pick plain bf16, by decision)", "chosen": chosen}
 
 
 def _brief(r: dict | None) -> dict | None:

@@ -62,8 +62,15 @@ class Runner(base.Runner):
         self._out = [o.name for o in self.session.get_outputs()]
         self._io_in = {io["name"]: io for io in self._io("inputs")}
         self._io_out = self._io("outputs")
+        # no renamed or transposed input or output, outputs in the session's order: run() skips the mapping (its
+        # Python costs 1-3 us a call, 5 % of a 20 us model such as the digits CNN)
+        self._plain = all(io["transpose"] is None and io["runtime_name"] == io["name"]
+                          for io in [*self._io_in.values(), *self._io_out]) and \
+            [io["name"] for io in self._io_out] == self._out
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._plain:
+            return dict(zip(self._out, self.session.run(self._out, self._cast(feeds)), strict=True))
         ort_feeds = {}
         for name, arr in feeds.items():
             io = self._io_in.get(name, {"runtime_name": name, "transpose": None})
@@ -73,6 +80,16 @@ class Runner(base.Runner):
             ort_feeds[rt] = arr.astype(dt, copy=False) if dt is not None else arr
         results = dict(zip(self._out, self.session.run(self._out, ort_feeds), strict=True))
         return {io["name"]: self.from_runtime_layout(results[io["runtime_name"]], io) for io in self._io_out}
+
+    def _cast(self, feeds: dict) -> dict:
+        """``feeds`` with each array in its input's dtype (no copy where it already is)."""
+        out = {}
+        for name, arr in feeds.items():
+            dt = self._in.get(name)
+            if type(arr) is not np.ndarray or (dt is not None and arr.dtype != dt):
+                arr = np.asarray(arr) if dt is None else np.asarray(arr).astype(dt, copy=False)
+            out[name] = arr
+        return out
 
     def close(self) -> None:
         self.session = None
