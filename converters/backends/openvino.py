@@ -204,8 +204,10 @@ class OpenVINOBackend(Backend):
                 hint = config.inference_precision.value
                 if config.bound.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common), hint
-                q, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
+                q, hint, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
                 report["accuracy_aware"] = aa
+                if hint != config.inference_precision.value:
+                    report["int8_activations"] = hint
                 return q, hint
         except (GateFailedError, UsageError):
             raise
@@ -283,7 +285,8 @@ def stable_layer_names(xml_path, keep: set[str]) -> int:
 def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOConfig, ctx, onnx_path):
     """The budgeted accuracy-aware search over ``nncf.quantize`` (:mod:`edgeopt.converters.quantize.nncf_search`)
     on one part of the eval data, each hit confirmed on the other part (never seen by the search); then the
-    result is timed against FP32. Returns (quantized model, report)."""
+    result is timed against FP32; where the CPU runs bf16 natively, the hit also with bf16 activations, kept when it
+    holds and is faster. Returns (quantized model, the precision hint it runs at, report)."""
     import openvino as ov
 
     from edgeopt.converters.quantize.bound import prepare
@@ -311,16 +314,43 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
         raise no_int8_holds(result, bound, None if bf16 is None else
                             result.m_confirm.fp32_value - result.m_confirm.score(bf16, confirm), config.device)
     q = result.best.artifact
+    hint = config.inference_precision.value
     runs = {"fp32": compiled_run(core, ov_model, in_names, out_names, threads),
-            "int8_final": compiled_run(core, q, in_names, out_names, threads, precision=config.inference_precision.value)}
+            "int8_final": compiled_run(core, q, in_names, out_names, threads, precision=hint)}
     feed = (ctx.check_samples or search).feed(0)
+    bf16_acts = _hit_with_bf16_activations(core, q, in_names, out_names, config, result, report, threads)
+    if bf16_acts is not None:
+        runs["int8_bf16_activations"] = bf16_acts
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
+    final = "int8_final"
+    if bf16_acts is not None and latency["int8_bf16_activations"] < latency["int8_final"]:
+        final, hint = "int8_bf16_activations", InferencePrecision.BF16.value
+    if bf16_acts is not None:
+        report["bf16_activations"]["chosen"] = hint == InferencePrecision.BF16.value
     alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, bound)
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
-    report["speed"] = speed_verdict(latency, final_key="int8_final", runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
+    report["speed"] = speed_verdict(latency, final_key=final, runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino",
                                     alternatives=alternatives, threads=threads)
-    return q, report
+    return q, hint, report
+
+
+def _hit_with_bf16_activations(core, q, in_names, out_names, config, result, report: dict, threads):
+    """The search's hit (its units in float) run at the bf16 hint, where the profile's CPU and this one run bf16
+    natively: judged by the search's own rules; its run when it holds, to be timed against the hit at f32 (its
+    float units then run in bf16), else None. Said in ``report['bf16_activations']``."""
+    from edgeopt.converters.quantize.nncf_search import compiled_run
+    from edgeopt.converters.quantize.ov_modes import activation_hints
+
+    if InferencePrecision.BF16.value not in activation_hints(config, "BF16" in core.get_property(
+            "CPU", "OPTIMIZATION_CAPABILITIES"), report):
+        return None
+    run = compiled_run(core, q, in_names, out_names, threads, precision=InferencePrecision.BF16.value)
+    c = result.judge(run)
+    report["bf16_activations"] = {"met": bool(c.met), "search_value": round(c.search_value, 4),
+                                  **({} if c.confirm_value is None else {"confirm_value": round(c.confirm_value, 4)}),
+                                  **({} if c.halves_p90 is None else {"halves_drop_p90": c.halves_p90})}
+    return run if c.met else None
 
 
 def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, bound) -> dict | None:
