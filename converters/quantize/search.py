@@ -590,15 +590,18 @@ def interleaved_latency_ms(runs: dict[str, Callable], feed: dict, repeats: int =
 def blocked_latency_ms(runs: dict[str, Callable], feed: dict, *, calls: int = 20, rounds: int = 5,
                        target_s: float | None = QUICK_S) -> dict:
     """Each run timed in its own block of ``calls`` back-to-back calls (after one warm-up call), the blocks
-    alternating over ``rounds``: what one runtime leaves behind (ONNX Runtime's spinning pool threads, OpenMP)
-    falls on its own next call, not on another runtime's. With ``target_s``, more calls a block for fast models
-    (about ``target_s`` in all). Returns the p50 per run (ms): an estimate, not a benchmark."""
+    alternating over ``rounds`` in an order shuffled each round (seeded): what one runtime leaves behind (ONNX
+    Runtime's spinning pool threads, OpenMP, a cache another run filled) falls on its own next call, and on no run
+    always in the same place. With ``target_s``, more calls a block for fast models (about ``target_s`` in all).
+    Returns the p50 per run (ms): an estimate, not a benchmark."""
     one = _one_call_each_s(runs, feed)
     if target_s is not None:
         calls = max(calls, min(500, int(target_s / max(one, 1e-6) / rounds)))
     times: dict[str, list[float]] = {k: [] for k in runs}
+    order, rng = list(runs), np.random.default_rng(0)
     for _ in range(rounds):
-        for k, r in runs.items():
+        for i in rng.permutation(len(order)):
+            k, r = order[i], runs[order[i]]
             r(feed)
             for _ in range(calls):
                 t0 = time.perf_counter()
