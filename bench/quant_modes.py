@@ -361,6 +361,8 @@ def choice(model: Path, files: dict, backend: str, bound: float, metric: list[st
     row.update(stages=[s["name"] for s in manifest["stages"]], artifact=str(out), kept_in_float=[k.get("node") or k.get("quantizer") if isinstance(k, dict) else k
                                                  for k in kept],
                mode=rep.get("mode"), quantized=rep.get("quantized"), mode_reason=rep.get("mode_reason"),
+               int8_activations=rep.get("int8_activations"),
+               inference_precision=manifest["runtime"].get("settings", {}).get("inference_precision"),
                mode_search=rep.get("mode_search"), speed=(rep.get("speed") or {}).get("speedup_vs_fp32"),
                validation={k: manifest["validation"].get(k) for k in ("metric", "metric_reference", "metric_value",
                                                                        "metric_drop")})
@@ -443,9 +445,12 @@ def best_single(rows: list[dict], *, int8_only: bool = False, with_chosen: bool 
 
 def _chosen_label(c: dict) -> str:
     """What convert wrote: the mode search's chosen candidate, else the stage's mode (with the ops it kept float)."""
-    label = (c.get("mode_search") or {}).get("chosen") or f"{c['mode']}"
+    searched = (c.get("mode_search") or {}).get("chosen")
+    label = searched or f"{c['mode']}"
     kept = c.get("kept_in_float") or []
-    return label + (f", {len(kept)} ops kept float" if kept else "")
+    acts = c.get("int8_activations")  # the static search's hit kept with bf16 activations (a mode's label says it)
+    return label + (f", {len(kept)} ops kept float" if kept else "") + \
+        (f", {acts} activations" if acts and not searched else "")
 
 
 def chosen_row(backend: str, c: dict, threads: int) -> dict | None:
