@@ -327,7 +327,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
         final, hint = "int8_bf16_activations", InferencePrecision.BF16.value
     if bf16_acts is not None:
         report["bf16_activations"]["chosen"] = hint == InferencePrecision.BF16.value
-    alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, bound)
+    alternatives = _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, feed, result, bound) \
+        if config.int8_activation_hints else None  # bf16 only named where the profile runs it (not an NPU's)
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key=final, runtime="openvino CPU (INFERENCE_PRECISION_HINT f32)",
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="openvino",
@@ -339,11 +340,10 @@ def _hit_with_bf16_activations(core, q, in_names, out_names, config, result, rep
     """The search's hit (its units in float) run at the bf16 hint, where the profile's CPU and this one run bf16
     natively: judged by the search's own rules; its run when it holds, to be timed against the hit at f32 (its
     float units then run in bf16), else None. Said in ``report['bf16_activations']``."""
-    from edgeopt.converters.quantize.nncf_search import compiled_run
+    from edgeopt.converters.quantize.nncf_search import compiled_run, cpu_runs_bf16
     from edgeopt.converters.quantize.ov_modes import activation_hints
 
-    if InferencePrecision.BF16.value not in activation_hints(config, "BF16" in core.get_property(
-            "CPU", "OPTIMIZATION_CAPABILITIES"), report):
+    if InferencePrecision.BF16.value not in activation_hints(config, cpu_runs_bf16(core), report):
         return None
     run = compiled_run(core, q, in_names, out_names, threads, precision=InferencePrecision.BF16.value)
     c = result.judge(run)

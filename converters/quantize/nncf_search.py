@@ -615,9 +615,14 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
 BF16_SUGGEST = "--precision bf16 (an OpenVINO artifact run in bf16)"
 
 
+def cpu_runs_bf16(core) -> bool:
+    """Whether this machine's OpenVINO CPU plugin runs bf16 natively (AMX/AVX512-BF16)."""
+    return "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
 def bf16_run(core, ov_model, in_names, out_names, threads):
     """OpenVINO's bf16 run of the FP32 model where this CPU runs bf16 natively (AMX/AVX512-BF16), else None."""
-    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+    if not cpu_runs_bf16(core):
         return None
     return compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
 

@@ -22,7 +22,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     the bound (pinned: exit 5 instead)."""
     import openvino as ov
 
-    from .nncf_search import BF16_SUGGEST, bf16_run, compiled_run, judged_at
+    from .nncf_search import BF16_SUGGEST, bf16_run, compiled_run, cpu_runs_bf16, judged_at
 
     b = prepare(ctx, "openvino", onnx_path, config.bound)
     core = ov.Core()
@@ -42,8 +42,9 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                 QuantizedModel(None, mode, n_q, n_f)
         return go
 
-    bf16 = bf16_run(core, ov_model, in_names, out_names, b.threads)  # where the CPU has it: named if faster
-    hints = [base, *activation_hints(config, bf16 is not None, report)]
+    # plain bf16 judged beside the modes (named if faster) where the profile's CPU runs it natively and this one does
+    bf16 = bf16_run(core, ov_model, in_names, out_names, b.threads) if config.int8_activation_hints else None
+    hints = [base, *activation_hints(config, cpu_runs_bf16(core), report)]
     modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
     choice = choose_mode([ModeCandidate(mode_label(m, h, base), build(m, h)) for h in hints for m in modes], b=b,
                          bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
