@@ -120,7 +120,8 @@ SETTLED = {("tvm", "tuning_db_sha256"), ("prune", "auto_recover_config")}
 # set to the plan's own value: another one would make the dry run refuse the model (a shape it does not have)
 KEPT = {("normalize", "input_shapes"), ("prune", "criterion")}  # criterion: an enum of one
 # fields the generator has no other value for: one each accepts
-KNOWN_GOOD: dict[str, object] = {"metric": {"name": "top1"}}  # by field name: a MetricSpec is a sub-config
+KNOWN_GOOD: dict[str, object] = {"metric": {"name": "top1"},  # by field name: a MetricSpec is a sub-config
+                                  "int8_activation_hints": ["f16"]}  # a tuple of enums; planned () or ("bf16",)
 # plans that between them run every stage (the backend's stage is named after it)
 PLANS = [dict(backend="onnxruntime", precision="int8", prune=0.3, recover=True),
          dict(backend="openvino", precision="int8"), dict(backend="tflite", precision="int8"),
