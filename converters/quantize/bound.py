@@ -155,8 +155,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     alternatives = {name: _float_row(s, c, latency.pop(name), suggest) for name, (c, _, suggest) in judged.items()}
     if alternatives:
         report["floats"] = alternatives
-    best, tied = _best_of(within, latency, {r["mode"]: r.get("all_drop_points", 0.0) for r in rows})
     drops = {r["mode"]: r.get("all_drop_points") for r in rows}
+    best, tied = _best_of(within, latency, drops)
     for r in rows:
         if r["mode"] in latency:
             r.update(latency_ms=latency[r["mode"]], speedup_vs_fp32=round(latency["fp32"] / latency[r["mode"]], 3))

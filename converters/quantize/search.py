@@ -112,8 +112,8 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
 def half_metrics(outputs: list, both, spec, search_path) -> list:
     """The halves rule's (:mod:`edgeopt.metrics.halves`) random halves of the eval samples, each ``(indices,
     metric on that half)``: the halves the validation draws on the eval data as given, at their positions in
-    ``both`` (a shuffle of it), so the convert gate judges the search's choice on the same halves. Empty when the eval data is too small to halve or a half can't be scored (a user's
-    metric may need every label present)."""
+    ``both`` (a shuffle of it), so the convert gate judges the search's choice on the same halves. Empty when the
+    eval data is too small to halve or a half can't be scored (a user's metric may need every label present)."""
     out = []
     for idx in half_indices(len(both), order=both.positions):
         try:
