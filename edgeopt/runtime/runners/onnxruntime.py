@@ -10,6 +10,7 @@ board: said on stderr) or loaded it from the cache (``execution["engine"]``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -36,21 +37,15 @@ class Runner(base.Runner):
         except ImportError as err:
             raise base.RuntimeMissing("onnxruntime is not installed (pip install onnxruntime)") from err
         settings = self.runtime.get("settings", {})
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        level = settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-        if self.threads:
-            so.intra_op_num_threads = int(self.threads)
-        if settings.get("allow_spinning") is False:  # pool threads sleep after a call (a timing beside other runtimes)
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = session_options(ort, settings, self.threads)
         wanted = settings.get("provider") or CPU
         available = ort.get_available_providers()
         providers = session_providers(settings, available)
         path = os.path.join(artifact_dir, self.runtime["model"])
         cache = _engine_cache(providers)
         before, t0 = _files(cache), time.perf_counter()
-        self.session = ort.InferenceSession(path, so, providers=providers)
+        with stdout_to_stderr():  # a provider that fails to load prints on fd 1: keep stdout for the caller's JSON
+            self.session = ort.InferenceSession(path, so, providers=providers, **session_kwargs(settings))
         self.execution = execution_report(wanted, providers, self.session.get_providers(), available)
         self.provider = self.execution["provider"]
         if self.execution.get("why"):
@@ -93,6 +88,47 @@ class Runner(base.Runner):
 
     def close(self) -> None:
         self.session = None
+
+
+def session_options(ort, settings: dict, threads: int | None = None):
+    """The ``SessionOptions`` the artifact's settings ask for: graph optimization level (ALL unless set), threads,
+    and the pool threads' spinning."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    level = settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    if settings.get("allow_spinning") is False:  # pool threads sleep after a call (a timing beside other runtimes)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+def session_kwargs(settings: dict) -> dict:
+    """``InferenceSession``'s keyword arguments from the settings: ``disabled_optimizers`` (ONNX Runtime's own graph
+    optimizers left off, e.g. ``WeightBiasQuantization``, which turns a float bias into an int32 DequantizeLinear
+    that TensorRT's parser rejects and CUDA has no kernel for)."""
+    disabled = list(settings.get("disabled_optimizers") or ())
+    return {"disabled_optimizers": disabled} if disabled else {}
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """File descriptor 1 pointed at fd 2 for the block (what C++ code prints, e.g. an execution provider's load
+    errors, goes to stderr), then restored."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 to save (a closed stdout): nothing to redirect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def work_dir() -> str:

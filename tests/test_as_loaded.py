@@ -1,0 +1,90 @@
+"""The graph ONNX Runtime hands the provider is the graph that was checked: the Jetson artifact leaves ONNX Runtime's
+WeightBiasQuantization off (``runtime.settings.disabled_optimizers``), the runner applies it, the TensorRT Q/DQ
+rules run on the as-loaded graph, and ``inspect --as-loaded`` shows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MNIST = REPO / "fixtures" / "models" / "mnist_cnn.onnx"
+DATA = REPO / "fixtures" / "data"
+WBQ = "WeightBiasQuantization"
+
+pytestmark = [pytest.mark.slow, pytest.mark.onnxruntime]
+
+
+@pytest.fixture(scope="module")
+def orin_int8(tmp_path_factory):
+    """The MNIST CNN converted for jetson-orin-nano (ONNX Runtime, tensorrt-preset INT8) by the real converter."""
+    from edgeopt import convert
+
+    out = tmp_path_factory.mktemp("orin") / "mnist-orin"
+    convert(MNIST, "jetson-orin-nano", out, calib=DATA / "mnist_calib.npz")
+    return out
+
+
+def _manifest(art: Path) -> dict:
+    return json.loads((art / "manifest.json").read_text())
+
+
+def test_the_jetson_int8_artifact_leaves_weight_bias_quantization_off(orin_int8):
+    from edgeopt.artifact import OrtSettings
+
+    m = _manifest(orin_int8)
+    settings = OrtSettings(**m["runtime"]["settings"])  # typed: every key is one the runner applies
+    assert m["precision"] == "int8" and settings.disabled_optimizers == [WBQ]
+    # float layers run at the precision they were judged at (FP32): TensorRT's FP16 flag is off for INT8 Q/DQ
+    assert "trt_fp16_enable" not in settings.provider_options and settings.provider_options["trt_int8_enable"]
+    floats = m["runtime"]["float_layers"]
+    assert floats["precision"] == "fp32" and floats["count"] == len(floats["nodes"])
+    report = next(s["report"] for s in m["stages"] if s["name"] == "onnxruntime")
+    assert report["tensorrt_qdq_as_loaded"]["passed"] and report["tensorrt_qdq_as_loaded"]["int32_dq"] == []
+
+
+def test_the_as_loaded_check_fails_on_int32_dqs_with_the_optimizer_on_and_passes_with_it_off(orin_int8):
+    from edgeopt.as_loaded.tensorrt_check import check_as_loaded
+    from edgeopt.errors import GateFailedError
+
+    settings = _manifest(orin_int8)["runtime"]["settings"]
+    model = orin_int8 / "model.onnx"
+    with pytest.raises(GateFailedError) as err:
+        check_as_loaded(model, {**settings, "disabled_optimizers": []})
+    facts = err.value.details["tensorrt_qdq_as_loaded"]
+    assert err.value.exit_code == 5 and len(facts["int32_dq"]) == 5  # one per Conv (4) and the Gemm
+    assert facts["int32_dq"][0] in err.value.message and WBQ in err.value.hint
+    assert check_as_loaded(model, settings)["passed"]
+
+
+def test_the_runner_hands_the_disabled_optimizers_to_the_session(orin_int8, monkeypatch):
+    import onnxruntime as ort
+
+    from edgeopt.runtime.runners import open_runner
+
+    real, seen = ort.InferenceSession, []
+
+    def recording_session(*args, **kwargs):  # the real session; records its keyword arguments
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", recording_session)
+    with open_runner(str(orin_int8)):
+        pass
+    assert seen[-1]["disabled_optimizers"] == [WBQ]
+
+
+def test_inspect_as_loaded_writes_and_summarises_the_graph(orin_int8, tmp_path, cli):
+    out = tmp_path / "loaded.onnx"
+    r = cli("inspect", str(orin_int8), "--as-loaded", "--as-loaded-out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads(r.stdout)["as_loaded"]
+    assert out.is_file() and loaded["written"] == str(out)
+    assert loaded["optimization_level"] == "ORT_ENABLE_BASIC"  # what a non-CPU provider is offered
+    assert loaded["disabled_optimizers"] == [WBQ] and loaded["int32_dq"] == []
+    assert loaded["qdq_by_dtype"]["DequantizeLinear:int8"] > 0 and "DequantizeLinear:int32" not in loaded["qdq_by_dtype"]
+    assert loaded["op_types"]["Conv"] == 4 and sum(loaded["nodes_per_provider"].values()) == loaded["nodes"]
+    text = cli("inspect", str(orin_int8), "--as-loaded", "--as-loaded-out", str(out))
+    assert "int32 DequantizeLinear: 0" in text.stdout and WBQ in text.stdout
