@@ -28,9 +28,12 @@ from edgeopt.converters.base import (
     Intermediate,
     StageConfig,
     from_option,
+    options_for,
+    user_option,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.placement.gate import MAX_FALLBACK_OPS_HELP, gate_placement
 
 
 class GraphOptLevel(StrEnum):
@@ -61,6 +64,7 @@ class OnnxRuntimeConfig(StageConfig):
     graph_optimization_level: GraphOptLevel = GraphOptLevel.ALL
     save_optimized: bool = False
     saved_optimization_level: GraphOptLevel = GraphOptLevel.EXTENDED
+    max_fallback_ops: int | None = user_option(None, MAX_FALLBACK_OPS_HELP, ge=0)
 
 
 @register_stage
@@ -95,6 +99,7 @@ class OnnxRuntimeBackend(Backend):
             fallback_providers=tuple(s.get("fallback_providers") or ()),
             provider_options=provider_options,
             threads=options.threads or s.get("threads"),
+            **options_for(OnnxRuntimeConfig, options.given),  # --max-fallback-ops
         )
 
     def run(self, model: Intermediate, config: OnnxRuntimeConfig, ctx: ChainContext) -> Intermediate:
@@ -135,6 +140,8 @@ class OnnxRuntimeBackend(Backend):
             kind: [{"name": t.name, "runtime_name": t.name, "transpose": None} for t in specs]
             for kind, specs in (("inputs", graph_inputs(proto)), ("outputs", graph_outputs(proto)))
         }
+        unit = "cpu" if config.provider == "CPUExecutionProvider" else "gpu"  # the profiles' other providers: GPUs
+        gate_placement(target, self.backend.value, runtime["settings"], unit, config.max_fallback_ops, ctx)
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(target, Format.ONNX, model.precision, notes)
 

@@ -20,6 +20,8 @@ import numpy as np
 from . import base
 
 CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+CUDA_QDQ = "as float with Q/DQ kernels"  # what CUDA does with an explicit-Q/DQ model (no INT8 layer fusion)
 WORK_DIR_ENV = "EDGEOPT_WORK_DIR"  # the device's work dir; remote-bench sets it for artifacts that name {work_dir}
 DEFAULT_WORK_DIR = "~/.cache/edgeopt-remote"  # a device's default work dir (remote/inventory.py, the profiles)
 _said: set[tuple[str, str]] = set()
@@ -48,6 +50,10 @@ class Runner(base.Runner):
             self.session = ort.InferenceSession(path, so, providers=providers, **session_kwargs(settings))
         self.execution = execution_report(wanted, providers, self.session.get_providers(), available)
         self.provider = self.execution["provider"]
+        if manifest.get("precision") == "int8" and self.provider == CUDA:
+            self.execution["runs_as"] = CUDA_QDQ
+            say_once((CUDA, "qdq"), f"{CUDA} runs this INT8 Q/DQ model {CUDA_QDQ}: only TensorRT fuses Q/DQ into "
+                                    "INT8 layers")
         if self.execution.get("why"):
             say_once((wanted, self.provider), f"onnxruntime ran on {self.provider}, not the artifact's {wanted}: "
                                               f"{self.execution['why']}")
@@ -114,17 +120,20 @@ def session_kwargs(settings: dict) -> dict:
 
 @contextlib.contextmanager
 def stdout_to_stderr():
-    """File descriptor 1 pointed at fd 2 for the block (what C++ code prints, e.g. an execution provider's load
-    errors, goes to stderr), then restored."""
+    """File descriptor 1 pointed at fd 2 for the block, and Python's ``sys.stdout`` at ``sys.stderr``: what C++ code
+    prints (an execution provider's load errors) and ONNX Runtime's Python "EP Error … Falling back" lines go to
+    stderr; both restored after. A command's JSON on stdout stays the only thing there."""
     sys.stdout.flush()
     try:
         saved = os.dup(1)
     except OSError:  # no fd 1 to save (a closed stdout): nothing to redirect
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
         return
     try:
         os.dup2(2, 1)
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
