@@ -93,7 +93,7 @@ def build_report(nodes: list[dict], *, target_unit: str, target: str, source: st
         "fallback_ops": fallback,
         "cpu_islands": _islands(nodes, consumers, "cpu") if target_unit != "cpu" else 0,
         "copies": len(crossings), "bytes_crossing": total, "boundaries": by_boundary,
-        "copy_cost_ms_est": None if cost_ms is None else round(cost_ms, 6),
+        "copy_cost_ms_est": None if cost_ms is None else float(f"{cost_ms:.4g}"),
         "copy_cost_basis": (f"estimate: 2 x bytes / the profile's memory bandwidth ({bandwidth_gbps} GB/s), each "
                             "byte read and written once; launch and sync overheads not counted")
         if cost_ms is not None else None,

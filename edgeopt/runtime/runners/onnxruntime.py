@@ -131,13 +131,23 @@ def stdout_to_stderr():
             yield
         return
     try:
-        os.dup2(2, 1)
+        os.dup2(_stderr_fd(), 1)
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _stderr_fd() -> int:
+    """The descriptor behind ``sys.stderr`` (the CLI keeps the real stderr there and points fd 2 at /dev/null),
+    else 2."""
+    try:
+        sys.stderr.flush()
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 def work_dir() -> str:
