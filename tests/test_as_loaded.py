@@ -88,3 +88,21 @@ def test_inspect_as_loaded_writes_and_summarises_the_graph(orin_int8, tmp_path, 
     assert loaded["op_types"]["Conv"] == 4 and sum(loaded["nodes_per_provider"].values()) == loaded["nodes"]
     text = cli("inspect", str(orin_int8), "--as-loaded", "--as-loaded-out", str(out))
     assert "int32 DequantizeLinear: 0" in text.stdout and WBQ in text.stdout
+
+
+def test_tensorrt_fp16_is_on_only_for_fp16_artifacts():
+    """Float layers run at the precision they were judged at: FP16 for ``--precision fp16``, FP32 otherwise (the
+    INT8 search judges the layers it keeps in float at FP32)."""
+    from edgeopt.converters.backends.onnxruntime import OnnxRuntimeBackend
+    from edgeopt.converters.base import ChainOptions
+    from edgeopt.enums import BackendName, Precision
+    from edgeopt.profiles import load_profile
+
+    settings = load_profile("jetson-orin-nano").backend(BackendName.ONNXRUNTIME).settings
+    assert settings["provider_options"]["trt_fp16_enable"] is True  # the profile asks for it
+    options = {p: OnnxRuntimeBackend.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=p,
+                                                            backend_settings=settings)).provider_options
+               for p in (Precision.FP16, Precision.INT8, Precision.FP32)}
+    assert options[Precision.FP16]["trt_fp16_enable"] is True
+    assert "trt_fp16_enable" not in options[Precision.INT8] and "trt_fp16_enable" not in options[Precision.FP32]
+    assert options[Precision.INT8]["trt_int8_enable"] is True
