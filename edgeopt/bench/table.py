@@ -147,14 +147,14 @@ def render(console, result: dict) -> None:
 
 def execution_lines(r: dict) -> list[str]:
     """Where an artifact ran when it is not where it was built for, and how (CUDA: Q/DQ as float with Q/DQ
-    kernels); its placement in one line."""
+    kernels); an accelerator artifact's placement in one line."""
     out = []
     ex = r.get("execution") or {}
     if ex.get("why") or ex.get("runs_as"):
         how = f" {ex['runs_as']}" if ex.get("runs_as") else ""
         out.append(f"{r.get('name')}: ran on {ex.get('provider')}{how}, built for {ex.get('target_provider')}" +
                    (f" ({ex['why']})" if ex.get("why") else ""))
-    if r.get("placement"):
+    if (r.get("placement") or {}).get("target_unit", "cpu") != "cpu":  # an accelerator's artifact: op -> unit
         from edgeopt.placement import placement_line
 
         out.append(f"{r.get('name')}: {placement_line(r['placement'])}")
