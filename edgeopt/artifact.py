@@ -72,8 +72,9 @@ class OrtSettings(BaseModel):
     threads: int | None = None
     fallback_providers: list[str] = []  # tried in order where ``provider`` is not there; the CPU last
     provider_options: dict[str, str | bool | int | float] = {}  # ``provider``'s options
-    # ONNX Runtime's own graph optimizers left off (``InferenceSession(disabled_optimizers=...)``): e.g.
-    # WeightBiasQuantization, which gives every quantized Conv/Gemm an int32-bias DequantizeLinear at load time
+    # ONNX Runtime's own graph optimizers left off (``InferenceSession(disabled_optimizers=...)``) where the session
+    # has a provider other than the CPU: e.g. WeightBiasQuantization, which gives every quantized Conv/Gemm an
+    # int32-bias DequantizeLinear at load time (TensorRT rejects it, CUDA runs it on the CPU; the CPU alone fuses it)
     disabled_optimizers: list[str] = []
     allow_spinning: bool | None = None  # False: pool threads sleep after each call (timings beside another runtime)
 

@@ -59,21 +59,27 @@ def test_the_as_loaded_check_fails_on_int32_dqs_with_the_optimizer_on_and_passes
     assert check_as_loaded(model, settings)["passed"]
 
 
-def test_the_runner_hands_the_disabled_optimizers_to_the_session(orin_int8, monkeypatch):
+def test_the_runner_leaves_the_optimizer_off_where_a_gpu_provider_is_in_the_session(orin_int8, monkeypatch, tmp_path):
     import onnxruntime as ort
 
     from edgeopt.runtime.runners import open_runner
 
     real, seen = ort.InferenceSession, []
 
-    def recording_session(*args, **kwargs):  # the real session; records its keyword arguments
-        seen.append(kwargs)
-        return real(*args, **kwargs)
+    def recording_session(path, so, providers=None, **kwargs):  # records; runs on the real CPU provider
+        seen.append(([p[0] if isinstance(p, tuple) else p for p in providers], kwargs))
+        return real(path, so, providers=["CPUExecutionProvider"], **kwargs)
 
     monkeypatch.setattr(ort, "InferenceSession", recording_session)
+    monkeypatch.setenv("EDGEOPT_WORK_DIR", str(tmp_path))  # where TensorRT's engine cache would go
+    with open_runner(str(orin_int8)):  # this build: the CPU alone, where the int32 DQs fuse into QLinearConv
+        pass
+    assert seen[-1] == (["CPUExecutionProvider"], {})
+    # a FAKE build that lists TensorRT: the session gets it, and the optimizer is left off
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["TensorrtExecutionProvider", "CPUExecutionProvider"])
     with open_runner(str(orin_int8)):
         pass
-    assert seen[-1]["disabled_optimizers"] == [WBQ]
+    assert seen[-1][0][0] == "TensorrtExecutionProvider" and seen[-1][1] == {"disabled_optimizers": [WBQ]}
 
 
 def test_inspect_as_loaded_writes_and_summarises_the_graph(orin_int8, tmp_path, cli):

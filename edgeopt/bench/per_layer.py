@@ -65,8 +65,7 @@ def profile_onnxruntime(artifact_dir: str, manifest: dict, feeds: dict, *, threa
     with tempfile.TemporaryDirectory(prefix="edgeopt-prof-") as tmp:
         so.profile_file_prefix = os.path.join(tmp, "ort")
         sess = ort.InferenceSession(os.path.join(artifact_dir, manifest["runtime"]["model"]), so,
-                                    providers=["CPUExecutionProvider"],
-                                    disabled_optimizers=list(settings.get("disabled_optimizers") or ()))
+                                    providers=["CPUExecutionProvider"])
         rt_feeds = _runtime_feeds(manifest, feeds)
         for _ in range(runs + 1):
             sess.run(None, rt_feeds)

@@ -38,9 +38,9 @@ def provider_assignment(model_path: str | Path, settings: dict, tmp: str) -> tup
     so = session_options(ort, {**settings, "graph_optimization_level": loaded_level(settings)})
     so.optimized_model_filepath = str(Path(tmp) / "placed.onnx")
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    providers = session_providers(settings, ort.get_available_providers())
     with stdout_to_stderr():
-        sess = ort.InferenceSession(str(model_path), so, providers=session_providers(
-            settings, ort.get_available_providers()), **session_kwargs(settings))
+        sess = ort.InferenceSession(str(model_path), so, providers=providers, **session_kwargs(settings, providers))
     import onnx
 
     return onnx.load(str(Path(tmp) / "placed.onnx")), assignment(sess)
