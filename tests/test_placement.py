@@ -174,3 +174,14 @@ def test_cuda_running_an_int8_qdq_artifact_is_labelled_as_float_with_qdq_kernels
     assert "runs this INT8 Q/DQ model as float with Q/DQ kernels" in capsys.readouterr().err
     line = execution_lines({"name": "orin", "execution": ex})[0]
     assert "ran on CUDAExecutionProvider as float with Q/DQ kernels, built for TensorrtExecutionProvider" in line
+
+
+@pytest.mark.slow
+def test_analyze_shows_the_placement_before_converting(cli):
+    r = cli("analyze", str(MNIST), "--profile", "jetson-orin-nano", "--json")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)["placement"]
+    assert p["source"] == "predicted" and p["target"] == TRT and p["target_unit"] == "gpu"
+    assert p["fallback_ops"] == [] and p["cpu_islands"] == 0 and set(p["ops"].values()) == {"gpu"}
+    text = cli("analyze", str(MNIST), "--profile", "jetson-orin-nano")
+    assert "placement (predicted, TensorrtExecutionProvider)" in text.stdout
