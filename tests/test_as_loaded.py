@@ -112,3 +112,19 @@ def test_tensorrt_fp16_is_on_only_for_fp16_artifacts():
     assert options[Precision.FP16]["trt_fp16_enable"] is True
     assert "trt_fp16_enable" not in options[Precision.INT8] and "trt_fp16_enable" not in options[Precision.FP32]
     assert options[Precision.INT8]["trt_int8_enable"] is True
+
+
+@pytest.mark.openvino
+def test_inspect_as_loaded_counts_openvino_execution_precisions(tmp_path, cli):
+    from edgeopt import convert
+
+    art = tmp_path / "digits-ov"
+    convert(REPO / "fixtures" / "models" / "digits_cnn.onnx", "host", art, backend="openvino", precision="fp32")
+    out = tmp_path / "runtime.xml"
+    r = cli("inspect", str(art), "--as-loaded", "--as-loaded-out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads(r.stdout)["as_loaded"]
+    assert loaded["runtime"] == "openvino" and loaded["device"] == "CPU" and out.is_file()
+    assert loaded["inference_precision"] == "f32" and sum(loaded["runtime_precision"].values()) == loaded["nodes"]
+    assert loaded["runtime_precision"].get("f32", 0) > 0 and any(k.startswith("Convolution:") for k in
+                                                                 loaded["op_type_precision"])
