@@ -9,10 +9,11 @@ from pathlib import Path
 
 
 def _info(rt_info, key: str) -> str | None:
+    """An rt_info entry as text (OpenVINO wraps it in an ``OVAny``), None where absent."""
     if key not in rt_info:
         return None
     value = rt_info[key]
-    return str(getattr(value, "astype", lambda t: value)(str)) if not isinstance(value, str) else value
+    return value if isinstance(value, str) else str(value.astype(str) if hasattr(value, "astype") else value)
 
 
 def runtime_ops(compiled) -> list[dict]:
