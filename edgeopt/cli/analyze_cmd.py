@@ -45,6 +45,9 @@ def analyze(
         model, prof, input_shapes=shapes, top=top, efficiency=efficiency,
         overhead_us_per_op=overhead_us, preflight=not no_preflight,
     )
+    from edgeopt.placement.plans import model_placement
+
+    placement = model_placement(model, prof)  # op → unit on the profile's first backend (asked, else predicted)
     plot_path = None
     if plot is not None:
         from edgeopt.analyze.plot import plot_roofline
@@ -55,10 +58,14 @@ def analyze(
         from edgeopt.analyze.report import render
 
         render(result, console, top=top)
+        if placement:
+            from edgeopt.placement import placement_line
+
+            console.print(placement_line(placement), markup=False)
         if plot_path:
             console.print(f"roofline chart (estimate): {plot_path}")
 
-    payload = {"analysis": result.model_dump(mode="json")}
+    payload = {"analysis": result.model_dump(mode="json"), "placement": placement}
     if plot_path:
         payload["plot"] = plot_path
     if json_out and plot_path:
