@@ -93,7 +93,7 @@ def test_int8_search_measures_against_the_unpruned_model(tmp_path):
     calib, test = digits_datasets()
     pruned = _sparsified(DIGITS, tmp_path / "digits.sparse.onnx")
     spec = _stage(make_plan(load_profile("jetson-orin-nano"), backend="onnxruntime", precision="int8",
-                            max_accuracy_drop=50, search_budget=60), "quantize")
+                            max_accuracy_drop=50, search_budget=3600), "quantize")
     (tmp_path / "art").mkdir()
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS, calib=calib,
                        eval=test, check_samples=test.subset(np.arange(8)), threads=2,

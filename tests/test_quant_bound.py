@@ -64,7 +64,7 @@ def test_a_candidate_lucky_on_each_half_is_refused_on_all_the_eval_samples():
 
     result = run_search(options=[("lucky", lambda: ("lucky", lucky)), ("one flip", lambda: ("one", one_flip))],
                         rank=None, with_float=None, fp32_run=fp32, search=search, confirm=confirm, bound=2.0,
-                        budget_s=60)
+                        budget_s=3600)
     first, second = result.report["tried"]
     assert (first["search_drop_points"], first["confirm_drop_points"], first["all_drop_points"]) == (2.0, 2.0, 2.0)
     assert first["met"] is False
@@ -83,7 +83,7 @@ def test_the_mode_search_refuses_the_lucky_candidate_the_same_way():
     q = SimpleNamespace(quantized_units=1, float_units=0, notes={})
     b = Bounded(search, confirm, fp32, 1)
     choice = choose_mode([ModeCandidate("dynamic per-channel", lambda: ("a", lucky, q))], b=b, bound=2.0,
-                         budget_s=60, fp32_timed=fp32, backend="onnxruntime")
+                         budget_s=3600, fp32_timed=fp32, backend="onnxruntime")
     [row] = choice.report["candidates"]
     assert choice.label is None and row["verdict"] == "dropped"
     assert row["why"] == ("over the bound: drop 2.00 points on all 100 eval samples, with one sample's 1 points of "

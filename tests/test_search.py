@@ -98,7 +98,7 @@ def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(ta
     monkeypatch.setattr(sensitivity, "isolate", counting_isolate)
     ctx = _ctx(tmp_path, calib, ev)
     # static pinned: this is the static search's test (with auto, dynamic with ops in float holds first)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and aa["search_drop_points"] <= 1.0
     # ranked once: one ranking, one isolated model per quantized node, whatever the number of candidates
@@ -188,7 +188,7 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
     monkeypatch.setattr(nncf_search, "activation_quantizers", counting)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
     out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,  # auto: weight-only first
-                                                                    bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+                                                                    bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
     assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
@@ -219,7 +219,7 @@ def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignor
     calib, _ = sequences(protos, 48, seed=1)
     ev, _ = sequences(protos, 96, seed=2)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
-    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["tried"][0]["search_drop_points"] > 20  # naive INT8 is broken
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
@@ -277,7 +277,7 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
 
     result = run_search(options=[("preset", lambda: (None, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
                         with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
-                        budget_s=60)
+                        budget_s=3600)
     assert result.best is None and result.report["only_all_float_meets"]
     assert any(t["kept_in_float"] == 3 and t.get("confirm_drop_points") == 0 for t in result.report["tried"])
     msg = gate_failure("quantize", result, 1.0).one_line()
@@ -305,7 +305,7 @@ def test_a_hit_with_no_quantized_compute_op_left_is_fp32_too(meets_from, quantiz
 
     result = run_search(options=[("preset", lambda: (0, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
                         with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
-                        budget_s=60, quantizes=lambda k: k < quantized_below)
+                        budget_s=3600, quantizes=lambda k: k < quantized_below)
     if best_kept is None:
         assert result.best is None and result.report["only_all_float_meets"]
         assert result.closest.kept != tuple(ops[:4])  # the FP32 candidate is never named the closest INT8
@@ -338,7 +338,7 @@ def test_float_fallback_goes_on_to_the_next_option_when_the_closest_one_has_no_h
     ranks = []
     result = run_search(options=[("percentile", lambda: ((0, 0), half_broken)), ("min-max", lambda: ((1, 0), broken))],
                         rank=lambda art, dl: ranks.append(art) or [(o, 1.0) for o in ops], with_float=with_float,
-                        fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=60, fallback_bases=2)
+                        fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=3600, fallback_bases=2)
     assert result.best is not None and result.best.artifact == (1, 1) and len(ranks) == 1
     assert result.report["quantizer_options"] == {"chosen": "min-max", "float_fallback_also_on": ["min-max"]}
     assert "only_all_float_meets" not in result.report
@@ -356,7 +356,7 @@ def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
         raise StageError("quantize: onnxruntime static INT8 failed: ValueError: The truth value of an array …")
 
     result = run_search(options=[("preset", crash), ("per-tensor", lambda: (None, fp32_run))], rank=None,
-                        with_float=None, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=60)
+                        with_float=None, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=3600)
     assert result.best is not None and result.report["quantizer_options"]["chosen"] == "per-tensor"
     assert result.report["options_skipped"] == [{"what": "preset", "why": "failed: quantize: onnxruntime static INT8 "
                                                  "failed: ValueError: The truth value of an array …"}]
@@ -478,7 +478,7 @@ def test_a_metric_that_does_not_count_samples_must_hold_on_random_halves_of_the_
     def sums(part, k):
         return [float(part.feed(i)["x"].sum()) for i in range(k)]
 
-    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=60,
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=3600,
                        metric_spec=MetricSpec(name=MetricName.COSINE))
     assert len(s.halves) == 20 and "random halves" in s.report["acceptance"]
     spread = s.judge(candidate(sums(search, 2) + sums(confirm, 2)))
@@ -487,7 +487,7 @@ def test_a_metric_that_does_not_count_samples_must_hold_on_random_halves_of_the_
     assert "on 1 in 10 of their random halves: the eval data can't show it holds" in s.why_missed(spread)
     fewer = s.judge(candidate(sums(search, 1) + sums(confirm, 1)))
     assert fewer.met and fewer.halves_p90 <= 2.5
-    counted = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=60,
+    counted = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=3600,
                              metric_spec=MetricSpec(name=MetricName.TOP1))
     assert counted.halves == [] and "random halves" not in counted.report["acceptance"]
 
@@ -509,7 +509,7 @@ def test_the_validation_judges_the_search_choice_on_the_same_random_halves():
         y = fp32_run(feed)["y"]
         return {"y": _rotated(y, 0.8) if float(feed["x"].sum()) in bad else y}
 
-    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=60,
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=3600,
                        metric_spec=MetricSpec(name=MetricName.COSINE))
     chosen = s.judge(run)
     assert chosen.halves_p90 is not None and chosen.halves_p90 > 0
@@ -571,7 +571,7 @@ def test_a_native_float_is_judged_and_timed_beside_the_modes_never_chosen_by_the
         return {"y": -(feed["x"] @ w)}
 
     mode = ModeCandidate("dynamic per-channel", lambda: ("int8.onnx", fp32_run, QuantizedModel(None, DynamicMode(), 1, 0)))
-    choice = choose_mode([mode], b=b, bound=1.0, budget_s=60, fp32_timed=fp32_run, backend="openvino",
+    choice = choose_mode([mode], b=b, bound=1.0, budget_s=3600, fp32_timed=fp32_run, backend="openvino",
                          floats={"bf16": (fp32_run, "--precision bf16"), "fp16": (off, "--precision fp16")})
     assert choice.label == "dynamic per-channel" and set(choice.latency) == {"fp32", "dynamic per-channel"}
     assert choice.floats["bf16"]["holds"] is True and choice.floats["bf16"]["latency_ms"] > 0
