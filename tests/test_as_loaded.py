@@ -77,9 +77,12 @@ def test_the_runner_leaves_the_optimizer_off_where_a_gpu_provider_is_in_the_sess
     assert seen[-1] == (["CPUExecutionProvider"], {})
     # a FAKE build that lists TensorRT: the session gets it, and the optimizer is left off
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["TensorrtExecutionProvider", "CPUExecutionProvider"])
+    seen.clear()
     with open_runner(str(orin_int8)):
         pass
-    assert seen[-1][0][0] == "TensorrtExecutionProvider" and seen[-1][1] == {"disabled_optimizers": [WBQ]}
+    assert seen[0][0][0] == "TensorrtExecutionProvider" and seen[0][1] == {"disabled_optimizers": [WBQ]}
+    # the recording session ran on the CPU alone: the runner made it again there, with the CPU's own fusions
+    assert seen[-1] == (["CPUExecutionProvider"], {})
 
 
 def test_inspect_as_loaded_writes_and_summarises_the_graph(orin_int8, tmp_path, cli):
@@ -128,3 +131,39 @@ def test_inspect_as_loaded_counts_openvino_execution_precisions(tmp_path, cli):
     assert loaded["inference_precision"] == "f32" and sum(loaded["runtime_precision"].values()) == loaded["nodes"]
     assert loaded["runtime_precision"].get("f32", 0) > 0 and any(k.startswith("Convolution:") for k in
                                                                  loaded["op_type_precision"])
+
+
+class FakeOrtWithFallback:
+    """A fake ONNX Runtime (named so: no TensorRT or GPU exists here) whose TensorRT provider fails to load and
+    whose own fallback, as ONNX Runtime's python binding does, re-creates the session on CUDA and the CPU without
+    the ``disabled_optimizers`` it was given."""
+
+    def __init__(self):
+        self.sessions = []
+
+    def InferenceSession(self, path, so, providers, disabled_optimizers=None):  # noqa: N802 - ONNX Runtime's name
+        names = [p[0] if isinstance(p, tuple) else p for p in providers]
+        if names[0] == "TensorrtExecutionProvider":  # fails to load: the binding's fallback drops the optimizers
+            names, disabled_optimizers = ["CUDAExecutionProvider", "CPUExecutionProvider"], None
+        fake = type("FakeSession", (), {"get_providers": lambda self, n=names: list(n)})()
+        self.sessions.append({"providers": names, "disabled_optimizers": disabled_optimizers})
+        return fake
+
+
+def test_a_provider_that_fails_to_load_keeps_the_disabled_optimizers():
+    """Seen on a real GPU with onnxruntime-gpu and no TensorRT libraries: ONNX Runtime's fallback session ran the
+    int32-bias DQs that the artifact's settings turn off. The runner makes the session again, with them."""
+    from edgeopt.runtime.runners.onnxruntime import open_session
+
+    ort = FakeOrtWithFallback()
+    settings = {"provider": "TensorrtExecutionProvider", "disabled_optimizers": ["WeightBiasQuantization"]}
+    providers = [("TensorrtExecutionProvider", {"trt_int8_enable": "True"}), "CUDAExecutionProvider",
+                 "CPUExecutionProvider"]
+    session = open_session(ort, "model.onnx", None, providers, settings)
+    assert session.get_providers()[0] == "CUDAExecutionProvider"
+    assert ort.sessions[-1] == {"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+                                "disabled_optimizers": ["WeightBiasQuantization"]}
+    ort = FakeOrtWithFallback()  # a provider that loads: one session, nothing made twice
+    open_session(ort, "model.onnx", None, ["CUDAExecutionProvider", "CPUExecutionProvider"], settings)
+    assert ort.sessions == [{"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+                             "disabled_optimizers": ["WeightBiasQuantization"]}]

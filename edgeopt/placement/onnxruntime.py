@@ -28,19 +28,13 @@ def provider_assignment(model_path: str | Path, settings: dict, tmp: str) -> tup
     if wanted != CPU and wanted not in ort.get_available_providers():
         return None
     from edgeopt.as_loaded.onnxruntime import assignment, loaded_level
-    from edgeopt.runtime.runners.onnxruntime import (
-        session_kwargs,
-        session_options,
-        session_providers,
-        stdout_to_stderr,
-    )
+    from edgeopt.runtime.runners.onnxruntime import open_session, session_options, session_providers
 
     so = session_options(ort, {**settings, "graph_optimization_level": loaded_level(settings)})
     so.optimized_model_filepath = str(Path(tmp) / "placed.onnx")
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     providers = session_providers(settings, ort.get_available_providers())
-    with stdout_to_stderr():
-        sess = ort.InferenceSession(str(model_path), so, providers=providers, **session_kwargs(settings, providers))
+    sess = open_session(ort, str(model_path), so, providers, settings)  # the last session's graph is the one saved
     import onnx
 
     return onnx.load(str(Path(tmp) / "placed.onnx")), assignment(sess)
@@ -104,5 +98,13 @@ def ort_placement(model_path: str | Path, settings: dict, *, target_unit: str, b
                    "int32-DequantizeLinear rule on the graph as loaded (op_support.json)")
         for r in rows:
             r["unit"] = provider_unit(r["engine"], target_unit)
+        # the loaded graph's contrib ops (Memcpy) stop shape inference: the artifact's own shapes fill in
+        sizes = {**tensor_bytes(_load(model_path)), **{k: v for k, v in tensor_bytes(model).items() if v}}
         return build_report(rows, target_unit=target_unit if wanted != CPU else "cpu", target=wanted,
-                            source=source, how=how, sizes=tensor_bytes(model), bandwidth_gbps=bandwidth_gbps)
+                            source=source, how=how, sizes=sizes, bandwidth_gbps=bandwidth_gbps)
+
+
+def _load(path: str | Path):
+    import onnx
+
+    return onnx.load(str(path))

@@ -46,8 +46,7 @@ class Runner(base.Runner):
         path = os.path.join(artifact_dir, self.runtime["model"])
         cache = _engine_cache(providers)
         before, t0 = _files(cache), time.perf_counter()
-        with stdout_to_stderr():  # a provider that fails to load prints on fd 1: keep stdout for the caller's JSON
-            self.session = ort.InferenceSession(path, so, providers=providers, **session_kwargs(settings, providers))
+        self.session = open_session(ort, path, so, providers, settings)
         self.execution = execution_report(wanted, providers, self.session.get_providers(), available)
         self.provider = self.execution["provider"]
         if manifest.get("precision") == "int8" and self.provider == CUDA:
@@ -120,6 +119,25 @@ def session_kwargs(settings: dict, providers: list | None = None) -> dict:
     if providers is not None and all((p[0] if isinstance(p, tuple) else p) == CPU for p in providers):
         return {}
     return {"disabled_optimizers": disabled} if disabled else {}
+
+
+def _name(provider) -> str:
+    return provider[0] if isinstance(provider, tuple) else provider
+
+
+def open_session(ort, path: str, so, providers: list, settings: dict):
+    """The ``InferenceSession`` of ``path`` on ``providers`` with the settings' keyword arguments. ONNX Runtime's
+    own fallback, when a provider fails to load (TensorRT without its libraries), re-creates the session on its
+    fallback providers *without* ``disabled_optimizers``: where that happened, the session is made again on the
+    providers that did load, with them, so the graph that runs is the one that was checked."""
+    kwargs = session_kwargs(settings, providers)
+    with stdout_to_stderr():  # a provider that fails to load prints on fd 1: keep stdout for the caller's JSON
+        session = ort.InferenceSession(path, so, providers=providers, **kwargs)
+        used = session.get_providers()
+        if kwargs and used and used[0] != _name(providers[0]):
+            loaded = [p for p in providers if _name(p) in used]
+            session = ort.InferenceSession(path, so, providers=loaded, **session_kwargs(settings, loaded))
+    return session
 
 
 @contextlib.contextmanager
