@@ -45,11 +45,10 @@ class MemoryPrediction(BaseModel):
 
     def figures(self) -> str:
         """``612 MB (weights 410, arena 180, runtime 22)``, in the unit that suits the size."""
-        unit, div = human_unit(self.total_bytes)
-        parts = [f"arena {self.arena_bytes / div:.3g}", f"runtime {self.runtime_bytes / div:.3g}"]
+        parts = [f"arena {size_text(self.arena_bytes)}", f"runtime {size_text(self.runtime_bytes)}"]
         if not self.weights_in_flash:
-            parts.insert(0, f"weights {self.weights_bytes / div:.3g}")
-        return f"{self.total_bytes / div:.3g} {unit} ({', '.join(parts)})"
+            parts.insert(0, f"weights {size_text(self.weights_bytes)}")
+        return f"{size_text(self.total_bytes)} ({', '.join(parts)})"
 
 
 def human_unit(n: int | float) -> tuple[str, float]:
@@ -59,6 +58,12 @@ def human_unit(n: int | float) -> tuple[str, float]:
     if n < 1e9:
         return "MB", 1e6
     return "GB", 1e9
+
+
+def size_text(n: int | float) -> str:
+    """``45.4 MB``, ``24.6 KB``: 4 significant digits in the unit that suits (powers of 1000)."""
+    unit, div = human_unit(n)
+    return f"{n / div:.4g} {unit}"
 
 
 def float_bytes(precision: Precision) -> int:
