@@ -61,7 +61,8 @@ def greedy_by_size(buffers: list[Buffer]) -> dict[str, int]:
     placed: list[tuple[int, Buffer]] = []
     offsets: dict[str, int] = {}
     for b in sorted(buffers, key=lambda b: (-b.size, b.first, b.name)):
-        overlapping = sorted((off, o) for off, o in placed if o.first <= b.last and b.first <= o.last)
+        overlapping = sorted(((off, o) for off, o in placed if o.first <= b.last and b.first <= o.last),
+                             key=lambda t: t[0])
         offset = 0
         for off, o in overlapping:
             if offset + b.size <= off:
