@@ -46,6 +46,7 @@ class BenchOptions(BaseModel):
     store: bool = True
     db: str | None = None
     location: RunLocation = RunLocation.LOCAL
+    memory: bool = False  # each artifact's peak resident memory, measured in a child process, beside its prediction
 
     @field_validator("inputs", "outputs", "db", mode="before")
     @classmethod
@@ -212,6 +213,10 @@ def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | No
     if (busy := environment.interference_warning(env)):
         rec.setdefault("warnings", []).append(busy)
     rec["labels"] = dict(o.labels)
+    if o.memory:
+        from edgeopt.memory.bench_row import memory_row
+
+        rec["memory"] = memory_row(x["path"], o.threads)
     rec["name"] = name or Path(x["path"]).name
     if validation:
         rec["validation"] = validation

@@ -13,9 +13,9 @@ from __future__ import annotations
 MEASURED_ON = "AMD EPYC (AVX-512 VNNI/BF16), Linux x86_64, Python 3.11"
 
 RUNTIME_BASE: dict[str, dict] = {
-    "onnxruntime": {"bytes": 45_383_000, "date": "2026-12-04", "version": "onnxruntime 1.32"},
-    "openvino": {"bytes": 86_987_000, "date": "2026-12-04", "version": "openvino 2026.4.1"},
-    "tflite": {"bytes": 43_268_000, "date": "2026-12-04", "version": "ai-edge-litert 2.3.0"},
+    "onnxruntime": {"bytes": 45_540_000, "date": "2026-12-04", "version": "onnxruntime 1.32"},
+    "openvino": {"bytes": 87_150_000, "date": "2026-12-04", "version": "openvino 2026.4.1"},
+    "tflite": {"bytes": 20_400_000, "date": "2026-12-04", "version": "ai-edge-litert 2.3.0"},
     "tflite-micro": {"bytes": 128, "per_tensor_bytes": 24, "per_node_bytes": 330, "date": "2026-12-04",
                      "version": "tflite-micro 0.dev20261023182759"},
 }

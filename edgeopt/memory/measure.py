@@ -1,8 +1,9 @@
 """Peak resident memory of a model, measured in a child process of its own.
 
 The child records its resident set (``/proc/self/statm``, RSS) before the runtime is imported, then
-the peak (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, the kernel's high-water mark of RSS) after
-load, after the first inference and after ``runs`` more. What the model took is each peak minus the
+the peak (``VmHWM`` in ``/proc/self/status``, the kernel's high-water mark of this process's RSS) after
+load, after the first inference and after ``runs`` more. Not ``ru_maxrss``: Linux carries it across
+``execve``, so a child would start with its parent's peak. What the model took is each peak minus the
 RSS before import: the interpreter's own memory is not counted, the runtime's is. RSS counts pages
 touched, so weights mapped but never read are not counted, and shared libraries are counted whole.
 """
@@ -14,16 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-METHOD = ("child process: resource.getrusage(RUSAGE_SELF).ru_maxrss (peak RSS) after each phase minus RSS "
-          "(/proc/self/statm) before the runtime was imported")
+METHOD = ("child process: VmHWM (peak RSS, /proc/self/status) after each phase minus RSS (/proc/self/statm) "
+          "before the runtime was imported")
 
 _CHILD = r"""
-import json, os, resource, sys
+import json, os, sys
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
 import numpy as np
 before = rss()
 out = {"before_bytes": before}
