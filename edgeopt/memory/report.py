@@ -58,3 +58,22 @@ def plot_memory(pred: MemoryPrediction, budget: int, path: Path) -> Path:
         fig.savefig(tmp, format=Path(path).suffix.lstrip(".").lower())
     plt.close(fig)
     return Path(path)
+
+
+def micro_lines(report: dict) -> list[str]:
+    """The TFLite Micro report of a build as text: TFLM's run, the arena found, the C array, the firmware's flash."""
+    acc, arena, fw = report.get("accuracy") or {}, report.get("arena") or {}, report.get("firmware") or {}
+    alloc = arena.get("allocations") or {}
+    lines = [f"tflite-micro: {len(report.get('ops', []))} op kinds, all in TFLM's op set; run in TFLM's interpreter on "
+             f"{acc.get('samples')} samples: drop {acc.get('drop')} points vs FP32 (bound {acc.get('bound')})",
+             f"arena: {arena.get('arena_bytes')} bytes, the smallest that runs (bisection to "
+             f"{arena.get('resolution_bytes')} bytes, {arena.get('tries')} tries); TFLM's allocator: "
+             f"plan {alloc.get('head_bytes')} + persistent {alloc.get('tail_bytes')} bytes"]
+    if "skipped" in fw:
+        lines.append(f"firmware: not compiled: {fw['skipped']}")
+    elif fw:
+        avail = fw.get("flash_available_bytes")
+        of = f" of {avail} ({100 * fw['flash_bytes'] / avail:.1f} %)" if avail else ""
+        lines.append(f"firmware ({' '.join(fw['flags'])}): flash {fw['flash_bytes']} bytes{of}: text "
+                     f"{fw['text_bytes']} + data {fw['data_bytes']} (model {fw['model_bytes']}); bss {fw['bss_bytes']}")
+    return lines
