@@ -71,16 +71,14 @@ def float_bytes(precision: Precision) -> int:
 
 
 def _weights(metas, precision: Precision) -> int:
-    from edgeopt.analyze.costs import _FLOAT_TYPES
-
     total = 0
     for m in metas.values():
         if not m.is_param:
             continue
-        if m.elem_type in _FLOAT_TYPES and precision == Precision.INT8:
-            total += m.numel * (1 if m.shape is not None and len(m.shape) >= 2 else 4)
+        if precision == Precision.INT8:  # float tensors of 2+ dimensions at 1 byte, vectors (biases) as they are
+            total += m.nbytes_at(1) if m.shape is not None and len(m.shape) >= 2 else m.nbytes
         else:
-            total += m.nbytes_at(float_bytes(precision) if precision != Precision.INT8 else None)
+            total += m.nbytes_at(float_bytes(precision))
     return total
 
 
