@@ -119,3 +119,16 @@ def test_gate_adapts_to_int8_when_fp32_does_not_fit(tmp_path, cli):
     assert manifest["memory"]["adapted"] == {"requested": "fp32", "requested_bytes": fp32.total_bytes,
                                              "chosen": "int8 static"}
     assert manifest["memory"]["fits"] and manifest["memory"]["budget_source"] == "tiny-board's memory.budget_mb"
+
+
+def test_analyze_shows_memory_against_the_budget_and_plots_it(tmp_path, cli):
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "roof.png"
+    r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--plot", plot, "--json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(r.stdout)["memory"]
+    assert mem["fits"] and mem["budget_source"] == "stm32h7's memory.budget_mb"
+    assert mem["predicted"]["weights_in_flash"] and mem["predicted"]["estimate"]
+    assert (tmp_path / "roof-memory.png").stat().st_size > 0
+    r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight")
+    assert "memory (estimate, tflite int8)" in r.stdout and "fits" in r.stdout
