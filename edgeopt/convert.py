@@ -229,7 +229,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             if fit is not None:
                 from edgeopt.memory.gate import fit_of_artifact
 
-                manifest.memory = fit_of_artifact(Path(model), plan, shapes, fit)
+                manifest.memory = fit_of_artifact(Path(model), plan, shapes, fit, manifest.stages)
             from edgeopt.artifact import write_manifest
 
             manifest = write_manifest(tmp, manifest)

@@ -65,6 +65,7 @@ def test_tflm_runs_the_digits_cnn_like_litert_with_the_arena_found(m7_artifact):
     header = (m7_artifact / "model_data.h").read_text()
     assert f"#define EDGEOPT_ARENA_BYTES {arena}" in header and "EDGEOPT_INPUT0_SHAPE {1, 8, 8, 1}" in header
     assert "EDGEOPT_OUTPUT0_ZERO_POINT" in header
+    assert manifest["memory"]["measured"]["arena_bytes"] == arena and manifest["memory"]["predicted"]["weights_in_flash"]
 
 
 @pytest.mark.slow

@@ -84,7 +84,17 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
                  "tried": tried})
 
 
-def fit_of_artifact(model, plan, shapes, before: MemoryFit) -> MemoryFit:
-    """The record for the manifest: the prediction at the plan's precision (what was built)."""
+def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[dict] = ()) -> MemoryFit:
+    """The record for the manifest: the prediction at the plan's precision (what was built) and, for a
+    microcontroller build, what TFLite Micro measured (the arena found, its allocator's split, the flash)."""
     pred = _predict(model, plan, shapes, plan.precision, plan.options.quant_mode)
-    return before.model_copy(update={"predicted": _lean(pred), "fits": pred.total_bytes <= before.budget_bytes})
+    measured = None
+    micro = next(((s.get("report") or {}).get("micro") for s in stages if (s.get("report") or {}).get("micro")), None)
+    if micro:
+        arena = micro.get("arena") or {}
+        measured = {"arena_bytes": arena.get("arena_bytes"), "tflm_allocations": arena.get("allocations"),
+                    "flash_bytes": (micro.get("firmware") or {}).get("flash_bytes"),
+                    "method": "TFLite Micro's recording allocator at the smallest arena that runs (bisection); flash: "
+                              "arm-none-eabi-size of the compiled image"}
+    return before.model_copy(update={"predicted": _lean(pred), "fits": pred.total_bytes <= before.budget_bytes,
+                                     "measured": measured})
