@@ -132,3 +132,14 @@ def test_analyze_shows_memory_against_the_budget_and_plots_it(tmp_path, cli):
     assert (tmp_path / "roof-memory.png").stat().st_size > 0
     r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight")
     assert "memory (estimate, tflite int8)" in r.stdout and "fits" in r.stdout
+
+
+@pytest.mark.onnxruntime
+def test_a_recipes_memory_budget_is_held_like_the_flag(tmp_path, cli):
+    int8 = predict_memory(DIGITS, "onnxruntime", "int8")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"memory_budget: {int8.total_bytes - 1000}B\n")
+    r = cli("convert", DIGITS, "--profile", _small_profile(tmp_path), "--backend", "onnxruntime", "--precision",
+            "fp32", "--recipe", recipe, "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    assert "the recipe's memory_budget" in json.loads(r.stdout)["error"]["message"]

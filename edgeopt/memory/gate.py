@@ -8,6 +8,8 @@ When none fits: exit 5 with the figures, nothing written.
 
 from __future__ import annotations
 
+import os
+
 from edgeopt.enums import Precision, QuantMode
 from edgeopt.errors import GateFailedError
 from edgeopt.memory.fit import MemoryFit
@@ -15,9 +17,17 @@ from edgeopt.memory.predict import MemoryPrediction, predict_memory, size_text
 
 
 def budget_of(profile, options) -> tuple[int, str]:
-    """(bytes, where the figure comes from): ``--memory-budget``, else the profile's ``budget_mb``, else its RAM."""
+    """(bytes, where the figure comes from): ``--memory-budget``, else the recipe's ``memory_budget``, else the
+    profile's ``budget_mb``, else its RAM."""
     if getattr(options, "memory_budget", None):
         return int(options.memory_budget), "--memory-budget"
+    recipe = getattr(options, "recipe", None)
+    if recipe is not None:
+        from edgeopt.plan import load_recipe
+
+        r = recipe if not isinstance(recipe, (str, os.PathLike)) else load_recipe(recipe)
+        if getattr(r, "memory_budget", None):
+            return int(r.memory_budget), "the recipe's memory_budget"
     m = profile.memory
     if m.budget_mb is not None:
         return m.budget_bytes, f"{profile.name}'s memory.budget_mb"
