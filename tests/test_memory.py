@@ -143,3 +143,9 @@ def test_a_recipes_memory_budget_is_held_like_the_flag(tmp_path, cli):
             "fp32", "--recipe", recipe, "-o", tmp_path / "out", "--json")
     assert r.returncode == 5, r.stderr
     assert "the recipe's memory_budget" in json.loads(r.stdout)["error"]["message"]
+
+
+def test_in_place_activations_share_their_inputs_buffer():
+    """Conv -> BatchNormalization -> Relu plans one buffer, as TFLite fuses them: the digits CNN's INT8 arena is
+    what TFLite Micro's own planner laid out for its .tflite (4608 bytes, the allocator's head)."""
+    assert predict_memory(DIGITS, "tflite", "int8", microcontroller=True).arena_bytes == 4608

@@ -33,26 +33,56 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+# Ops whose output can take its input's buffer when nothing else reads that input: activations a converter
+# fuses into the op before (TFLite's fused ReLU/ReLU6), batch norm folded into the conv, and views.
+IN_PLACE = frozenset({"Relu", "Clip", "LeakyRelu", "BatchNormalization", "Identity", "Reshape", "Flatten",
+                      "Squeeze", "Unsqueeze", "Dropout"})
+
+
+def _aliases(graph, sizes: dict[str, int]) -> dict[str, str]:
+    """output -> the tensor whose buffer it reuses (in-place ops on a tensor read by that op alone)."""
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    outputs = {o.name for o in graph.output}
+    alias: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type not in IN_PLACE or not node.input or not node.output:
+            continue
+        src = alias.get(node.input[0], node.input[0])
+        if readers.get(node.input[0]) == 1 and node.input[0] not in outputs and \
+                sizes.get(node.output[0], 0) <= sizes.get(node.input[0], 0):
+            alias[node.output[0]] = src
+    return alias
+
+
 def lifetimes(graph, sizes: dict[str, int]) -> list[Buffer]:
-    """Each non-constant tensor's (first, last) node index; ``sizes``: bytes of each tensor (unknown: absent)."""
+    """Each non-constant tensor's (first, last) node index; ``sizes``: bytes of each tensor (unknown: absent).
+    An in-place op's output extends its input's buffer instead of taking one of its own (:data:`IN_PLACE`)."""
     consts = {i.name for i in graph.initializer}
     consts |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    alias = _aliases(graph, sizes)
     first: dict[str, int] = {i.name: -1 for i in graph.input if i.name not in consts}
     last: dict[str, int] = dict(first)
     for k, node in enumerate(graph.node):
         if node.op_type == "Constant":
             continue
         for name in node.input:
+            name = alias.get(name, name)
             if name in first:
                 last[name] = k
         for name in node.output:
-            if name:
+            if name and name in alias:
+                last[alias[name]] = k
+            elif name:
                 first.setdefault(name, k)
                 last.setdefault(name, k)
     end = len(graph.node)
     for o in graph.output:
-        if o.name in last:
-            last[o.name] = end
+        name = alias.get(o.name, o.name)
+        if name in last:
+            last[name] = end
     return [Buffer(n, _aligned(sizes.get(n, 0)), first[n], last[n]) for n in first if sizes.get(n, 0) > 0]
 
 
