@@ -87,3 +87,20 @@ def test_c_export_compiles_for_cortex_m7_and_flash_is_reported(m7_artifact, tmp_
 
     with pytest.raises(GateFailedError):  # a part with too little flash is refused with the figures
         compile_firmware(tmp_path, c, MicroTarget(cpu="cortex-m7", fpu="fpv5-d16", flash_bytes=size // 2))
+
+
+@pytest.mark.realmodels
+@pytest.mark.tflite
+def test_mediapipes_custom_op_is_named_on_the_real_model():
+    from fixtures.real_models import real_model
+
+    from edgeopt.errors import UnsupportedOpError
+    from edgeopt.micro.ops import check_tflm_ops
+
+    try:
+        path = real_model("mediapipe_face_landmark_attention")
+    except Exception as err:  # noqa: BLE001 - the package is a test extra
+        pytest.skip(f"mediapipe's model is not installed: {err}")
+    with pytest.raises(UnsupportedOpError) as err:
+        check_tflm_ops(path, "stm32h7")
+    assert "Landmarks2TransformMatrix" in err.value.message and "custom op" in err.value.hint
