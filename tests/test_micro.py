@@ -92,10 +92,9 @@ def test_c_export_compiles_for_cortex_m7_and_flash_is_reported(m7_artifact, tmp_
 @pytest.mark.realmodels
 @pytest.mark.tflite
 def test_mediapipes_custom_op_is_named_on_the_real_model():
-    from fixtures.real_models import real_model
-
     from edgeopt.errors import UnsupportedOpError
     from edgeopt.micro.ops import check_tflm_ops
+    from fixtures.real_models import real_model
 
     try:
         path = real_model("mediapipe_face_landmark_attention")
