@@ -149,3 +149,15 @@ def test_in_place_activations_share_their_inputs_buffer():
     """Conv -> BatchNormalization -> Relu plans one buffer, as TFLite fuses them: the digits CNN's INT8 arena is
     what TFLite Micro's own planner laid out for its .tflite (4608 bytes, the allocator's head)."""
     assert predict_memory(DIGITS, "tflite", "int8", microcontroller=True).arena_bytes == 4608
+
+
+@pytest.mark.onnxruntime
+def test_bench_memory_reports_measured_beside_predicted(tmp_path, cli):
+    out = tmp_path / "a"
+    assert cli("convert", DIGITS, "--profile", "host", "--backend", "onnxruntime", "--precision", "fp32",
+               "-o", out, "--json").returncode == 0
+    r = cli("bench", out, "--memory", "--runs", "3", "--min-seconds", "0", "--warmup", "1", "--no-store", "--json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(r.stdout)["rows"][0]["memory"]
+    assert mem["measured"]["peak_bytes"] >= mem["measured"]["load_bytes"] > 0 and "VmHWM" in mem["measured"]["method"]
+    assert mem["predicted"]["total_bytes"] > 0 and isinstance(mem["error_pct"], float)
