@@ -43,17 +43,18 @@ def tflm_accuracy(tflite: Path, onnx_path: Path, io: dict, data, arena: int) -> 
     and accuracy of both where ``data`` has labels (points)."""
     from edgeopt.converters.checks import ort_run_fn
     from edgeopt.metrics.kinds import top1_class
-    from edgeopt.micro.tflm import open_tflm, run_tflm
+    from edgeopt.micro.tflm import details, open_tflm, run_tflm
 
     ref = ort_run_fn(onnx_path)
     interp = open_tflm(tflite, arena)
+    out_details = details(interp.get_output_details)
     n = min(len(data), MAX_SAMPLES)
     feeds = data.feeds(n)
     labels = None if data.labels is None else np.asarray(data.labels)[:n]
     agree = right_ref = right_tflm = 0
     for k, feed in enumerate(feeds):
         want = list(ref(feed).values())[0]
-        got = list(_from_runtime(run_tflm(interp, _to_runtime(feed, io["inputs"])), io["outputs"]).values())[0]
+        got = list(_from_runtime(run_tflm(interp, _to_runtime(feed, io["inputs"]), out_details), io["outputs"]).values())[0]
         c_ref, c_got = top1_class(np.ravel(want)), top1_class(np.ravel(got))
         agree += int(c_ref == c_got)
         if labels is not None:
@@ -92,7 +93,7 @@ def micro_checks(tflite: Path, onnx_path: Path, runtime: dict, data, target: Mic
     defines = {"EDGEOPT_ARENA_BYTES": str(arena["arena_bytes"]),
                "EDGEOPT_ARENA_NOTE": f'"smallest arena that ran in TFLM here (x86-64), to {ARENA_RESOLUTION} bytes, '
                                      f'margin {ARENA_MARGIN:g}"'}
-    defines.update(io_defines(tflite))
+    defines.update(io_defines(tflite, arena["arena_bytes"]))
     report["c_export"] = write_c_array(tflite, out_dir, c_name, defines=defines)
     if toolchain() is None:
         report["firmware"] = {"skipped": f"arm-none-eabi-gcc is not installed ({INSTALL_HINT})"}
@@ -101,20 +102,15 @@ def micro_checks(tflite: Path, onnx_path: Path, runtime: dict, data, target: Mic
     return report
 
 
-def io_defines(tflite: Path) -> dict[str, str]:
+def io_defines(tflite: Path, arena_bytes: int) -> dict[str, str]:
     """``EDGEOPT_INPUT0_SHAPE {1, 8, 8, 1}``, ``_DIMS``, ``_TYPE``, ``_SCALE``, ``_ZERO_POINT`` for each input
     and output, as TFLM sees them."""
-    from edgeopt.micro.tflm import open_tflm
+    from edgeopt.micro.tflm import details, open_tflm
 
-    interp = open_tflm(tflite, max(64 * tflite.stat().st_size, 1 << 20))
+    interp = open_tflm(tflite, arena_bytes)
     out: dict[str, str] = {}
     for kind, get in (("INPUT", interp.get_input_details), ("OUTPUT", interp.get_output_details)):
-        i = 0
-        while True:
-            try:
-                d = get(i)
-            except (IndexError, RuntimeError, ValueError):
-                break
+        for i, d in enumerate(details(get)):
             q = d.get("quantization_parameters") or {}
             scales, zps = q.get("scales"), q.get("zero_points")
             p = f"EDGEOPT_{kind}{i}"
@@ -124,5 +120,4 @@ def io_defines(tflite: Path) -> dict[str, str]:
             out[f"{p}_TYPE"] = np.dtype(d["dtype"]).name
             out[f"{p}_SCALE"] = f"{float(scales[0]):.9g}f" if scales is not None and len(scales) else "0.0f"
             out[f"{p}_ZERO_POINT"] = str(int(zps[0])) if zps is not None and len(zps) else "0"
-            i += 1
     return out

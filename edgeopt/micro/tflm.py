@@ -73,22 +73,26 @@ def _dequantize(y: np.ndarray, detail: dict) -> np.ndarray:
     return ((y.astype(np.float32) - q["zero_points"][0]) * scales[0]).astype(np.float32)
 
 
-def run_tflm(interp, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def details(get) -> list[dict]:
+    """Every input's (or output's) details from ``get`` (``interp.get_input_details``): TFLM has no count, so
+    indices are tried until one is out of range (its complaint on stderr kept quiet)."""
+    out: list[dict] = []
+    with _quiet_fd(2):
+        while True:
+            try:
+                out.append(get(len(out)))
+            except (IndexError, RuntimeError, ValueError):
+                return out
+
+
+def run_tflm(interp, inputs: list[np.ndarray], outputs: list[dict] | None = None) -> list[np.ndarray]:
     """One inference: float inputs in the model's (runtime) layout, quantized where the model's inputs are
-    integer; float outputs, dequantized likewise."""
+    integer; float outputs, dequantized likewise (``outputs``: the output details, read once by the caller)."""
     for i, x in enumerate(inputs):
         interp.set_input(_quantize(np.asarray(x), interp.get_input_details(i)), i)
     interp.invoke()
-    outs = []
-    i = 0
-    while True:
-        try:
-            detail = interp.get_output_details(i)
-        except (IndexError, RuntimeError, ValueError):
-            break
-        outs.append(_dequantize(np.asarray(interp.get_output(i)).copy(), detail))
-        i += 1
-    return outs
+    outputs = outputs if outputs is not None else details(interp.get_output_details)
+    return [_dequantize(np.asarray(interp.get_output(i)).copy(), d) for i, d in enumerate(outputs)]
 
 
 def _works(path, arena: int, inputs: list[np.ndarray]) -> bool:
