@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
+from edgeopt.memory.fit import MemoryFit
 from edgeopt.validation_model import Validation
 
 MANIFEST = "manifest.json"
@@ -110,6 +111,7 @@ class Manifest(BaseModel):
     backend_search: list[dict] = []  # --backend auto: each backend built, its figures, chosen or dropped and why
     precision_fallback: dict | None = None  # INT8 asked, none held: {requested, reason, tried}; precision is what holds
     verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
+    memory: MemoryFit | None = None  # predicted peak memory against the profile's budget (edgeopt/memory/)
 
 
 def guess_layout(shape) -> str | None:

@@ -186,7 +186,16 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
 
     prof, requested = _resolve_profile(profile, o, warn)
     shapes = dict(o.input_shapes)
+    planned = plan is None
     plan = plan or make_plan(prof, o.chain_request(), recipe=o.recipe, input_shapes=shapes)
+    fit = None
+    if not o.dry_run and model is not None and o.from_torch is None:  # the memory gate, before any work
+        from edgeopt.memory.gate import fit_before_work
+
+        o, plan, fit = fit_before_work(
+            Path(model), prof, o, plan, shapes, warn,
+            lambda new: make_plan(prof, new.chain_request(), recipe=new.recipe, input_shapes=shapes) if planned
+            else plan)
     for w in plan.warnings:
         warn(w)
     if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work
@@ -217,6 +226,10 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             manifest.profile_requested = requested
             manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why
             manifest.precision_fallback = precision_fallback  # INT8 held on none: this precision is the best that holds
+            if fit is not None:
+                from edgeopt.memory.gate import fit_of_artifact
+
+                manifest.memory = fit_of_artifact(Path(model), plan, shapes, fit, manifest.stages)
             from edgeopt.artifact import write_manifest
 
             manifest = write_manifest(tmp, manifest)

@@ -77,6 +77,7 @@ class RunRecord(BaseModel):
     samples_ms: list[float] | None = None
     peak_rss_mb: float | None = None
     load_rss_mb: float | None = None
+    memory: dict[str, Any] | None = None  # bench --memory: measured peak (child process) beside the prediction
     cpu_utilisation: float | None = None
     cores: int | dict[str, Any] | None = None  # the runner's count; remote-bench: the device's cores and use
     load_ms: float | None = None

@@ -46,6 +46,7 @@ class BenchOptions(BaseModel):
     store: bool = True
     db: str | None = None
     location: RunLocation = RunLocation.LOCAL
+    memory: bool = False  # each artifact's peak resident memory, measured in a child process, beside its prediction
 
     @field_validator("inputs", "outputs", "db", mode="before")
     @classmethod
@@ -225,6 +226,10 @@ def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | No
     if getattr(x["runner"], "execution", None):  # which provider/device ran it, and how (e.g. CUDA with Q/DQ)
         rec["execution"] = x["runner"].execution
     rec["placement"] = _placement(x)
+    if o.memory:
+        from edgeopt.memory.bench_row import memory_row
+
+        rec["memory"] = memory_row(x["path"], o.threads)
     rec["name"] = name or Path(x["path"]).name
     if validation:
         rec["validation"] = validation
