@@ -38,7 +38,8 @@ def runtime_name(backend: str) -> str:
 
 
 def run_load_py(artifact_dir: Path, inputs: Path, outputs: Path, bare: bool = False) -> dict:
-    """Run the artifact's ``load.py`` in a fresh isolated interpreter; what it reported it applied."""
+    """Run the artifact's ``load.py`` in a fresh isolated interpreter; what it reported it applied (the runtime's
+    own facts, and under ``settings`` the settings it was given)."""
     cmd = [sys.executable, "-I", LOAD_PY, "--inputs", str(inputs), "--outputs", str(outputs)]
     done = subprocess.run(cmd + (["--bare"] if bare else []), cwd=artifact_dir, capture_output=True, text=True,
                           timeout=TIMEOUT_S, check=False)
@@ -48,7 +49,8 @@ def run_load_py(artifact_dir: Path, inputs: Path, outputs: Path, bare: bool = Fa
                               f"{done.returncode}): {last}",
                               "nothing was written; the artifact does not load through its runtime's plain API")
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    return json.loads(lines[-1]).get("applied", {}) if lines else {}
+    said = json.loads(lines[-1]) if lines else {}
+    return {**said.get("applied", {}), "settings": said.get("settings", {})}
 
 
 def _stack(runs: list[dict]) -> dict[str, np.ndarray]:
@@ -74,11 +76,12 @@ def max_difference(host: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> t
     return worst, worst_name, ok
 
 
-def _host_outputs(artifact_dir: Path, manifest: dict, feeds: list[dict]) -> dict[str, np.ndarray]:
+def _host_outputs(artifact_dir: Path, manifest: dict, feeds: list[dict]) -> tuple[dict[str, np.ndarray], dict]:
+    """The runner's outputs on ``feeds`` (stacked) and the properties the runtime reported to it (OpenVINO's)."""
     from edgeopt.runtime.runners import open_runner
 
     with open_runner(str(artifact_dir), manifest=manifest) as runner:
-        return _stack([runner.run(f) for f in feeds])
+        return _stack([runner.run(f) for f in feeds]), dict(getattr(runner, "properties", None) or {})
 
 
 def _not_here(manifest: dict) -> str | None:
@@ -93,12 +96,29 @@ def _not_here(manifest: dict) -> str | None:
     return None
 
 
+def _check_settings(runtime: str, given: dict | None, manifest: dict) -> None:
+    """Exit 5 unless ``load.py`` applied exactly the manifest's ``runtime.settings``."""
+    expected = json.loads(json.dumps(manifest["runtime"].get("settings") or {}))
+    given = json.loads(json.dumps(given or {}))
+    wrong = sorted(k for k in {*expected, *given} if expected.get(k) != given.get(k))
+    if wrong:
+        raise GateFailedError(
+            f"consumer check: {runtime} through {LOAD_PY}: the settings it applies differ from the manifest's "
+            f"runtime.settings on {', '.join(wrong)} ({', '.join(f'{k}={given.get(k)!r}, judged {expected.get(k)!r}' for k in wrong)})",
+            "nothing was written; a setting edgeopt's runner applies is not carried by the artifact's load.py")
+
+
 def check_as_deployed(artifact_dir: Path | str, manifest: dict, samples, *, version: str = "") -> ConsumerCheck:
-    """Write ``load.py``/``load.cc`` into ``artifact_dir`` and run the consumer check on ``samples`` (a Dataset).
-    Exit 5 when ``load.py``'s outputs differ from the runner's beyond the rule."""
+    """Write ``load.py``/``load.cc`` into ``artifact_dir`` and run :func:`consumer_check` on ``samples`` (a
+    Dataset)."""
+    return consumer_check(artifact_dir, manifest, samples, files=write_loaders(artifact_dir, manifest, version))
+
+
+def consumer_check(artifact_dir: Path | str, manifest: dict, samples, *, files: list[str]) -> ConsumerCheck:
+    """The artifact's ``load.py`` (as it is in ``artifact_dir``) against edgeopt's runner on ``samples``, and with
+    ``--bare``; exit 5 when ``load.py`` differs beyond the rule. ``files``: the loaders written (none: skipped)."""
     d = Path(artifact_dir)
     backend = manifest["runtime"]["backend"]
-    files = write_loaders(d, manifest, version)
     settings = [CarriedSetting(**s) for s in carried_settings(backend, manifest["runtime"].get("settings") or {})]
     record = ConsumerCheck(runtime=runtime_name(backend), files=files, settings=settings, samples=len(samples),
                            rule=RULE)
@@ -107,7 +127,7 @@ def check_as_deployed(artifact_dir: Path | str, manifest: dict, samples, *, vers
     if skipped:
         return record.model_copy(update={"skipped": skipped, "samples": 0})
     feeds = [samples.feed(i) for i in range(len(samples))]
-    host = _host_outputs(d, manifest, feeds)
+    host, properties = _host_outputs(d, manifest, feeds)
     with tempfile.TemporaryDirectory(prefix="edgeopt-consumer-") as tmp:
         inputs = Path(tmp) / "inputs.npz"
         np.savez(inputs, **_stack(feeds))
@@ -121,13 +141,20 @@ def check_as_deployed(artifact_dir: Path | str, manifest: dict, samples, *, vers
             how = f"python {LOAD_PY} --bare (the runtime's defaults)" if bare else f"python {LOAD_PY}"
             loads[bare] = (PlainLoad(how=how, applied=applied, max_abs_diff=diff, worst_output=worst), ok)
     (with_settings, ok), (bare_load, _) = loads[False], loads[True]
+    _check_settings(record.runtime, with_settings.applied.pop("settings", None), manifest)
+    differ = {k: (v, with_settings.applied.get(k)) for k, v in properties.items() if with_settings.applied.get(k) != v}
+    if differ:
+        ok = False
+        with_settings.worst_output = "; ".join(f"{k} {got} through {LOAD_PY}, {v} in the runner"
+                                               for k, (v, got) in differ.items())
+    bare_load.applied.pop("settings", None)
     record = record.model_copy(update={"with_settings": with_settings, "bare": bare_load, "passed": ok,
                                        "tolerance": REL})
     if not ok:
         raise GateFailedError(
             f"consumer check: {record.runtime} through {LOAD_PY} (the plain API, the artifact's settings only) "
-            f"differs from edgeopt's runner by {with_settings.max_abs_diff:.3g} on output "
-            f"'{with_settings.worst_output}' (rule: {RULE})",
+            f"differs from edgeopt's runner: max |diff| {with_settings.max_abs_diff:.3g} (worst: "
+            f"{with_settings.worst_output}; rule: {RULE})",
             "nothing was written; a setting edgeopt's runner applies is not carried by the artifact",
             details={"consumer_check": record.model_dump(mode="json")})
     return record

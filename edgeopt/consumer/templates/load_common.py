@@ -1,7 +1,7 @@
 # The command line of a generated load.py: --inputs x.npz (arrays named after the model's inputs: one input, or a
 # stack of samples along a new first axis) --outputs y.npz (each output; stacked likewise); --bare loads the model
 # with the runtime's defaults only (what a user who ignores this file gets). It prints one JSON line: what the
-# runtime reports it applied.
+# runtime reports it applied and the settings it was given.
 import argparse
 import json
 import sys
@@ -39,7 +39,7 @@ def main(load, argv=None) -> int:
         stacked = len(INPUTS) and data[INPUTS[0]["name"]].ndim == len(INPUTS[0]["shape"]) + 1
     outputs = {k: np.stack([r[k] for r in runs]) if stacked else runs[0][k] for k in runs[0]}
     np.savez(args.outputs, **outputs)
-    print(json.dumps({"applied": model.applied, "samples": len(runs)}))
+    print(json.dumps({"applied": model.applied, "settings": model.settings, "samples": len(runs)}))
     return 0
 
 

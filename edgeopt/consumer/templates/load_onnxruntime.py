@@ -70,4 +70,5 @@ def load(model_dir=None, *, bare=False):
 
     run.applied = {"providers": session.get_providers(), "bare": bare,
                    "disabled_optimizers": [] if bare else list(SETTINGS.get("disabled_optimizers") or [])}
+    run.settings = {} if bare else SETTINGS  # the settings this load applied
     return run

@@ -41,4 +41,5 @@ def load(model_dir=None, *, bare=False):
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     run.applied = {"device": device, "INFERENCE_PRECISION_HINT": str(getattr(hint, "get_type_name", lambda: hint)()),
                    "bare": bare}
+    run.settings = {} if bare else SETTINGS  # the settings this load applied
     return run

@@ -69,4 +69,5 @@ def load(model_dir=None, *, bare=False):
         return out
 
     run.applied = {"num_threads": int(threads) if threads else None, "bare": bare}
+    run.settings = {} if bare else SETTINGS  # the settings this load applied
     return run

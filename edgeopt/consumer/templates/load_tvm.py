@@ -31,4 +31,5 @@ def load(model_dir=None, *, bare=False):
         return {n: t.numpy() for n, t in zip(out_names, tensors, strict=True)}
 
     run.applied = {"TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"), "device": str(device), "bare": bare}
+    run.settings = {} if bare else SETTINGS  # the settings this load applied
     return run
