@@ -149,7 +149,7 @@ def consumer_check(artifact_dir: Path | str, manifest: dict, samples, *, files: 
                                                for k, (v, got) in differ.items())
     bare_load.applied.pop("settings", None)
     record = record.model_copy(update={"with_settings": with_settings, "bare": bare_load, "passed": ok,
-                                       "tolerance": REL})
+                                       "relative_tolerance": REL})
     if not ok:
         raise GateFailedError(
             f"consumer check: {record.runtime} through {LOAD_PY} (the plain API, the artifact's settings only) "

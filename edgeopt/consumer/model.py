@@ -52,7 +52,7 @@ class ConsumerCheck(_Strict):
     samples: int = 0
     with_settings: PlainLoad | None = None  # load.py: the carried settings applied
     bare: PlainLoad | None = None  # the runtime's defaults: what a user who ignores load.py gets
-    tolerance: float | None = None
+    relative_tolerance: float | None = None  # x each output's largest absolute value (the rule)
     rule: str = ""
     passed: bool | None = None  # None: not run here (skipped says why)
     skipped: str | None = None
