@@ -76,7 +76,7 @@ def _ort_provider(name: str, options: dict) -> list[str]:
     if short is None:
         pairs = ", ".join(f"{{{_q(k)}, {_q(_ort_value(v))}}}" for k, v in options.items())
         return [f"    so.AppendExecutionProvider({_q(name.replace('ExecutionProvider', ''))}, {{{pairs}}});"]
-    return [f"    {{  // {name}, where this ONNX Runtime build has it",
+    return [f"    {{  // {name}: needs an ONNX Runtime built with it (the board's); set /path/to/work_dir",
             "        const OrtApi& api = Ort::GetApi();",
             f"        Ort{short}ProviderOptionsV2* opts = nullptr;",
             f"        Ort::ThrowOnError(api.Create{short}ProviderOptions(&opts));",
