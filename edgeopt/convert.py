@@ -289,7 +289,7 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
         from edgeopt.converters.prune_blame import blame_pruning
 
         raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
-    manifest.consumer_check = _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, warn)
+    manifest.consumer_check = _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn)
     manifest.warnings = list(warnings)
     if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
         manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
@@ -297,7 +297,7 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
     return manifest
 
 
-def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, warn):
+def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn):
     """``load.py``/``load.cc`` written beside the model and run through the plain API (exit 5 on a mismatch); where
     OpenVINO's plain default here differs from the judged hint, said on stderr and the artifact judged there too."""
     from edgeopt import __version__
@@ -309,6 +309,8 @@ def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, warn
     record = check_as_deployed(tmp, as_json, ctx.check_samples, version=__version__)
     differs = pd.differing_default(record, as_json)
     if differs is None:
+        if pd.unjudged_bf16_target(record, as_json, prof):
+            warn(pd.unjudged_line(prof.name))
         return record
     warn(pd.loud_line(*differs, as_json["runtime"]["model"]))
     bound = plan.options.bound.max_accuracy_drop

@@ -166,3 +166,26 @@ def test_tvm_load_py_loads_and_matches(tmp_path):
     assert m.backend == "tvm" and m.consumer_check.passed
     _assert_load_py_matches(out)
     assert "Module::LoadFromFile" in (out / "load.cc").read_text()
+
+
+def test_the_plain_default_is_named_where_it_differs_and_a_bf16_target_unjudged_here_is_said():
+    from edgeopt.consumer import plain_default as pd
+    from edgeopt.consumer.model import ConsumerCheck, PlainLoad
+    from edgeopt.profiles import resolve_profile
+
+    manifest = {"runtime": {"backend": "openvino", "model": "model.xml",
+                            "settings": {"device": "CPU", "inference_precision": "f32"}}}
+
+    def record(hint: str) -> ConsumerCheck:
+        return ConsumerCheck(runtime="openvino", bare=PlainLoad(how="bare", applied={"INFERENCE_PRECISION_HINT": hint}))
+
+    assert pd.differing_default(record("bf16"), manifest) == ("f32", "bf16")
+    assert pd.differing_default(record("f32"), manifest) is None
+    npu = {"runtime": {**manifest["runtime"], "settings": {"device": "NPU", "inference_precision": "f16"}}}
+    assert pd.differing_default(record("bf16"), npu) is None  # the NPU's plain default is the NPU's own
+    avx512, _ = resolve_profile("x86-avx512")
+    pi5, _ = resolve_profile("pi5")
+    assert pd.target_runs_bf16(avx512) and not pd.target_runs_bf16(pi5)
+    assert pd.unjudged_bf16_target(record("f32"), manifest, avx512)  # this machine could not run its default
+    assert not pd.unjudged_bf16_target(record("bf16"), manifest, avx512)  # judged at bf16 here instead
+    assert "load.py" in pd.loud_line("f32", "bf16", "model.xml") and "load.cc" in pd.unjudged_line("x86-avx512")

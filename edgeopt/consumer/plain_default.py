@@ -29,6 +29,21 @@ def target_runs_bf16(profile) -> bool:
     return bool(cpu and any(f in cpu.isa for f in BF16_ISA))
 
 
+def unjudged_bf16_target(record: ConsumerCheck, manifest: dict, profile) -> bool:
+    """An OpenVINO CPU artifact judged at another hint for a profile whose CPU runs bf16 by default, checked on a
+    machine whose own default is not bf16 (so the bf16 run could not be judged here)."""
+    settings = manifest["runtime"].get("settings") or {}
+    return (manifest["runtime"].get("backend") == "openvino" and (settings.get("device") or "CPU") == "CPU"
+            and (settings.get(SETTING) or "f32") != "bf16" and target_runs_bf16(profile) and record.bare is not None
+            and record.bare.applied.get("INFERENCE_PRECISION_HINT") != "bf16")
+
+
+def unjudged_line(profile_name: str) -> str:
+    return (f"openvino: {profile_name}'s CPU runs OpenVINO at bf16 by default, which this machine does not: the "
+            "artifact was not judged at bf16; load it with load.py or load.cc (they set the judged "
+            f"{SETTING})")
+
+
 def loud_line(judged: str, ran: str, model: str) -> str:
     return (f"openvino: a plain compile_model('{model}', 'CPU') runs this artifact at {ran} on this CPU, not at the "
             f"{judged} it was judged at: load it with load.py or load.cc (they set {SETTING}={judged})")
