@@ -102,9 +102,10 @@ def _check_settings(runtime: str, given: dict | None, manifest: dict) -> None:
     given = json.loads(json.dumps(given or {}))
     wrong = sorted(k for k in {*expected, *given} if expected.get(k) != given.get(k))
     if wrong:
+        said = ", ".join(f"{k}={given.get(k)!r}, judged at {expected.get(k)!r}" for k in wrong)
         raise GateFailedError(
             f"consumer check: {runtime} through {LOAD_PY}: the settings it applies differ from the manifest's "
-            f"runtime.settings on {', '.join(wrong)} ({', '.join(f'{k}={given.get(k)!r}, judged {expected.get(k)!r}' for k in wrong)})",
+            f"runtime.settings ({said})",
             "nothing was written; a setting edgeopt's runner applies is not carried by the artifact's load.py")
 
 
