@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from edgeopt.consumer.model import ConsumerCheck
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
 from edgeopt.memory.fit import MemoryFit
@@ -112,6 +113,7 @@ class Manifest(BaseModel):
     precision_fallback: dict | None = None  # INT8 asked, none held: {requested, reason, tried}; precision is what holds
     verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
     memory: MemoryFit | None = None  # predicted peak memory against the profile's budget (edgeopt/memory/)
+    consumer_check: ConsumerCheck | None = None  # the artifact through its runtime's plain API (edgeopt.consumer)
 
 
 def guess_layout(shape) -> str | None:

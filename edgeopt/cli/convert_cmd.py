@@ -86,11 +86,13 @@ def _report(result, json_out: bool) -> None:
                "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
-               "backend_search": m.backend_search, "memory": m.memory.model_dump(mode="json") if m.memory else None}
+               "backend_search": m.backend_search, "memory": m.memory.model_dump(mode="json") if m.memory else None,
+               "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None}
 
     from edgeopt.cli.artifact_text import (
         backend_search_text,
         checked_on_text,
+        consumer_check_text,
         mode_search_text,
         precision_fallback_text,
     )
@@ -111,6 +113,8 @@ def _report(result, json_out: bool) -> None:
         if m.verified_on:
             c.print(_verified_text(m.verified_on), markup=False)
         _memory_text(c, m)
+        for line in consumer_check_text(m.consumer_check.model_dump(mode="json")) if m.consumer_check else []:
+            c.print(line, markup=False)
 
     emit(json_out, payload, human)
 

@@ -23,7 +23,12 @@ def inspect_cmd(
 ) -> None:
     """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
     from edgeopt.artifact import load_artifact, read_build_facts
-    from edgeopt.cli.artifact_text import backend_search_text, checked_on_text, precision_fallback_text
+    from edgeopt.cli.artifact_text import (
+        backend_search_text,
+        checked_on_text,
+        consumer_check_text,
+        precision_fallback_text,
+    )
 
     manifest = load_artifact(artifact)  # with build.json's timings merged in
     m, v = manifest.model_dump(mode="json"), manifest.validation
@@ -62,6 +67,8 @@ def inspect_cmd(
                 unit = v.metric_unit or ""
                 c.print(f"metric {v.metric} (vs {v.metric_basis}): FP32 {v.metric_reference:.4g}{unit} -> "
                         f"{v.metric_value:.4g}{unit}, drop {v.metric_drop:.4g}", markup=False)
+        for line in consumer_check_text(m["consumer_check"]) if m.get("consumer_check") else []:
+            c.print(line, markup=False)
         for left in m.get("backend_fallback") or []:
             c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
         for row in m.get("backend_search") or []:
