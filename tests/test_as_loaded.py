@@ -32,7 +32,7 @@ def _manifest(art: Path) -> dict:
 
 
 def test_the_jetson_int8_artifact_leaves_weight_bias_quantization_off(orin_int8):
-    from edgeopt.artifact import OrtSettings
+    from edgeopt.converters.backends.onnxruntime import OrtSettings
 
     m = _manifest(orin_int8)
     settings = OrtSettings(**m["runtime"]["settings"])  # typed: every key is one the runner applies

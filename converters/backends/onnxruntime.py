@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import shutil
 
-from edgeopt.artifact import OrtSettings
+from pydantic import BaseModel, ConfigDict
+
 from edgeopt.converters.base import (
     Backend,
     ChainContext,
@@ -35,6 +36,27 @@ from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
 from edgeopt.placement.gate import MAX_FALLBACK_OPS_HELP, gate_placement
 
+
+class OrtSettings(BaseModel):
+    """``runtime.settings`` of an ``onnxruntime`` artifact: every key the runner
+    (``edgeopt/runtime/runners/onnxruntime.py``) applies to its session."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str = "CPUExecutionProvider"
+    graph_optimization_level: str = "ORT_ENABLE_ALL"  # a GraphOptimizationLevel member's name
+    threads: int | None = None
+    fallback_providers: list[str] = []  # tried in order where ``provider`` is not there; the CPU last
+    provider_options: dict[str, str | bool | int | float] = {}  # ``provider``'s options
+    # ONNX Runtime's own graph optimizers left off (``InferenceSession(disabled_optimizers=...)``) where the session
+    # has a provider other than the CPU: e.g. WeightBiasQuantization, which gives every quantized Conv/Gemm an
+    # int32-bias DequantizeLinear at load time (TensorRT rejects it, CUDA runs it on the CPU; the CPU alone fuses it)
+    disabled_optimizers: list[str] = []
+    allow_spinning: bool | None = None  # False: pool threads sleep after each call (timings beside another runtime)
+
+    def settings(self) -> dict:
+        """The manifest's dict: the keys set (an artifact written before a key existed reads the same)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 class GraphOptLevel(StrEnum):
     DISABLE = "disable"
