@@ -248,6 +248,9 @@ class Backend(Stage):
     # ``(onnx model, BackendTarget) -> [PreflightIssue]`` and the per-op profiler of an artifact
     preflight_check: ClassVar[str | None] = None
     per_layer_profiler: ClassVar[str | None] = None
+    # "module:function" ``(measured rows, roofline rows) -> (matched_by, how)`` giving each measured row its ONNX
+    # node (``onnx_node``) where the profiler's names are not the ONNX nodes'; None: matched by name
+    per_layer_matcher: ClassVar[str | None] = None
     # "module:Class" of its 8-bit quantizer (a ``converters.quantize.modes.Quantizer``: the modes it offers and
     # how it quantizes one model file in one mode), imported only when used; None: it does not quantize
     quantizer: ClassVar[str | None] = None

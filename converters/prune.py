@@ -393,7 +393,7 @@ def _timing_runtime(backend: str, threads: int | None):
     if backend == "openvino" and importlib.util.find_spec("openvino") is not None:
         import openvino as ov
 
-        from edgeopt.converters.quantize.nncf_search import compiled_run
+        from edgeopt.converters.backends.openvino.search import compiled_run
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
         core = ov.Core()

@@ -98,7 +98,7 @@ def _as_requested(field: FieldInfo) -> tuple[Any, FieldInfo]:
 def stage_declared_options() -> dict[str, FieldInfo]:
     """Every user option a stage config declares (``user_option``), by option name: the accuracy bound's fields and
     the stages' own (``per_channel``, ``recover_budget``, ``export_c``…)."""
-    from edgeopt.converters.backends.tflite import TFLiteConfig
+    from edgeopt.converters.backends.tflite.stage import TFLiteConfig
     from edgeopt.converters.base import option_name
     from edgeopt.converters.quantize import QuantizeConfig
     from edgeopt.converters.recover import RecoverConfig

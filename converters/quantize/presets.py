@@ -88,7 +88,7 @@ def get_preset(name: str) -> HardwarePreset:
 def preset_for_profile(profile, provider: str | None = None) -> tuple[HardwarePreset, str]:
     """The preset for the engine that runs the model (``provider``: the backend's execution provider, TensorRT's
     gets ``tensorrt``), else for the profile's CPU ISA; and why (a sentence for the report)."""
-    from edgeopt.converters.backends.onnxruntime import TRT_PROVIDER
+    from edgeopt.converters.backends.onnxruntime.stage import TRT_PROVIDER
 
     if provider == TRT_PROVIDER:
         where = f"profile {profile.name}" if profile is not None else "the backend"

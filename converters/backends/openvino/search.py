@@ -24,10 +24,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
-from .nncf_float_cost import cheaper_float
-from .search import SearchResult, gate_failure, run_search
-from .sensitivity import UNRANKED
+from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
+from edgeopt.converters.quantize.search import SearchResult, gate_failure, run_search
+from edgeopt.converters.quantize.sensitivity import UNRANKED
+
+from .float_cost import cheaper_float
 
 # ops a quantizer's value passes through unchanged in NNCF's propagation: follow them to the op that
 # really consumes the quantized tensor (its name is what ignored_scope needs)
@@ -96,7 +97,7 @@ NO_WEIGHT_TYPES = {"Parameter", "Result", "Constant"}
 
 def types_without_weights(ov_model) -> list[str]:
     """The op types of ``ov_model`` that carry no weight (what the weighted-ops-only option ignores)."""
-    from .openvino_quantizer import WEIGHT_OPS
+    from .quantizer import WEIGHT_OPS
 
     return sorted({op.get_type_name() for op in ov_model.get_ordered_ops()} - set(WEIGHT_OPS) - NO_WEIGHT_TYPES)
 
@@ -444,7 +445,7 @@ def judged_at(precision: str) -> dict:
 
 
 def _error(reference: list[dict], got: list[dict]) -> float:
-    from .sensitivity import output_error
+    from edgeopt.converters.quantize.sensitivity import output_error
 
     return output_error(reference, got)
 
@@ -455,7 +456,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                 search_path=(), precision: str = "f32") -> SearchResult:
     """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models, each judged
     at ``precision``, the inference precision hint the artifact will run with (an NPU profile's f16)."""
-    from .openvino_quantizer import count_units
+    from .quantizer import count_units
 
     s = _NncfSearch(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                     threads=threads, rank_samples=rank_samples, on_rank=on_rank, precision=precision)
