@@ -124,7 +124,7 @@ def test_openvino_searches_time_the_lstm_kernel_the_artifact_runs(tmp_path):
     import openvino as ov
     from test_tflite_quantizer import _torch_lstm
 
-    from edgeopt.converters.backends.openvino.search import compiled_run
+    from edgeopt.converters.backends.openvino.runs import compiled_run
 
     def kernels(compiled) -> set[str]:
         return {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
@@ -284,7 +284,7 @@ def test_an_npu_profile_judges_the_candidates_at_the_precision_the_artifact_runs
     assert rep["mode_search"]["judged_at_hint"] == "f16"
     assert rep.get("accuracy_aware", {}).get("judged_at_hint", "f16") == "f16"
     # what this CPU really ran the f16 hint as (bf16 on an AVX512-BF16 CPU, f32 without) is said, not hidden
-    from edgeopt.converters.backends.openvino.search import cpu_runs_hint_as
+    from edgeopt.converters.backends.openvino.runs import cpu_runs_hint_as
 
     ran = cpu_runs_hint_as("f16")
     assert rep["mode_search"].get("cpu_ran_it_as", "f16") == ran

@@ -22,7 +22,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     the bound (pinned: exit 5 instead)."""
     import openvino as ov
 
-    from .search import BF16_SUGGEST, bf16_run, compiled_run, cpu_runs_bf16, judged_at
+    from .runs import BF16_SUGGEST, bf16_run, compiled_run, cpu_runs_bf16, judged_at
 
     b = prepare(ctx, "openvino", onnx_path, config.bound)
     core = ov.Core()
