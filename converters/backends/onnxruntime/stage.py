@@ -28,6 +28,7 @@ from edgeopt.converters.base import (
     StageConfig,
     from_option,
 )
+from edgeopt.converters.quantize.presets import TRT_PROVIDER
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
 
@@ -47,7 +48,7 @@ ORT_LEVEL = {
 }
 
 
-TRT_PROVIDER = "TensorrtExecutionProvider"
+
 WORK_DIR = "{work_dir}"  # the device's work dir, filled in by the runner (edgeopt/runtime/runners/onnxruntime.py)
 TRT_ENGINE_CACHE = {"trt_engine_cache_enable": True, "trt_engine_cache_path": f"{WORK_DIR}/trt-engines"}
 
