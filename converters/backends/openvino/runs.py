@@ -11,8 +11,7 @@ import numpy as np
 
 def saved_and_read(model):
     """``model`` written as IR and read back: what the artifact will hold. An edited INT8 model can compute one
-    thing in memory and another once saved (silero VAD with a unit made float: 96.8 % decision agreement with
-    FP32 compiled in memory, 62.7 % from its saved IR), so every candidate is judged as it will be saved."""
+    thing in memory and another once saved, so every candidate is judged as it will be saved."""
     import tempfile
 
     import openvino as ov
@@ -27,17 +26,16 @@ def compiled_run(core, model, in_names: list[str], out_names: list[str], threads
                  precision: str = "f32"):
     """A run function over ``model`` compiled for the CPU at ``precision`` (OpenVINO's inference precision hint;
     f32 unless asked, since its default is bf16 where the CPU has it), compiled from the model as saved and read
-    back, as the artifact's runner compiles it: ``ov.convert_model``'s in-memory model of a torch-exported LSTM
-    compiles its LSTMs as TensorIterator loops, the same model read from IR as oneDNN's RNNSeq (resemblyzer's
-    3-layer LSTM: 22-26 ms against 11 ms, 1 thread), so a search that timed the in-memory model judged OpenVINO
-    2x slower than what it ships."""
+    back, with the runner's compile settings (``compile_config``), as the artifact's runner compiles it:
+    ``ov.convert_model``'s in-memory model of a torch-exported LSTM compiles its LSTMs as TensorIterator loops, the
+    same model read from IR as oneDNN's RNNSeq, so timing the in-memory model would misjudge what ships."""
     import openvino as ov
 
     from edgeopt.runtime.runners.openvino import compile_config
 
     compiled = core.compile_model(saved_and_read(model), "CPU", compile_config(precision, threads))
     request = compiled.create_infer_request()  # one request, inputs set as tensors: the runner's call, not a
-    # compiled(dict) call, which timed silero VAD's weight-only INT8 at 0.24 ms where the runner runs it in 0.06
+    # compiled(dict) call, whose per-call overhead would swamp a small model's time
     ports = {p.get_any_name(): p for p in compiled.inputs}
     dtypes = {name: p.get_element_type().to_dtype() for name, p in ports.items()}
 
@@ -60,8 +58,8 @@ def compiled_run(core, model, in_names: list[str], out_names: list[str], threads
 @functools.lru_cache(maxsize=8)
 def cpu_runs_hint_as(precision: str) -> str:
     """What this machine's OpenVINO CPU plugin computes in when asked for the inference precision hint
-    ``precision`` (``f32``, ``bf16`` or ``f16``): without native f16 it substitutes bf16 where the CPU has it (AMD
-    EPYC with AVX512-BF16 here) and f32 elsewhere, so an NPU profile's f16 is judged at another precision on a
+    ``precision`` (``f32``, ``bf16`` or ``f16``): without native f16 it substitutes bf16 where the CPU has it
+    (AVX512-BF16, AMX) and f32 elsewhere, so an NPU profile's f16 is judged at another precision on a
     machine without the NPU; read from a one-op model compiled with that hint."""
     import openvino as ov
     import openvino.opset13 as ops

@@ -1,4 +1,5 @@
-"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`.search` over ``nncf.quantize``.
+"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`edgeopt.converters.quantize.search` over
+``nncf.quantize``.
 
 Options first (NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
 attention/MatMul-heavy graphs ``model_type=transformer`` with SmoothQuant on and off), then float
@@ -8,12 +9,10 @@ The units of the best option are ranked **once** (by how much the output error v
 that unit is float; past ``BYPASS_LIMIT`` units by each one's own error, the activation's per channel plus
 its readers' weights', read in one run), and a candidate is that option's INT8 model with the top-k units
 made float in place (the quantizer removed, the readers' original FP32 weights put back: no recalibration,
-one compile each). Weights matter: on the PP-OCRv4 recogniser, removing every activation quantizer and
-keeping INT8 weights still loses 5 points. The hit is then rebuilt once with ``nncf.quantize`` and those
-ops in ``ignored_scope`` (calibration and bias correction made for it), kept when it also meets the bound
-on both parts (else the search's model is). ``nncf.quantize_with_accuracy_control`` is not used: it
-reverts one group at a time and re-ranks the rest after each step (~40 s a step on a ~50-group recogniser
-here), so it does not finish within a budget.
+one compile each); the units and their ranking are :mod:`.units`. The hit is then rebuilt once with
+``nncf.quantize`` and those ops in ``ignored_scope`` (calibration and bias correction made for it), kept when it
+also meets the bound on both parts (else the search's model is). ``nncf.quantize_with_accuracy_control`` is not used: it
+reverts one group at a time and re-ranks the rest after each step, so it does not finish within a budget.
 """
 
 from __future__ import annotations
@@ -36,9 +35,7 @@ ATTENTION_HINTS = {"Softmax", "MVN"}
 
 def looks_like_transformer(ov_model) -> bool:
     """Attention (Softmax and a MatMul of two activations, or several MatMuls): NNCF's TRANSFORMER type. A CNN
-    with one small attention block counts too: on PP-OCRv4's recogniser (6 % of its FLOPs in MatMuls) the
-    transformer type leaves the attention's ops unquantized, and its search kept 7 of 51 units in float (x1.23
-    over FP32) where the plain type needed 37 of 71 (x1.11)."""
+    with one small attention block counts too: the transformer type leaves the attention's ops unquantized."""
     types = [op.get_type_name() for op in ov_model.get_ordered_ops()]
     if not (set(types) & ATTENTION_HINTS):
         return False
