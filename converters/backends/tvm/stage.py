@@ -70,6 +70,7 @@ class TVMBackend(Backend):
     per_layer_profiler = "edgeopt.converters.backends.tvm.per_layer:profile_tvm"
     per_layer_matcher = "edgeopt.converters.backends.tvm.per_layer:match_kernels"
     quantizes_itself = False
+    pays_only_tuned = True  # untuned, slower than the others: built only when named (edgeopt tune first)
     quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"  # the quantize stage's QDQ
     precisions = (Precision.FP32, Precision.INT8)
 
