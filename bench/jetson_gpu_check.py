@@ -2,17 +2,19 @@
 """On a machine with an NVIDIA GPU and onnxruntime-gpu: each Jetson artifact through edgeopt's runner (providers as
 the manifest says: TensorRT, then CUDA, then CPU), its outputs against this artifact's CPU check outputs, and the
 placement report from ONNX Runtime's own node assignment, with and without the artifact's disabled optimizers."""
-import json, sys, time
+import json
+import sys
+import time
 from pathlib import Path
-import numpy as np
 
-ART = Path(sys.argv[1])
-res = {"onnxruntime": None, "cases": []}
+import numpy as np
 import onnxruntime as ort
-res["onnxruntime"] = ort.__version__
-res["available_providers"] = ort.get_available_providers()
+
 from edgeopt.placement.onnxruntime import ort_placement
 from edgeopt.runtime.runners import open_runner
+
+ART = Path(sys.argv[1])  # a folder of artifacts, each with check_inputs.npz and check_cpu_outputs.npz
+res = {"onnxruntime": ort.__version__, "available_providers": ort.get_available_providers(), "cases": []}
 
 
 def summary(rep):
@@ -39,14 +41,16 @@ for art in sorted(p for p in ART.iterdir() if (p / "manifest.json").exists()):
                 run.run(one)
             t = []
             for _ in range(200):
-                t0 = time.perf_counter(); run.run(one); t.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                run.run(one)
+                t.append(time.perf_counter() - t0)
             row["int8_median_ms"] = round(1000 * float(np.median(t)), 3)
         model_file = art / m["runtime"]["model"]
         rep = ort_placement(model_file, settings, target_unit="gpu", bandwidth_gbps=None)
         row["placement"] = summary(rep)
         off = {**settings, "disabled_optimizers": []}
         row["placement_without_disabled_optimizers"] = summary(ort_placement(model_file, off, target_unit="gpu", bandwidth_gbps=None))
-    except Exception as e:  # report and go on to the next model
+    except Exception:  # report and go on to the next model
         import traceback
         row["error"] = traceback.format_exc()[-2000:]
     res["cases"].append(row)

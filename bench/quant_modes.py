@@ -170,10 +170,10 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
     other candidates still run)."""
     import openvino as ov
 
+    from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer, read_model
     from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
     from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer, count_units
-    from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer, read_model
 
     rows = [{"backend": "onnxruntime", "mode": "fp32", "run": ort_runner(shipped, threads, spinning=False),
              "units": count_units(shipped)},

@@ -250,7 +250,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     norm = Normalize().run(Intermediate(case.model), NormalizeConfig(input_shapes=case.shapes),
                            _ctx(work / "n", case.model, case.calib, case.eval, "normalize")).path
     if backend == "openvino":
-        from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig, ov_run_fn
+        from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig, ov_run_fn
         from edgeopt.enums import Precision
 
         last_ctx: list = []  # the context of the last build, kept when it ends in a gate failure (its search report)

@@ -57,7 +57,7 @@ def bench_model(name: str, model: Path, trials: int, threads: int, work: Path, c
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
-    from edgeopt.converters.backends import tvm_build as tb
+    from edgeopt.converters.backends.tvm import build as tb
     from edgeopt.model import graph_inputs, load_onnx
     from edgeopt.profiles import load_profile
     from edgeopt.runtime.measure import measure_interleaved

@@ -248,6 +248,15 @@ class Backend(Stage):
     # ``(onnx model, BackendTarget) -> [PreflightIssue]`` and the per-op profiler of an artifact
     preflight_check: ClassVar[str | None] = None
     per_layer_profiler: ClassVar[str | None] = None
+    # "module:function" ``(measured rows, roofline rows) -> (matched_by, how)`` giving each measured row its ONNX
+    # node (``onnx_node``) where the profiler's names are not the ONNX nodes'; None: matched by name
+    per_layer_matcher: ClassVar[str | None] = None
+    # "module:function" ``(threads) -> (ONNX path -> run function, what runs it) | None``: a stage's quick timing
+    # of an ONNX file on this backend before the artifact exists (prune's estimate); None: ONNX Runtime stands in
+    onnx_timer: ClassVar[str | None] = None
+    # True when only a tuned build pays (TVM: untuned it is slower than the others): never a fallback for another
+    # backend, nor a candidate of ``--backend auto``; it is built when named
+    pays_only_tuned: ClassVar[bool] = False
     # "module:Class" of its 8-bit quantizer (a ``converters.quantize.modes.Quantizer``: the modes it offers and
     # how it quantizes one model file in one mode), imported only when used; None: it does not quantize
     quantizer: ClassVar[str | None] = None

@@ -383,29 +383,28 @@ def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: i
 
 def _timing_runtime(backend: str, threads: int | None):
     """(path -> run function, what runs it, a note when it is not the plan's backend)."""
-    import importlib.util
-
     from edgeopt.converters.checks import ort_run_fn
 
     ort = "onnxruntime (CPUExecutionProvider) on this machine"
     if backend == "onnxruntime":
         return (lambda p: ort_run_fn(p, threads)), ort, None
-    if backend == "openvino" and importlib.util.find_spec("openvino") is not None:
-        import openvino as ov
-
-        from edgeopt.converters.quantize.nncf_search import compiled_run
-        from edgeopt.model import graph_inputs, graph_outputs, load_onnx
-
-        core = ov.Core()
-
-        def ov_run(p):
-            m = load_onnx(p, check=False)
-            names = [s.name for s in graph_inputs(m)], [s.name for s in graph_outputs(m)]
-            return compiled_run(core, core.read_model(str(p)), *names, threads, precision="f32")
-
-        return ov_run, "openvino CPU (f32) on this machine", None
+    timer = _backend_timer(backend)
+    made = timer(threads) if timer is not None else None
+    if made is not None:
+        return (*made, None)
     return ((lambda p: ort_run_fn(p, threads)), ort,
             f"the plan's backend {backend} is timed only after conversion (edgeopt bench): ONNX Runtime stands in")
+
+
+def _backend_timer(backend: str):
+    """The function the backend's class names in ``onnx_timer``, or None (an unknown backend has none)."""
+    from edgeopt.converters.registry import get_backend, resolve
+
+    try:
+        ref = get_backend(backend).onnx_timer
+    except Exception:  # noqa: BLE001 - a backend the registry doesn't know is timed by ONNX Runtime
+        return None
+    return resolve(ref) if ref else None
 
 
 def _random_feed(path: Path) -> dict:

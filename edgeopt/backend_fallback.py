@@ -21,7 +21,6 @@ from edgeopt.errors import GateFailedError, StageError, UnsupportedOpError
 
 # the failures a next backend may not have: the gate, and the converter failing on this model
 FALLBACK_ON = (GateFailedError, StageError, UnsupportedOpError)
-NEVER_A_FALLBACK = (BackendName.TVM,)
 FALLBACK_ARCHES = ("aarch64",)
 
 
@@ -51,7 +50,9 @@ def installed_backends(prof) -> list[BackendName]:
 
 def fallbacks(order: list[BackendName]) -> list[BackendName]:
     """The backends tried after the first when it can't hold the bound."""
-    return [b for b in order[1:] if b not in NEVER_A_FALLBACK]
+    from edgeopt.converters.registry import get_backend
+
+    return [b for b in order[1:] if not get_backend(b).pays_only_tuned]
 
 
 def another_backend_may_hold(err: Exception) -> bool:

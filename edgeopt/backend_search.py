@@ -21,14 +21,14 @@ from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError, UsageError
 
 AUTO = "auto"  # the --backend value that asks for the search
-NOT_SEARCHED = (BackendName.TVM,)
 
 
 def searched_backends(prof) -> list[BackendName]:
-    """The installed backends ``prof`` lists, once each, in its order, TVM left out."""
+    """The installed backends ``prof`` lists, once each, in its order, those that pay only tuned (TVM) left out."""
     from edgeopt.backend_fallback import installed_backends
+    from edgeopt.converters.registry import get_backend
 
-    return [b for b in installed_backends(prof) if b not in NOT_SEARCHED]
+    return [b for b in installed_backends(prof) if not get_backend(b).pays_only_tuned]
 
 
 def check_searchable(prof) -> list[BackendName]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from edgeopt.errors import BadInputError, OutputExistsError
 
 MARKERS = ("manifest.json", "summary.json", "bundle.json")  # an artifact's manifest, a pipeline dist/'s summary, a
-# TVM device bundle (converters/backends/tvm_build.py device_bundle)
+# TVM device bundle (converters/backends/tvm/build.py device_bundle)
 _FORCE_HINT = "--force replaces only an edgeopt output or an empty directory: choose another -o"
 
 

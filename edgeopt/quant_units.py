@@ -100,7 +100,7 @@ def _tflite(path: Path) -> tuple[int, int]:
     constants through a DEQUANTIZE), read with ai-edge-quantizer's flatbuffer reader; without that library (the
     tflite extra), LiteRT's listing of the main subgraph."""
     try:
-        from edgeopt.converters.quantize.tflite_quantizer import unit_counts
+        from edgeopt.converters.backends.tflite.quantizer import unit_counts
 
         return unit_counts(path, TFLITE_UNITS)
     except ImportError:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.converters.backends.tflite_convert import MODEL_FILE
+from edgeopt.converters.backends.tflite.convert import MODEL_FILE
 from edgeopt.enums import BackendName
 from edgeopt.errors import BadModelError, UnsupportedOpError
 

@@ -4,10 +4,10 @@ The plan is the one ``convert --backend tvm`` makes for the same options, recipe
 (:func:`tune_plan`: the same ``make_plan`` call on the same :class:`edgeopt.options.ConvertOptions`), and the
 model goes through that plan's stages before the backend (normalize, prune, recover, quantize) with the same
 data and task metric, so the graph tuned is the graph ``convert`` builds and the database's content-hash key
-(:func:`edgeopt.converters.backends.tvm_build.tuning_key`) is the one ``convert`` finds again in
+(:func:`edgeopt.converters.backends.tvm.build.tuning_key`) is the one ``convert`` finds again in
 ``$EDGEOPT_CACHE_DIR/tvm-tuning/<key>``. ``tuning_db`` (``--tuning-db DIR``, else the recipe's
 ``stages: {tvm: {tuning_db: DIR}}``) puts it elsewhere. The search itself, TVM's alone, is
-:func:`edgeopt.converters.backends.tvm_tune.tune_database`. A tuned database changes the next plan's hash
+:func:`edgeopt.converters.backends.tvm.tune.tune_database`. A tuned database changes the next plan's hash
 (the TVM config's ``tuning_db_sha256``), so cached builds made before it are not served after it.
 """
 
@@ -112,8 +112,8 @@ def tune(model, profile, options: ConvertOptions | None = None, *, trials: int |
          **keywords) -> TuneResult:
     """Tune ``model``'s TVM kernels for ``profile`` with MetaSchedule (see the module doc). ``options``: what
     ``convert`` takes (:class:`edgeopt.options.ConvertOptions`), or the same fields as keywords."""
-    from edgeopt.converters.backends import tvm_build as tb
-    from edgeopt.converters.backends.tvm_tune import tune_database
+    from edgeopt.converters.backends.tvm import build as tb
+    from edgeopt.converters.backends.tvm.tune import tune_database
     from edgeopt.deps import require
 
     _check_budget(trials, time_budget_min)

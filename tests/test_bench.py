@@ -10,7 +10,8 @@ import pytest
 from fixtures_convert import make_openvino_artifact, make_ort_artifact
 
 from edgeopt.bench.energy import energy_figures
-from edgeopt.bench.per_layer import join_with_predictions, parse_ort_trace
+from edgeopt.bench.per_layer import join_with_predictions
+from edgeopt.converters.backends.onnxruntime.per_layer import parse_ort_trace
 
 REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
@@ -77,7 +78,8 @@ def test_bench_per_layer_on_onnxruntime_joins_the_roofline(tmp_path):
 
 def test_bench_per_layer_not_available_for_other_backends(tmp_path):
     # every BackendName has a per-layer path now (tflite says why it has no times); a backend without one says so
-    from edgeopt.bench.per_layer import per_layer_for_artifact, per_layer_tflite, profiler_for
+    from edgeopt.bench.per_layer import per_layer_for_artifact, profiler_for
+    from edgeopt.converters.backends.tflite.per_layer import per_layer_tflite
     from edgeopt.enums import BackendName
 
     assert all(profiler_for(b.value) is not None for b in BackendName)  # each backend class names its profiler
@@ -229,7 +231,8 @@ def test_per_layer_tflite_without_a_model_still_says_why(tmp_path):
 
 
 def test_tvm_kernel_names_map_to_their_first_op_and_join_by_type_and_order():
-    from edgeopt.bench.per_layer import join_with_predictions, match_by_op_type, tvm_kernel_op
+    from edgeopt.bench.per_layer import join_with_predictions
+    from edgeopt.converters.backends.tvm.per_layer import match_by_op_type, tvm_kernel_op
 
     assert tvm_kernel_op("fused_conv2d_add_relu") == "conv2d"
     assert tvm_kernel_op("conv2d3") == "conv2d"

@@ -82,7 +82,7 @@ def test_existing_output_refused_then_forced(tmp_path, tiny_model, test_profile)
 
 def test_fake_backend_failing_midway_leaves_nothing(tmp_path, tiny_model, test_profile, monkeypatch):
     """Fake: the ORT backend writes a file, then raises; neither OUT nor its tmp dir may remain."""
-    from edgeopt.converters.backends import onnxruntime as ort_backend
+    from edgeopt.converters.backends.onnxruntime import stage as ort_backend
 
     def broken(self, model, config, ctx):
         (ctx.artifact_dir / "model.onnx").write_bytes(b"half")
@@ -101,7 +101,7 @@ def test_fake_noisy_backend_fails_cosine_gate(tmp_path, tiny_model, test_profile
     import onnx
     from onnx import numpy_helper
 
-    from edgeopt.converters.backends import onnxruntime as ort_backend
+    from edgeopt.converters.backends.onnxruntime import stage as ort_backend
 
     real = ort_backend.OnnxRuntimeBackend.run
 

@@ -51,7 +51,7 @@ def test_configure_takes_profile_settings():
 
 
 def test_fp32_artifact_matches_onnxruntime_with_f32_hint(tmp_path):
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import compare, ort_run_fn
 
     calib, test = digits_datasets()
@@ -74,7 +74,7 @@ def test_fp32_artifact_matches_onnxruntime_with_f32_hint(tmp_path):
 def test_runner_binds_input_once_and_sees_every_new_value(tmp_path):
     """The runner binds an input buffer once (benchmark_app's per-call cost); results must still follow
     the data: a buffer refilled in place, a new array, and a float64 array that needs a converted copy."""
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import ort_run_fn
 
     calib, test = digits_datasets()
@@ -99,7 +99,7 @@ def test_output_names_follow_onnx_when_openvino_renames(tmp_path):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     w = np.arange(12, dtype=np.float32).reshape(4, 3)
     g = helper.make_graph(
@@ -128,7 +128,7 @@ def test_scalar_input_runs_in_the_artifact_check_and_the_runner(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     g = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
@@ -149,7 +149,7 @@ def test_scalar_input_runs_in_the_artifact_check_and_the_runner(tmp_path):
 
 @pytest.mark.slow
 def test_int8_runs_and_keeps_accuracy(tmp_path):
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import ort_run_fn
 
     calib, test = digits_datasets()
@@ -169,7 +169,7 @@ def test_int8_accuracy_control_recovers_outlier_model(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     from test_quantize import outlier_classifier, outlier_data
 
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     model = tmp_path / "outlier.onnx"
     protos = outlier_classifier(model)
@@ -184,7 +184,7 @@ def test_int8_accuracy_control_recovers_outlier_model(tmp_path):
 
 def test_missing_openvino_fake_absent_names_extra(tmp_path, monkeypatch):
     """openvino made unimportable (sys.modules entry None): the backend says which extra installs it."""
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     calib, test = digits_datasets()
     monkeypatch.setitem(sys.modules, "openvino", None)

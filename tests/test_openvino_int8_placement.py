@@ -116,7 +116,7 @@ def tokens(dist: np.ndarray, n: int, seed: int) -> Dataset:
 
 
 def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float):
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     (tmp_path / "art").mkdir(exist_ok=True)
     calib, ev = tokens(dist, 64, seed=1), tokens(dist, 200, seed=2)
@@ -174,7 +174,7 @@ def test_cost_of_a_unit_kept_float_is_its_weighted_ops_multiply_adds(tmp_path):
     MatMul 16 positions x 16 x 32, fc1 64 x 16, fc2 10 x 64), on the converted model's static shapes."""
     import openvino as ov
 
-    from edgeopt.converters.quantize.nncf_float_cost import op_macs
+    from edgeopt.converters.backends.openvino.float_cost import op_macs
 
     model = tmp_path / "bytes.onnx"
     byte_classifier(model)
@@ -187,7 +187,7 @@ def test_cost_of_a_unit_kept_float_is_its_weighted_ops_multiply_adds(tmp_path):
 def test_swap_quantizes_a_costly_unit_again_with_cheaper_ones_in_float():
     """A hit keeping the costly unit float is retried with it quantized and, in float, the units not kept that cost
     less (in ranking order, while together cheaper): magika's Conv (90 % of its multiply-adds) against its MatMuls."""
-    from edgeopt.converters.quantize.nncf_float_cost import swap_plan
+    from edgeopt.converters.backends.openvino.float_cost import swap_plan
 
     cost = {"conv": 100.0, "mm1": 10.0, "mm2": 1.0, "ln": 0.0}
     assert swap_plan(("conv",), ["conv", "mm1", "mm2", "ln"], cost, "conv") == ("mm1", "mm2", "ln")

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from edgeopt.converters.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeConfig
+from edgeopt.converters.backends.onnxruntime.stage import OnnxRuntimeBackend, OnnxRuntimeConfig
 from edgeopt.enums import Precision
 from edgeopt.errors import GateFailedError
 

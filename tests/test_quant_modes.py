@@ -99,7 +99,7 @@ def test_onnxruntime_quantizer_static_and_dynamic_count_units_and_refuse_weights
 def test_openvino_quantizer_static_and_weights_count_units_and_refuse_dynamic(tmp_path):
     import openvino as ov
 
-    from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
+    from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer
 
     q, calib = OpenVINOQuantizer(), lstm_data(16, 1)
     model = tiny_lstm(tmp_path / "lstm.onnx")
@@ -124,7 +124,7 @@ def test_openvino_searches_time_the_lstm_kernel_the_artifact_runs(tmp_path):
     import openvino as ov
     from test_tflite_quantizer import _torch_lstm
 
-    from edgeopt.converters.quantize.nncf_search import compiled_run
+    from edgeopt.converters.backends.openvino.runs import compiled_run
 
     def kernels(compiled) -> set[str]:
         return {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
@@ -284,7 +284,7 @@ def test_an_npu_profile_judges_the_candidates_at_the_precision_the_artifact_runs
     assert rep["mode_search"]["judged_at_hint"] == "f16"
     assert rep.get("accuracy_aware", {}).get("judged_at_hint", "f16") == "f16"
     # what this CPU really ran the f16 hint as (bf16 on an AVX512-BF16 CPU, f32 without) is said, not hidden
-    from edgeopt.converters.quantize.nncf_search import cpu_runs_hint_as
+    from edgeopt.converters.backends.openvino.runs import cpu_runs_hint_as
 
     ran = cpu_runs_hint_as("f16")
     assert rep["mode_search"].get("cpu_ran_it_as", "f16") == ran
@@ -324,7 +324,7 @@ def test_int8_weights_with_bf16_activations_are_candidates_where_the_cpu_runs_bf
 
 
 def test_bf16_activations_are_planned_only_for_a_cpu_with_native_bf16_and_tried_only_where_it_can_be_checked():
-    from edgeopt.converters.quantize.ov_modes import activation_hints
+    from edgeopt.converters.backends.openvino.modes import activation_hints
     from edgeopt.plan import make_plan
     from edgeopt.profiles import load_profile
 
@@ -344,7 +344,7 @@ def test_bf16_activations_are_planned_only_for_a_cpu_with_native_bf16_and_tried_
 def test_an_npu_int8_miss_names_the_precision_it_was_judged_at_and_the_cpu_build():
     """No INT8 within the bound on an NPU profile: the message says the CPU here ran the NPU's f16 hint as another
     precision, and the hint names the build for the laptop's CPU (the NPU has no fp32 to keep)."""
-    from edgeopt.converters.quantize.nncf_search import no_int8_holds
+    from edgeopt.converters.backends.openvino.search import no_int8_holds
     from edgeopt.converters.quantize.search import Candidate, SearchResult
 
     report = {"metric": "top1_agreement_with_fp32", "metric_unit": "%", "budget_s": 60, "candidates": 6,
@@ -508,7 +508,7 @@ def test_the_fallback_hit_is_judged_with_bf16_activations_where_the_cpu_runs_bf1
     it holds, timed against it (rapidocr's recogniser and DBNet on an AMX Xeon: 50 and 56 units float at f32)."""
     import openvino as ov
 
-    from edgeopt.converters.backends.openvino import OpenVINOConfig, _hit_with_bf16_activations
+    from edgeopt.converters.backends.openvino.stage import OpenVINOConfig, _hit_with_bf16_activations
     from edgeopt.converters.quantize.search import Candidate
 
     q = ov.convert_model(str(tiny_lstm(tmp_path / "lstm.onnx")))

@@ -73,8 +73,8 @@ def test_search_tries_weighted_ops_only_before_another_calibration_and_keeps_the
     kept (the tensorrt preset)."""
     import onnx
 
+    from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
-    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq
 
     model = tmp_path / "ln.onnx"
     protos = unrolled_layernorm_mlp(model)
@@ -187,9 +187,9 @@ def test_magika_tensorrt_int8_holds_the_bound_with_quantized_ops(tmp_path):
     keeps at least one MatMul/Conv/Gemm quantized and passes TensorRT's Q/DQ rules (the preset lost 95 points)."""
     import onnx
 
+    from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
     from edgeopt.converters.quantize.bound import ort_runner
-    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq
     from fixtures.real_models import package_dir
 
     root = package_dir("magika")

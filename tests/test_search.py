@@ -171,9 +171,9 @@ def test_min_speedup_gate_fails_when_int8_is_no_faster(tagger, tmp_path):
 def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, monkeypatch, ranking):
     """Both rankings (bypass each quantizer: one compile each; local error: one compile for all, used past
     BYPASS_LIMIT quantizers) find the outlier layer's quantizer and the search keeps only it in float."""
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino import search as nncf_search
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import ort_run_fn
-    from edgeopt.converters.quantize import nncf_search
 
     if ranking == "local":
         monkeypatch.setattr(nncf_search, "BYPASS_LIMIT", 0)
@@ -210,7 +210,7 @@ def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignor
     FP32 weights back, and the hit is rebuilt by nncf.quantize with fcB in ignored_scope."""
     from fixtures_models import weight_outlier_mlp
 
-    from edgeopt.converters.backends.openvino import OpenVINOBackend, OpenVINOConfig
+    from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
     from edgeopt.converters.checks import ort_run_fn
     from edgeopt.runtime.runners.openvino import Runner
 
@@ -236,7 +236,7 @@ def test_tflite_int8_with_bound_is_searched_confirmed_and_timed(tmp_path):
     and timed against the float .tflite it was made from."""
     from fixtures_models import digits_datasets
 
-    from edgeopt.converters.backends.tflite import TFLiteBackend, TFLiteConfig
+    from edgeopt.converters.backends.tflite.stage import TFLiteBackend, TFLiteConfig
 
     digits = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "digits_cnn.onnx"
     calib, test = digits_datasets()
@@ -370,7 +370,7 @@ def test_full_bias_correction_runs_on_the_better_preset_only(mixed_scale, built_
     """NNCF's full bias correction costs about two quantizations: of its two options (on the plain preset and on
     `mixed`) only the one on the preset that scored better is built (on a tie, the plain one's); the other is
     reported as skipped, and the float fallback still builds on the right option index."""
-    from edgeopt.converters.quantize.nncf_search import bias_correction_on_the_better_preset
+    from edgeopt.converters.backends.openvino.search import bias_correction_on_the_better_preset
     from edgeopt.converters.quantize.search import run_search
 
     rng, w, search, confirm, fp32_run = _linear_model_search_data()

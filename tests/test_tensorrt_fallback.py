@@ -102,7 +102,7 @@ def test_the_tensorrt_fallback_keeps_a_graph_order_prefix_of_the_weighted_ops_in
     rest stay INT8, and the model keeps TensorRT's Q/DQ rules."""
     import onnx
 
-    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq
+    from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
 
     out, report = _quantize(tmp_path, "tensorrt")
     aa = report["accuracy_aware"]
@@ -152,8 +152,8 @@ def test_dbnet_tensorrt_int8_holds_the_bound_with_a_float_prefix(tmp_path):
     passes TensorRT's Q/DQ rules."""
     import onnx
 
+    from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
-    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.metrics import MetricSpec
     from fixtures.datasets import render_page
     from fixtures.real_models import package_dir

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeopt.converters.quantize.tensorrt_qdq import TrtRule, check_tensorrt_qdq
+from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import TrtRule, check_tensorrt_qdq
 from edgeopt.errors import StageError
 from edgeopt.plan import make_plan
 from edgeopt.profiles import load_profile
@@ -211,7 +211,7 @@ def test_a_per_tensor_weight_is_counted_not_refused():
 
 @pytest.mark.onnxruntime
 def test_the_onnxruntime_stage_refuses_a_rule_breaking_model_for_tensorrt(tmp_path):
-    from edgeopt.converters.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeConfig
+    from edgeopt.converters.backends.onnxruntime.stage import OnnxRuntimeBackend, OnnxRuntimeConfig
     from edgeopt.converters.base import ChainContext, Format, Intermediate, StageRecord
     from edgeopt.enums import Precision
 

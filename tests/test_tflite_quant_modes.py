@@ -35,7 +35,7 @@ def _mlp(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def float_tflite(tmp_path_factory) -> Path:
-    from edgeopt.converters.backends.tflite_convert import run_onnx2tf
+    from edgeopt.converters.backends.tflite.convert import run_onnx2tf
 
     d = tmp_path_factory.mktemp("mlp")
     out = d / "float.tflite"
@@ -46,7 +46,7 @@ def float_tflite(tmp_path_factory) -> Path:
 def _fully_connected(path: Path) -> list[dict]:
     """Each FULLY_CONNECTED op: the type of its data input and of its weights, and whether the weights come
     through a DEQUANTIZE op (weight-only INT8)."""
-    from edgeopt.converters.quantize.tflite_quantizer import read_ops
+    from edgeopt.converters.backends.tflite.quantizer import read_ops
 
     model, ops = read_ops(path)
     tensors = model.subgraphs[0].tensors
@@ -69,8 +69,8 @@ def test_each_mode_writes_its_own_kind_of_int8(float_tflite, tmp_path):
     """Static: FULLY_CONNECTED computes on int8 data; dynamic-range: float data, int8 weights read directly;
     weight-only: float data, int8 weights through a DEQUANTIZE. Each runs in LiteRT near the float model. The
     quantizer is built as the interface's others are (no arguments: the data is named after the signature)."""
+    from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
     from edgeopt.converters.quantize.modes import DynamicMode, QuantMode, StaticMode, WeightsMode
-    from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
     from edgeopt.data import Dataset
 
     xs = np.random.default_rng(1).standard_normal((32, 16)).astype(np.float32)
@@ -97,8 +97,8 @@ def test_each_mode_writes_its_own_kind_of_int8(float_tflite, tmp_path):
 def test_mode_order_auto_and_pinned():
     """``auto`` tries every mode ai-edge-quantizer offers in the search's order (static with the configured weight
     granularity first, the other granularity last); a pinned mode tries only its own kind."""
+    from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
     from edgeopt.converters.quantize.modes import Granularity, QuantMode
-    from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
 
     auto = TFLiteQuantizer.mode_configs(QuantMode.AUTO, Granularity.PER_TENSOR)
     assert [m.label() for m in auto] == ["static per-tensor", "dynamic per-channel", "weights per-channel",

@@ -58,7 +58,7 @@ def test_pick_from_concat_same_values_one_op_fewer(tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from edgeopt.converters.backends.tflite_convert import pick_from_concat
+    from edgeopt.converters.backends.tflite.convert import pick_from_concat
 
     path = _stacked_states_model(tmp_path / "m.onnx")
     model = onnx.load(str(path))
@@ -72,7 +72,7 @@ def test_pick_from_concat_same_values_one_op_fewer(tmp_path):
 
 
 def test_crash_named_by_signal_not_by_printed_defaults(tmp_path):
-    from edgeopt.converters.backends.tflite_convert import LOG_HINT, failure
+    from edgeopt.converters.backends.tflite.convert import LOG_HINT, failure
 
     log = tmp_path / "onnx2tf.log"
     log.write_text("quant_norm_mean: np.asarray([[[[0.485, 0.456, 0.406]]]], dtype=np.float32)\n"
@@ -83,7 +83,7 @@ def test_crash_named_by_signal_not_by_printed_defaults(tmp_path):
 
 
 def test_failure_without_op_type_names_the_node(tmp_path):
-    from edgeopt.converters.backends.tflite_convert import failure
+    from edgeopt.converters.backends.tflite.convert import failure
 
     log = tmp_path / "onnx2tf.log"
     log.write_text("ERROR: input_onnx_file_path: model.onnx\nERROR: onnx_op_name: wa/lstm/Expand\n"
@@ -93,8 +93,8 @@ def test_failure_without_op_type_names_the_node(tmp_path):
 
 
 def test_recipe_keeps_named_ops_float():
+    from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
     from edgeopt.converters.quantize.modes import DynamicMode, StaticMode
-    from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
 
     q = TFLiteQuantizer([])
     recipe = q.recipe(StaticMode(), ("model/dense_1/MatMul;",))
@@ -246,7 +246,7 @@ def test_wrong_output_shape_caught_naming_output(tmp_path, cli):
     """The .tflite's outputs are checked against ONNX's: a mismatch is one line naming the output and both shapes."""
     from types import SimpleNamespace
 
-    from edgeopt.converters.backends.tflite import check_output_shapes
+    from edgeopt.converters.backends.tflite.stage import check_output_shapes
     from edgeopt.errors import StageError
 
     model = _torch_lstm(tmp_path / "lstm.onnx")
@@ -312,11 +312,11 @@ def test_ranking_keeps_late_ops_last_and_ranks_weight_only_ops(tmp_path):
     """A ranking that runs out of time leaves the rest UNRANKED, after the ranked ones: an empty ranking ended
     the search as if no op could stay float, and the message then said "relax" where the budget was the limit
     (PP-OCRv4's recogniser on jetson-agx-orin, 97.8 % after the 4 modes, "0 ops kept in float")."""
-    from edgeopt.converters.backends.tflite_convert import run_onnx2tf
+    from edgeopt.converters.backends.tflite.convert import run_onnx2tf
+    from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
+    from edgeopt.converters.backends.tflite.search import rank_ops
     from edgeopt.converters.quantize.modes import DynamicMode, WeightsMode
     from edgeopt.converters.quantize.sensitivity import UNRANKED
-    from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
-    from edgeopt.converters.quantize.tflite_search import rank_ops
 
     model = _one_fragile_layer(tmp_path / "fragile.onnx")
     flt = tmp_path / "float.tflite"
@@ -338,7 +338,7 @@ def test_cli_module_keeps_tensorflow_out():
     """The quantizer module and the search import no TensorFlow (ai-edge-quantizer needs none)."""
     import subprocess
 
-    code = ("import sys; import edgeopt.converters.quantize.tflite_quantizer, edgeopt.converters.quantize.tflite_search\n"
+    code = ("import sys; import edgeopt.converters.backends.tflite.quantizer, edgeopt.converters.backends.tflite.search\n"
             "assert 'tensorflow' not in sys.modules and 'ai_edge_quantizer' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -377,9 +377,9 @@ def test_weight_only_tflite_counts_as_quantized_units(tmp_path):
     """The validation's unit count reads weight-only INT8 (8-bit constants through a DEQUANTIZE) as quantized, as
     the ONNX and OpenVINO counts do: it called such artifacts "the FP32 model" and failed their int8 gate (DBNet on
     rpi4 and the Jetsons, resemblyzer's LSTM on pi5 in the device matrix)."""
-    from edgeopt.converters.backends.tflite_convert import run_onnx2tf
+    from edgeopt.converters.backends.tflite.convert import run_onnx2tf
+    from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
     from edgeopt.converters.quantize.modes import WeightsMode
-    from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
     from edgeopt.quant_units import count_units
 
     model = _one_fragile_layer(tmp_path / "fragile.onnx")

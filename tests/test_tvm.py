@@ -82,7 +82,7 @@ def test_backend_contract_and_profile_target():
 def test_resolve_target_fills_host_cpu_but_not_a_foreign_one():
     import tvm
 
-    from edgeopt.converters.backends import tvm_build as tb
+    from edgeopt.converters.backends.tvm import build as tb
 
     host = tb.resolve_target({"kind": "llvm", "num-cores": 2})
     assert host["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
@@ -98,7 +98,7 @@ def test_resolve_target_fills_host_cpu_but_not_a_foreign_one():
 def test_tuning_key_depends_on_graph_and_target():
     import onnx
 
-    from edgeopt.converters.backends import tvm_build as tb
+    from edgeopt.converters.backends.tvm import build as tb
 
     proto = onnx.load(DIGITS)
     a = tb.tuning_key(proto, {"kind": "llvm", "mcpu": "znver4"})
@@ -203,7 +203,7 @@ def test_runner_refuses_a_foreign_library_without_twin(tmp_path, host_fp32):
 
 
 def test_device_bundle_runs_without_the_compiler_library(tmp_path, host_fp32):
-    from edgeopt.converters.backends.tvm_build import device_bundle
+    from edgeopt.converters.backends.tvm.build import device_bundle
 
     out, _ = host_fp32
     info = device_bundle(tmp_path / "bundle")
@@ -326,7 +326,7 @@ def test_pi5_library_runs_under_qemu_with_the_aarch64_runtime_bundle(tmp_path):
     import shutil
 
     from edgeopt.convert import convert
-    from edgeopt.converters.backends.tvm_build import device_bundle
+    from edgeopt.converters.backends.tvm.build import device_bundle
     from edgeopt.remote.emulate.sysroot import emulate_cache
 
     root = emulate_cache() / "sysroot-bookworm-arm64"

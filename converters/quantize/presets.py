@@ -18,6 +18,7 @@ from edgeopt.enums import StrEnum, UnitKind
 from edgeopt.errors import UsageError, did_you_mean
 
 TENSORRT = "tensorrt"  # the preset for ONNX Runtime's TensorRT execution provider (the search adds to it)
+TRT_PROVIDER = "TensorrtExecutionProvider"  # ONNX Runtime's TensorRT execution provider, which reads the tensorrt preset
 
 
 class QType(StrEnum):
@@ -88,8 +89,6 @@ def get_preset(name: str) -> HardwarePreset:
 def preset_for_profile(profile, provider: str | None = None) -> tuple[HardwarePreset, str]:
     """The preset for the engine that runs the model (``provider``: the backend's execution provider, TensorRT's
     gets ``tensorrt``), else for the profile's CPU ISA; and why (a sentence for the report)."""
-    from edgeopt.converters.backends.onnxruntime import TRT_PROVIDER
-
     if provider == TRT_PROVIDER:
         where = f"profile {profile.name}" if profile is not None else "the backend"
         return PRESETS[TENSORRT], (f"{where}: ONNX Runtime's TensorRT execution provider runs it, and TensorRT reads "

@@ -15,6 +15,18 @@ import numpy as np
 from . import base
 
 
+def compile_config(precision: str, threads: int | None = None, performance_hint: str | None = None) -> dict:
+    """``compile_model``'s config: the inference precision hint, and the performance hint (LATENCY unless given) or,
+    with a thread count (a CPU), one stream on exactly those threads (what benchmark_app's ``-nstreams 1 -nthreads
+    N`` runs), rather than letting the LATENCY hint pick the cores."""
+    config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": performance_hint or "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+        config["NUM_STREAMS"] = 1
+        config.pop("PERFORMANCE_HINT")
+    return config
+
+
 class Runner(base.Runner):
     def __init__(self, artifact_dir: str, manifest: dict, threads: int | None = None):
         super().__init__(artifact_dir, manifest, threads=threads)
@@ -30,16 +42,7 @@ class Runner(base.Runner):
             device = "CPU"  # e.g. an NPU artifact checked on a machine without one
         self.device = device
         asked = settings.get("inference_precision") or "f32"
-        config = {
-            "INFERENCE_PRECISION_HINT": asked,
-            "PERFORMANCE_HINT": settings.get("performance_hint") or "LATENCY",
-        }
-        if self.threads and device == "CPU":
-            # An explicit thread count: one stream on exactly those threads (what benchmark_app's
-            # `-nstreams 1 -nthreads N` runs), rather than letting the LATENCY hint pick the cores.
-            config["INFERENCE_NUM_THREADS"] = int(self.threads)
-            config["NUM_STREAMS"] = 1
-            config.pop("PERFORMANCE_HINT")
+        config = compile_config(asked, self.threads if device == "CPU" else None, settings.get("performance_hint"))
         self.compiled = core.compile_model(model, device, config)
         self._core, self._model, self._config = core, model, config
         hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")

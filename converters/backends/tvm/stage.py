@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from edgeopt.converters.backends import tvm_build as tb
+from edgeopt.converters.backends.tvm import build as tb
 from edgeopt.converters.base import (
     Backend,
     ChainContext,
@@ -66,9 +66,11 @@ class TVMBackend(Backend):
                      "digits CNN); it is compiled and linked by the system compiler, so another compiler or machine "
                      "may give other bytes; a tuned build's manifest names its tuning database's path "
                      "(runtime.settings.tuning.database), which moves with the cache directory")
-    preflight_check = "edgeopt.analyze.preflight:check_tvm"
-    per_layer_profiler = "edgeopt.bench.per_layer:profile_tvm"
+    preflight_check = "edgeopt.converters.backends.tvm.preflight:check_tvm"
+    per_layer_profiler = "edgeopt.converters.backends.tvm.per_layer:profile_tvm"
+    per_layer_matcher = "edgeopt.converters.backends.tvm.per_layer:match_kernels"
     quantizes_itself = False
+    pays_only_tuned = True  # untuned, slower than the others: built only when named (edgeopt tune first)
     quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"  # the quantize stage's QDQ
     precisions = (Precision.FP32, Precision.INT8)
 

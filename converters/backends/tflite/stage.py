@@ -1,13 +1,13 @@
 """Backend ``tflite``: ONNX -> TFLite (LiteRT) FP32 / FP16 with onnx2tf, INT8 with ai-edge-quantizer.
 
-The conversion runs onnx2tf in a subprocess (:mod:`.tflite_convert`; TensorFlow never enters this
+The conversion runs onnx2tf in a subprocess (:mod:`.convert`; TensorFlow never enters this
 process), on a copy of the model, with its output streamed to ``onnx2tf.log`` in the artifact; on any
 failure that log is kept beside the output (``<output>.onnx2tf.log``) and the message says so. The
 ``.tflite``'s output shapes are checked against the ONNX outputs first (:func:`check_output_shapes`).
-INT8 quantizes that float ``.tflite`` with ``ai-edge-quantizer`` (:mod:`..quantize.tflite_quantizer`):
+INT8 quantizes that float ``.tflite`` with ``ai-edge-quantizer`` (:mod:`.quantizer`):
 static INT8 calibrated on the user's data, fed through the model's signature, so integer inputs (token
 ids, bytes) stay integer; ``io_dtype`` picks float32 (quantize/dequantize inside) or int8 model
-inputs/outputs; with ``--max-accuracy-drop`` the search (:mod:`..quantize.tflite_search`) keeps named ops
+inputs/outputs; with ``--max-accuracy-drop`` the search (:mod:`.search`) keeps named ops
 float. onnx2tf turns channel-first inputs into channel-last ones: the layout change is recorded per
 tensor in ``runtime.io`` (``transpose``) and the runner applies it, so users feed the arrays they feed
 the ONNX model (the transposes are read from the TFLite shapes and, where a shape leaves it open, chosen
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
-from edgeopt.converters.backends.tflite_convert import (
+from edgeopt.converters.backends.tflite.convert import (
     LOG_HINT,
     MODEL_FILE,
     IODtype,
@@ -77,7 +77,7 @@ class TFLiteConfig(StageConfig):
                                        "(convert uses the model's file name).")
     timeout_s: float = 3600.0
     micro: MicroTarget | None = None  # a microcontroller profile's core: TFLite Micro checks and the firmware build
-    bound: AccuracyBound = AccuracyBound()  # INT8: the search of converters/quantize/tflite_search.py (the planner's)
+    bound: AccuracyBound = AccuracyBound()  # INT8: the search of converters/backends/tflite/search.py (the planner's)
 
 
 @register_stage
@@ -94,11 +94,11 @@ class TFLiteBackend(Backend):
     device_runtime = ("ai_edge_litert", "ai-edge-litert")
     deterministic = (False, "model.tflite was byte-identical across two clean builds (checked by hand on the digits "
                      "CNN), but the artifact keeps onnx2tf.log, which carries timestamps")
-    preflight_check = "edgeopt.analyze.preflight:check_tflite"
-    per_layer_profiler = "edgeopt.bench.per_layer:per_layer_tflite"  # LiteRT can't time ops: a static breakdown
+    preflight_check = "edgeopt.converters.backends.tflite.preflight:check_tflite"
+    per_layer_profiler = "edgeopt.converters.backends.tflite.per_layer:per_layer_tflite"  # LiteRT can't time ops: a static breakdown
     quantizes_itself = True
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
-    quantizer = "edgeopt.converters.quantize.tflite_quantizer:TFLiteQuantizer"
+    quantizer = "edgeopt.converters.backends.tflite.quantizer:TFLiteQuantizer"
 
     @classmethod
     def configure(cls, options: ChainOptions) -> TFLiteConfig:
@@ -122,7 +122,7 @@ class TFLiteBackend(Backend):
         from edgeopt.deps import install_hint, require, version_of
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
-        from .tflite_convert import ONNX2TF_PIN
+        from .convert import ONNX2TF_PIN
 
         require("ai_edge_litert", "the TFLite backend")
         for module in ("onnx2tf", "tensorflow"):  # checked, not imported: they run in the subprocess
@@ -175,9 +175,9 @@ class TFLiteBackend(Backend):
     def _int8(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext, float_tflite: Path, target: Path,
               runtime: dict, report: dict) -> dict:
         """Quantize the float ``.tflite`` into ``target`` (static INT8 on ``--calib``; with
-        ``--max-accuracy-drop`` the search of :mod:`..quantize.tflite_search`); returns the checks vs ONNX."""
+        ``--max-accuracy-drop`` the search of :mod:`.search`); returns the checks vs ONNX."""
+        from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
         from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode
-        from edgeopt.converters.quantize.tflite_quantizer import TFLiteQuantizer
         from edgeopt.deps import version_of
 
         if ctx.calib is None or len(ctx.calib) == 0:
@@ -190,7 +190,7 @@ class TFLiteBackend(Backend):
         report["io_dtype"] = config.io_dtype.value
         gran = Granularity.PER_CHANNEL if config.per_channel else Granularity.PER_TENSOR
         if config.bound.max_accuracy_drop is not None:
-            from edgeopt.converters.quantize.tflite_search import search_tflite
+            from edgeopt.converters.backends.tflite.search import search_tflite
 
             made, report["accuracy_aware"] = search_tflite(self, quantizer, float_tflite, model, config, ctx,
                                                            runtime=runtime, granularity=gran)

@@ -3,7 +3,7 @@
 FP32 keeps exact weights (``compress_to_fp16=False``); FP16 stores FP16 weights; INT8 is
 ``nncf.quantize`` on the converted model (calibration over the chain's calibration feeds). With
 ``max_accuracy_drop`` INT8 is a budgeted search over ``nncf.quantize`` (NNCF's options, then
-``ignored_scope`` over quantizers ranked once: :mod:`edgeopt.converters.quantize.nncf_search`) on one
+``ignored_scope`` over quantizers ranked once: :mod:`edgeopt.converters.backends.openvino.search`) on one
 part of the eval data, each hit confirmed on the other part, which the search never saw. NNCF's ONNX path would keep
 BatchNormalization nodes; this backend quantizes the converted OpenVINO model, after normalize folded BN.
 
@@ -32,11 +32,12 @@ from edgeopt.converters.base import (
     StageConfig,
     from_option,
 )
-from edgeopt.converters.quantize.openvino_quantizer import nncf_logs_follow_prints
 from edgeopt.converters.registry import register_stage
 from edgeopt.deps import library_prints, require
 from edgeopt.enums import BackendName, Precision, QuantMode, StrEnum
 from edgeopt.errors import GateFailedError, StageError, UsageError
+
+from .quantizer import nncf_logs_follow_prints
 
 
 class InferencePrecision(StrEnum):
@@ -81,10 +82,11 @@ class OpenVINOBackend(Backend):
     libraries = (("openvino", "openvino"), ("nncf", "nncf"))
     device_runtime = ("openvino", "openvino")
     deterministic = (True, "model.xml/model.bin byte-identical across clean builds (checked, tests/test_pipeline.py)")
-    preflight_check = "edgeopt.analyze.preflight:check_openvino"
-    per_layer_profiler = "edgeopt.bench.per_layer:profile_openvino"
+    preflight_check = "edgeopt.converters.backends.openvino.preflight:check_openvino"
+    per_layer_profiler = "edgeopt.converters.backends.openvino.per_layer:profile_openvino"
+    onnx_timer = "edgeopt.converters.backends.openvino.runs:onnx_timer"
     quantizes_itself = True
-    quantizer = "edgeopt.converters.quantize.openvino_quantizer:OpenVINOQuantizer"
+    quantizer = "edgeopt.converters.backends.openvino.quantizer:OpenVINOQuantizer"
     precisions = (Precision.FP32, Precision.FP16, Precision.BF16, Precision.INT8)
 
     @classmethod
@@ -122,7 +124,7 @@ class OpenVINOBackend(Backend):
             raise StageError(f"openvino: ov.convert_model failed: {'; '.join(ops[:2])[:300] if ops else lines[0][:240]}",
                              "the model uses ops OpenVINO's ONNX frontend cannot convert; try --backend onnxruntime") from err
         if config.device not in ("CPU", "AUTO") and config.device not in ov.Core().available_devices:
-            from edgeopt.converters.quantize.nncf_search import cpu_runs_hint_as
+            from .runs import cpu_runs_hint_as
 
             hint = config.inference_precision.value
             ran = cpu_runs_hint_as(hint)
@@ -130,7 +132,7 @@ class OpenVINOBackend(Backend):
                      + (f", which runs its {hint} precision hint as {ran}" if ran != hint else ""))
         hint = config.inference_precision.value
         if config.precision == Precision.INT8:
-            from edgeopt.converters.quantize.openvino_quantizer import count_units
+            from .quantizer import count_units
 
             ov_model, hint = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
             n_q, n_f = count_units(ov_model)
@@ -229,8 +231,9 @@ class OpenVINOBackend(Backend):
         precision hint it runs at); None: no mode held the bound, go on with static and its fallbacks."""
         from edgeopt.converters.quantize.dynamic import op_mix
         from edgeopt.converters.quantize.modes import WeightsMode
-        from edgeopt.converters.quantize.openvino_quantizer import OpenVINOQuantizer
-        from edgeopt.converters.quantize.ov_modes import auto_reason, search_ov_modes
+
+        from .modes import auto_reason, search_ov_modes
+        from .quantizer import OpenVINOQuantizer
 
         pinned = config.mode == QuantMode.WEIGHTS
         if pinned and config.bound.max_accuracy_drop is None:
@@ -289,15 +292,17 @@ def stable_layer_names(xml_path, keep: set[str]) -> int:
 
 
 def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOConfig, ctx, onnx_path):
-    """The budgeted accuracy-aware search over ``nncf.quantize`` (:mod:`edgeopt.converters.quantize.nncf_search`)
+    """The budgeted accuracy-aware search over ``nncf.quantize`` (:mod:`edgeopt.converters.backends.openvino.search`)
     on one part of the eval data, each hit confirmed on the other part (never seen by the search); then the
     result is timed against FP32; where the CPU runs bf16 natively, the hit also with bf16 activations, kept when it
     holds and is faster. Returns (quantized model, the precision hint it runs at, report)."""
     import openvino as ov
 
     from edgeopt.converters.quantize.bound import prepare
-    from edgeopt.converters.quantize.nncf_search import bf16_run, compiled_run, no_int8_holds, search_nncf
     from edgeopt.converters.quantize.search import QUICK_S, interleaved_latency_ms, speed_verdict
+
+    from .runs import bf16_run, compiled_run
+    from .search import no_int8_holds, search_nncf
 
     bound = float(config.bound.max_accuracy_drop)
     b = prepare(ctx, "openvino", onnx_path, config.bound)
@@ -346,8 +351,8 @@ def _hit_with_bf16_activations(core, q, in_names, out_names, config, result, rep
     """The search's hit (its units in float) run at the bf16 hint, where the profile's CPU and this one run bf16
     natively: judged by the search's own rules; its run when it holds, to be timed against the hit at f32 (its
     float units then run in bf16), else None. Said in ``report['bf16_activations']``."""
-    from edgeopt.converters.quantize.nncf_search import compiled_run, cpu_runs_bf16
-    from edgeopt.converters.quantize.ov_modes import activation_hints
+    from .modes import activation_hints
+    from .runs import compiled_run, cpu_runs_bf16
 
     if InferencePrecision.BF16.value not in activation_hints(config, cpu_runs_bf16(core), report):
         return None
@@ -363,8 +368,9 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
     """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
     with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points
     (``holds``: its drop there is within ``bound``)."""
-    from edgeopt.converters.quantize.nncf_search import BF16_SUGGEST, bf16_run
     from edgeopt.converters.quantize.search import interleaved_latency_ms
+
+    from .runs import BF16_SUGGEST, bf16_run
 
     run = bf16_run(core, ov_model, in_names, out_names, threads)
     if run is None:

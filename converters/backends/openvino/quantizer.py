@@ -17,11 +17,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgeopt.converters.quantize.modes import (
+    DynamicMode,
+    Granularity,
+    QuantizedModel,
+    Quantizer,
+    StaticMode,
+    WeightsMode,
+)
 from edgeopt.deps import library_prints, require
 from edgeopt.enums import QuantMode
 from edgeopt.errors import UsageError
-
-from .modes import DynamicMode, Granularity, QuantizedModel, Quantizer, StaticMode, WeightsMode
 
 WEIGHT_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData", "MatMul",
               "LSTMSequence", "GRUSequence", "RNNSequence", "LSTMCell", "GRUCell", "RNNCell", "Gather")

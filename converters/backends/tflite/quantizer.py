@@ -5,7 +5,7 @@ float model's ``serving_default`` signature), dynamic-range (INT8 weights, activ
 time) and weight-only INT8. Ops named in ``keep_float`` get a ``no_quantize`` entry of their own (an
 anchored regex on the op's *scope*: its output tensor names joined by ``;``, as ai-edge-quantizer names
 ops), so they stay float while their neighbours are quantized; that is the per-op fallback the
-accuracy-aware search (:mod:`.tflite_search`) grows and bisects. Integer model inputs (token ids, bytes)
+accuracy-aware search (:mod:`.search`) grows and bisects. Integer model inputs (token ids, bytes)
 keep their dtype: they are fed to calibration as they are, and the quantizer leaves integer tensors alone.
 
 :func:`op_counts` reads a ``.tflite``'s flatbuffer and counts the ops that compute in 8 bits against those
@@ -23,9 +23,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from edgeopt.converters.quantize.modes import (
+    DynamicMode,
+    Granularity,
+    QuantizedModel,
+    Quantizer,
+    QuantMode,
+    StaticMode,
+    WeightsMode,
+)
 from edgeopt.errors import StageError
-
-from .modes import DynamicMode, Granularity, QuantizedModel, Quantizer, QuantMode, StaticMode, WeightsMode
 
 SIGNATURE = "serving_default"
 _INT_TYPES = {3, 7, 9}  # flatbuffer TensorType UINT8, INT16, INT8

@@ -1,17 +1,17 @@
 """OpenVINO's modes under a bound: NNCF weight-only INT8 (``compress_weights``) and static INT8
 (``nncf.quantize``), each built once on the converted model, the fastest within the bound on OpenVINO kept
-(:func:`.bound.choose_mode`). Used by the OpenVINO backend for every graph under a bound with ``--quant-mode auto``
+(:func:`edgeopt.converters.quantize.bound.choose_mode`). Used by the OpenVINO backend for every graph under a bound with ``--quant-mode auto``
 (a convolutional one too: on rapidocr's PP-LCNet classifier weight-only was 1.41x ONNX Runtime FP32 and static 1.16x)
 and for a pinned ``--quant-mode weights``."""
 
 from __future__ import annotations
 
+from edgeopt.converters.quantize.bound import ModeCandidate, choose_mode, prepare
+from edgeopt.converters.quantize.modes import QuantizedModel, StaticMode, WeightsMode
+from edgeopt.converters.quantize.search import speed_verdict
 from edgeopt.errors import GateFailedError
 
-from .bound import ModeCandidate, choose_mode, prepare
-from .modes import QuantizedModel, StaticMode, WeightsMode
-from .openvino_quantizer import OpenVINOQuantizer, count_units
-from .search import speed_verdict
+from .quantizer import OpenVINOQuantizer, count_units
 
 RUNTIME = "openvino CPU (INFERENCE_PRECISION_HINT f32)"
 
@@ -22,7 +22,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     the bound (pinned: exit 5 instead)."""
     import openvino as ov
 
-    from .nncf_search import BF16_SUGGEST, bf16_run, compiled_run, cpu_runs_bf16, judged_at
+    from .runs import BF16_SUGGEST, bf16_run, compiled_run, cpu_runs_bf16, judged_at
 
     b = prepare(ctx, "openvino", onnx_path, config.bound)
     core = ov.Core()

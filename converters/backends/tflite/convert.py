@@ -4,7 +4,7 @@ TensorFlow is imported only in that subprocess (``python -c DRIVER``), which run
 (``onnx2tf.main`` with its argv) and then converts the SavedModel onnx2tf wrote (``-osd``: with the
 ``serving_default`` signature) to ``.tflite`` with ``TFLiteConverter.from_saved_model``, so that the
 model keeps the signature (onnx2tf's own float files have none). INT8 is made from that float file by
-``ai-edge-quantizer`` (``converters/quantize/tflite_quantizer.py``), not by onnx2tf's ``-oiqt``.
+``ai-edge-quantizer`` (``converters/backends/tflite/quantizer.py``), not by onnx2tf's ``-oiqt``.
 
 Traps handled here (see /work/shared/pitfalls.md): onnx2tf overwrites its input (it gets a copy in its
 own work dir, with the rewrites of :func:`prepare_onnx`); it downloads a sample calibration file (even

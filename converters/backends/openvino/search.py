@@ -1,4 +1,5 @@
-"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`.search` over ``nncf.quantize``.
+"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`edgeopt.converters.quantize.search` over
+``nncf.quantize``.
 
 Options first (NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
 attention/MatMul-heavy graphs ``model_type=transformer`` with SmoothQuant on and off), then float
@@ -8,40 +9,33 @@ The units of the best option are ranked **once** (by how much the output error v
 that unit is float; past ``BYPASS_LIMIT`` units by each one's own error, the activation's per channel plus
 its readers' weights', read in one run), and a candidate is that option's INT8 model with the top-k units
 made float in place (the quantizer removed, the readers' original FP32 weights put back: no recalibration,
-one compile each). Weights matter: on the PP-OCRv4 recogniser, removing every activation quantizer and
-keeping INT8 weights still loses 5 points. The hit is then rebuilt once with ``nncf.quantize`` and those
-ops in ``ignored_scope`` (calibration and bias correction made for it), kept when it also meets the bound
-on both parts (else the search's model is). ``nncf.quantize_with_accuracy_control`` is not used: it
-reverts one group at a time and re-ranks the rest after each step (~40 s a step on a ~50-group recogniser
-here), so it does not finish within a budget.
+one compile each); the units and their ranking are :mod:`.units`. The hit is then rebuilt once with
+``nncf.quantize`` and those ops in ``ignored_scope`` (calibration and bias correction made for it), kept when it
+also meets the bound on both parts (else the search's model is). ``nncf.quantize_with_accuracy_control`` is not used: it
+reverts one group at a time and re-ranks the rest after each step, so it does not finish within a budget.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from .accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
-from .nncf_float_cost import cheaper_float
-from .search import SearchResult, gate_failure, run_search
-from .sensitivity import UNRANKED
+from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
+from edgeopt.converters.quantize.search import SearchResult, gate_failure, run_search
+from edgeopt.converters.quantize.sensitivity import UNRANKED
 
-# ops a quantizer's value passes through unchanged in NNCF's propagation: follow them to the op that
-# really consumes the quantized tensor (its name is what ignored_scope needs)
-PASS_THROUGH = {"MaxPool", "AvgPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Split",
-                "VariadicSplit", "StridedSlice", "Gather", "Concat", "Pad", "Interpolate", "ReduceMax", "Relu",
-                "DepthToSpace", "SpaceToDepth", "ShuffleChannels"}
+from .float_cost import cheaper_float
+from .runs import compiled_run, judged_at
+from .units import LOCAL_METHOD, FloatUnits, activation_quantizers, consumers_to_ignore, local_error_ranking
+
 ATTENTION_HINTS = {"Softmax", "MVN"}
 
 
 def looks_like_transformer(ov_model) -> bool:
     """Attention (Softmax and a MatMul of two activations, or several MatMuls): NNCF's TRANSFORMER type. A CNN
-    with one small attention block counts too: on PP-OCRv4's recogniser (6 % of its FLOPs in MatMuls) the
-    transformer type leaves the attention's ops unquantized, and its search kept 7 of 51 units in float (x1.23
-    over FP32) where the plain type needed 37 of 71 (x1.11)."""
+    with one small attention block counts too: the transformer type leaves the attention's ops unquantized."""
     types = [op.get_type_name() for op in ov_model.get_ordered_ops()]
     if not (set(types) & ATTENTION_HINTS):
         return False
@@ -96,7 +90,7 @@ NO_WEIGHT_TYPES = {"Parameter", "Result", "Constant"}
 
 def types_without_weights(ov_model) -> list[str]:
     """The op types of ``ov_model`` that carry no weight (what the weighted-ops-only option ignores)."""
-    from .openvino_quantizer import WEIGHT_OPS
+    from .quantizer import WEIGHT_OPS
 
     return sorted({op.get_type_name() for op in ov_model.get_ordered_ops()} - set(WEIGHT_OPS) - NO_WEIGHT_TYPES)
 
@@ -150,301 +144,14 @@ def bias_correction_on_the_better_preset(label: str, variants: list[tuple[str, d
     return skip
 
 
-def activation_quantizers(q) -> list[str]:
-    return [op.get_friendly_name() for op in q.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
-
-
-def consumers_to_ignore(q, fq_name: str) -> list[str]:
-    """The ops that read quantizer ``fq_name``'s value (through pass-through ops): ignored_scope names."""
-    ops = {op.get_friendly_name(): op for op in q.get_ordered_ops()}
-    out, todo, seen = [], [(ops[fq_name], 0)], set()
-    while todo:
-        node, depth = todo.pop()
-        for o in node.outputs():
-            for ti in o.get_target_inputs():
-                c = ti.get_node()
-                name = c.get_friendly_name()
-                if name in seen or c.get_type_name() == "Result":
-                    continue
-                seen.add(name)
-                out.append(name)
-                if c.get_type_name() in PASS_THROUGH and depth < 4:
-                    todo.append((c, depth + 1))
-    return out
-
-
-
-WEIGHT_CHAIN = {"Multiply", "Subtract", "Convert", "Reshape", "Transpose", "Unsqueeze", "Squeeze"}
-
-
-def _int_weight_chain(node, depth: int = 0) -> bool:
-    """Whether ``node`` computes a constant from an integer Constant (NNCF's weight decompression:
-    Constant(i8) -> Convert -> [Subtract] -> Multiply), with no activation feeding it."""
-    kind = node.get_type_name()
-    if kind == "Constant":
-        return node.get_output_element_type(0).is_integral()
-    if kind not in WEIGHT_CHAIN or depth > 5:
-        return False
-    srcs = [i.get_source_output().get_node() for i in node.inputs()]
-    if any(s.get_type_name() not in WEIGHT_CHAIN | {"Constant"} for s in srcs):
-        return False
-    return any(_int_weight_chain(s, depth + 1) for s in srcs)
-
-
-def int8_weight_inputs(op) -> list[int]:
-    """The input indices of ``op`` fed by an INT8 weight."""
-    return [k for k, i in enumerate(op.inputs())
-            if i.get_source_output().get_node().get_type_name() != "Constant"
-            and _int_weight_chain(i.get_source_output().get_node())]
-
-
-class FloatUnits:
-    """Making units float in place in a copy of an INT8 model: each named quantizer removed and the INT8
-    weights of the ops reading it replaced by the FP32 model's own (matched by op name and input index)."""
-
-    def __init__(self, q, fp32_model):
-        self.q = q
-        self.fp32_ops = {op.get_friendly_name(): op for op in fp32_model.get_ordered_ops()}
-        self._readers: dict[str, list[str]] = {}
-
-    def q_ops(self) -> dict:
-        if not hasattr(self, "_q_ops"):
-            self._q_ops = {op.get_friendly_name(): op for op in self.q.get_ordered_ops()}
-        return self._q_ops
-
-    def readers(self, fq_name: str) -> list[str]:
-        if fq_name not in self._readers:
-            self._readers[fq_name] = consumers_to_ignore(self.q, fq_name)
-        return self._readers[fq_name]
-
-    def fp32_weight(self, op_name: str, k: int):
-        """The FP32 model's Constant at ``op_name``'s input ``k`` (None where it is not a plain Constant)."""
-        op = self.fp32_ops.get(op_name)
-        if op is None or k >= op.get_input_size():
-            return None
-        src = op.input_value(k).get_node()
-        return src if src.get_type_name() == "Constant" else None
-
-    @staticmethod
-    def smooth_quant_of(fq):
-        """The SmoothQuant Multiply feeding quantizer ``fq`` (None without one): its readers' weights were
-        scaled by its inverse, so their FP32 weights go back only with that Multiply bypassed too."""
-        src = fq.input_value(0).get_node()
-        if src.get_type_name() == "Multiply" and "smooth_quant" in src.get_friendly_name():
-            return src
-        return None
-
-    def weights_of(self, model, fq_names, *, smooth_quant_ok: bool = False) -> list[tuple[object, int, object]]:
-        """(op in ``model``, input index, FP32 Constant) for every INT8 weight the units' readers have. Units
-        behind a SmoothQuant Multiply are left out (their INT8 weights are the FP32 ones rescaled) unless
-        ``smooth_quant_ok`` (:meth:`apply` bypasses that Multiply)."""
-        ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
-        if not smooth_quant_ok:
-            own = self.q_ops()
-            fq_names = [fq for fq in fq_names if fq in own and self.smooth_quant_of(own[fq]) is None]
-        out = []
-        for name in dict.fromkeys(r for fq in fq_names for r in self.readers(fq)):
-            op = ops.get(name)
-            if op is None:
-                continue
-            for k in int8_weight_inputs(op):
-                c = self.fp32_weight(name, k)
-                if c is not None:
-                    out.append((op, k, c))
-            out += self._biases_after(op)
-        return out
-
-    def _biases_after(self, op) -> list[tuple[object, int, object]]:
-        """The bias Add after a reader (its Constant input), where NNCF's bias correction changed it to make up
-        for the reader's INT8 error: in float the FP32 model's bias goes back too."""
-        out = []
-        for o in op.outputs():
-            for ti in o.get_target_inputs():
-                add = ti.get_node()
-                if add.get_type_name() != "Add":
-                    continue
-                for k in range(add.get_input_size()):
-                    cur = add.input_value(k).get_node()
-                    orig = self.fp32_weight(add.get_friendly_name(), k)
-                    if cur.get_type_name() == "Constant" and orig is not None and \
-                            tuple(cur.get_output_shape(0)) == tuple(orig.get_output_shape(0)) and \
-                            not np.array_equal(cur.get_data(), orig.get_data()):
-                        out.append((add, k, orig))
-        return out
-
-    def apply(self, fq_names) -> tuple[object, int]:
-        """A copy of the INT8 model with those units float; returns (model, float weights put back)."""
-        from openvino import opset13
-
-        qc = self.q.clone()
-        names = set(fq_names)
-        ops = {op.get_friendly_name(): op for op in qc.get_ordered_ops()}
-        # a quantizer behind SmoothQuant (x * 1/s -> FQ -> W * s): its readers get their FP32 weights back only
-        # when the Multiply can go too (nothing else reads it), else they keep the rescaled INT8 weights
-        with_weights, bypass = [], []
-        for name in fq_names:
-            fq = ops.get(name)
-            if fq is None or fq.get_type_name() != "FakeQuantize":
-                continue
-            sq = self.smooth_quant_of(fq)
-            readers = set() if sq is None else {ti.get_node().get_friendly_name() for o in sq.outputs()
-                                                for ti in o.get_target_inputs()}
-            if sq is None or readers <= names:
-                with_weights.append(name)
-                if sq is not None:
-                    bypass.append(sq)
-        for op in ops.values():
-            if op.get_friendly_name() in names and op.get_type_name() == "FakeQuantize":
-                op.output(0).replace(op.input_value(0))
-        for sq in bypass:
-            sq.output(0).replace(sq.input_value(0))
-        restored = 0
-        for op, k, const in self.weights_of(qc, with_weights, smooth_quant_ok=True):
-            op.input(k).replace_source_output(opset13.constant(const.get_data()).output(0))
-            restored += 1
-        return saved_and_read(qc), restored
-
-
-def saved_and_read(model):
-    """``model`` written as IR and read back: what the artifact will hold. An edited INT8 model can compute one
-    thing in memory and another once saved (silero VAD with a unit made float: 96.8 % decision agreement with
-    FP32 compiled in memory, 62.7 % from its saved IR), so every candidate is judged as it will be saved."""
-    import tempfile
-
-    import openvino as ov
-
-    with tempfile.TemporaryDirectory(prefix="edgeopt-ov-") as tmp:
-        ov.save_model(model, f"{tmp}/m.xml", compress_to_fp16=False)
-        read = ov.Core().read_model(f"{tmp}/m.xml")
-        return read.clone()  # not backed by the file about to go
-
 BYPASS_LIMIT = 24  # more units than this: one compile for all (local error), not one each
 BYPASS_METHOD = ("output error (1 - cosine) vs FP32 saved by making only that unit float (its activation quantizer "
                  "removed, its readers' FP32 weights put back) in the INT8 model, on {n} search samples; ranked once")
-LOCAL_METHOD = ("each unit's own error: its activation quantizer's on its input, per channel (mean over channels of "
-                "|fq(x) - x|^2 / |x|^2, the worse of the channel-first and channel-last readings), plus the same "
-                "reading of its readers' INT8 weights against their FP32 weights, read in one run of the INT8 model "
-                "with every quantizer's input and output as extra outputs; ranked once")
 
-
-def local_error_ranking(units: FloatUnits, feeds: list[dict], in_names: list[str], core,
-                        threads) -> list[tuple[str, float]]:
-    """One compile: every FakeQuantize's input and output (and its readers' dequantized INT8 weights) become
-    model outputs; a quantizer that wipes out small channels (outlier activations) scores high even when the
-    big channels dominate the norm, and so does a reader whose INT8 weights lose a channel."""
-    qc = units.q.clone()
-    fqs = [op for op in qc.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
-    n0 = len(qc.outputs)
-    for fq in fqs:
-        qc.add_outputs([fq.input_value(0), fq.output(0)])
-    weights = {fq.get_friendly_name(): units.weights_of(qc, [fq.get_friendly_name()]) for fq in fqs}
-    w_slot: dict[tuple[str, int], int] = {}
-    for entries in weights.values():
-        for op, k, _ in entries:
-            key = (op.get_friendly_name(), k)
-            if key not in w_slot:
-                w_slot[key] = len(qc.outputs)
-                qc.add_outputs([op.input_value(k)])
-    config = {"INFERENCE_PRECISION_HINT": "f32"}
-    if threads:
-        config["INFERENCE_NUM_THREADS"] = int(threads)
-    compiled = core.compile_model(qc, "CPU", config)
-    errs = np.zeros(len(fqs))
-    w_err: dict[tuple[str, int], float] = {}
-    for f in feeds:
-        res = compiled({k: v for k, v in f.items() if k in in_names})
-        for j in range(len(fqs)):
-            x = np.asarray(res[n0 + 2 * j], np.float64)
-            y = np.asarray(res[n0 + 2 * j + 1], np.float64)
-            errs[j] += _channel_error(x, y) / len(feeds)
-        if not w_err:
-            for entries in weights.values():
-                for op, k, const in entries:
-                    key = (op.get_friendly_name(), k)
-                    if key not in w_err:
-                        w_err[key] = _channel_error(np.asarray(const.get_data(), np.float64),
-                                                    np.asarray(res[w_slot[key]], np.float64), axes=(0,))
-    scores = [(fq.get_friendly_name(), float(e + sum(w_err.get((op.get_friendly_name(), k), 0.0)
-                                                     for op, k, _ in weights[fq.get_friendly_name()])))
-              for fq, e in zip(fqs, errs, strict=True)]
-    scores.sort(key=lambda t: -t[1])
-    return scores
-
-
-def _channel_error(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...] = (1,)) -> float:
-    if x.ndim < 2:
-        return float(np.sum((y - x) ** 2) / (np.sum(x**2) + 1e-12))
-    worst = 0.0
-    for axis in {*axes, x.ndim - 1}:
-        other = tuple(a for a in range(x.ndim) if a != axis)
-        num = np.sum((y - x) ** 2, axis=other)
-        den = np.sum(x**2, axis=other)
-        live = den > 1e-12 * max(float(den.max()), 1e-30)
-        if np.any(live):
-            worst = max(worst, float(np.mean(np.minimum(num[live] / den[live], 1.0))))
-    return worst
-
-
-def compiled_run(core, model, in_names: list[str], out_names: list[str], threads: int | None,
-                 precision: str = "f32"):
-    """A run function over ``model`` compiled for the CPU at ``precision`` (OpenVINO's inference precision hint;
-    f32 unless asked, since its default is bf16 where the CPU has it), compiled from the model as saved and read
-    back, as the artifact's runner compiles it: ``ov.convert_model``'s in-memory model of a torch-exported LSTM
-    compiles its LSTMs as TensorIterator loops, the same model read from IR as oneDNN's RNNSeq (resemblyzer's
-    3-layer LSTM: 22-26 ms against 11 ms, 1 thread), so a search that timed the in-memory model judged OpenVINO
-    2x slower than what it ships."""
-    import openvino as ov
-
-    config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
-    if threads:  # as the runner (edgeopt/runtime/runners/openvino.py): one stream on exactly those threads
-        config.update(INFERENCE_NUM_THREADS=int(threads), NUM_STREAMS=1)
-        config.pop("PERFORMANCE_HINT")
-    compiled = core.compile_model(saved_and_read(model), "CPU", config)
-    request = compiled.create_infer_request()  # one request, inputs set as tensors: the runner's call, not a
-    # compiled(dict) call, which timed silero VAD's weight-only INT8 at 0.24 ms where the runner runs it in 0.06
-    ports = {p.get_any_name(): p for p in compiled.inputs}
-    dtypes = {name: p.get_element_type().to_dtype() for name, p in ports.items()}
-
-    bound: dict = {}  # input -> (the caller's array, the array the request reads): set again only when it changes
-
-    def run(feed):
-        for k, v in feed.items():
-            if k in ports and k in in_names and (k not in bound or bound[k][0] is not v):
-                data = np.asarray(v).astype(dtypes[k], copy=False)  # a 0-d input stays 0-d (silero's sr)
-                data = data if data.flags.c_contiguous else np.ascontiguousarray(data)
-                request.set_tensor(ports[k], ov.Tensor(data, shared_memory=True))
-                bound[k] = (v, data)
-        request.infer()
-        return {name: np.array(request.get_output_tensor(i).data) for i, name in enumerate(out_names)}
-
-    run.compiled = compiled
-    return run
-
-
-@functools.lru_cache(maxsize=8)
-def cpu_runs_hint_as(precision: str) -> str:
-    """What this machine's OpenVINO CPU plugin computes in when asked for the inference precision hint
-    ``precision`` (``f32``, ``bf16`` or ``f16``): without native f16 it substitutes bf16 where the CPU has it (AMD
-    EPYC with AVX512-BF16 here) and f32 elsewhere, so an NPU profile's f16 is judged at another precision on a
-    machine without the NPU; read from a one-op model compiled with that hint."""
-    import openvino as ov
-    import openvino.opset13 as ops
-
-    x = ops.parameter([1, 4], ov.Type.f32, name="x")
-    tiny = ov.Model([ops.relu(x)], [x], "hint_probe")
-    compiled = ov.Core().compile_model(tiny, "CPU", {"INFERENCE_PRECISION_HINT": precision})
-    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-
-
-def judged_at(precision: str) -> dict:
-    """The report's record of the precision the candidates were judged at: the hint, and what this CPU ran it as
-    when that differs (``cpu_ran_it_as``)."""
-    ran = cpu_runs_hint_as(precision)
-    return {"judged_at_hint": precision, **({"cpu_ran_it_as": ran} if ran != precision else {})}
 
 
 def _error(reference: list[dict], got: list[dict]) -> float:
-    from .sensitivity import output_error
+    from edgeopt.converters.quantize.sensitivity import output_error
 
     return output_error(reference, got)
 
@@ -455,7 +162,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                 search_path=(), precision: str = "f32") -> SearchResult:
     """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models, each judged
     at ``precision``, the inference precision hint the artifact will run with (an NPU profile's f16)."""
-    from .openvino_quantizer import count_units
+    from .quantizer import count_units
 
     s = _NncfSearch(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                     threads=threads, rank_samples=rank_samples, on_rank=on_rank, precision=precision)
@@ -610,21 +317,6 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
     else:
         r["final_build"] = {"what": "the search's model (those units made float in the INT8 model): "
                                     "nncf.quantize with the same ops in ignored_scope missed the bound", **entry}
-
-
-BF16_SUGGEST = "--precision bf16 (an OpenVINO artifact run in bf16)"
-
-
-def cpu_runs_bf16(core) -> bool:
-    """Whether this machine's OpenVINO CPU plugin runs bf16 natively (AMX/AVX512-BF16)."""
-    return "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-
-
-def bf16_run(core, ov_model, in_names, out_names, threads):
-    """OpenVINO's bf16 run of the FP32 model where this CPU runs bf16 natively (AMX/AVX512-BF16), else None."""
-    if not cpu_runs_bf16(core):
-        return None
-    return compiled_run(core, ov_model, in_names, out_names, threads, precision="bf16")
 
 
 def no_int8_holds(result: SearchResult, bound: float, bf16_drop: float | None, device: str = "CPU"):

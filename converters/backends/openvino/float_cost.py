@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .search import Candidate, SearchResult
+from edgeopt.converters.quantize.search import Candidate, SearchResult
 
 COST = ("multiply-accumulates of the unit's weighted ops (Convolution, MatMul, ...) at the model's static shapes, "
         "its weights' size where a shape is dynamic: an estimate of what keeping it float costs")
@@ -41,7 +41,7 @@ def op_macs(op) -> float:
 
 def unit_costs(units, names) -> dict[str, float]:
     """Each unit's cost (:data:`COST`), read on the FP32 model's ops of the same names (its weights are Constants)."""
-    from .openvino_quantizer import WEIGHT_OPS
+    from .quantizer import WEIGHT_OPS
 
     out = {}
     for fq in names:

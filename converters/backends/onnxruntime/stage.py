@@ -12,7 +12,7 @@ across GPUs, so ONNX Runtime's TensorRT EP builds one on the board when the sess
 engine cache on, under the device's work dir (``{work_dir}``, which the runner fills in), so the first
 ``remote-bench`` builds the engine there and later runs load it; the manifest says so (``runtime.engine_build``).
 A QDQ model for TensorRT is checked against its explicit-quantization rules first
-(:mod:`edgeopt.converters.quantize.tensorrt_qdq`): the result is on the stage's checks, and a violation fails the stage.
+(:mod:`edgeopt.converters.backends.onnxruntime.tensorrt_qdq`): the result is on the stage's checks, and a violation fails the stage.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from edgeopt.converters.base import (
     options_for,
     user_option,
 )
+from edgeopt.converters.quantize.presets import TRT_PROVIDER
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
 from edgeopt.placement.gate import MAX_FALLBACK_OPS_HELP, gate_placement
@@ -73,7 +74,7 @@ ORT_LEVEL = {
 }
 
 
-TRT_PROVIDER = "TensorrtExecutionProvider"
+
 WORK_DIR = "{work_dir}"  # the device's work dir, filled in by the runner (edgeopt/runtime/runners/onnxruntime.py)
 TRT_ENGINE_CACHE = {"trt_engine_cache_enable": True, "trt_engine_cache_path": f"{WORK_DIR}/trt-engines"}
 
@@ -101,8 +102,8 @@ class OnnxRuntimeBackend(Backend):
     libraries = (("onnxruntime", "onnxruntime"),)
     device_runtime = ("onnxruntime", "onnxruntime")
     deterministic = (True, "model.onnx byte-identical across clean builds (checked, tests/test_pipeline.py)")
-    preflight_check = "edgeopt.analyze.preflight:check_onnxruntime"
-    per_layer_profiler = "edgeopt.bench.per_layer:profile_onnxruntime"
+    preflight_check = "edgeopt.converters.backends.onnxruntime.preflight:check_onnxruntime"
+    per_layer_profiler = "edgeopt.converters.backends.onnxruntime.per_layer:profile_onnxruntime"
     quantizes_itself = False
     quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
@@ -171,7 +172,7 @@ class OnnxRuntimeBackend(Backend):
 def tensorrt_preflight(path, ctx: ChainContext) -> None:
     """A QDQ model TensorRT will build: its Q/DQ checked against TensorRT's rules (on the stage's checks and
     report); a violation is a StageError naming the nodes."""
-    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq, has_qdq
+    from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq, has_qdq
     from edgeopt.errors import StageError
     from edgeopt.model import load_onnx
 

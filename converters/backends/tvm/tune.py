@@ -2,7 +2,7 @@
 
 :func:`tune_database` tunes one ONNX graph (the one the TVM backend sees: ``edgeopt tune``, in
 :mod:`edgeopt.tune`, runs the plan's stages before the backend to make it) for one resolved target and
-appends the records to ``db_dir``. The cache's databases are named by :func:`tvm_build.tuning_key`
+appends the records to ``db_dir``. The cache's databases are named by :func:`.build.tuning_key`
 (backend-input graph bytes + resolved target), the key ``convert`` computes to find them again.
 
 Measurements: locally for a target of this machine's architecture, or on a board through TVM's
@@ -13,7 +13,7 @@ its time budget keeps what it has measured.
 Build workers import ``tvm.s_tir.tensor_intrin`` (~27 s on 2 idle cores, 90 s on a loaded one) and
 MetaSchedule's ``LocalBuilder`` starts a fresh pool for every batch; the builder here keeps one worker
 for the whole run, imports that module in its initializer (outside the build timeout, and 3x faster:
-:func:`tvm_build.import_tensor_intrin`), and is where a Ctrl-C or a spent time budget ends the run.
+:func:`.build.import_tensor_intrin`), and is where a Ctrl-C or a spent time budget ends the run.
 xgboost (MetaSchedule's learned cost model) is optional; without it the search uses the random model.
 """
 
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeopt.converters.backends import tvm_build as tb
+from edgeopt.converters.backends.tvm import build as tb
 from edgeopt.deps import require
 from edgeopt.errors import BadInputError, StageError, UsageError
 

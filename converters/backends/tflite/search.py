@@ -1,6 +1,6 @@
 """Accuracy-aware INT8 for TFLite: the float ``.tflite`` quantized by ai-edge-quantizer, within ``--search-budget``.
 
-The search of :mod:`.search` over :class:`.tflite_quantizer.TFLiteQuantizer`:
+The search of :mod:`edgeopt.converters.quantize.search` over :class:`.quantizer.TFLiteQuantizer`:
 
 1. the quantizer's options: static INT8 with the configured weight granularity, then dynamic-range INT8
    (INT8 weights, activations quantized at run time: what recurrent, MatMul-heavy and normalisation-heavy
@@ -26,19 +26,25 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.quantize.modes import Granularity, QuantMode
+from edgeopt.converters.quantize.search import (
+    QUICK_S,
+    gate_failure,
+    interleaved_latency_ms,
+    run_search,
+    speed_verdict,
+)
+from edgeopt.converters.quantize.sensitivity import UNRANKED
 from edgeopt.errors import StageError, UsageError
 
-from .modes import Granularity, QuantMode
-from .search import QUICK_S, gate_failure, interleaved_latency_ms, run_search, speed_verdict
-from .sensitivity import UNRANKED
-from .tflite_quantizer import read_ops
+from .quantizer import read_ops
 
 RANK_SAMPLES = 4  # enough to order ops by their own noise; each costs two all-tensor runs
 
 
 def _runner(model_file: Path, runtime: dict, threads: int | None):
     """A run function for ``model_file`` with the artifact's io map (a folder of its own, as the runner reads)."""
-    from edgeopt.converters.backends.tflite_convert import MODEL_FILE
+    from edgeopt.converters.backends.tflite.convert import MODEL_FILE
     from edgeopt.runtime.runners.tflite import Runner
 
     folder = model_file.parent / f"{model_file.stem}.dir"
@@ -51,7 +57,7 @@ def _runner(model_file: Path, runtime: dict, threads: int | None):
 def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *, runtime: dict,
                   granularity: Granularity):
     """Returns (the chosen ``QuantizedModel``, the search report)."""
-    from .bound import ort_runner, warn_small_eval
+    from edgeopt.converters.quantize.bound import ort_runner, warn_small_eval
 
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError("tflite: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
