@@ -32,7 +32,7 @@ def _manifest(art: Path) -> dict:
 
 
 def test_the_jetson_int8_artifact_leaves_weight_bias_quantization_off(orin_int8):
-    from edgeopt.converters.backends.onnxruntime import OrtSettings
+    from edgeopt.converters.backends.onnxruntime.stage import OrtSettings
 
     m = _manifest(orin_int8)
     settings = OrtSettings(**m["runtime"]["settings"])  # typed: every key is one the runner applies
@@ -102,7 +102,7 @@ def test_inspect_as_loaded_writes_and_summarises_the_graph(orin_int8, tmp_path, 
 def test_tensorrt_fp16_is_on_only_for_fp16_artifacts():
     """Float layers run at the precision they were judged at: FP16 for ``--precision fp16``, FP32 otherwise (the
     INT8 search judges the layers it keeps in float at FP32)."""
-    from edgeopt.converters.backends.onnxruntime import OnnxRuntimeBackend
+    from edgeopt.converters.backends.onnxruntime.stage import OnnxRuntimeBackend
     from edgeopt.converters.base import ChainOptions
     from edgeopt.enums import BackendName, Precision
     from edgeopt.profiles import load_profile

@@ -35,7 +35,7 @@ def check_as_loaded(model_path: str | Path, settings: dict) -> dict:
     import tempfile
 
     from edgeopt.as_loaded.onnxruntime import loaded_level, optimized_model, qdq_dtypes
-    from edgeopt.converters.quantize.tensorrt_qdq import check_tensorrt_qdq
+    from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.errors import GateFailedError
 
     disabled = list(settings.get("disabled_optimizers") or ())
