@@ -121,6 +121,9 @@ def test_metric_output_kind_overrides_and_their_refusals():
     m = metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), None, spec)
     assert [p.kind for p in m.parts] == [MetricName.TOP1, MetricName.RELATIVE_ERROR, MetricName.TOP1]
     assert "asked" in m.parts[0].why
+    tf_names = parse_metric_spec("StatefulPartitionedCall:0=relative_error")  # a TF export's output name
+    assert tf_names.kinds == {"StatefulPartitionedCall:0": MetricName.RELATIVE_ERROR} and tf_names.custom is None
+    assert MetricSpec.model_validate("out0=cosine").kinds == {"out0": MetricName.COSINE}  # a recipe's `metric:`
     with pytest.raises(UsageError) as e:
         parse_metric_spec("out0=relative_eror")
     assert e.value.exit_code == 2 and "did you mean 'relative_error'" in e.value.hint

@@ -17,10 +17,17 @@ gave, and picks (unless :class:`MetricSpec` names one):
   automatically without labels: outputs named like embeddings/hidden states, and any output whose rows have
   unit L2 norm, whatever its name; cosine to FP32 is a proxy for the task's own figure); ``--min-sqnr-db``
   alone picks ``sqnr``;
+* ``relative_error`` (:mod:`.regression`): boxes, landmarks, audio and other regressions: the mean error as % of
+  FP32's range; ``ordered_bins`` (:mod:`.ordered_bins`): distributions over ordered bins (pitch, depth, age): the
+  peak's position within a tolerance of bins; both, and score maps judged where FP32 is confident, are told from
+  the output's meaning before the shape rules (:mod:`.choose`);
 * ``custom``: ``pkg.module:function`` (:mod:`.custom`);
 * ``all_outputs``: every output judged by its own metric above, vs FP32; the worst counts (:mod:`.all_outputs`).
   Chosen automatically for a model with several outputs when nothing else is said (no labels, no metric flag):
   a detector's boxes count as much as its scores.
+
+``OUTPUT=KIND`` (:mod:`.overrides`) sets one output's kind; labels are matched to the output they fit
+(:mod:`.label_match`), or to ``--metric-output``.
 
 Every metric is higher-is-better. Its ``drop`` is ``fp32_value - value``: points for % metrics; for ``sqnr``
 ``fp32_value`` is the target (``min_sqnr_db``, default 30 dB), so the drop is the dB below the target.
@@ -64,7 +71,7 @@ def parse_metric_spec(name=None, *, axis=None, ctc_blank=None, threshold=None, m
     if isinstance(name, MetricSpec):
         return name
     kinds = None
-    if isinstance(name, str) and not is_custom(name):
+    if isinstance(name, str) and ("=" in name or not is_custom(name)):  # output names may hold ':' (TF exports)
         name, kinds = split_metric(name)
     given = {"name": name, "axis": axis, "ctc_blank": ctc_blank, "threshold": threshold,
              "min_sqnr_db": min_sqnr_db, "output": output, "kinds": kinds}

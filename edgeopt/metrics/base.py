@@ -47,7 +47,7 @@ class MetricSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _custom_path(cls, data):
-        if isinstance(data, str) and "=" in data and not is_custom(data):  # `metric: boxes=relative_error`
+        if isinstance(data, str) and "=" in data:  # `metric: boxes=relative_error` (names may hold ':')
             from .overrides import split_metric
 
             name, kinds = split_metric(data)
