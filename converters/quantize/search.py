@@ -195,6 +195,8 @@ class BudgetedSearch:
             "metric": metric_name(self.m_search),
             "metric_description": getattr(self.m_search, "description", None),
             "metric_unit": metric_unit(self.m_search),
+            "metric_outputs": [p.choice() for p in getattr(self.m_all, "parts", None) or [self.m_all]
+                               if hasattr(p, "choice")],
             "labels": labels if labels is not None else getattr(search, "labels", None) is not None,
             "bound_points": self.bound,
             "search_samples": len(search),

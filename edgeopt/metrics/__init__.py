@@ -241,7 +241,7 @@ def judges_every_output(spec: MetricSpec | None, labels, output_names: list[str]
     output (``output_names``)."""
     if spec is not None and declared_kind(spec) == MetricName.ALL_OUTPUTS:
         return True
-    said = set() if spec is None else spec.model_fields_set - {"kinds", "ctc_blank", "threshold"}
+    said = set() if spec is None else spec.model_fields_set - {"kinds"}
     return not said and labels is None and len(output_names) > 1
 
 
