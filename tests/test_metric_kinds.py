@@ -196,3 +196,9 @@ def test_labels_find_their_output_and_metric_output_through_the_cli(face_stage):
     assert code == 2 and "did you mean 'lmk'" in out
     code, out = _dry_run(model, "--calib", str(d / "calib.npz"), "--metric", "prob=toop1")
     assert code == 2 and "did you mean 'top1'" in out
+
+
+def test_unknown_metric_output_is_refused_before_any_work_without_data(face_stage):
+    model, _ = face_stage
+    code, out = _dry_run(model, "--metric-output", "probb")  # no data: the graph's outputs are checked
+    assert code == 2 and "no output 'probb'" in out and "did you mean 'prob'" in out
