@@ -48,10 +48,10 @@ class MetricSpec(BaseModel):
     @classmethod
     def _custom_path(cls, data):
         if isinstance(data, str) and "=" in data:  # `metric: boxes=relative_error` (names may hold ':')
-            from .overrides import split_metric
-
-            name, kinds = split_metric(data)
-            data = {"name": name, "kinds": kinds}
+            items = [v.strip() for v in data.split(",") if v.strip()]
+            names = [v for v in items if "=" not in v]
+            data = {"name": names[0] if names else None,
+                    "kinds": {k.strip(): v.strip() for k, _, v in (i.partition("=") for i in items if "=" in i)}}
         elif isinstance(data, str):  # the recipe's short form: `metric: ctc` / `metric: my_metrics:score`
             data = {"name": data}
         if isinstance(data, dict) and isinstance(data.get("name"), str) and is_custom(data["name"]):
