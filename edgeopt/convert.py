@@ -39,6 +39,7 @@ class ConvertResult(BaseModel):
     validation: Validation | None = None
     warnings: list[str] = []
     dry_run: bool = False
+    metric: list[dict] | None = None  # dry run: each judged output's metric kind and why (edgeopt.metric_choice)
 
     @field_serializer("plan")
     def _plan_json(self, plan: Plan) -> dict:
@@ -201,9 +202,13 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work
         verifier.check()
     if o.dry_run:  # the checks the real run makes before its first stage (a torch source is not exported)
+        metric = None
         if model is not None and o.from_torch is None:
-            _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
-        return ConvertResult(plan=plan, warnings=warnings, dry_run=True)
+            from edgeopt.metric_choice import metric_choice
+
+            b = _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
+            metric = metric_choice(model, b[3], plan.options.bound.metric, b[5], plan.options.threads)
+        return ConvertResult(plan=plan, warnings=warnings, dry_run=True, metric=metric)
     from edgeopt.outputs import check_output, publish
 
     recipe_path = o.recipe if isinstance(o.recipe, (str, os.PathLike)) else None

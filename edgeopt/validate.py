@@ -43,6 +43,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     """Compare the artifact with ``reference_model`` on ``data`` (an :class:`edgeopt.data.Dataset`);
     ``metric``: an :class:`edgeopt.metrics.MetricSpec` (None: chosen from the output and the labels)."""
     from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.metric_choice import per_output
     from edgeopt.metrics import judges_every_output, metric_for_outputs, pinned_spec
     from edgeopt.runtime.runners import open_runner
 
@@ -59,9 +60,9 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
             return seen["got"]
 
         n = len(data)
-        cos_min, cos_means, max_abs, agree = [], [], 0.0, []
-        ref_outs, got_outs = [], []
+        cos_min, cos_means, max_abs, agree, ref_outs, got_outs = [], [], 0.0, [], [], []
         judged, every = getattr(metric, "output", None), None
+        labels_find_output = judged is None and data.labels is not None  # kept: the labels' output is found from all
         bar = progress("validating", n) if progress else nullcontext()
         with bar as tick:
             for i in range(n):
@@ -73,7 +74,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
                 if r["top1_agreement"] is not None:
                     agree.append(r["top1_agreement"])
                 if every is None:
-                    every = judges_every_output(metric, data.labels, list(seen["ref"]))
+                    every = judges_every_output(metric, data.labels, list(seen["ref"])) or labels_find_output
                 ref_outs.append(_judged(seen["ref"], judged, every))
                 got_outs.append(_judged(seen["got"], judged, every, list(seen["ref"])))
                 if tick is not None:
@@ -96,6 +97,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     v.metric_basis = "labels" if m.labels_used else "fp32"
     v.metric_reference, v.metric_value = round(m.fp32_value, 4), round(value, 4)
     v.metric_drop = round(m.fp32_value - value, 4)
+    v.metric_outputs = per_output(m, got_outs)
     if m.labels_used:
         v.accuracy_reference, v.accuracy, v.accuracy_drop = v.metric_reference, v.metric_value, v.metric_drop
     gates = {}
@@ -109,7 +111,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         drop, _ = counted_drop(v)
         v.sample_points = sample_points(m.kind, m.unit, n)
         if drop is not None and v.sample_points is None:  # not counted: the halves rule too (as the search)
-            v.halves_drop_p90 = halves_drop(ref_outs, got_outs, data.labels, pinned_spec(metric, m.kind), search_path)
+            v.halves_drop_p90 = halves_drop(ref_outs, got_outs, data.labels, pinned_spec(metric, m), search_path)
         gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=drop,
                                           passed=holds_bound(v, max_accuracy_drop))
     v.units = _units_gate(artifact_dir, manifest, gates)

@@ -52,6 +52,8 @@ class Validation(BaseModel):
     metric_reference: float | None = None  # FP32 in ONNX Runtime (for sqnr: the target in dB)
     metric_value: float | None = None  # the artifact
     metric_drop: float | None = None  # reference - value
+    # each judged output: {output, kind, metric, why, reference, value, drop} (several for all_outputs)
+    metric_outputs: list[dict] | None = None
     # compute units of the artifact's model: {"quantized", "float", "file"} (edgeopt.quant_units); None: not read
     units: dict | None = None
     checked_on: CheckedOn | None = None  # the runner's provider vs the artifact's (None: the runner records none)

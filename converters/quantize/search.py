@@ -101,7 +101,7 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
     if declared_kind(spec) is None:  # chosen from FP32's outputs: once, as the gate chooses it
         chooser = (make_task_metric(fp32_run, whole, spec, search_path) if whole is not None
                    else make_task_metric(_replay(s_out + c_out), both, spec, search_path))
-        pinned = pinned_spec(spec, chooser.kind)
+        pinned = pinned_spec(spec, chooser)
     m_all = make_task_metric(_replay(s_out + c_out), both, pinned, search_path)
     counted = sample_points(m_all.kind, m_all.unit, m_all.samples) is not None
     return (make_task_metric(_replay(s_out), search, pinned, search_path),
@@ -195,6 +195,8 @@ class BudgetedSearch:
             "metric": metric_name(self.m_search),
             "metric_description": getattr(self.m_search, "description", None),
             "metric_unit": metric_unit(self.m_search),
+            "metric_outputs": [p.choice() for p in getattr(self.m_all, "parts", None) or [self.m_all]
+                               if hasattr(p, "choice")],
             "labels": labels if labels is not None else getattr(search, "labels", None) is not None,
             "bound_points": self.bound,
             "search_samples": len(search),

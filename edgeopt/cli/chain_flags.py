@@ -21,13 +21,15 @@ from edgeopt.cli.options import (
     CtcBlankOption,
     MetricAxisOption,
     MetricOption,
+    MetricOutputOption,
     MetricThresholdOption,
     MinSqnrOption,
 )
 from edgeopt.errors import UsageError
 
 METRIC_FLAGS = {"metric": MetricOption, "metric_axis": MetricAxisOption, "ctc_blank": CtcBlankOption,
-                "metric_threshold": MetricThresholdOption, "min_sqnr_db": MinSqnrOption}
+                "metric_threshold": MetricThresholdOption, "min_sqnr_db": MinSqnrOption,
+                "metric_output": MetricOutputOption}
 SetOption = typer.Option(None, "--set", help="A stage config field: STAGE.FIELD=VALUE, e.g. quantize.calib_samples=64 "
                          "or quantize.bound.search_fraction=0.3 (as a recipe's stages:; repeatable).")
 
@@ -108,7 +110,7 @@ def chain_flags(*, exclude: tuple[str, ...] = ()):
         added = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=opt, annotation=kind)
                  for n, (kind, opt) in ((n, flag(n, f)) for n, f in fields.items())]
         added += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=opt,
-                                    annotation=str if n == "metric" else (int if n in ("metric_axis", "ctc_blank")
+                                    annotation=str if n in ("metric", "metric_output") else (int if n in ("metric_axis", "ctc_blank")
                                                                           else float))
                   for n, opt in METRIC_FLAGS.items()]
         added.append(inspect.Parameter("set_", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=SetOption,

@@ -71,8 +71,11 @@ def convert_cmd(
     ), where="convert")
     result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
     if dry_run:
-        emit(json_out, {"dry_run": True, "plan": result.plan.to_json(), "warnings": result.warnings},
-             lambda c: c.print(str(result.plan), markup=False))
+        from edgeopt.metric_choice import describe
+
+        emit(json_out, {"dry_run": True, "plan": result.plan.to_json(), "warnings": result.warnings,
+                        "metric": result.metric},
+             lambda c: c.print("\n".join(filter(None, [str(result.plan), describe(result.metric)])), markup=False))
     else:
         _report(result, json_out)
 

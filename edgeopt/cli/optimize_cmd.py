@@ -13,6 +13,7 @@ from edgeopt.cli.options import (
     CtcBlankOption,
     MetricAxisOption,
     MetricOption,
+    MetricOutputOption,
     MetricThresholdOption,
     MinSqnrOption,
     ProfileOption,
@@ -37,6 +38,7 @@ def optimize_cmd(
     ctc_blank: int = CtcBlankOption,
     metric_threshold: float = MetricThresholdOption,
     min_sqnr_db: float = MinSqnrOption,
+    metric_output: str = MetricOutputOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Try fusion, pruning, each INT8 mode and native float precision on each backend; measure each here; keep the
@@ -52,7 +54,7 @@ def optimize_cmd(
     res = optimize(model, profile, max_accuracy_drop=max_accuracy_drop, time_budget_min=time_budget, calib=calib,
                    eval=eval_, output=output, recipe_out=recipe_out, force=force, on_event=event,
                    search_budget=search_budget,
-                   metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db))
+                   metric=metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db, metric_output))
     if res.winner is None:
         raise GateFailedError(f"no candidate met --max-accuracy-drop {max_accuracy_drop}",
                               "relax the bound or give better calibration data",

@@ -6,6 +6,7 @@ import typer
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.errors import UsageError
+from edgeopt.metrics.base import MetricSpec
 
 ProfileOption = typer.Option("host", "--profile", "-p", help="Device profile name or YAML file.")
 ProfileDirOption = typer.Option(None, "--profile-dir", help="Extra directory of profile YAML files.")
@@ -41,11 +42,13 @@ CtcBlankOption = typer.Option(None, "--ctc-blank", min=0, help="--metric ctc: th
 MetricThresholdOption = typer.Option(None, "--metric-threshold",
                                      help="Threshold of map_iou maps and one-value decisions (default 0.5).")
 MinSqnrOption = typer.Option(None, "--min-sqnr-db", help="--metric sqnr: the SQNR target and gate, in dB (default 30).")
+MetricOutputOption = typer.Option(None, "--metric-output",
+                                  help=MetricSpec.model_fields["output"].description)  # its declaration
 
 
-def metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db):
+def metric_spec(metric, metric_axis, ctc_blank, metric_threshold, min_sqnr_db, metric_output=None):
     """The :class:`edgeopt.metrics.MetricSpec` of the --metric options (None when none was given)."""
     from edgeopt.metrics import parse_metric_spec
 
     return parse_metric_spec(metric, axis=metric_axis, ctc_blank=ctc_blank, threshold=metric_threshold,
-                             min_sqnr_db=min_sqnr_db)
+                             min_sqnr_db=min_sqnr_db, output=metric_output)

@@ -17,10 +17,17 @@ gave, and picks (unless :class:`MetricSpec` names one):
   automatically without labels: outputs named like embeddings/hidden states, and any output whose rows have
   unit L2 norm, whatever its name; cosine to FP32 is a proxy for the task's own figure); ``--min-sqnr-db``
   alone picks ``sqnr``;
+* ``relative_error`` (:mod:`.regression`): boxes, landmarks, audio and other regressions: the mean error as % of
+  FP32's range; ``ordered_bins`` (:mod:`.ordered_bins`): distributions over ordered bins (pitch, depth, age): the
+  peak's position within a tolerance of bins; both, and score maps judged where FP32 is confident, are told from
+  the output's meaning before the shape rules (:mod:`.choose`);
 * ``custom``: ``pkg.module:function`` (:mod:`.custom`);
 * ``all_outputs``: every output judged by its own metric above, vs FP32; the worst counts (:mod:`.all_outputs`).
   Chosen automatically for a model with several outputs when nothing else is said (no labels, no metric flag):
   a detector's boxes count as much as its scores.
+
+``OUTPUT=KIND`` (:mod:`.overrides`) sets one output's kind; labels are matched to the output they fit
+(:mod:`.label_match`), or to ``--metric-output``.
 
 Every metric is higher-is-better. Its ``drop`` is ``fp32_value - value``: points for % metrics; for ``sqnr``
 ``fp32_value`` is the target (``min_sqnr_db``, default 30 dB), so the drop is the dB below the target.
@@ -38,8 +45,11 @@ from edgeopt.metrics.flags import check_metric_flags, declared_kind
 from . import labels as lab
 from .all_outputs import worst_of
 from .base import Metric, MetricName, MetricSpec, sample_of
+from .choose import choose_by_meaning, shape_rule_why
 from .custom import is_custom
 from .kinds import BUILDERS, ctc_decode
+from .label_match import chance_pct, labelled_output
+from .overrides import check_output_names, split_metric
 
 _EMBEDDING_WORDS = ("embed", "hidden", "pool", "feature", "vector", "encod")
 
@@ -60,8 +70,11 @@ def parse_metric_spec(name=None, *, axis=None, ctc_blank=None, threshold=None, m
 
     if isinstance(name, MetricSpec):
         return name
+    kinds = None
+    if isinstance(name, str) and ("=" in name or not is_custom(name)):  # output names may hold ':' (TF exports)
+        name, kinds = split_metric(name)
     given = {"name": name, "axis": axis, "ctc_blank": ctc_blank, "threshold": threshold,
-             "min_sqnr_db": min_sqnr_db, "output": output}
+             "min_sqnr_db": min_sqnr_db, "output": output, "kinds": kinds}
     given = {k: v for k, v in given.items() if v is not None}
     if not given:
         return None
@@ -166,6 +179,7 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
         raise BadDataError(f"--{role}: no samples to judge accuracy on", "give at least one sample")
     if labels is not None:
         lab.count_check(labels, n, role)
+    check_output_names(spec, list(fp32_outputs[0]))
     if judges_every_output(spec, labels, list(fp32_outputs[0])):
         parts, asked = _output_metrics(fp32_outputs, spec, n, role, search_path), declared_kind(spec) is not None
         if asked and not parts:
@@ -173,56 +187,94 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
                                 f"(outputs: {', '.join(fp32_outputs[0])})", "give --metric and --metric-output")
         if len(parts) > 1 or asked:
             return worst_of(parts, fp32_outputs)
+    if labels is not None:
+        spec = spec.model_copy(update={"output": labelled_output(fp32_outputs, labels, spec, role)})
     out_name = spec.output or next(iter(fp32_outputs[0]))
     ref = [sample_of(o, out_name) for o in fp32_outputs]
     shape = tuple(ref[0].shape)
-    kind = declared_kind(spec) or _auto(shape, ref, labels, out_name, spec.axis is None, spec.ctc_blank)
+    kind, why = _kind_of(spec, shape, ref, labels, out_name, fp32_outputs)
     check_metric_flags(spec, kind, shape, out_name)  # a flag that can't apply to this metric: exit 2, never dropped
     build = BUILDERS[kind]
     m = build(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
+    m.why = why
     if kind != MetricName.SQNR:
         m.fp32_value = m.score_outputs(fp32_outputs)
-    _check_chance(m, shape, role)
+    _check_chance(m, labels, role)
     return m
 
 
-def pinned_spec(spec: MetricSpec | None, kind) -> MetricSpec:
-    """``spec`` with its metric fixed to ``kind`` (the one chosen on all the samples): parts of the data, or
-    random halves of it, are then scored by the same metric, never by one chosen again on fewer samples."""
-    return (spec or MetricSpec()).model_copy(update={"name": kind})
+def _kind_of(spec: MetricSpec, shape, ref, labels, out_name, fp32_outputs) -> tuple[MetricName, str]:
+    """The kind judging ``out_name`` and why: asked (``--metric``, ``OUTPUT=KIND``), else told by what it means."""
+    asked = (spec.kinds or {}).get(out_name) or declared_kind(spec)
+    if asked is not None:
+        return asked, f"'{out_name}': asked (--metric {asked.value})"
+    if labels is not None:
+        kind = _auto(shape, ref, None if labels is None else labels, out_name, spec.axis is None, spec.ctc_blank)
+        return kind, shape_rule_why(kind, shape, out_name) + "; judged with the labels"
+    siblings = {k: [sample_of(o, k) for o in fp32_outputs] for k in fp32_outputs[0]} if len(fp32_outputs[0]) > 1 \
+        else None
+    meant = choose_by_meaning(shape, ref, out_name, siblings)
+    if meant is not None:
+        return meant
+    kind = _auto(shape, ref, None, out_name, spec.axis is None, spec.ctc_blank)
+    return kind, shape_rule_why(kind, shape, out_name)
+
+
+def pinned_spec(spec: MetricSpec | None, chosen) -> MetricSpec:
+    """``spec`` with its metric fixed to ``chosen`` (the kind, or the :class:`Metric`, chosen on all the samples):
+    parts of the data, or random halves of it, are then scored by the same metric, each output by the same kind
+    and the labels on the same output, never by one chosen again on fewer samples."""
+    spec = spec or MetricSpec()
+    if not isinstance(chosen, Metric):
+        return spec.model_copy(update={"name": chosen})
+    update: dict = {"name": chosen.kind}
+    if chosen.parts:
+        update["kinds"] = {**{p.output: p.kind for p in chosen.parts}, **(spec.kinds or {})}
+    elif chosen.output is not None and chosen.kind != MetricName.CUSTOM:
+        update["output"] = chosen.output
+    return spec.model_copy(update=update)
 
 
 def judges_every_output(spec: MetricSpec | None, labels, output_names: list[str]) -> bool:
-    """``--metric all_outputs``, or nothing said about the metric (no flag, no labels, which belong to one output)
-    on a model with more than one output (``output_names``)."""
+    """``--metric all_outputs``, or nothing said about which output is judged (no metric, no ``--metric-output``, no
+    labels, which belong to one output; ``OUTPUT=KIND`` overrides may be given) on a model with more than one
+    output (``output_names``)."""
     if spec is not None and declared_kind(spec) == MetricName.ALL_OUTPUTS:
         return True
-    return (spec is None or not spec.model_fields_set) and labels is None and len(output_names) > 1
+    said = set() if spec is None else spec.model_fields_set - {"kinds"}
+    return not said and labels is None and len(output_names) > 1
 
 
 def _output_metrics(fp32_outputs: list[dict], spec: MetricSpec, n: int, role: str, search_path) -> list[Metric]:
-    """Each output's own metric vs FP32 (chosen as for a one-output model); an output no metric fits (a state
-    tensor with no class axis) is left out."""
+    """Each output's own metric vs FP32 (chosen by what it means, or ``OUTPUT=KIND``); an output no metric fits
+    (a state tensor with no class axis) is left out."""
     parts = []
+    plain = MetricSpec(ctc_blank=spec.ctc_blank, threshold=spec.threshold, kinds=spec.kinds)
     for name in fp32_outputs[0]:
         ref = [sample_of(o, name) for o in fp32_outputs]
         shape = tuple(ref[0].shape)
-        kind = _auto(shape, ref, None, name, True, spec.ctc_blank)
+        kind, why = _kind_of(plain, shape, ref, None, name, fp32_outputs)
         try:
-            parts.append(BUILDERS[kind](ref, None, MetricSpec(), shape, name, n, role, fp32_outputs, search_path))
+            part = BUILDERS[kind](ref, None, plain, shape, name, n, role, fp32_outputs, search_path)
         except BadInputError:
+            if name in (spec.kinds or {}):
+                raise
             continue
+        part.why = why
+        parts.append(part)
     return parts
 
 
-def _check_chance(m: Metric, shape: tuple, role: str) -> None:
+def _check_chance(m: Metric, labels, role: str) -> None:
     if not m.labels_used or m.kind == MetricName.CUSTOM:
         return
-    chance = 100.0 / max(m.classes, 2) if m.classes else 0.0
+    chance = chance_pct(labels) if m.classes else 0.0
     if m.fp32_value <= chance:
         raise BadDataError(f"your labels don't match the model's outputs: FP32 scores {m.fp32_value:.3g} % "
-                           f"{m.name} on --{role} (chance is {chance:.3g} %)",
-                           "check the label order/mapping and that the labels belong to these samples")
+                           f"{m.name} of output '{m.output}' on --{role} (chance is {chance:.3g} % for the "
+                           f"{round(100 / chance) if chance else 0} distinct labels given)",
+                           "check the label order/mapping, that the labels belong to these samples, and which "
+                           "output they are for (--metric-output)")
 
 
 __all__ = ["Metric", "MetricName", "MetricSpec", "as_metric_spec", "ctc_decode", "judges_every_output", "make_metric",

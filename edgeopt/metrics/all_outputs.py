@@ -16,6 +16,8 @@ TOP = 100.0
 def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
     """The metric that scores a candidate by its worst part (``parts``: one metric per output, vs FP32)."""
     ceilings = [p.score_outputs(fp32_outputs) for p in parts]
+    for p, c in zip(parts, ceilings, strict=True):
+        p.fp32_value = c
 
     def score(digests: list) -> float:
         scores = [p.score_digests([d[i] for d in digests]) for i, p in enumerate(parts)]
@@ -29,4 +31,5 @@ def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
                f"100 minus the largest drop among the outputs, each judged against FP32 by its own metric: {names}",
                "%", None, False, parts[0].samples, score, digest=digest)
     m.fp32_value = m.score_outputs(fp32_outputs)
+    m.parts, m.why = parts, "several outputs and no labels: each judged by its own kind, the worst drop counts"
     return m

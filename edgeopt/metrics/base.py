@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgeopt.enums import StrEnum
 from edgeopt.errors import BadInputError
@@ -23,6 +23,8 @@ class MetricName(StrEnum):
     SQNR = "sqnr"
     CUSTOM = "custom"
     ALL_OUTPUTS = "all_outputs"  # every output judged by its own metric; the worst one counts
+    RELATIVE_ERROR = "relative_error"  # regressions: mean |error| as % of FP32's range
+    ORDERED_BINS = "ordered_bins"  # distributions over ordered bins (pitch, depth, age): the peak within bins
 
 
 class MetricSpec(BaseModel):
@@ -37,12 +39,20 @@ class MetricSpec(BaseModel):
     threshold: float = 0.5
     min_sqnr_db: float | None = None  # the sqnr target (and gate); default 30 dB
     custom: str | None = None  # "pkg.module:function"
-    output: str | None = None  # which output is judged (default: the first)
+    output: str | None = Field(
+        default=None, description="The output the task metric judges and the labels belong to (default: the "
+                                  "output the labels fit; without labels every output, each by its own metric).")
+    kinds: dict[str, MetricName] | None = None  # OUTPUT=KIND: one output's metric, the others chosen as usual
 
     @model_validator(mode="before")
     @classmethod
     def _custom_path(cls, data):
-        if isinstance(data, str):  # the recipe's short form: `metric: ctc` / `metric: my_metrics:score`
+        if isinstance(data, str) and "=" in data:  # `metric: boxes=relative_error` (names may hold ':')
+            items = [v.strip() for v in data.split(",") if v.strip()]
+            names = [v for v in items if "=" not in v]
+            data = {"name": names[0] if names else None,
+                    "kinds": {k.strip(): v.strip() for k, _, v in (i.partition("=") for i in items if "=" in i)}}
+        elif isinstance(data, str):  # the recipe's short form: `metric: ctc` / `metric: my_metrics:score`
             data = {"name": data}
         if isinstance(data, dict) and isinstance(data.get("name"), str) and is_custom(data["name"]):
             data = {**data, "name": MetricName.CUSTOM, "custom": data["name"]}
@@ -73,6 +83,8 @@ class Metric:
     # what the metric keeps of one sample's outputs (a CTC reading, an argmax, a mask; the whole dict for a
     # user's metric): scoring a run keeps only these, not every output (~1 MB a sample for a recogniser)
     digest: Callable[[dict], object] = field(default=lambda out: out, repr=False)
+    why: str = ""  # why this kind was chosen for the output (or "asked": --metric)
+    parts: list = field(default_factory=list)  # all_outputs: each output's own Metric
 
     def outputs(self, run, dataset) -> list[dict]:
         """The outputs ``run`` gives on ``dataset``'s samples (keep them to score again cheaply)."""
@@ -94,8 +106,13 @@ class Metric:
         return float(self.fp32_value - value)
 
     def to_json(self) -> dict:
-        return {"metric": self.name, "metric_kind": self.kind.value, "metric_description": self.description,
-                "metric_unit": self.unit, "metric_basis": "labels" if self.labels_used else "fp32"}
+        out = {"metric": self.name, "metric_kind": self.kind.value, "metric_description": self.description,
+               "metric_unit": self.unit, "metric_basis": "labels" if self.labels_used else "fp32"}
+        return {**out, "metric_outputs": [p.choice() for p in self.parts or [self]]}
+
+    def choice(self) -> dict:
+        """Which output this metric judges, by which kind, and why (the dry run's and the report's line)."""
+        return {"output": self.output, "kind": self.kind.value, "metric": self.name, "why": self.why}
 
 
 def sample_of(out: dict, name: str | None) -> np.ndarray:

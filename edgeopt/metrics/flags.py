@@ -68,6 +68,9 @@ def check_metric_against_outputs(spec, outputs) -> None:
     rank from the graph (``outputs``: ``edgeopt.model.TensorSpec``, batch axis first)."""
     if spec is None or not outputs:
         return
+    from .overrides import check_output_names
+
+    check_output_names(spec, [o.name for o in outputs])  # --metric-output / OUTPUT=KIND: an output of the model
     out = next((o for o in outputs if o.name == spec.output), outputs[0])
     shape = tuple(out.shape[1:]) if len(out.shape) >= 1 else ()
     check_metric_flags(spec, declared_kind(spec), shape, out.name)

@@ -11,6 +11,8 @@ from edgeopt.errors import BadInputError
 from . import labels as lab
 from .base import Metric, MetricName, class_axis, sample_of
 from .custom import load_callable, scorer
+from .ordered_bins import ordered_bins_metric
+from .regression import relative_error_metric
 
 DEFAULT_SQNR_TARGET_DB = 30.0
 SQNR_CEILING_DB = 200.0  # identical outputs (FP32 against itself) score this instead of infinity
@@ -67,13 +69,20 @@ def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search
 
     target = preds(ref) if labels is None else lab.class_indices(labels, n, shape[axis], role=role, positions=pos_shape)
     valid = target != -1
+    maps = labels is None and len(shape) == 3  # a segmentation map: judged off the background (class 0)
 
     def score(got):
-        return _pct((np.stack(got) == target)[valid])
+        g = np.stack(got)
+        if maps:
+            fg = (target != 0) | (g != 0)
+            return _pct((g == target)[fg]) if fg.any() else 100.0
+        return _pct((g == target)[valid])
 
     where = f"along axis {axis + 1} of [N,{','.join(map(str, shape))}]"
     name = "per_position_accuracy" if labels is not None else "per_position_agreement_with_fp32"
     desc = (f"% of positions whose argmax {where} matches the " + ("label" if labels is not None else "FP32 argmax"))
+    if maps:
+        desc += ", among the positions either calls other than class 0 (the background left out)"
     return Metric(MetricName.POSITION_AGREEMENT, name, desc, "%", out_name, labels is not None, n, score,
                   classes=shape[axis], digest=lambda o: np.argmax(sample_of(o, out_name), axis=axis))
 
@@ -106,7 +115,9 @@ def _ctc(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
 
 def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     t = spec.threshold
-    target = [y > t for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
+    probs = all(np.all((y >= 0) & (y <= 1)) for y in ref)
+    cut = t if probs or not 0 < t < 1 else math.log(t / (1 - t))  # logits: the threshold of their sigmoid
+    target = [y > cut for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
 
     def score(got):
         vals = []
@@ -117,8 +128,9 @@ def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
 
     name = f"map_iou_at_{t:g}" + ("" if labels is not None else "_vs_fp32")
     desc = f"mean IoU of the maps thresholded at {t:g} vs " + ("the label masks" if labels is not None else "FP32's")
+    desc += "" if probs else f" (logits: {t:g} of their sigmoid)"
     return Metric(MetricName.MAP_IOU, name, desc, "%", out_name, labels is not None, n, score,
-                  digest=lambda o: sample_of(o, out_name) > t)
+                  digest=lambda o: sample_of(o, out_name) > cut)
 
 
 def _cosine(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
@@ -160,5 +172,6 @@ def _custom(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_pa
 
 BUILDERS = {MetricName.TOP1: _top1, MetricName.POSITION_AGREEMENT: _positions, MetricName.CTC: _ctc,
              MetricName.MAP_IOU: _iou, MetricName.COSINE: _cosine, MetricName.SQNR: _sqnr,
-             MetricName.CUSTOM: _custom}
+             MetricName.CUSTOM: _custom, MetricName.RELATIVE_ERROR: relative_error_metric,
+             MetricName.ORDERED_BINS: ordered_bins_metric}
 

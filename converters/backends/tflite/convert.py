@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.backends.tflite_layernorm import flatten_layernorm_params
 from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UnsupportedOpError
 
@@ -222,6 +223,7 @@ def prepare_onnx(onnx_path: Path, dest: Path) -> dict:
 
     proto = onnx.load(str(onnx_path))
     made = {"slice_axes_sorted": sort_slice_axes(proto), "gather_of_concat": pick_from_concat(proto)}
+    made["layernorm_params_flattened"] = flatten_layernorm_params(proto)
     if any(made.values()):
         onnx.save(proto, str(dest))
     else:

@@ -1,0 +1,84 @@
+"""Which metric kind fits one output, told by what it means (shape, FP32's values on the data, its name), and why.
+
+Checked before the shape rules of :func:`edgeopt.metrics._auto` (classifier, sequence, CTC, map, embedding):
+
+* named like a regression (boxes, landmarks, deltas, audio) -> ``relative_error``;
+* rows over many ordered bins with one smooth peak (pitch, depth, age) -> ``ordered_bins``;
+* beside a class/score output, an output that is no probability row itself -> ``relative_error`` (a detector's or a
+  face stage's boxes and landmarks);
+* one value per position ([N,P,1] scores, logits or probabilities) or per-anchor scores [N,P,C] in [0, 1] that
+  are no softmax
+  -> ``map_iou``: agreement where FP32 is confident, not over the background.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import MetricName
+from .ordered_bins import looks_like_ordered_bins
+
+REGRESSION_WORDS = ("box", "bbox", "regress", "landmark", "lmk", "delta", "offset", "coord", "keypoint", "kpt",
+                    "loc", "audio", "wav", "signal", "enhanced")
+CLASS_WORDS = ("class", "score", "prob", "logit", "conf", "cls")
+
+
+def _word(name: str | None, words) -> str | None:
+    lower = (name or "").lower()
+    return next((w for w in words if w in lower), None)
+
+
+def _dims(shape) -> str:
+    return "[N" + "".join(f",{d}" for d in shape) + "]"
+
+
+def is_distribution(ref: list[np.ndarray]) -> bool:
+    """Values in [0, 1] (softmax or sigmoid outputs)."""
+    return all(np.asarray(r).dtype.kind == "f" and np.all((r >= 0) & (r <= 1)) for r in ref[:32])
+
+
+def is_softmax(ref: list[np.ndarray]) -> bool:
+    """Non-negative rows summing to 1 along the last axis."""
+    return is_distribution(ref) and all(np.allclose(np.sum(r, axis=-1), 1.0, atol=1e-3) for r in ref[:32])
+
+
+def class_sibling(siblings: dict[str, list[np.ndarray]], own: str | None) -> str | None:
+    """Another output that reads as class scores: named so, or probability rows."""
+    for name, ref in siblings.items():
+        if name != own and (_word(name, CLASS_WORDS) or is_softmax(ref)):
+            return name
+    return None
+
+
+def choose_by_meaning(shape: tuple, ref: list[np.ndarray], out_name: str | None,
+                      siblings: dict[str, list[np.ndarray]] | None = None) -> tuple[MetricName, str] | None:
+    """The kind for one output without labels, or None to leave it to the shape rules; with the why."""
+    if len(shape) == 0 or int(np.prod(shape)) <= 1:
+        return None
+    where = f"'{out_name}' {_dims(shape)}"
+    word = _word(out_name, REGRESSION_WORDS)
+    if word and not _word(out_name, CLASS_WORDS):
+        return MetricName.RELATIVE_ERROR, f"{where} is named like a regression ('{word}')"
+    ordered, why = looks_like_ordered_bins(ref)
+    if ordered:
+        return MetricName.ORDERED_BINS, f"{where}: {why}"
+    other = class_sibling(siblings or {}, out_name)
+    if other is not None and not _word(out_name, CLASS_WORDS) and not is_softmax(ref) and shape[-1] > 1:
+        return MetricName.RELATIVE_ERROR, f"{where} is no probability row and sits beside the class output '{other}'"
+    if len(shape) >= 2 and shape[-1] == 1:
+        return MetricName.MAP_IOU, f"{where}: one score per position; judged where FP32 is confident"
+    if len(shape) == 2 and is_distribution(ref) and not is_softmax(ref):
+        return MetricName.MAP_IOU, f"{where}: score maps in [0, 1]; judged where FP32 is confident"
+    return None
+
+
+def shape_rule_why(kind: MetricName, shape: tuple, out_name: str | None) -> str:
+    """Why the shape rules picked ``kind`` (one line)."""
+    where = f"'{out_name}' {_dims(shape)}"
+    return {
+        MetricName.TOP1: f"{where}: one score per class (or one decision value)",
+        MetricName.COSINE: f"{where}: an embedding (unit-norm rows, or named like one)",
+        MetricName.POSITION_AGREEMENT: f"{where}: a class axis at every position",
+        MetricName.CTC: f"{where}: CTC logits (the blank leads FP32's argmax)",
+        MetricName.MAP_IOU: f"{where}: a one-channel map in [0, 1]",
+    }.get(kind, f"{where}: {kind.value}")

@@ -1,0 +1,37 @@
+"""Regressions (boxes, landmarks, audio, unnormalised features): the error relative to the output's own scale.
+
+A regression head has no class to agree on: argmax over four box deltas or ten landmark coordinates flips under
+any noise. The figure is ``100 - 100 * mean |candidate - FP32| / range``, ``range`` being the spread of FP32's
+values on the data (1st to 99th percentile, so one outlier doesn't set it): a drop of 0.5 points is a mean
+error of half a percent of what the output spans (landmarks in a 0..1 window: 0.5 % of the window).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Metric, MetricName, sample_of
+
+LOW_PCT, HIGH_PCT = 1.0, 99.0  # the range of FP32's values the error is measured against
+
+
+def value_range(ref: list[np.ndarray]) -> float:
+    """The spread of FP32's values over the samples (1st..99th percentile; the whole span, or 1, if that is 0)."""
+    flat = np.concatenate([np.ravel(np.asarray(r, np.float64)) for r in ref])
+    lo, hi = np.percentile(flat, [LOW_PCT, HIGH_PCT])
+    spread = float(hi - lo) or float(flat.max() - flat.min())
+    return spread if spread > 0 else 1.0
+
+
+def relative_error_metric(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    scale = value_range(ref)
+
+    def score(got) -> float:
+        errs = [np.mean(np.abs(np.asarray(y, np.float64) - np.asarray(r, np.float64))) for y, r in
+                zip(got, ref, strict=True)]
+        return max(0.0, 100.0 - 100.0 * float(np.mean(errs)) / scale)
+
+    return Metric(MetricName.RELATIVE_ERROR, "relative_error_vs_fp32",
+                  f"100 minus the mean |error| vs FP32's output as % of its range on the data ({scale:.4g}); "
+                  "the drop is the mean error in % of that range (labels not used)", "%", out_name, False, n,
+                  score, digest=lambda o: np.asarray(sample_of(o, out_name), np.float32))

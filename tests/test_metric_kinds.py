@@ -1,0 +1,204 @@
+"""Each output judged by what it means: the kind chosen per output (classifier, regression, ordered bins,
+segmentation map, embedding), labels matched to the output they fit, and the CLI's --metric-output and
+--metric OUTPUT=KIND. Small synthetic models (numpy outputs, or ONNX built with onnx.helper)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgeopt.errors import BadDataError, UsageError
+from edgeopt.metrics import MetricName, MetricSpec, metric_for_outputs, parse_metric_spec
+
+RNG = np.random.default_rng(0)
+N = 32
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _outs(**arrays):
+    """Per-sample output dicts (batch 1) from arrays [N, ...]."""
+    return [{k: v[i:i + 1].astype(np.float32) for k, v in arrays.items()} for i in range(N)]
+
+
+def test_classifier_logits_are_judged_by_top1():
+    m = metric_for_outputs(_outs(y=RNG.normal(size=(N, 10))), None)
+    assert m.kind == MetricName.TOP1 and "one score per class" in m.why
+
+
+def _face_stage():
+    box, lmk = RNG.normal(0, 0.1, (N, 4)), RNG.uniform(0.2, 0.8, (N, 10))
+    prob = _softmax(RNG.normal(0, 3, (N, 2)))
+    return box, lmk, prob
+
+
+def test_face_stage_regressions_judged_by_relative_error_and_the_face_decision_by_top1():
+    box, lmk, prob = _face_stage()
+    m = metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), None)
+    kinds = {p.output: p.kind for p in m.parts}
+    assert kinds == {"out0": MetricName.RELATIVE_ERROR, "out1": MetricName.RELATIVE_ERROR, "out2": MetricName.TOP1}
+    assert "beside the class output 'out2'" in m.parts[0].why
+    noisy = _outs(out0=box + RNG.normal(0, 0.002, box.shape), out1=lmk + RNG.normal(0, 0.002, lmk.shape), out2=prob)
+    assert m.drop(m.score_outputs(noisy)) < 1.0  # small noise: within a point (argmax of box deltas would flip)
+    top1 = metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), None, MetricSpec(name="top1", output="out0"))
+    assert top1.drop(top1.score_outputs(noisy)) >= 0  # the old reading, for contrast: kept as asked
+
+
+def _bins(centres, n_bins=128, width=3.0):
+    x = np.arange(n_bins)[None, :]
+    return 1 / (1 + np.exp(np.minimum(((x - centres[:, None]) / width) ** 2 - 4, 50)))  # sigmoid bump around each centre
+
+
+def test_ordered_bins_judged_by_peak_position_within_bins():
+    centres = RNG.uniform(10, 118, N)
+    m = metric_for_outputs(_outs(pitch=_bins(centres)), None)
+    assert m.kind == MetricName.ORDERED_BINS and "smooth peak" in m.why
+    shifted = _outs(pitch=_bins(centres + 1.0))  # the top bin moves by one bin on many rows
+    assert m.score_outputs(shifted) == 100.0
+    far = _outs(pitch=_bins(centres + 5.0))
+    assert m.score_outputs(far) == 0.0
+
+
+def test_segmentation_map_judged_off_the_background():
+    logits = RNG.normal(0, 1, (N, 4, 8, 8))
+    logits[:, 0] += 3.0  # mostly background
+    m = metric_for_outputs(_outs(seg=logits), None)
+    assert m.kind == MetricName.POSITION_AGREEMENT and "background left out" in m.description
+    flipped = logits.copy()
+    fg = np.argmax(logits, axis=1) != 0
+    flipped[:, 0][fg] += 10.0  # every foreground position called background
+    assert m.score_outputs(_outs(seg=flipped)) == 0.0  # over all positions it would still be high
+
+
+def test_per_anchor_scores_judged_where_fp32_is_confident():
+    scores = RNG.normal(-4, 2, (N, 96, 1))  # logits, one per anchor: mostly no face
+    boxes = RNG.normal(0, 10, (N, 96, 16))
+    m = metric_for_outputs(_outs(regressors=boxes, classificators=scores), None)
+    kinds = {p.output: p.kind for p in m.parts}
+    assert kinds == {"regressors": MetricName.RELATIVE_ERROR, "classificators": MetricName.MAP_IOU}
+
+
+def test_unit_norm_embedding_judged_by_cosine():
+    e = RNG.normal(size=(N, 64))
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    assert metric_for_outputs(_outs(v=e), None).kind == MetricName.COSINE
+
+
+def test_labels_for_the_third_output_are_found_and_used():
+    box, lmk, prob = _face_stage()
+    labels = np.argmax(prob, axis=1)
+    labels[:3] = 1 - labels[:3]  # FP32 not perfect on them
+    m = metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), labels)
+    assert m.output == "out2" and m.labels_used and m.fp32_value == pytest.approx(100 * (N - 3) / N)
+
+
+def test_labels_that_fit_two_outputs_equally_ask_which():
+    prob = _softmax(RNG.normal(0, 3, (N, 2)))
+    labels = np.argmax(prob, axis=1)
+    with pytest.raises(UsageError) as e:
+        metric_for_outputs(_outs(a=prob, b=prob.copy()), labels)
+    assert e.value.exit_code == 2 and "'a' and 'b'" in e.value.message and "--metric-output" in e.value.hint
+    assert metric_for_outputs(_outs(a=prob, b=prob.copy()), labels, MetricSpec(output="b")).output == "b"
+
+
+def test_wrong_labels_name_the_output_and_the_chance_of_the_labels_given():
+    box, lmk, prob = _face_stage()
+    labels = 1 - np.argmax(prob, axis=1)
+    with pytest.raises(BadDataError) as e:
+        metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), labels, MetricSpec(output="out2"))
+    assert "output 'out2'" in e.value.message and "chance is 50 %" in e.value.message
+
+
+def test_metric_output_kind_overrides_and_their_refusals():
+    spec = parse_metric_spec("out0=top1,out1=relative_error")
+    assert spec.kinds == {"out0": MetricName.TOP1, "out1": MetricName.RELATIVE_ERROR} and spec.name is None
+    box, lmk, prob = _face_stage()
+    m = metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), None, spec)
+    assert [p.kind for p in m.parts] == [MetricName.TOP1, MetricName.RELATIVE_ERROR, MetricName.TOP1]
+    assert "asked" in m.parts[0].why
+    tf_names = parse_metric_spec("StatefulPartitionedCall:0=relative_error")  # a TF export's output name
+    assert tf_names.kinds == {"StatefulPartitionedCall:0": MetricName.RELATIVE_ERROR} and tf_names.custom is None
+    assert MetricSpec.model_validate("out0=cosine").kinds == {"out0": MetricName.COSINE}  # a recipe's `metric:`
+    with pytest.raises(UsageError) as e:
+        parse_metric_spec("out0=relative_eror")
+    assert e.value.exit_code == 2 and "did you mean 'relative_error'" in e.value.hint
+    with pytest.raises(UsageError) as e:
+        metric_for_outputs(_outs(out0=box, out1=lmk, out2=prob), None, parse_metric_spec("ou2=top1"))
+    assert e.value.exit_code == 2 and "did you mean 'out2'" in e.value.hint
+
+
+# ------------------------------------------------------------------ the CLI, on a 3-output ONNX model
+def _face_stage_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = {k: RNG.normal(0, 0.3, (8, c)).astype(np.float32) for k, c in (("w0", 4), ("w1", 10), ("w2", 2))}
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["box"]), helper.make_node("MatMul", ["x", "w1"], ["lmk"]),
+             helper.make_node("MatMul", ["x", "w2"], ["z"]), helper.make_node("Softmax", ["z"], ["prob"], axis=-1)]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c]) for n, c in (("box", 4), ("lmk", 10),
+                                                                                      ("prob", 2))]
+    g = helper.make_graph(nodes, "face_stage", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          outs, [numpy_helper.from_array(v, k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = RNG.normal(size=(24, 8)).astype(np.float32)
+    labels = np.argmax(x @ w["w2"], axis=1)
+    return x, labels
+
+
+@pytest.fixture()
+def face_stage(tmp_path):
+    model = tmp_path / "face.onnx"
+    x, labels = _face_stage_onnx(model)
+    np.savez(tmp_path / "calib.npz", x=x)
+    np.savez(tmp_path / "eval.npz", x=x, labels=labels)
+    return model, tmp_path
+
+
+def _dry_run(model, *flags):
+    """``convert --dry-run --json`` in process: (exit code, its JSON or the error's one line)."""
+    from typer.testing import CliRunner
+
+    from edgeopt.cli import _register, app
+    from edgeopt.errors import EdgeoptError
+
+    _register()
+    res = CliRunner().invoke(app, ["convert", str(model), "--profile", "host", "--dry-run", "--json", *flags])
+    if isinstance(res.exception, EdgeoptError):
+        return int(res.exception.exit_code), res.exception.one_line()
+    return res.exit_code, (json.loads(res.stdout) if res.exit_code == 0 else res.output)
+
+
+def test_dry_run_names_each_outputs_kind_and_why(face_stage):
+    model, d = face_stage
+    code, out = _dry_run(model, "--calib", str(d / "calib.npz"))
+    assert code == 0, out
+    assert [(c["output"], c["kind"]) for c in out["metric"]] == [
+        ("box", "relative_error"), ("lmk", "relative_error"), ("prob", "top1")]
+    assert all(c["why"] for c in out["metric"])
+    code, out = _dry_run(model, "--calib", str(d / "calib.npz"), "--metric", "box=top1")
+    assert code == 0 and out["metric"][0]["kind"] == "top1" and "asked" in out["metric"][0]["why"]
+
+
+def test_labels_find_their_output_and_metric_output_through_the_cli(face_stage):
+    model, d = face_stage
+    code, out = _dry_run(model, "--calib", str(d / "calib.npz"), "--eval", str(d / "eval.npz"))
+    assert code == 0, out
+    assert [(c["output"], c["kind"]) for c in out["metric"]] == [("prob", "top1")]
+    code, out = _dry_run(model, "--calib", str(d / "calib.npz"), "--metric-output", "lmk", "--metric", "cosine")
+    assert code == 0, out
+    assert [(c["output"], c["kind"]) for c in out["metric"]] == [("lmk", "cosine")]
+    code, out = _dry_run(model, "--calib", str(d / "calib.npz"), "--metric-output", "lmkk")
+    assert code == 2 and "did you mean 'lmk'" in out
+    code, out = _dry_run(model, "--calib", str(d / "calib.npz"), "--metric", "prob=toop1")
+    assert code == 2 and "did you mean 'top1'" in out
+
+
+def test_unknown_metric_output_is_refused_before_any_work_without_data(face_stage):
+    model, _ = face_stage
+    code, out = _dry_run(model, "--metric-output", "probb")  # no data: the graph's outputs are checked
+    assert code == 2 and "no output 'probb'" in out and "did you mean 'prob'" in out
