@@ -36,7 +36,7 @@ def test_layernorm_params_reshaped_to_c_and_shared_ones_copied(tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from edgeopt.converters.backends.tflite_layernorm import flatten_layernorm_params
+    from edgeopt.converters.backends.tflite.layernorm import flatten_layernorm_params
 
     path = _layernorm_model(tmp_path / "m.onnx", shared=True)
     proto = onnx.load(str(path))

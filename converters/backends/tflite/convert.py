@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.converters.backends.tflite_layernorm import flatten_layernorm_params
+from edgeopt.converters.backends.tflite.layernorm import flatten_layernorm_params
 from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UnsupportedOpError
 
