@@ -46,7 +46,7 @@ def test_the_jetson_int8_artifact_leaves_weight_bias_quantization_off(orin_int8)
 
 
 def test_the_as_loaded_check_fails_on_int32_dqs_with_the_optimizer_on_and_passes_with_it_off(orin_int8):
-    from edgeopt.as_loaded.tensorrt_check import check_as_loaded
+    from edgeopt.converters.backends.onnxruntime.as_loaded_check import check_as_loaded
     from edgeopt.errors import GateFailedError
 
     settings = _manifest(orin_int8)["runtime"]["settings"]

@@ -23,7 +23,7 @@ OLD_VALIDATION = {
     "max_abs_err": "inf", "top1_agreement": 1.0, "accuracy_reference": 99.4444, "accuracy": 99.4444,
     "accuracy_drop": 0.0, "metric": "top1_accuracy", "metric_kind": "top1", "metric_description": "top-1 accuracy against the labels",
     "metric_unit": "%", "metric_basis": "labels", "metric_reference": 99.4444, "metric_value": 99.4444,
-    "metric_drop": 0.0, "units": {"quantized": 5, "float": 0, "file": "model.onnx"},
+    "metric_drop": 0.0, "metric_outputs": None, "units": {"quantized": 5, "float": 0, "file": "model.onnx"},
     "checked_on": {"provider": "CPUExecutionProvider", "target": "CPUExecutionProvider", "why": None},
     "sample_points": 100 / 540, "halves_drop_p90": None,
     "gates": {"int8_quantized_units": {"threshold": 1.0, "value": 5.0, "passed": True},

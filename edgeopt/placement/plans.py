@@ -17,7 +17,7 @@ def _bandwidth(profile) -> float | None:
 
 def settings_for(backend: str, settings: dict) -> dict:
     """The runtime settings a backend's artifact will have: TensorRT gets WeightBiasQuantization left off."""
-    from edgeopt.as_loaded.tensorrt_check import WEIGHT_BIAS_QUANTIZATION
+    from edgeopt.converters.backends.onnxruntime.as_loaded_check import WEIGHT_BIAS_QUANTIZATION
 
     if backend == "onnxruntime" and settings.get("provider") == "TensorrtExecutionProvider":
         return {**settings, "disabled_optimizers": [WEIGHT_BIAS_QUANTIZATION]}
