@@ -35,14 +35,16 @@ class Table:
     note: str = ""
 
 
+MATRIX_NOTE = ("The JSON's machine block is its first run's (an Intel Xeon with AMX); most cells were built again "
+               "later on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX); each run's versions and loads are under "
+               "`runs`.")
+
 TABLES: tuple[Table, ...] = (
     Table("results_summary", "README.md", (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",),
-          "device_summary"),
+          "device_summary", MATRIX_NOTE),
     Table("device_matrix", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",), "device_matrix",
-          "The JSON's machine block is its first run's (an Intel Xeon with AMX); most cells were built again "
-          "later on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX), each run's versions and loads are under "
-          "`runs`. Seconds are wall time on 2 shared cores."),
+          MATRIX_NOTE + " Seconds are wall time on 2 shared cores."),
     Table("quant_modes_amd", "docs/benchmarks/quant-modes.md",
           (f"{RESULTS}/2026-12-03/quant_modes-all-models-amd-epyc.json",), "quant_modes"),
     Table("quant_modes_amx", "docs/benchmarks/quant-modes.md",
