@@ -88,7 +88,9 @@ def _written(c: dict) -> str:
 def _why(c: dict) -> str:
     if c.get("artifact"):
         return ""
-    why = (c.get("reason") or "").replace("|", "/").split(": best ")[0][:90]
+    reason = (c.get("reason") or "").replace("|", "/")
+    best = re.search(r"best (\S+ [\d.]+ %) vs FP32 ([\d.]+ %)", reason)
+    why = reason.split(": best ")[0][:90] + (f": best {best.group(1)} vs FP32 {best.group(2)}" if best else "")
     judged = c.get("judged_at")
     return why + (f" (judged at the {judged['hint']} hint, run as {judged['cpu_ran_it_as']} on this CPU)"
                   if judged else "")
