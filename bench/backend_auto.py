@@ -1,5 +1,5 @@
 """``convert --backend auto`` on the host profile, as a user runs it: which backend it writes and each backend's
-figures (issue 24 item 2). The LSTM speaker encoder (resemblyzer) with the user's own metric
+figures. The LSTM speaker encoder (resemblyzer) with the user's own metric
 (``--metric speaker_metric:verification``, 100 - EER, ``bench/speaker_metric.py``), and the digits CNN.
 
     .venv/bin/python bench/backend_auto.py [--models lstm,cnn] [--threads 1] [--out FILE]

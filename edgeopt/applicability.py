@@ -1,4 +1,4 @@
-"""Which flags apply to this run, checked once before any work (issue 26).
+"""Which flags apply to this run, checked once before any work.
 
 ``convert`` (and so ``optimize``'s builds) calls :func:`check_before_work` after the model and the data are
 loaded and before the first stage; ``--dry-run`` calls the same function, so "doesn't apply", "refused early"

@@ -1,4 +1,4 @@
-"""Backends in the profile's order of preference (issue 22): when the first cannot hold the bound on this model,
+"""Backends in the profile's order of preference: when the first cannot hold the bound on this model,
 the next is tried.
 
 A profile lists its backends in order (pi5: TFLite, then ONNX Runtime for aarch64, then TVM). ``convert`` without

@@ -1,6 +1,6 @@
 """``convert --backend auto``: each backend the profile lists for this machine builds the model under the same
-options, and the fastest artifact that holds the bound is written (issue 24: "where the profile allows more than
-one backend on this device, those backends too").
+options, and the fastest artifact that holds the bound is written (where the profile allows more than
+one backend on this device, those backends too).
 
 Only for a profile of this machine (``host``): the artifacts are timed here, each runtime in its own block of
 calls alternating over rounds (``blocked_latency_ms``: what one runtime leaves spinning falls on its own next

@@ -1,4 +1,4 @@
-"""How many of an artifact's compute units are quantized, read from the artifact's own model (issue 23.5).
+"""How many of an artifact's compute units are quantized, read from the artifact's own model.
 
 A unit is an op that does the model's arithmetic (convolutions, matrix products, recurrent cells). It counts
 as quantized when it computes on integers or takes a (fake-)quantized input:

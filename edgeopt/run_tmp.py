@@ -1,4 +1,4 @@
-"""A temporary directory of the run's own, for the libraries' leftovers (issue 26).
+"""A temporary directory of the run's own, for the libraries' leftovers.
 
 Libraries leave files in the user's temp dir that outlive the run: ONNX Runtime writes a ``.ses`` session id
 there when it is imported, TensorFlow its ``__autograph_generated_file*.py``, torch its ``torchinductor_*``

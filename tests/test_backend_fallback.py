@@ -1,4 +1,4 @@
-"""Backends in the profile's order (issue 22 item 3): on an ARM board, when the first backend can't hold the
+"""Backends in the profile's order: on an ARM board, when the first backend can't hold the
 model (its gate fails, or its converter fails on the model), the profile's next backend is tried, the run says
 why on stderr, and the manifest keeps every backend left and why. A backend the user names is never replaced."""
 

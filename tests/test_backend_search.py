@@ -1,4 +1,4 @@
-"""``convert --backend auto`` on the host profile (issue 24 item 2): each installed backend builds the model with
+"""``convert --backend auto`` on the host profile: each installed backend builds the model with
 the same options, the artifacts are timed here in blocks, and the fastest that holds the bound is written, with
 every backend's figures and why it was chosen or dropped in the manifest."""
 

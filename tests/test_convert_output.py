@@ -1,4 +1,4 @@
-"""What ``convert`` prints for a person (no ``--json``): where the artifact was checked (issue 23 item 4)."""
+"""What ``convert`` prints for a person (no ``--json``): where the artifact was checked."""
 
 from __future__ import annotations
 

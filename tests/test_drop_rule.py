@@ -1,4 +1,4 @@
-"""One rule for the drop ``--max-accuracy-drop`` counts (issue 25 item 2), read the same from a Validation and
+"""One rule for the drop ``--max-accuracy-drop`` counts, read the same from a Validation and
 from its JSON by the convert gate and the pipeline's gate (None: not validated, no drop)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Environment faults are the user's machine, not bugs (issue 13.4): a read-only output or store, a
+"""Environment faults are the user's machine, not bugs: a read-only output or store, a
 full disk, a file that is not SQLite, another program's SQLite file: exit 3, one line naming the path
 and the OS error, and nothing modified. Mount tests need root (tmpfs) and skip cleanly otherwise."""
 

@@ -1,4 +1,4 @@
-"""Every flag honoured or refused, every message true (issue 26): a user's metric must return a finite real
+"""Every flag honoured or refused, every message true: a user's metric must return a finite real
 number, flags that can't apply are refused before any work (``edgeopt.applicability``, the same check in
 ``--dry-run``), messages that point the right way, and the early exit classes. Each case at the CLI: its exit
 code, one ``edgeopt: error:`` line, no traceback, no output left behind, one valid JSON object."""

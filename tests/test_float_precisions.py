@@ -1,4 +1,4 @@
-"""Native float precisions (issue 24 item 4): which a profile+backend has, ``--precision bf16`` on OpenVINO where
+"""Native float precisions: which a profile+backend has, ``--precision bf16`` on OpenVINO where
 the CPU runs it (AMX/AVX512-BF16), refused elsewhere, and the artifact labelled bf16, never fp32."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A fuzzed front door (issue 13.8): every loader a user reaches, fed mutated real inputs.
+"""A fuzzed front door: every loader a user reaches, fed mutated real inputs.
 
 Property: the outcome is an exit code in {0, 2, 3, 4, 5} (never 1, the "internal error" of a bug),
 within a bounded time (hypothesis' deadline), and nothing is left behind in the directory the input
@@ -363,7 +363,7 @@ def test_npz_many(tmp_path_factory, arrays, role):
     test_npz_files.hypothesis.inner_test(tmp_path_factory, arrays, role)
 
 
-# --- what a user's metric returns, and the names a user profile claims (issue 26) ----------------------
+# --- what a user's metric returns, and the names a user profile claims ----------------------
 
 _returns = st.one_of(
     st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),

@@ -1,4 +1,4 @@
-"""The Jetson path (issue 23): 2:4 sparsity only when asked for, every accuracy figure counted from the unpruned FP32
+"""The Jetson path: 2:4 sparsity only when asked for, every accuracy figure counted from the unpruned FP32
 model (a gate that pruning made fail says so), and ONNX Runtime's TensorRT execution provider given its engine cache
 on the board.
 

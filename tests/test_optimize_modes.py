@@ -1,4 +1,4 @@
-"""``optimize`` searches INT8 modes x backends and native float precisions (issue 24 items 3 and 4): which
+"""``optimize`` searches INT8 modes x backends and native float precisions: which
 candidates a recurrent and a convolutional graph get, why a candidate was dropped, and a real search on a tiny
 LSTM whose waterfall shows every mode x backend tried with its speed, its metric vs the bound and its verdict.
 

@@ -1,5 +1,5 @@
 """When no INT8 holds the bound on any of an ARM profile's backends, ``convert`` writes the best float precision
-that holds, labelled as such (issue 22's target: "INT8 where any INT8 mode holds; otherwise the best precision that
+that holds, labelled as such ("INT8 where any INT8 mode holds; otherwise the best precision that
 holds, labelled"): FP16 where the device computes it natively, else FP32; ``--no-fallback`` makes it exit 5."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance under ``--max-accuracy-drop`` with few eval samples (issues 22/23, the device matrix's held-back
+"""Acceptance under ``--max-accuracy-drop`` with few eval samples (the device matrix's held-back
 misses): every INT8 search confirms through one judge (``BudgetedSearch.judge``), which takes a candidate only
 when it is within the bound on the held-back part and, on all the eval samples, within the bound less one
 sample's worth (100/n points for a metric that counts samples): ``edgeopt.validation_model.within_bound``, the

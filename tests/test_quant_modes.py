@@ -1,5 +1,5 @@
 """INT8 modes (static, dynamic, weight-only) per backend, ``--quant-mode``, the mode search under a bound, and
-ONNX Runtime's per-channel crash retried per-tensor (issues 24 and 23).
+ONNX Runtime's per-channel crash retried per-tensor.
 
 Models: a small LSTM + Linear built here with ``onnx.helper`` (random weights, so its metric is agreement with
 FP32), the digits CNN and its human-labelled data, and magika's real byte classifier (the crash).

@@ -1,4 +1,4 @@
-"""ONNX Runtime's accuracy-aware static INT8 search (issue 23's byte classifier): Q/DQ placement before calibration,
+"""ONNX Runtime's accuracy-aware static INT8 search (a byte classifier): Q/DQ placement before calibration,
 one calibration per calibration setting, the isolated sensitivity of a node that reads one tensor twice, and
 magika's real classifier within the bound with quantized ops under the TensorRT preset.
 

@@ -1,5 +1,5 @@
-"""Nothing lost: what --force may replace (issue 13.1), hashes checked before a measurement (13.3),
-re-inferred shapes after --input-shape (13.5), and the one JSON object under Ctrl-C (13.6)."""
+"""Nothing lost: what --force may replace, hashes checked before a measurement,
+re-inferred shapes after --input-shape, and the one JSON object under Ctrl-C."""
 
 from __future__ import annotations
 
@@ -367,7 +367,7 @@ def test_a_custom_domain_op_is_not_told_to_try_another_backend(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["custom.onnx"]
 
 
-# --- the libraries' leftovers go with the run (issue 26) ---------------------------------------------
+# --- the libraries' leftovers go with the run ---------------------------------------------
 
 def _own_tmp(tmp_path) -> dict:
     t = tmp_path / "user-tmp"

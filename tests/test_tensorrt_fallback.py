@@ -1,4 +1,4 @@
-"""The float fallback of ONNX Runtime's INT8 search under the ``tensorrt`` preset (issue 23): it starts from Q/DQ at
+"""The float fallback of ONNX Runtime's INT8 search under the ``tensorrt`` preset: it starts from Q/DQ at
 the weighted ops only (what TensorRT fuses) and keeps a graph-order prefix of those ops in float, judged by the one
 acceptance rule; a candidate over the bound is never the result, and the result keeps TensorRT's Q/DQ rules.
 

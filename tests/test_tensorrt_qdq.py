@@ -1,4 +1,4 @@
-"""INT8 for the engine that runs it (issue 23): the Jetson profiles quantize with the ``tensorrt`` preset
+"""INT8 for the engine that runs it: the Jetson profiles quantize with the ``tensorrt`` preset
 (symmetric signed INT8, per-channel weights, float biases), the ONNX Runtime stage checks a QDQ model against
 TensorRT's explicit-quantization rules before it is shipped, and the manifest says where it was checked.
 

@@ -1,4 +1,4 @@
-"""Task metrics that fit the model's output, always named (issue 12.2).
+"""Task metrics that fit the model's output, always named.
 
 :func:`make_metric` looks at FP32's output on the data (its shape, its values) and at the labels the user
 gave, and picks (unless :class:`MetricSpec` names one):

@@ -1,4 +1,4 @@
-"""Labels checked against what the model's output can mean, before any work (issue 13.2).
+"""Labels checked against what the model's output can mean, before any work.
 
 Accepted forms (documented in the README's "Metrics" section):
 
