@@ -100,11 +100,12 @@ def stage_declared_options() -> dict[str, FieldInfo]:
     the stages' own (``per_channel``, ``recover_budget``, ``export_c``…)."""
     from edgeopt.converters.backends.tflite import TFLiteConfig
     from edgeopt.converters.base import option_name
+    from edgeopt.converters.early_exit.stage import EarlyExitConfig
     from edgeopt.converters.quantize import QuantizeConfig
     from edgeopt.converters.recover import RecoverConfig
 
     out = dict(AccuracyBound.model_fields)
-    for config in (QuantizeConfig, RecoverConfig, TFLiteConfig):  # tests/test_option_declarations.py checks the list
+    for config in (QuantizeConfig, RecoverConfig, TFLiteConfig, EarlyExitConfig):  # tests/test_option_declarations.py checks the list
         for field_name, info in config.model_fields.items():
             if (info.json_schema_extra or {}).get("declares"):
                 out[option_name(field_name, info)] = info
