@@ -109,7 +109,8 @@ def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts) -> Intermediate:
     drop, dis, level = config.drop(), config.max_disagreement(), config.exit_confidence
     search, held = _split(len(scores.full), config.bound.search_fraction, config.seed)
-    best = best_cascade(scores.subset(search), seg_ms, head_ms, drop, dis, level)
+    aim = config.search_target
+    best = best_cascade(scores.subset(search), seg_ms, head_ms, drop * aim, dis * aim, level)
     held_j = judge(scores.subset(held), best["thresholds"], drop, dis, level)
     report["search"] = _judged_json(best["judged"], len(search))
     report["held_back"] = _judged_json(held_j, len(held))

@@ -43,6 +43,9 @@ class EarlyExitConfig(StageConfig):
     bound: AccuracyBound = AccuracyBound()
     fractions: tuple[float, ...] = (0.25, 0.5, 0.75)  # where the candidate exits sit, of the measured time
     epochs: int = 300  # full-batch training steps of each head
+    # share of the bound the search half aims at: thresholds picked at the edge of the bound miss it on the
+    # held-back half about half the time (sampling noise and the pick's own optimism)
+    search_target: float = 0.5
     min_gain: float = 0.05  # the predicted mean latency must be at least this share below the plain model's
     timing_runs: int = 30  # runs per timed model (median)
     seed: int = 0

@@ -79,8 +79,9 @@ def run_staged(stage, spec, inter, ctx, run_stage):
                "timed_with": "ONNX Runtime, 1 thread, on the converting host"}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
     shutil.copyfile(LOADER, root / "load.py")
-    first = parts[-1]["runtime"]
-    runtime = {**first, "model": f"{parts[-1]['dir']}/{first['model']}", "cascade": CASCADE_FILE}
+    last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
+    io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
+    runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
     return Intermediate(root / CASCADE_FILE, last.format, last.precision, {**inter.notes, "runtime": runtime,
                                                                            "cascade": None})
 
