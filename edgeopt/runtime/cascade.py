@@ -44,7 +44,9 @@ class CascadeRunner(Runner):
         self.exit_counts = [0] * len(self.stages)
         self.last_exits = np.zeros(0, dtype=np.int64)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], every_stage: bool = False) -> dict[str, np.ndarray]:
+        """The outputs for ``feeds``; ``every_stage``: no sample leaves early (every stage and every head run: the
+        worst case)."""
         output, as_probs = self.cascade["output"], self.cascade["scores"] == "probabilities"
         n = len(next(iter(feeds.values())))
         rows = np.arange(n)
@@ -57,7 +59,7 @@ class CascadeRunner(Runner):
                 leave = np.ones(len(rows), dtype=bool)
             else:
                 probs = softmax(np.asarray(outs[spec["exit_output"]]).reshape(len(rows), -1))
-                leave = probs.max(axis=1) >= spec["threshold"]
+                leave = (probs.max(axis=1) >= spec["threshold"]) & (not every_stage)
                 scores = probs if as_probs else outs[spec["exit_output"]]
             if result is None:
                 result = np.zeros((n, *np.shape(scores)[1:]), dtype=np.float32)
@@ -75,3 +77,32 @@ class CascadeRunner(Runner):
     def close(self) -> None:
         for stage in self.stages:
             stage.close()
+
+
+def time_over_inputs(runner: CascadeRunner, samples: list[dict], repeats: int = 3) -> dict:
+    """Latency of the cascade over ``samples`` (one feed each): the mean, each exit's share and mean latency, and
+    the worst case (every stage and every head), each sample's time the median of ``repeats`` runs."""
+    import time
+
+    def timed(feeds, every_stage=False) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            runner.run(feeds, every_stage=every_stage)
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times) * 1000.0)
+
+    per_sample, exits = [], []
+    for feeds in samples:
+        runner.run(feeds)  # warm
+        per_sample.append(timed(feeds))
+        exits.append(int(runner.last_exits[0]))
+    worst = [timed(feeds, every_stage=True) for feeds in samples[: max(1, min(len(samples), 20))]]
+    exits_a, ms = np.asarray(exits), np.asarray(per_sample)
+    stages = []
+    for k in range(len(runner.stages)):
+        mask = exits_a == k
+        stages.append({"exit": k if k < len(runner.stages) - 1 else "full", "share": round(float(mask.mean()), 4),
+                       "mean_ms": round(float(ms[mask].mean()), 4) if mask.any() else None})
+    return {"samples": len(samples), "mean_ms": round(float(ms.mean()), 4), "exits": stages,
+            "worst_case_ms": round(float(np.median(worst)), 4), "repeats": repeats}
