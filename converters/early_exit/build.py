@@ -58,7 +58,7 @@ def _segments(model: Path, inputs, cut_names, output, heads, ranks, raw, first_f
 
 
 def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediate:
-    from edgeopt.converters.early_exit.stage import classifier_output_of
+    from edgeopt.converters.early_exit.classifier import classifier_output_of
     from edgeopt.model import graph_outputs
 
     report = ctx.stage_report()

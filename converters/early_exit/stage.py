@@ -24,7 +24,7 @@ from edgeopt.converters.base import (
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import EarlyExitMode
-from edgeopt.errors import BadInputError, UsageError
+from edgeopt.errors import UsageError
 
 DEFAULT_DROP = 1.0  # points, where --max-accuracy-drop is not given
 MIN_EVAL = 20  # samples of --eval: half to choose thresholds on, half to confirm them
@@ -79,9 +79,10 @@ class EarlyExitStage(Stage):
 
     @classmethod
     def check_before_work(cls, config: EarlyExitConfig, facts: RunFacts) -> None:
-        outs = [o for o in facts.outputs]
-        if outs:
-            classifier_output_of(outs)
+        from edgeopt.converters.early_exit.classifier import classifier_output_of
+
+        if facts.outputs:
+            classifier_output_of(list(facts.outputs), strict=False)
 
     def run(self, model: Intermediate, config: EarlyExitConfig, ctx: ChainContext) -> Intermediate:
         from edgeopt.converters.early_exit.build import build_cascade
@@ -93,17 +94,3 @@ class EarlyExitStage(Stage):
             raise UsageError(f"--early-exit auto needs --eval with at least {MIN_EVAL} samples: half chooses the "
                              "exit thresholds, half confirms them", "give --eval DATA.npz (labels optional)")
         return build_cascade(model, config, ctx)
-
-
-def classifier_output_of(outputs) -> str:
-    """The one [N, C] class-score output (C >= 2) of a model's outputs (TensorSpecs); anything else exit 3."""
-    if len(outputs) != 1:
-        raise BadInputError(f"--early-exit needs a classifier with one output [N, classes]; this model has "
-                            f"{len(outputs)} outputs", "use --early-exit off for this model")
-    shape = tuple(outputs[0].shape)
-    classes = shape[-1] if shape else None
-    if len(shape) != 2 or not isinstance(classes, int) or classes < 2:
-        raise BadInputError(f"--early-exit needs a class-score output [N, classes]; output '{outputs[0].name}' is "
-                            f"{list(shape)}", "use --early-exit off for this model (a map, a sequence or a "
-                            "detector has no single class to leave early with)")
-    return outputs[0].name

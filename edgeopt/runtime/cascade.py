@@ -32,9 +32,9 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class CascadeRunner(Runner):
     """Runs the stages of an early-exit artifact, each with the runner of its backend."""
 
-    def __init__(self, artifact_dir: str, manifest: dict, threads: int | None = None):
-        from .runners import open_runner
-
+    def __init__(self, artifact_dir: str, manifest: dict, threads: int | None = None, open_runner=None):
+        """``open_runner``: opens one stage (``runners.open_runner``, passed in so the two modules don't import
+        each other)."""
         super().__init__(artifact_dir, manifest, threads=threads)
         self.cascade = read_cascade(artifact_dir)
         self.stages = []
