@@ -39,6 +39,9 @@ def cut_candidates(proto) -> list[str]:
     """Tensors (in topological order) that alone carry everything the rest of the graph needs, with rank >= 3."""
     g = proto.graph
     inits = {t.name for t in g.initializer}
+    for node in g.node:  # tensors computed from weights alone (a QDQ model's dequantized weights) are weights too
+        if all(not i or i in inits for i in node.input):
+            inits |= set(node.output)
     last_use: dict[str, int] = {}
     for i, node in enumerate(g.node):
         for name in node.input:
@@ -55,6 +58,8 @@ def cut_candidates(proto) -> list[str]:
     alive = {i.name for i in g.input if i.name not in inits and i.name in last_use}
     out = []
     for i, node in enumerate(g.node[:-1]):
+        if set(node.output) <= inits:
+            continue
         alive |= {o for o in node.output if o in last_use}
         alive = {v for v in alive if last_use[v] > i}
         if len(alive) == 1:
