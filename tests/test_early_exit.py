@@ -119,6 +119,14 @@ def test_staged_artifact_through_onnxruntime(cli, repo, tmp_path):
     pytest.importorskip("torch")
     out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "onnxruntime", "--set", "early_exit.min_gain=-1")
     _check_staged(out, manifest, report, repo)
+    small = tmp_path / "in.npz"
+    np.savez(small, input=np.load(repo / MNIST[2])["input"][:40])
+    r = cli("bench", str(out), "--inputs", str(small), "--runs", "5", "--min-seconds", "0", "--no-store", "--json")
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)["rows"][0]["early_exit"]
+    assert figures["samples"] == 40 and figures["mean_ms"] > 0 and figures["worst_case_ms"] > 0
+    assert sum(e["share"] for e in figures["exits"]) == pytest.approx(1.0)
+    assert len(figures["exits"]) == report["verdict"]["exits"] + 1
 
 
 @pytest.mark.slow
