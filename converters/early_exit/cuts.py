@@ -152,6 +152,8 @@ def with_head(stage_path: Path, feature: str, rank: int, weight, bias, prefix: s
     nodes, inits, logits = head_nodes(opset, feature, rank, weight, bias, prefix)
     proto.graph.node.extend(nodes)
     proto.graph.initializer.extend(inits)
-    proto.graph.output.append(helper.make_tensor_value_info(logits, TensorProto.FLOAT, [None, int(weight.shape[0])]))
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    batch = dims[0].dim_value if dims and dims[0].dim_value > 0 else None  # static where the model's batch is
+    proto.graph.output.append(helper.make_tensor_value_info(logits, TensorProto.FLOAT, [batch, int(weight.shape[0])]))
     onnx.save(proto, str(stage_path))
     return [o.name for o in proto.graph.output]
