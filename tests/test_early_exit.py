@@ -21,7 +21,7 @@ from edgeopt.converters.early_exit.thresholds import (
 MNIST = ("fixtures/models/mnist_cnn.onnx", "fixtures/data/mnist_calib.npz", "fixtures/data/mnist_test.npz")
 DIGITS = ("fixtures/models/digits_cnn.onnx", "fixtures/data/digits_calib.npz", "fixtures/data/digits_test.npz")
 # small counts: heads trained for few steps, each model timed a few runs; the speed test is skipped by asking no
-# gain (min_gain -1) where the staged artifact itself is under test
+# gain (min_gain -9: any cascade is kept) where the staged artifact itself is under test
 FAST = ["--set", "early_exit.epochs=80", "--set", "early_exit.timing_runs=3"]
 
 
@@ -117,7 +117,7 @@ def _check_staged(out, manifest, report, repo):
 @pytest.mark.onnxruntime
 def test_staged_artifact_through_onnxruntime(cli, repo, tmp_path):
     pytest.importorskip("torch")
-    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "onnxruntime", "--set", "early_exit.min_gain=-1")
+    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "onnxruntime", "--set", "early_exit.min_gain=-9")
     _check_staged(out, manifest, report, repo)
     small = tmp_path / "in.npz"
     np.savez(small, input=np.load(repo / MNIST[2])["input"][:40])
@@ -133,9 +133,25 @@ def test_staged_artifact_through_onnxruntime(cli, repo, tmp_path):
 @pytest.mark.openvino
 def test_staged_artifact_through_openvino(cli, repo, tmp_path):
     pytest.importorskip("torch")
-    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "openvino", "--set", "early_exit.min_gain=-1")
+    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "openvino", "--set", "early_exit.min_gain=-9")
     _check_staged(out, manifest, report, repo)
     assert all((out / f"stage{i}" / "model.xml").is_file() for i in range(report["verdict"]["exits"] + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_staged_artifact_through_tflite_for_pi5(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    model, calib, ev = (str(repo / f) for f in MNIST)
+    out = tmp_path / "tfl"
+    r = cli("convert", model, "--profile", "pi5", "--backend", "tflite", "--precision", "fp32", "--early-exit", "auto",
+            "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, "--set", "early_exit.min_gain=-9",
+            "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    _check_staged(out, manifest, report, repo)
+    assert all((out / f"stage{i}" / "model.tflite").is_file() for i in range(report["verdict"]["exits"] + 1))
 
 
 @pytest.mark.slow
