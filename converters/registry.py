@@ -20,6 +20,7 @@ _STAGE_MODULES = {
     "prune": "edgeopt.converters.prune",
     "recover": "edgeopt.converters.recover",
     "quantize": "edgeopt.converters.quantize",
+    "early_exit": "edgeopt.converters.early_exit.stage",
 }
 BACKEND_MODULES = {
     BackendName.ONNXRUNTIME: "edgeopt.converters.backends.onnxruntime",

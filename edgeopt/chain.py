@@ -97,7 +97,12 @@ def execute(plan, inter, ctx, *, stop_before: str | None = None, on_warning=None
         n_warn = len(ctx.warnings)
         t0 = time.perf_counter()
         try:
-            inter = run_stage(stage, spec, inter, ctx)
+            if inter.notes.get("cascade") and spec.name == plan.backend.value:  # early exits: one model per stage
+                from edgeopt.converters.early_exit.staged import run_staged
+
+                inter = run_staged(stage, spec, inter, ctx, run_stage)
+            else:
+                inter = run_stage(stage, spec, inter, ctx)
         except GateFailedError as err:  # a search's gate: say what a pruning stage before it cost
             from edgeopt.converters.prune_blame import blame_pruning
 

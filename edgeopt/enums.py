@@ -77,3 +77,10 @@ class RunLocation(StrEnum):
     LOCAL = "local"
     EMULATED = "emulated"
     REMOTE = "remote"
+
+
+class EarlyExitMode(StrEnum):
+    """``--early-exit``: add early exits to a classifier (``converters/early_exit/``)."""
+
+    OFF = "off"
+    AUTO = "auto"

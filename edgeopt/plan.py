@@ -365,7 +365,7 @@ def _check_unplanned_overrides(options: ChainOptions, planned: set[str], warning
 
 
 def _check_stage_names(r: ChainRequest, backend_name: BackendName) -> None:
-    stage_names = ["normalize", "prune", "recover", "quantize", backend_name.value]
+    stage_names = ["normalize", "prune", "recover", "quantize", "early_exit", backend_name.value]
     for key in r.stages:
         if key not in stage_names:
             raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
@@ -415,6 +415,7 @@ def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str
         warnings.append("--recover does nothing here: it distils a channel-pruned model (give --prune R, mode channels)")
     if options.precision in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
         wanted.append("quantize")
+    wanted.append("early_exit")  # its configure says whether it runs (--early-exit)
     return wanted
 
 

@@ -102,6 +102,7 @@ class RunRecord(BaseModel):
     name: str | None = None
     interleaved_with: int | None = None
     per_layer: dict[str, Any] | None = None
+    early_exit: dict[str, Any] | None = None  # an early-exit artifact over --inputs (edgeopt/bench/early_exit.py)
     best: bool | None = None
     status: str | None = None
     # --- remote-bench: the device and the trip there

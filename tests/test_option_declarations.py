@@ -126,7 +126,7 @@ KNOWN_GOOD: dict[str, object] = {"metric": {"name": "top1"},  # by field name: a
 # plans that between them run every stage (the backend's stage is named after it)
 PLANS = [dict(backend="onnxruntime", precision="int8", prune=0.3, recover=True),
          dict(backend="openvino", precision="int8"), dict(backend="tflite", precision="int8"),
-         dict(backend="tvm", precision="fp32")]
+         dict(backend="tvm", precision="fp32", early_exit="auto")]
 
 
 def _candidates(value, annotation):

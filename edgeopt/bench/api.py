@@ -240,6 +240,9 @@ def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | No
 
         rec["per_layer"] = per_layer_for_artifact(x["path"], x["manifest"], x["feeds"], threads=o.threads,
                                                   profile=ident["profile"])
+    if x.get("early_exit"):  # early exits: the mean over the inputs, each exit, the worst case
+        rec["early_exit"] = x["early_exit"]
+        rec.setdefault("warnings", []).extend(x["early_exit"].get("warnings", []))
     record = RunRecord.model_validate(rec)
     if o.store:
         from edgeopt.results import store_run
@@ -298,6 +301,11 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                     x["runner"], lambda t, p=x["path"]: _open(p, t)[0], x["feeds"], x["manifest"]["inputs"],
                     streams=o.streams, batch=o.batch, threads=o.threads,
                     seconds=throughput_seconds(o.throughput_seconds, o.min_seconds), single_stream_qps=m["throughput_qps"])
+        for x in opened:  # an early-exit artifact over every --inputs sample (bench/early_exit.py)
+            if x["manifest"]["runtime"].get("cascade"):
+                from edgeopt.bench.early_exit import cascade_figures
+
+                x["early_exit"] = cascade_figures(x, o.inputs)
     finally:
         for x in opened:
             close = getattr(x["runner"], "close", None)

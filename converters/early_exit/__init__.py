@@ -1,0 +1,1 @@
+"""Early exits added to a trained classifier: the ``early_exit`` stage (``stage.py``)."""

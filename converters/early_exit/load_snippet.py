@@ -1,0 +1,72 @@
+"""Run this early-exit artifact with numpy and its runtime alone (ONNX Runtime or OpenVINO).
+
+    python load.py INPUTS.npz      # prints each sample's class and the stage it left at
+
+``cascade.json`` lists the stages in order: each but the last gives the tensor the next one takes and an exit
+head's logits; a sample leaves at the first exit whose max softmax reaches the threshold.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def open_stage(stage):
+    """A function feeds -> outputs (dicts by ONNX name) for one stage, with the runtime its files are for."""
+    runtime, folder = stage["runtime"], os.path.join(HERE, stage["dir"])
+    if runtime["backend"] == "onnxruntime":
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(os.path.join(folder, runtime["model"]), providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        return lambda feeds: dict(zip(names, sess.run(names, feeds), strict=True))
+    if runtime["backend"] == "openvino":
+        import openvino as ov
+
+        compiled = ov.Core().compile_model(os.path.join(folder, runtime["model"]), "CPU")
+        outs = {o["name"]: o["runtime_name"] for o in runtime["io"]["outputs"]}
+        ins = {i["name"]: i["runtime_name"] for i in runtime["io"]["inputs"]}
+
+        def run(feeds):
+            result = compiled({ins[k]: v for k, v in feeds.items()})
+            by_name = {name: result[compiled.output(rt)] for name, rt in outs.items()}
+            return by_name
+        return run
+    raise SystemExit(f"this snippet runs onnxruntime and openvino stages, not {runtime['backend']}")
+
+
+def softmax(x):
+    z = np.exp(x - x.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def load():
+    """A function (feeds of one sample) -> (scores, index of the stage it left at)."""
+    with open(os.path.join(HERE, "cascade.json")) as f:
+        cascade = json.load(f)
+    stages = [(s, open_stage(s)) for s in cascade["stages"]]
+
+    def run(feeds):
+        for k, (spec, stage) in enumerate(stages):
+            outs = stage(feeds)
+            if spec.get("exit_output") is None:
+                return outs[cascade["output"]], k
+            probs = softmax(outs[spec["exit_output"]])
+            if probs.max() >= spec["threshold"]:
+                return (probs if cascade["scores"] == "probabilities" else outs[spec["exit_output"]]), k
+            feeds = {spec["feature"]: outs[spec["feature"]]}
+        raise AssertionError("the last stage has no exit")
+    return run
+
+
+if __name__ == "__main__":
+    data = np.load(sys.argv[1])
+    run = load()
+    names = [k for k in data.files if k != "labels"]
+    for i in range(len(data[names[0]])):
+        scores, stage = run({k: data[k][i:i + 1] for k in names})
+        print(int(np.argmax(scores)), stage)

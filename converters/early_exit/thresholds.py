@@ -1,0 +1,140 @@
+"""Exit thresholds by risk control.
+
+Each exit's confidence is its head's max softmax. A sample leaves at the first exit whose confidence reaches that
+exit's threshold, else runs the whole model. The thresholds are chosen on the search half of ``--eval`` so that
+the cascade stays within ``--max-accuracy-drop`` of the model without exits (top-1 against the labels, or its
+agreement with the full model when there are none) AND its disagreement with the full model stays within
+``--exit-max-disagreement``: top-1 alone can hold while errors swap, an exit at chance level hidden by it.
+With ``--exit-confidence L`` the disagreement is bounded by its one-sided Clopper-Pearson upper bound at level L
+(distribution-free: it assumes only that the samples are drawn independently from the data the model will see),
+not by the count seen. The held-back half confirms with the same rule as every INT8 search
+(:func:`edgeopt.validation_model.within_bound`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+GRID = 64  # candidate thresholds per exit (quantiles of its confidences)
+NEVER = math.inf
+
+
+@dataclass
+class ExitScores:
+    """On one data set: each exit's confidence and top-1 [exits][n], the full model's top-1 and the labels."""
+
+    conf: list[np.ndarray]
+    pred: list[np.ndarray]
+    full: np.ndarray
+    labels: np.ndarray | None
+
+    def subset(self, idx) -> ExitScores:
+        return ExitScores([c[idx] for c in self.conf], [p[idx] for p in self.pred], self.full[idx],
+                          None if self.labels is None else self.labels[idx])
+
+
+@dataclass
+class Judged:
+    drop: float  # points: accuracy drop vs the full model (labels), else disagreement with it
+    disagreement: float  # points
+    disagreement_bound: float  # points: the count's, or its Clopper-Pearson upper bound
+    exit_shares: list[float]  # per exit, then the full model last
+    holds: bool
+
+
+def exits_taken(s: ExitScores, thresholds) -> np.ndarray:
+    """Per sample, the index of the exit it leaves at (len(thresholds): the full model)."""
+    taken = np.full(len(s.full), len(thresholds))
+    for k in reversed(range(len(thresholds))):
+        taken = np.where(s.conf[k] >= thresholds[k], k, taken)
+    return taken
+
+
+def clopper_pearson_upper(k: int, n: int, level: float) -> float:
+    """One-sided upper bound on a rate with ``k`` events in ``n`` draws at confidence ``level``: the p with
+    P(X <= k | n, p) = 1 - level (bisection on the binomial distribution)."""
+    if n == 0 or k >= n:
+        return 1.0
+
+    def cdf(p: float) -> float:
+        logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+                + (n - i) * math.log1p(-p) for i in range(k + 1)]
+        m = max(logs)
+        return math.exp(m) * sum(math.exp(v - m) for v in logs)
+
+    lo, hi = k / n, 1.0 - 1e-12
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) > 1 - level else (lo, mid)
+    return hi
+
+
+def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, level: float | None) -> Judged:
+    """The cascade with ``thresholds`` on ``s`` against the bound (one sample of room, as every search)."""
+    from edgeopt.metrics.base import MetricName
+    from edgeopt.validation_model import sample_points, within_bound
+
+    n = len(s.full)
+    taken = exits_taken(s, thresholds)
+    stacked = np.stack([*s.pred, s.full])
+    pred = stacked[taken, np.arange(n)]
+    k_dis = int((pred != s.full).sum())
+    disagreement = 100.0 * k_dis / max(n, 1)
+    if s.labels is not None:
+        drop = 100.0 * (float((s.full == s.labels).mean()) - float((pred == s.labels).mean()))
+    else:
+        drop = disagreement
+    points = sample_points(MetricName.TOP1, "%", n)
+    if level is not None:
+        bound_dis = 100.0 * clopper_pearson_upper(k_dis, n, level)
+        dis_ok = bound_dis <= max_disagreement + 1e-9
+    else:
+        bound_dis = disagreement
+        dis_ok = within_bound(disagreement, max_disagreement, points)
+    shares = [float((taken == k).mean()) for k in range(len(thresholds) + 1)]
+    return Judged(drop, disagreement, bound_dis, shares, bool(within_bound(drop, max_drop, points) and dis_ok))
+
+
+def choose_thresholds(s: ExitScores, enabled, max_drop, max_disagreement, level) -> list[float]:
+    """The lowest threshold of each enabled exit, earliest first, with which the cascade (later exits off)
+    still holds the bound on ``s``; an exit with none that holds is off (``NEVER``)."""
+    th = [NEVER] * len(s.conf)
+    for k in enabled:
+        grid = np.unique(np.quantile(s.conf[k], np.linspace(0.0, 1.0, GRID)))
+        for t in grid:  # ascending: the first that holds lets the most samples leave
+            trial = [*th[:k], float(t), *th[k + 1:]]
+            if judge(s, trial, max_drop, max_disagreement, level).holds:
+                th = trial
+                break
+    return th
+
+
+def mean_ms(shares: list[float], segment_ms: list[float], head_ms: list[float], enabled) -> float:
+    """Predicted mean latency: a sample leaving at exit k ran the segments up to k and every enabled head up to
+    k; one reaching the end ran every segment and every enabled head."""
+    total = 0.0
+    for k, share in enumerate(shares):
+        ran = sum(segment_ms[: k + 1]) if k < len(shares) - 1 else sum(segment_ms)
+        heads = sum(head_ms[j] for j in enabled if j <= k)
+        total += share * (ran + heads)
+    return total
+
+
+def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement, level) -> dict:
+    """Every subset of the exits, thresholds chosen for each: the one with the lowest predicted mean latency on
+    ``s`` (the empty subset is the plain model). Returns {enabled, thresholds, mean_ms, judged}."""
+    best = None
+    exits = range(len(s.conf))
+    for r in range(len(s.conf) + 1):
+        for enabled in itertools.combinations(exits, r):
+            th = choose_thresholds(s, enabled, max_drop, max_disagreement, level)
+            on = tuple(k for k in enabled if th[k] != NEVER)
+            j = judge(s, th, max_drop, max_disagreement, level)
+            mean = mean_ms(j.exit_shares, segment_ms, head_ms, on)
+            if best is None or mean < best["mean_ms"] - 1e-9:
+                best = {"enabled": on, "thresholds": th, "mean_ms": mean, "judged": j}
+    return best

@@ -1,0 +1,56 @@
+"""``bench`` on an early-exit artifact: its latency depends on the inputs (how many leave early), so with
+``--inputs`` it is measured over every sample of that file: the mean, each exit's share and latency, and the
+worst case (every stage and every head), said when it is slower than the plain model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_SAMPLES = 500  # samples of --inputs timed (the first ones)
+
+
+def cascade_figures(x: dict, inputs: str | None) -> dict:
+    """The early-exit figures of one artifact (``x`` as bench opened it); without ``inputs`` only what
+    ``cascade.json`` recorded at convert time, labelled so."""
+    from edgeopt.runtime.cascade import read_cascade, time_over_inputs
+    from edgeopt.runtime.measure import npz_samples
+
+    cascade = read_cascade(x["path"])
+    plain = cascade.get("plain_ms_at_convert")
+    out = {"stages": len(cascade["stages"]), "exit_shares_at_convert": cascade.get("exit_shares_at_convert"),
+           "plain_ms_at_convert": plain, "plain_timed_with": cascade.get("timed_with")}
+    if not inputs:
+        out["note"] = "give --inputs (samples like the real ones) to measure the mean over them: the timings " \
+                      "above repeat one input, which leaves at one exit"
+        return out
+    n = min(npz_samples(x["manifest"]["inputs"], inputs), MAX_SAMPLES)
+    samples = _samples(x["manifest"]["inputs"], inputs, n)
+    out.update(time_over_inputs(x["runner"], samples))
+    out["inputs"] = Path(inputs).name
+    if plain:
+        out["mean_vs_plain"] = round(out["mean_ms"] / plain, 3)
+        out["worst_case_vs_plain"] = round(out["worst_case_ms"] / plain, 3)
+        if out["worst_case_ms"] > plain:
+            msg = (f"early exit: the worst case ({out['worst_case_ms']:.3f} ms: every stage and every head) is "
+                   f"slower than the plain model ({plain:.3f} ms, {cascade.get('timed_with')})")
+            out["worst_case_slower_than_plain"] = True
+            out["warnings"] = [msg]
+    return out
+
+
+def _samples(specs: list[dict], npz_path: str, n: int) -> list[dict]:
+    """The first ``n`` feeds of ``npz_path`` (read once), each batch as the model's first dimension says."""
+    import numpy as np
+
+    data = np.load(npz_path)
+    arrays = {s["name"]: data[s["name"]] for s in specs}
+    out = []
+    for i in range(n):
+        feeds = {}
+        for s in specs:
+            arr, shape = arrays[s["name"]], s.get("shape") or []
+            b = shape[0] if shape and isinstance(shape[0], int) and shape[0] > 0 else 1
+            part = arr[i * b:(i + 1) * b] if arr.ndim == len(shape) else arr[i]
+            feeds[s["name"]] = np.ascontiguousarray(part.astype(s.get("dtype") or part.dtype))
+        out.append(feeds)
+    return out

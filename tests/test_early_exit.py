@@ -1,0 +1,165 @@
+"""Early exits added to a trained classifier (``--early-exit auto``): cut points, the risk-controlled thresholds,
+the staged artifact through ONNX Runtime and OpenVINO, the plain model when no exit pays, and refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import pytest
+
+from edgeopt.converters.early_exit.cuts import cut_candidates
+from edgeopt.converters.early_exit.thresholds import (
+    ExitScores,
+    choose_thresholds,
+    clopper_pearson_upper,
+    judge,
+)
+
+MNIST = ("fixtures/models/mnist_cnn.onnx", "fixtures/data/mnist_calib.npz", "fixtures/data/mnist_test.npz")
+DIGITS = ("fixtures/models/digits_cnn.onnx", "fixtures/data/digits_calib.npz", "fixtures/data/digits_test.npz")
+# small counts: heads trained for few steps, each model timed a few runs; the speed test is skipped by asking no
+# gain (min_gain -9: any cascade is kept) where the staged artifact itself is under test
+FAST = ["--set", "early_exit.epochs=80", "--set", "early_exit.timing_runs=3"]
+
+
+def test_cuts_sit_at_block_ends_never_inside_a_block(repo):
+    proto = onnx.load(str(repo / DIGITS[0]))
+    cuts = cut_candidates(proto)
+    producers = {o: n.op_type for n in proto.graph.node for o in n.output}
+    assert cuts and all(producers[c] not in ("Conv",) for c in cuts)  # a conv's output feeds its norm/activation
+
+
+def test_clopper_pearson_upper_bound():
+    assert clopper_pearson_upper(0, 100, 0.95) == pytest.approx(1 - 0.05 ** (1 / 100), abs=1e-6)
+    assert clopper_pearson_upper(5, 100, 0.95) > 0.05
+    assert clopper_pearson_upper(100, 100, 0.95) == 1.0
+
+
+def _scores(n=2000, seed=0) -> ExitScores:
+    rng = np.random.default_rng(seed)
+    full = rng.integers(0, 4, n)
+    conf = rng.uniform(0.25, 1.0, n)
+    wrong = rng.uniform(size=n) > conf  # a confident exit is right more often
+    pred = np.where(wrong, (full + 1) % 4, full)
+    return ExitScores([conf], [pred], full, full.copy())
+
+
+def test_thresholds_hold_the_bound_on_held_back_data():
+    s = _scores()
+    search, held = np.arange(0, 2000, 2), np.arange(1, 2000, 2)
+    th = choose_thresholds(s.subset(search), (0,), 0.5, 1.0, None)
+    assert th[0] != math.inf
+    on_held = judge(s.subset(held), th, 1.0, 2.0, None)
+    assert on_held.drop <= 1.0 and on_held.disagreement <= 2.0 and on_held.exit_shares[0] > 0
+
+
+def test_exit_confidence_is_stricter_than_the_count():
+    s = _scores()
+    counted = choose_thresholds(s, (0,), 1.0, 1.0, None)
+    bounded = choose_thresholds(s, (0,), 1.0, 1.0, 0.95)
+    assert bounded[0] >= counted[0]
+    assert judge(s, bounded, 1.0, 1.0, 0.95).disagreement_bound <= 1.0
+
+
+def _map_model(path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "map", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+@pytest.mark.onnxruntime
+def test_a_model_without_a_class_output_is_refused_with_exit_3(cli, tmp_path):
+    _map_model(tmp_path / "map.onnx")
+    np.savez(tmp_path / "d.npz", x=np.zeros((30, 1, 8, 8), np.float32))
+    r = cli("convert", str(tmp_path / "map.onnx"), "--profile", "host", "--backend", "onnxruntime", "--early-exit",
+            "auto", "--calib", str(tmp_path / "d.npz"), "--eval", str(tmp_path / "d.npz"), "-o", str(tmp_path / "a"))
+    assert r.returncode == 3, r.stderr
+    assert "class-score output" in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+    assert not (tmp_path / "a").exists()
+
+
+def _convert(cli, repo, tmp_path, files, backend, *extra):
+    model, calib, ev = (str(repo / f) for f in files)
+    out = tmp_path / backend
+    r = cli("convert", model, "--profile", "host", "--backend", backend, "--precision", "fp32", "--early-exit",
+            "auto", "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, *extra, "-o", str(out),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    return out, manifest, report
+
+
+def _check_staged(out, manifest, report, repo):
+    from edgeopt.runtime.runners import open_runner
+
+    assert report["verdict"]["early_exit"] is True, report
+    assert report["held_back"]["holds"] and report["held_back"]["drop_points"] <= 2.0
+    cascade = json.loads((out / "cascade.json").read_text())
+    assert len(cascade["stages"]) == report["verdict"]["exits"] + 1
+    assert all((out / s["dir"]).is_dir() for s in cascade["stages"]) and (out / "load.py").is_file()
+    assert manifest["validation"]["accuracy_drop"] <= 2.0
+    data = np.load(repo / MNIST[2])
+    with open_runner(str(out)) as runner:
+        ys = [runner.run({"input": data["input"][i:i + 1]})["logits"] for i in range(32)]  # the model's batch: 1
+        assert all(y.shape == (1, 10) for y in ys) and sum(runner.exit_counts) == 32
+        assert sum(runner.exit_counts[:-1]) > 0  # some samples left early
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_staged_artifact_through_onnxruntime(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "onnxruntime", "--set", "early_exit.min_gain=-9")
+    _check_staged(out, manifest, report, repo)
+    small = tmp_path / "in.npz"
+    np.savez(small, input=np.load(repo / MNIST[2])["input"][:40])
+    r = cli("bench", str(out), "--inputs", str(small), "--runs", "5", "--min-seconds", "0", "--no-store", "--json")
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)["rows"][0]["early_exit"]
+    assert figures["samples"] == 40 and figures["mean_ms"] > 0 and figures["worst_case_ms"] > 0
+    assert sum(e["share"] for e in figures["exits"]) == pytest.approx(1.0)
+    assert len(figures["exits"]) == report["verdict"]["exits"] + 1
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_staged_artifact_through_openvino(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "openvino", "--set", "early_exit.min_gain=-9")
+    _check_staged(out, manifest, report, repo)
+    assert all((out / f"stage{i}" / "model.xml").is_file() for i in range(report["verdict"]["exits"] + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_staged_artifact_through_tflite_for_pi5(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    model, calib, ev = (str(repo / f) for f in MNIST)
+    out = tmp_path / "tfl"
+    r = cli("convert", model, "--profile", "pi5", "--backend", "tflite", "--precision", "fp32", "--early-exit", "auto",
+            "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, "--set", "early_exit.min_gain=-9",
+            "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    _check_staged(out, manifest, report, repo)
+    assert all((out / f"stage{i}" / "model.tflite").is_file() for i in range(report["verdict"]["exits"] + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    # asking a gain no cascade can give: whatever this CPU measures, no exit pays
+    out, manifest, report = _convert(cli, repo, tmp_path, DIGITS, "onnxruntime", "--set", "early_exit.min_gain=0.99")
+    assert report["verdict"]["early_exit"] is False and report["verdict"]["why"]
+    assert not (out / "cascade.json").exists() and (out / "model.onnx").is_file()
+    assert any("plain model is written" in w for w in manifest["warnings"])
