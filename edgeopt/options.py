@@ -115,7 +115,7 @@ def stage_declared_options() -> dict[str, FieldInfo]:
 
     out = dict(AccuracyBound.model_fields)
     backends = [cls.Config for cls in backend_classes().values()]
-    for config in (QuantizeConfig, RecoverConfig, EarlyExitConfig, *backends):  # tests/test_option_declarations.py checks the list
+    for config in (QuantizeConfig, RecoverConfig, EarlyExitConfig, *backends):  # tests/chain/test_option_declarations.py checks the list
         for field_name, info in config.model_fields.items():
             if (info.json_schema_extra or {}).get("declares"):
                 out[option_name(field_name, info)] = info

@@ -3,7 +3,7 @@ its manifest made by the one builder (:func:`edgeopt.artifact.build_manifest`) a
 one publish function (:func:`edgeopt.outputs.publish`), so the old output stays until the new one is complete.
 
 It lives on the orchestration side, not in the TFLite backend: writing a manifest is not a stage's work (stages
-import no manifest writer, ``tests/test_imports.py``). Nothing here is converted or validated, and the manifest
+import no manifest writer, ``tests/project/test_imports.py``). Nothing here is converted or validated, and the manifest
 says so (``plan.note``, ``warnings``, ``profile: none``).
 """
 

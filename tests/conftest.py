@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# tests live in folders by area (cli, chain, backends/<name>, int8, remote, ...); a test module may use another
+# area's model builders (``from test_search import sequence_tagger``), so every area folder is importable
+for _area in sorted(p for p in (REPO / "tests").rglob("*") if p.is_dir() and not p.name.startswith((".", "__"))):
+    if str(_area) not in sys.path:
+        sys.path.append(str(_area))
 os.environ.setdefault("EDGEOPT_DATA_DIR", str(REPO / ".pytest_cache" / "edgeopt-data"))
 
 # marker -> the import names it needs; a backend's marker needs what its class declares (``requires``)

@@ -50,7 +50,7 @@ def _in_range(idx: np.ndarray, classes: int, role: str, ignore: int | None = -1)
 
 
 def count_check(labels, n: int, role: str) -> None:
-    if np.ndim(labels) == 0:  # a scalar saved as 'labels' (found by tests/test_fuzz.py)
+    if np.ndim(labels) == 0:  # a scalar saved as 'labels' (found by tests/cli/test_fuzz.py)
         raise BadDataError(f"--{role}: 'labels' is a single value, not one label per sample", "one label per sample")
     if len(labels) != n:
         raise BadDataError(f"--{role}: {len(labels)} labels for {n} samples", "one label per sample")

@@ -2,11 +2,11 @@
 
 Determinism (reported in ``summary.json``; per backend in the manifest's ``determinism``, see
 each backend class's ``deterministic``): the model files of ONNX Runtime and OpenVINO
-artifacts are byte-identical across clean builds (checked by tests/test_pipeline.py). The
+artifacts are byte-identical across clean builds (checked by tests/pipeline/test_pipeline.py). The
 manifest's ``created`` comes from ``$SOURCE_DATE_EPOCH`` (the pipeline sets 0 unless the user did)
 and its timings live in ``build.json``, which the pipeline leaves out of ``dist/``; so the dist
 artifact directory and its tarball are byte-identical across clean builds of the same inputs
-(tests/test_pipeline.py). ``content_hash`` still leaves out ``created``, ``source_model.path``
+(tests/pipeline/test_pipeline.py). ``content_hash`` still leaves out ``created``, ``source_model.path``
 (the model's path as given) and any timings, for artifacts made by older builds. A tarball is reproducible
 (sorted entries, fixed mtime ``$SOURCE_DATE_EPOCH`` or 0, owner 0, gzip without a timestamp), so
 the same artifact directory always gives the same tarball bytes; a rebuild served from the cache

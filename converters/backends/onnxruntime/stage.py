@@ -101,7 +101,7 @@ class OnnxRuntimeBackend(Backend):
     requires = ("onnxruntime",)
     libraries = (("onnxruntime", "onnxruntime"),)
     device_runtime = ("onnxruntime", "onnxruntime")
-    deterministic = (True, "model.onnx byte-identical across clean builds (checked, tests/test_pipeline.py)")
+    deterministic = (True, "model.onnx byte-identical across clean builds (checked, tests/pipeline/test_pipeline.py)")
     preflight_check = "edgeopt.converters.backends.onnxruntime.preflight:check_onnxruntime"
     per_layer_profiler = "edgeopt.converters.backends.onnxruntime.per_layer:profile_onnxruntime"
     quantizes_itself = False

@@ -81,7 +81,7 @@ class OpenVINOBackend(Backend):
     requires = ("openvino", "nncf")
     libraries = (("openvino", "openvino"), ("nncf", "nncf"))
     device_runtime = ("openvino", "openvino")
-    deterministic = (True, "model.xml/model.bin byte-identical across clean builds (checked, tests/test_pipeline.py)")
+    deterministic = (True, "model.xml/model.bin byte-identical across clean builds (checked, tests/pipeline/test_pipeline.py)")
     preflight_check = "edgeopt.converters.backends.openvino.preflight:check_openvino"
     per_layer_profiler = "edgeopt.converters.backends.openvino.per_layer:profile_openvino"
     onnx_timer = "edgeopt.converters.backends.openvino.runs:onnx_timer"

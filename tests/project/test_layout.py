@@ -1,0 +1,144 @@
+"""One backend, one folder: a backend's code lives in ``converters/backends/<name>/`` and the rest of edgeopt reaches
+it through the registry (the ``Backend`` class's attributes), never by importing the folder's modules or the
+backend's library. Read from the product's syntax trees; nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from backend_mentions import BACKENDS, REPO, backend_folder, mentions, product_modules
+
+ROOTS = {REPO / "edgeopt": "edgeopt", REPO / "converters": "edgeopt.converters", REPO / "remote": "edgeopt.remote"}
+
+# (module, backend): why this module outside the folder may import the backend's package
+PACKAGE_IMPORTS_ALLOWED = {
+    ("edgeopt/tune.py", "tvm"): "the `edgeopt tune` command is TVM's MetaSchedule tuning alone",
+    ("edgeopt/tflite_artifact.py", "tflite"): "wrapping an existing .tflite writes a manifest: orchestration's work",
+    ("edgeopt/quant_units.py", "tflite"): "counts an artifact's quantized units by its file type (ai-edge-quantizer's "
+                                          "flatbuffer reader)",
+    ("edgeopt/placement/plans.py", "onnxruntime"): "analyze's placement before converting takes the optimizers a "
+                                                   "TensorRT artifact will leave off from the backend (a debt: the "
+                                                   "per-backend placement belongs in the backend's folder)",
+}
+# (module, library): why this module outside the backend's folder may import the backend's library
+LIBRARY_IMPORTS_ALLOWED = {
+    ("edgeopt/tune.py", "tvm"): "the `edgeopt tune` command is TVM's alone (checked before any work)",
+    # debts, each to fold into its backend's folder behind a Backend class attribute:
+    ("edgeopt/as_loaded/openvino.py", "openvino"): "inspect --as-loaded's OpenVINO runtime graph",
+    ("edgeopt/placement/openvino.py", "openvino"): "the placement report asked of OpenVINO's query_model",
+    ("edgeopt/micro/ops.py", "ai_edge_litert"): "TFLite Micro's op check reads the .tflite's operators",
+    # the load snippets written beside a model: text for the user's runtime, never imported by edgeopt
+    ("edgeopt/consumer/templates/load_openvino.py", "openvino"): "a load.py template",
+    ("edgeopt/consumer/templates/load_tflite.py", "ai_edge_litert"): "a load.py template",
+    ("edgeopt/consumer/templates/load_tvm.py", "tvm"): "a load.py template",
+    ("converters/early_exit/load_snippet.py", "openvino"): "the early-exit cascade's load.py (a debt: its stage "
+                                                          "loaders belong with each backend's load template)",
+}
+
+
+def module_name(path: Path) -> str:
+    for root, pkg in ROOTS.items():
+        if path.is_relative_to(root):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            return ".".join([pkg, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+    raise ValueError(path)
+
+
+def imported_modules(path: Path, tree: ast.AST) -> set[str]:
+    """Every module an import statement in ``tree`` names (relative ones resolved, nested ones included), and the
+    first argument of every ``require("module", ...)`` (edgeopt.deps' lazy import)."""
+    mod, out = module_name(path), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "require"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.add(node.args[0].value)
+    return out
+
+
+def _trees() -> dict[Path, ast.AST]:
+    return {p: ast.parse(p.read_text(), str(p)) for p in product_modules()}
+
+
+def package_import_violations(trees: dict[Path, ast.AST]) -> list[str]:
+    bad = []
+    for path, tree in trees.items():
+        rel = str(path.relative_to(REPO))
+        for backend in BACKENDS:
+            package = f"edgeopt.converters.backends.{backend}"
+            if path.is_relative_to(backend_folder(backend)) or (rel, backend) in PACKAGE_IMPORTS_ALLOWED:
+                continue
+            if any(m == package or m.startswith(package + ".") for m in imported_modules(path, tree)):
+                bad.append(f"{rel} imports {package}")
+    return bad
+
+
+def library_import_violations(trees: dict[Path, ast.AST]) -> list[str]:
+    bad = []
+    for path, tree in trees.items():
+        rel = str(path.relative_to(REPO))
+        roots = {m.split(".")[0] for m in imported_modules(path, tree)}
+        for backend, (_, libraries) in BACKENDS.items():
+            if backend == "onnxruntime":  # the chain's own runtime (checks, calibration, the Q/DQ stage)
+                continue
+            runner = REPO / "edgeopt/runtime/runners" / f"{backend}.py"  # shipped to devices: its runtime, alone
+            if path.is_relative_to(backend_folder(backend)) or path == runner:
+                continue
+            bad += [f"{rel} imports {lib}" for lib in sorted(roots & set(libraries))
+                    if (rel, lib) not in LIBRARY_IMPORTS_ALLOWED]
+    return bad
+
+
+def test_only_a_backends_own_folder_imports_its_modules():
+    """The registry imports a backend's package by name (``BACKEND_MODULES``); everything else asks the registry."""
+    trees = _trees()
+    assert package_import_violations(trees) == []
+    present = {(str(p.relative_to(REPO)), b) for p, t in trees.items() for b in BACKENDS
+               if any(m.startswith(f"edgeopt.converters.backends.{b}") for m in imported_modules(p, t))}
+    assert set(PACKAGE_IMPORTS_ALLOWED) <= present, "an allowed import is gone: drop it from PACKAGE_IMPORTS_ALLOWED"
+
+
+def test_only_a_backends_folder_and_runner_import_its_library():
+    trees = _trees()
+    assert library_import_violations(trees) == []
+    present = {(str(p.relative_to(REPO)), m.split(".")[0]) for p, t in trees.items() for m in imported_modules(p, t)}
+    assert set(LIBRARY_IMPORTS_ALLOWED) <= present, "an allowed import is gone: drop it from LIBRARY_IMPORTS_ALLOWED"
+
+
+@pytest.mark.parametrize("line", ["from edgeopt.converters.backends.openvino.runs import compiled_run",
+                                  "import openvino as ov", "nncf = require('nncf', 'x')"])
+def test_the_layout_checks_catch_a_new_import(line):
+    """A central module gaining a backend's import is caught (the checks above are not vacuous)."""
+    path = REPO / "edgeopt/convert.py"
+    trees = {path: ast.parse(f"def f():\n    {line}\n")}
+    assert package_import_violations(trees) + library_import_violations(trees) != []
+
+
+def test_every_backend_folder_holds_its_stage_and_is_packaged():
+    from edgeopt.converters.registry import BACKEND_MODULES
+
+    packages = (REPO / "pyproject.toml").read_text()
+    for backend in BACKENDS:
+        assert (backend_folder(backend) / "stage.py").exists()
+        assert BACKEND_MODULES[backend] == f"edgeopt.converters.backends.{backend}"
+        assert f'"edgeopt.converters.backends.{backend}"' in packages
+
+
+def test_mention_counter_reads_code_not_prose():
+    tree = ast.parse('"""openvino in a docstring"""\n# tvm in a comment\nx = "tflite"\ndef check_tvm(): pass\n')
+    from backend_mentions import names_backend
+
+    assert not names_backend(tree, "openvino")
+    assert names_backend(tree, "tflite") and names_backend(tree, "tvm")
+    assert set(mentions()) == set(BACKENDS)
