@@ -164,7 +164,8 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         budget_s=accuracy_bound.search_budget, progress=ctx.progress, what="INT8 search (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
-        fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants))
+        fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants),
+        confidence=b.confidence)
     report = result.report
     warn_small_eval(ctx, report, "quantize")
     if retry:

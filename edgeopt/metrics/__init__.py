@@ -182,6 +182,7 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     m = build(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     if kind != MetricName.SQNR:
         m.fp32_value = m.score_outputs(fp32_outputs)
+    m.fp32_rows = m.rows(fp32_outputs)
     _check_chance(m, shape, role)
     return m
 
