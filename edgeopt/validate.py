@@ -109,17 +109,25 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         gates["min_cosine"] = Gate(threshold=min_cosine, value=v.cosine_min,
                                    passed=v.cosine_min is not None and v.cosine_min >= min_cosine)
     if max_accuracy_drop is not None:
-        drop, _ = counted_drop(v)
-        v.sample_points = sample_points(m.kind, m.unit, n)
-        if drop is not None:
-            _confidence_limit(v, m, got_outs, max_accuracy_drop, confidence, (manifest or {}).get("precision"))
-        if drop is not None and v.drop_upper is None and m.per_sample is None:  # a user's metric: the halves rule
-            v.halves_drop_p90 = halves_drop(ref_outs, got_outs, data.labels, pinned_spec(metric, m.kind), search_path)
-        gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=drop,
-                                          passed=holds_bound(v, max_accuracy_drop))
+        gates["max_accuracy_drop"] = _drop_gate(v, m, ref_outs, got_outs, data.labels, max_accuracy_drop, confidence,
+                                                (manifest or {}).get("precision"), pinned_spec(metric, m.kind),
+                                                search_path)
     v.units = _units_gate(artifact_dir, manifest, gates)
     v.gates = gates
     return v
+
+
+def _drop_gate(v: Validation, m, ref_outs, got_outs, labels, bound: float, confidence, precision, spec,
+               search_path) -> Gate:
+    """The ``max_accuracy_drop`` gate: the drop (:func:`counted_drop`) judged by its upper confidence limit, or for
+    a user's metric without per-sample scores by the halves rule (as the search judges it)."""
+    drop, _ = counted_drop(v)
+    v.sample_points = sample_points(m.kind, m.unit, v.samples)
+    if drop is not None:
+        _confidence_limit(v, m, got_outs, bound, confidence, precision)
+    if drop is not None and v.drop_upper is None and m.per_sample is None:  # a user's metric: the halves rule
+        v.halves_drop_p90 = halves_drop(ref_outs, got_outs, labels, spec, search_path)
+    return Gate(threshold=bound, value=drop, passed=holds_bound(v, bound))
 
 
 def _confidence_limit(v: Validation, m, got_outs: list, bound: float, confidence: float | None,

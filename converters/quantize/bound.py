@@ -171,8 +171,7 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
         elif r["mode"] in within:
             r.update(verdict="dropped", why=f"slower: {latency[r['mode']]:.3g} ms vs {latency[best]:.3g} ms "
                                             f"({best})")
-    if not _confirmed(s, judged_modes[best], next(r for r in rows if r["mode"] == best)):
-        report["not_confirmed"] = s.report.get("not_confirmed")
+    if not _confirmed(s, judged_modes[best], next(r for r in rows if r["mode"] == best), report):
         return ModeChoice(None, report=report)
     report.update(chosen=best, timing=f"p50 ms, each in its own block of calls, {b.threads} threads, vs FP32 "
                                       f"{latency['fp32']:.3g} ms on the same backend (a quick estimate)")
@@ -180,8 +179,9 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     return ModeChoice(best, artifact, quantized, report, latency, alternatives or None)
 
 
-def _confirmed(s: BudgetedSearch, c, row: dict) -> bool:
-    """The chosen mode confirmed once on the held-back part (:func:`.search.confirmed`), its row updated."""
+def _confirmed(s: BudgetedSearch, c, row: dict, report: dict) -> bool:
+    """The chosen mode confirmed once on the held-back part (:func:`.search.confirmed`), its row updated (and the
+    ``report``'s ``not_confirmed`` when it is not)."""
     from .search import confirmed
 
     ok = confirmed(s, c)
@@ -193,6 +193,7 @@ def _confirmed(s: BudgetedSearch, c, row: dict) -> bool:
     if not ok:
         row.update(within_bound=False, verdict="dropped",
                    why=f"chosen on the search part, not confirmed on the held-back part: {s.why_missed(c)}")
+        report["not_confirmed"] = s.report.get("not_confirmed")
     return ok
 
 
