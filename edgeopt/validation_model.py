@@ -1,7 +1,9 @@
 """The validation's result: :class:`Validation` (what ``edgeopt.validate`` measures, stored as the manifest's
 ``validation``), its gates, where it ran, :func:`counted_drop`, the one rule for the drop the gates count, and
-:func:`within_bound`, the one rule for when a drop is within ``--max-accuracy-drop`` (the convert gate and every
-INT8 search judge by it), and :func:`holds_bound`, that rule and the halves rule on a validation.
+:func:`within_bound`, the one rule for when a drop is within ``--max-accuracy-drop``: its upper confidence limit at
+``--confidence`` (:mod:`edgeopt.metrics.confidence`; the convert gate and every INT8 search judge by it), and
+:func:`holds_bound`, that rule on a validation; :func:`eval_too_small`, the refusal of an eval set too small to
+confirm any INT8 at that confidence, with the number of samples it needs.
 
 A small module without numpy or runtimes, so :mod:`edgeopt.artifact` can type ``Manifest.validation`` with it;
 :mod:`edgeopt.validate` re-exports these names.
