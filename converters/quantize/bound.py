@@ -75,10 +75,12 @@ def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
 
 
 def warn_small_eval(ctx, report: dict, prefix: str) -> None:
-    """Say on stderr (and in the manifest's warnings) when the eval set is too small for the bound to mean much
-    (``report['eval_too_small']``, set by the search: :func:`edgeopt.validation_model.small_eval_warning`)."""
-    if report.get("eval_too_small"):
-        ctx.warn(f"{prefix}: {report['eval_too_small']}")
+    """Say on stderr (and in the manifest's warnings) when the held-back part can confirm only a candidate that loses
+    no sample (``report['eval_too_small']``, set by the search: :func:`edgeopt.validation_model.small_eval_warning`);
+    every backend's search calls it, so every profile says it."""
+    msg = f"{prefix}: {report['eval_too_small']}" if report.get("eval_too_small") else None
+    if msg and msg not in ctx.warnings:  # the mode search and the search after it say it once
+        ctx.warn(msg)
 
 
 @dataclass
