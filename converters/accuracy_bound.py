@@ -47,7 +47,7 @@ class AccuracyBound(BaseModel):
         default=DEFAULT_CONFIDENCE, gt=0.5, lt=1.0,
         description="Confidence that the drop is within --max-accuracy-drop: its upper confidence limit must be "
                     "(a paired score limit for metrics that count samples, a seeded bootstrap for the others); "
-                    "lower it to judge a small --eval set.")
+                    "raise it for a stricter check, lower it to judge a small --eval set.")
     min_speedup: float | None = Field(
         default=None, gt=0,
         description="Gate: accuracy-aware INT8 must be this many times faster than FP32 (quick estimate).")

@@ -192,6 +192,6 @@ def small_eval_warning(metric_name: str | None, points: float | None, held_back:
     need = held_back
     while paired_upper(1, 0, need, look_confidence) > bound + 1e-9 and need < 10 ** 7:
         need = max(need + 1, int(need * 1.05))
-    return (f"{metric_name}: on the {held_back} held-back eval samples only an INT8 model that loses no sample can be "
-            f"confirmed within --max-accuracy-drop {bound:g}; about {need} held-back samples would let one lost "
-            "sample through (more eval data, or a lower --confidence)")
+    return (f"{metric_name}: on the {held_back} held-back eval samples an INT8 model that loses one sample and gains "
+            f"none can't be confirmed within --max-accuracy-drop {bound:g}; about {need} held-back samples would let "
+            "it through (more eval data, or a lower --confidence)")

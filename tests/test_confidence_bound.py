@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edgeopt.metrics.confidence import (
+    DEFAULT_CONFIDENCE,
     bootstrap_upper,
     look_confidence,
     paired_upper,
@@ -83,10 +84,13 @@ def test_a_small_eval_set_is_refused_with_the_samples_it_needs_before_any_candid
               confirm=confirm, bound=2.0, budget_s=60)
     with pytest.raises(GateFailedError) as err:
         run_search(**kw)
-    need = samples_needed(2.0, look_confidence(0.9, 1))
-    assert err.value.exit_code == 5 and not built
-    assert f"confirming needs {need} held-back samples, an --eval set of at least {2 * need} samples" in str(err.value)
-    assert err.value.details["samples_needed"] == 2 * need
+    from edgeopt.validation_model import eval_samples_for
+
+    need = samples_needed(2.0, look_confidence(DEFAULT_CONFIDENCE, 1))
+    total = eval_samples_for(need, 0.5)
+    assert err.value.exit_code == 5 and not built and total > 100
+    assert f"confirming needs {need} held-back samples, an --eval set of at least {total} samples" in str(err.value)
+    assert err.value.details["samples_needed"] == total
     result = run_search(**kw, confidence=0.6)  # a lower confidence: the same 50 held back confirm it
     assert result.best is not None and built
 
@@ -104,10 +108,13 @@ def test_convert_refuses_a_small_eval_set_with_the_figure_and_writes_nothing(tmp
     r = cli("convert", "fixtures/models/mnist_cnn.onnx", "--profile", "host", "--backend", "onnxruntime",
             "--precision", "int8", "--calib", "fixtures/data/mnist_calib.npz", "--eval", str(small),
             "--max-accuracy-drop", "1", "-o", str(out), "--json")
-    need = samples_needed(1.0, look_confidence(0.9, 1))
+    from edgeopt.validation_model import eval_samples_for
+
+    total = eval_samples_for(samples_needed(1.0, look_confidence(DEFAULT_CONFIDENCE, 1)), 0.5)
     assert r.returncode == 5, r.stderr
     err = json.loads(r.stdout)
-    assert f"an --eval set of at least {2 * need} samples" in json.dumps(err) and not out.exists()
+    assert f"an --eval set of at least {total} samples" in json.dumps(err) and not out.exists()
+    assert err["error"]["details"]["samples_needed"] == total
 
 
 @pytest.mark.parametrize("units, speedup, said", [

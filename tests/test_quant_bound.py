@@ -61,7 +61,7 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
 
     search, confirm, fp32, lucky = _parts(0, 4)
     result = run_search(options=[("lucky", lambda: ("lucky", lucky))], rank=None, with_float=None, fp32_run=fp32,
-                        search=search, confirm=confirm, bound=2.0, budget_s=60)
+                        search=search, confirm=confirm, bound=2.0, budget_s=60, confidence=0.9)
     [row] = result.report["tried"]
     assert (row["search_drop_points"], row["confirm_drop_points"]) == (0.0, 1.333)
     assert row["selected"] is True and row["met"] is False
@@ -74,7 +74,7 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
 
     search, confirm, fp32, one = _parts(0, 1)
     result = run_search(options=[("one", lambda: ("one", one))], rank=None, with_float=None, fp32_run=fp32,
-                        search=search, confirm=confirm, bound=2.0, budget_s=60)
+                        search=search, confirm=confirm, bound=2.0, budget_s=60, confidence=0.9)
     assert result.best is not None and result.report["confirm_drop_upper"] == pytest.approx(1.374, abs=1e-3)
 
 
@@ -87,7 +87,7 @@ def test_the_mode_search_refuses_the_lucky_candidate_the_same_way():
 
     search, confirm, fp32, lucky = _parts(0, 4)
     q = SimpleNamespace(quantized_units=1, float_units=0, notes={})
-    b = Bounded(search, confirm, fp32, 1)
+    b = Bounded(search, confirm, fp32, 1, confidence=0.9)
     choice = choose_mode([ModeCandidate("dynamic per-channel", lambda: ("a", lucky, q))], b=b, bound=2.0,
                          budget_s=60, fp32_timed=fp32, backend="onnxruntime")
     [row] = choice.report["candidates"]
@@ -128,7 +128,7 @@ def test_a_held_back_part_that_can_confirm_only_a_lossless_candidate_is_said():
 
     first = look_confidence(0.9, 1)
     msg = small_eval_warning("top1_accuracy", 100 / 150, 150, 2.0, first)
-    assert "on the 150 held-back eval samples only an INT8 model that loses no sample" in msg
+    assert "on the 150 held-back eval samples an INT8 model that loses one sample and gains none can't" in msg
     assert small_eval_warning("top1_accuracy", 100 / 300, 300, 2.0, first) is None
     assert small_eval_warning("cosine_vs_fp32", None, 10, 2.0, first) is None
 
@@ -175,7 +175,8 @@ def test_the_convert_gate_judges_the_upper_confidence_limit(tmp_path, flipped, p
     w_art[-1, 0] = 1e3  # the marker makes class 0 win: the marked samples' top-1 flips
 
     art, manifest = _reference_and_artifact(tmp_path, w, w_art)
-    v = validate_artifact(art, tmp_path / "ref.onnx", ds, data_source="eval", manifest=manifest, max_accuracy_drop=2.0)
+    v = validate_artifact(art, tmp_path / "ref.onnx", ds, data_source="eval", manifest=manifest, max_accuracy_drop=2.0,
+                          confidence=0.9)
     assert v.metric_drop == pytest.approx(100 * flipped / N, abs=1e-3) and v.confidence == 0.9
     assert v.gates["max_accuracy_drop"].passed is passed
     if not passed:
@@ -224,7 +225,7 @@ def test_the_convert_gate_and_the_pipeline_gate_judge_a_metric_that_does_not_cou
 
     def validate(bound):
         return validate_artifact(art, tmp_path / "ref.onnx", ds, data_source="eval", manifest=manifest,
-                                 max_accuracy_drop=bound, metric=MetricSpec(name=MetricName.COSINE))
+                                 max_accuracy_drop=bound, metric=MetricSpec(name=MetricName.COSINE), confidence=0.9)
 
     seen = validate(100.0)
     assert seen.sample_points is None and seen.halves_drop_p90 is None and seen.drop_upper > seen.metric_drop + 0.2

@@ -481,7 +481,7 @@ def test_a_metric_that_does_not_count_samples_is_judged_by_a_bootstrap_of_its_dr
         return [float(part.feed(i)["x"].sum()) for i in range(k)]
 
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=60,
-                       metric_spec=MetricSpec(name=MetricName.COSINE))
+                       metric_spec=MetricSpec(name=MetricName.COSINE), confidence=0.9)
     assert s.halves == [] and "bootstrap" in s.report["acceptance"]
     spread = s.judge(candidate(sums(search, 2) + sums(confirm, 2)))
     assert abs(s.drop(spread.search_value) - 2.0) < 1e-3 and spread.confirm_value is None
@@ -512,7 +512,7 @@ def test_the_gate_and_the_search_judge_all_the_samples_alike():
         return {"y": _rotated(y, 0.8) if float(feed["x"].sum()) in bad else y}
 
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=5, budget_s=60,
-                       metric_spec=MetricSpec(name=MetricName.COSINE))
+                       metric_spec=MetricSpec(name=MetricName.COSINE), confidence=0.9)
     chosen = s.judge(run)
     feeds = [{"x": given[i]} for i in range(len(given))]
     m = metric_for_outputs([fp32_run(f) for f in feeds], None, MetricSpec(name=MetricName.COSINE))
