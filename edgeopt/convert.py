@@ -186,7 +186,16 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
 
     prof, requested = _resolve_profile(profile, o, warn)
     shapes = dict(o.input_shapes)
+    planned = plan is None
     plan = plan or make_plan(prof, o.chain_request(), recipe=o.recipe, input_shapes=shapes)
+    fit = None
+    if not o.dry_run and model is not None and o.from_torch is None:  # the memory gate, before any work
+        from edgeopt.memory.gate import fit_before_work
+
+        o, plan, fit = fit_before_work(
+            Path(model), prof, o, plan, shapes, warn,
+            lambda new: make_plan(prof, new.chain_request(), recipe=new.recipe, input_shapes=shapes) if planned
+            else plan)
     for w in plan.warnings:
         warn(w)
     if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work
@@ -217,6 +226,10 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             manifest.profile_requested = requested
             manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why
             manifest.precision_fallback = precision_fallback  # INT8 held on none: this precision is the best that holds
+            if fit is not None:
+                from edgeopt.memory.gate import fit_of_artifact
+
+                manifest.memory = fit_of_artifact(Path(model), plan, shapes, fit, manifest.stages)
             from edgeopt.artifact import write_manifest
 
             manifest = write_manifest(tmp, manifest)
@@ -290,10 +303,35 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
         from edgeopt.converters.prune_blame import blame_pruning
 
         raise blame_pruning(err, ctx, plan.options, val, search_path=search_path) from err
+    manifest.consumer_check = _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn)
+    manifest.warnings = list(warnings)
     if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
         manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
                                                threads=plan.options.threads)
     return manifest
+
+
+def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn):
+    """``load.py``/``load.cc`` written beside the model and run through the plain API (exit 5 on a mismatch); where
+    OpenVINO's plain default here differs from the judged hint, said on stderr and the artifact judged there too."""
+    from edgeopt import __version__
+    from edgeopt.consumer import plain_default as pd
+    from edgeopt.consumer.check import check_as_deployed
+    from edgeopt.validate import validate_artifact
+
+    as_json = manifest.model_dump(mode="json")
+    record = check_as_deployed(tmp, as_json, ctx.check_samples, version=__version__)
+    differs = pd.differing_default(record, as_json)
+    if differs is None:
+        if pd.unjudged_bf16_target(record, as_json, prof):
+            warn(pd.unjudged_line(prof.name))
+        return record
+    warn(pd.loud_line(*differs, as_json["runtime"]["model"]))
+    bound = plan.options.bound.max_accuracy_drop
+    judged = pd.judge_at_default(as_json, differs[1], lambda m: validate_artifact(
+        tmp, ctx.reference_model, val, data_source=val_source, manifest=m, threads=plan.options.threads,
+        max_accuracy_drop=bound, metric=plan.options.bound.metric, search_path=search_path), bound)
+    return record.model_copy(update={"plain_default": judged})
 
 
 def _before_work(src: Path, shapes, o: ConvertOptions, plan, pre, warn):

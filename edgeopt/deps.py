@@ -19,6 +19,7 @@ OPTIONAL = {
     "torch": ("torch", None),
     "onnxslim": ("onnxslim", None),
     "matplotlib": ("matplotlib", None),
+    "tflite_micro": ("tflite-micro", "micro"),
 }
 
 

@@ -13,6 +13,7 @@ from edgeopt.host import cpu_facts
 OTHER_RUNTIMES = (
     ("paramiko", "paramiko", "remote"),
     ("torch", "torch", None),
+    ("tflite_micro", "tflite-micro", "micro"),  # microcontroller profiles: TFLite Micro's interpreter
 )
 
 
@@ -29,6 +30,7 @@ TOOLS = {
     "mmdebstrap": ("mmdebstrap", "building the aarch64 sysroot used for emulation", ()),
     "sshd": ("openssh-server", "the loopback SSH device used by remote tests", ("/usr/sbin/sshd",)),
     "g++": ("g++", "compiling TVM libraries for this machine", ()),
+    "arm-none-eabi-gcc": ("gcc-arm-none-eabi", "compiling a microcontroller profile's C array for its Cortex-M core", ()),
 }
 
 

@@ -234,6 +234,8 @@ def host_profile_data() -> dict:
                 "note": "single-thread copy bandwidth; the chip's peak is higher",
             },
             "tdp_w": {"kind": "estimate", "ref": "none", "note": "15 W a core, a placeholder for energy estimates"},
+            "memory.size_gb": {"kind": "measured", "ref": "/proc/meminfo MemTotal (os.sysconf on other systems)",
+                               "note": "this machine's RAM, read at run time; 1.0 where it could not be read"},
         },
     }
     return data

@@ -54,9 +54,18 @@ class _ChainRequestBase(BaseModel):
         default=None, description="Distil the pruned model from FP32 on --calib (default: when the train extra is "
         "installed).")
     threads: int | None = Field(default=None, gt=0, description="Runtime threads (and the searches').")
+    memory_budget: int | str | None = Field(
+        default=None, description="Memory the model may take on the device (weights + arena + runtime), e.g. 300MB "
+        "or 512KB (default: the profile's budget_mb, else its RAM). Over it, convert tries INT8 weights, then "
+        "static INT8, and refuses (exit 5) when neither fits.")
     stages: dict[str, dict[str, Any]] = Field(
         default={}, description="Per-stage config overrides, {quantize: {calib_samples: 64}, ...}; on the command "
         "line --set STAGE.FIELD=VALUE.")
+
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _bytes(cls, v):
+        return parse_bytes(v)
 
     @field_validator("prune", mode="before")
     @classmethod
@@ -98,13 +107,14 @@ def _as_requested(field: FieldInfo) -> tuple[Any, FieldInfo]:
 def stage_declared_options() -> dict[str, FieldInfo]:
     """Every user option a stage config declares (``user_option``), by option name: the accuracy bound's fields and
     the stages' own (``per_channel``, ``recover_budget``, ``export_c``…)."""
+    from edgeopt.converters.backends.onnxruntime import OnnxRuntimeConfig
     from edgeopt.converters.backends.tflite import TFLiteConfig
     from edgeopt.converters.base import option_name
     from edgeopt.converters.quantize import QuantizeConfig
     from edgeopt.converters.recover import RecoverConfig
 
     out = dict(AccuracyBound.model_fields)
-    for config in (QuantizeConfig, RecoverConfig, TFLiteConfig):  # tests/test_option_declarations.py checks the list
+    for config in (QuantizeConfig, RecoverConfig, TFLiteConfig, OnnxRuntimeConfig):  # tests/test_option_declarations.py checks the list
         for field_name, info in config.model_fields.items():
             if (info.json_schema_extra or {}).get("declares"):
                 out[option_name(field_name, info)] = info
@@ -114,6 +124,19 @@ def stage_declared_options() -> dict[str, FieldInfo]:
 # Each stage option is declared once, in its stage config; the request is generated from those declarations.
 ChainRequest = create_model("ChainRequest", __base__=_ChainRequestBase, __module__=__name__,
                             **{name: _as_requested(f) for name, f in stage_declared_options().items()})
+
+
+_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
+
+
+def parse_bytes(v):
+    """``300MB``, ``512KB``, ``1.5GB``, ``64MiB`` or a number of bytes, as bytes (KB/MB/GB: powers of 1000)."""
+    if v is None or isinstance(v, int):
+        return v
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMG]i?B|B)?\s*", str(v), re.I)
+    if not m:
+        raise ValueError("give a size such as 300MB, 512KB or 1.5GB")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
 
 
 def prune_field(v):

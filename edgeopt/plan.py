@@ -333,7 +333,7 @@ def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]
             bound=r.accuracy_bound(),
             given=r.stage_options(),
             threads=r.threads,
-            backend_settings=dict(target.settings) if target else {},
+            backend_settings=_settings_with_memory(profile, target),
             stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
             prune_channel_multiple=_channel_multiple(profile, target, prec),
@@ -416,3 +416,13 @@ def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str
     if options.precision in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
         wanted.append("quantize")
     return wanted
+
+
+def _settings_with_memory(profile, target) -> dict:
+    """The profile's settings for the backend; a microcontroller target (``micro``) gets the profile's flash and
+    RAM, so the firmware step checks against them (and the plan hash follows an edit of them)."""
+    settings = dict(target.settings) if target else {}
+    if isinstance(settings.get("micro"), dict):
+        settings["micro"] = {**settings["micro"], "flash_bytes": profile.memory.flash_bytes,
+                             "ram_bytes": profile.memory.budget_bytes}
+    return settings

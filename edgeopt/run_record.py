@@ -77,6 +77,7 @@ class RunRecord(BaseModel):
     samples_ms: list[float] | None = None
     peak_rss_mb: float | None = None
     load_rss_mb: float | None = None
+    memory: dict[str, Any] | None = None  # bench --memory: measured peak (child process) beside the prediction
     cpu_utilisation: float | None = None
     cores: int | dict[str, Any] | None = None  # the runner's count; remote-bench: the device's cores and use
     load_ms: float | None = None
@@ -91,6 +92,10 @@ class RunRecord(BaseModel):
     location: RunLocation | None = None
     energy_figures: dict[str, Any] | None = None
     warnings: list[str] | None = None
+    # which provider/device ran it and how (the runner's ``execution``: e.g. CUDA running Q/DQ "as float with Q/DQ
+    # kernels"), and which op ran on which unit (edgeopt/placement)
+    execution: dict[str, Any] | None = None
+    placement: dict[str, Any] | None = None
     labels: dict[str, str] | None = None
     run_id: int | None = None  # its id in the results store (None: not stored)
     # --- local bench: one row of a side-by-side table

@@ -64,3 +64,35 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | None = None, timeout
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def run_cli_in_process(*args: str, env: dict | None = None, cwd: str | None = None, timeout: float = 600):
+    """``edgeopt.cli.main`` called in this process, with what it writes to ``sys.stdout``/``sys.stderr`` captured:
+    the same exit codes and messages as :func:`run_cli` in milliseconds instead of a Python start-up. For the
+    checks of a command's verdict (usage errors, bad input, dry runs); a run that converts or measures, or that
+    checks what reaches the process's real file descriptors, uses :func:`run_cli`."""
+    import contextlib
+    import io
+
+    from edgeopt.cli import main, output
+
+    out, err = io.StringIO(), io.StringIO()
+    old_env, old_cwd, old_stream = dict(os.environ), os.getcwd(), output._json_stream[0]
+    try:
+        os.environ.update(env or {})
+        if cwd:
+            os.chdir(cwd)
+        output._json_stream[0] = None
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+        output._json_stream[0] = old_stream
+    return subprocess.CompletedProcess([sys.executable, "-m", "edgeopt", *args], code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli_in_process():
+    return run_cli_in_process

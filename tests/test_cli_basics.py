@@ -12,6 +12,12 @@ import pytest
 import edgeopt
 
 
+@pytest.fixture
+def cli(cli_in_process):
+    """These tests judge commands' verdicts (exit codes, messages, JSON): run in this process, no Python start-up."""
+    return cli_in_process
+
+
 def _one_json_object(stdout: str) -> dict:
     lines = stdout.strip().splitlines()
     assert len(lines) == 1, f"expected one JSON line on stdout, got {len(lines)}: {stdout[:300]!r}"

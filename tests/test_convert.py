@@ -27,7 +27,7 @@ def test_fp32_convert_manifest_and_runner(tmp_path, tiny_model, tiny_data, test_
     r = convert(tiny_model, str(test_profile), out, eval=tiny_data)
     m = load_artifact(out)
     assert m.backend == "onnxruntime" and m.precision == "fp32" and m.profile == "testdev"
-    assert set(m.files) == {"model.onnx"} and m.runtime["model"] == "model.onnx"
+    assert set(m.files) == {"model.onnx", "load.py", "load.cc"} and m.runtime["model"] == "model.onnx"
     assert m.runtime["settings"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
     assert m.inputs[0].name == "x" and m.inputs[0].shape == [1, 3, 8, 8] and m.inputs[0].layout == "NCHW"
     assert m.outputs[0].name == "logits" and m.outputs[0].shape == [1, 5]
@@ -258,7 +258,7 @@ def test_same_inputs_give_a_byte_identical_manifest_and_timings_go_to_build_json
     assert raw["created"] == "2023-11-14T22:13:20+00:00" and raw["build_facts"] == "build.json"
     assert raw["determinism"]["deterministic"] is True and raw["determinism"]["why"]
     assert "seconds" not in json.dumps(raw["stages"])  # durations live in build.json
-    assert "build.json" not in raw["files"] and set(raw["files"]) == {"model.onnx"}
+    assert "build.json" not in raw["files"] and set(raw["files"]) == {"model.onnx", "load.py", "load.cc"}
     facts = json.loads((a / "build.json").read_text())
     assert facts["host"] and facts["timings"]["stages"][0]["seconds"] >= 0
     m = load_artifact(a)  # build.json's timings merged back in

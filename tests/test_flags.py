@@ -24,6 +24,12 @@ DIGITS_TEST = REPO / "fixtures" / "data" / "digits_test.npz"
 DIGITS_CALIB = REPO / "fixtures" / "data" / "digits_calib.npz"
 
 
+@pytest.fixture
+def cli(cli_in_process):
+    """These tests judge commands' verdicts (exit codes, messages, JSON): run in this process, no Python start-up."""
+    return cli_in_process
+
+
 def refused(r, code: int, *words: str) -> str:
     """The run ended with ``code``, one error line holding ``words``, no traceback; with --json one object."""
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("edgeopt: error:")]

@@ -15,6 +15,12 @@ from edgeopt import results
 FAST = ["--min-runs", "3", "--min-seconds", "0", "--warmup", "1"]
 
 
+@pytest.fixture
+def cli(cli_in_process):
+    """These tests judge commands' verdicts (exit codes, messages, JSON): run in this process, no Python start-up."""
+    return cli_in_process
+
+
 def stored(db, samples, *, location="local", hostname="build-7", device=None, threads=2, libraries=None,
            cpu="Test CPU"):
     """A stored run with synthetic latency samples (no model is run) and the identity its environment implies."""

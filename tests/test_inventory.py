@@ -16,6 +16,12 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+@pytest.fixture
+def cli(cli_in_process):
+    """These tests judge commands' verdicts (exit codes, messages, JSON): run in this process, no Python start-up."""
+    return cli_in_process
+
+
 def test_roundtrip_with_awkward_strings(remote_env):
     dev = inv.make_device(
         name="pi5.lab_1", host="pi.local", port=2222, user="pi", key="~/.ssh/id ed25519", profile="pi5",

@@ -421,7 +421,7 @@ def test_metric_reaches_the_accuracy_aware_search(tmp_path, cli):
     np.savez(tmp_path / "eval.npz", x=ev.arrays["x"])
     r = cli("convert", str(tmp_path / "tagger.onnx"), "--backend", "onnxruntime", "--precision", "int8",
             "--calib", str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--metric", "ctc",
-            "--max-accuracy-drop", "5", "--search-budget", "60", "--quant-mode", "static", "-o", str(tmp_path / "art"),
+            "--max-accuracy-drop", "5", "--search-budget", "3600", "--quant-mode", "static", "-o", str(tmp_path / "art"),
             "--json")
     assert r.returncode in (0, 5), r.stderr[-2000:]
     out = json.loads(r.stdout)

@@ -124,7 +124,7 @@ def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float):
                        check_samples=ev.subset(np.arange(8)), threads=2, record=StageRecord("openvino", {}))
     # static pinned: these MatMul-only graphs would otherwise go to the mode search, where weight-only INT8 holds
     config = OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,
-                            bound=AccuracyBound(max_accuracy_drop=bound, search_budget=120))
+                            bound=AccuracyBound(max_accuracy_drop=bound, search_budget=3600))
     out = OpenVINOBackend().run(Intermediate(model), config, ctx)
     return out, ctx.record.report
 
@@ -221,7 +221,7 @@ def test_the_units_made_float_are_judged_as_saved_silero_vad(tmp_path, cli):
     out = tmp_path / "art"
     r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
             "--calib", str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--max-accuracy-drop", "2",
-            "--search-budget", "60", "--input-shape", "input=1x576", "--input-shape", "state=2x1x128", "-o", str(out),
+            "--search-budget", "3600", "--input-shape", "input=1x576", "--input-shape", "state=2x1x128", "-o", str(out),
             "--json")
     assert r.returncode == 0, r.stderr[-1500:]
     v = json.loads(r.stdout)["validation"]

@@ -121,7 +121,8 @@ SETTLED = {("tvm", "tuning_db_sha256"), ("prune", "auto_recover_config")}
 KEPT = {("normalize", "input_shapes"), ("prune", "criterion")}  # criterion: an enum of one
 # fields the generator has no other value for: one each accepts
 KNOWN_GOOD: dict[str, object] = {"metric": {"name": "top1"},  # by field name: a MetricSpec is a sub-config
-                                  "int8_activation_hints": ["f16"]}  # a tuple of enums; planned () or ("bf16",)
+                                  "int8_activation_hints": ["f16"],  # a tuple of enums; planned () or ("bf16",)
+                                  "micro": {"cpu": "cortex-m7"}}  # a sub-config, None on the host profile
 # plans that between them run every stage (the backend's stage is named after it)
 PLANS = [dict(backend="onnxruntime", precision="int8", prune=0.3, recover=True),
          dict(backend="openvino", precision="int8"), dict(backend="tflite", precision="int8"),

@@ -18,6 +18,12 @@ SHIPPED = sorted(p.stem for p in (REPO / "device_profiles").glob("*.yaml"))
 EXPECTED = {"pi5", "rpi4", "jetson-orin-nano", "jetson-agx-orin", "intel-npu", "x86-avx512"}
 
 
+@pytest.fixture
+def cli(cli_in_process):
+    """These tests judge commands' verdicts (exit codes, messages, JSON): run in this process, no Python start-up."""
+    return cli_in_process
+
+
 def _pi5_data() -> dict:
     return yaml.safe_load((REPO / "device_profiles" / "pi5.yaml").read_text())
 

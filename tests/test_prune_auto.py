@@ -85,10 +85,14 @@ def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_pa
     # of the digits CNN's 24- and 48-channel Convs (tested below), so the search would have little to choose from
     # bound 3: the 51 held-back calibration images judge each candidate, one image is 1.96 points, so a bound of 1
     # would ask a few seconds of distillation on a loaded machine for no flipped image at all (a coin toss at 0.2)
-    (tmp_path / "r.yaml").write_text("stages: {prune: {round_to: 8}}\n")
+    # the budgets are counts, not seconds: each candidate distils for at most 30 epochs (early stopping by
+    # patience), and the time budgets are far above what that takes, so a loaded machine changes the run's
+    # length, not its outcome
+    (tmp_path / "r.yaml").write_text("stages: {prune: {round_to: 8}, recover: {max_epochs: 30}}\n")
     out = tmp_path / "auto"
     r = cli("convert", str(fixture_model("digits_cnn")), "--profile", "host", "--backend", "onnxruntime",
-            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "3", "--search-budget", "60",
+            "--precision", "fp32", "--prune", "auto", "--max-accuracy-drop", "3", "--search-budget", "36000",
+            "--recover-budget", "36000",
             "--calib", str(fixture_data("digits_calib")), "--eval", str(fixture_data("digits_test")),
             "--recipe", str(tmp_path / "r.yaml"), "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -61,7 +61,7 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
 
     search, confirm, fp32, lucky = _parts(0, 4)
     result = run_search(options=[("lucky", lambda: ("lucky", lucky))], rank=None, with_float=None, fp32_run=fp32,
-                        search=search, confirm=confirm, bound=2.0, budget_s=60, confidence=0.9)
+                        search=search, confirm=confirm, bound=2.0, budget_s=3600, confidence=0.9)
     [row] = result.report["tried"]
     assert (row["search_drop_points"], row["confirm_drop_points"]) == (0.0, 1.333)
     assert row["selected"] is True and row["met"] is False
@@ -74,7 +74,7 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
 
     search, confirm, fp32, one = _parts(0, 1)
     result = run_search(options=[("one", lambda: ("one", one))], rank=None, with_float=None, fp32_run=fp32,
-                        search=search, confirm=confirm, bound=2.0, budget_s=60, confidence=0.9)
+                        search=search, confirm=confirm, bound=2.0, budget_s=3600, confidence=0.9)
     assert result.best is not None and result.report["confirm_drop_upper"] == pytest.approx(1.374, abs=1e-3)
 
 
@@ -89,7 +89,7 @@ def test_the_mode_search_refuses_the_lucky_candidate_the_same_way():
     q = SimpleNamespace(quantized_units=1, float_units=0, notes={})
     b = Bounded(search, confirm, fp32, 1, confidence=0.9)
     choice = choose_mode([ModeCandidate("dynamic per-channel", lambda: ("a", lucky, q))], b=b, bound=2.0,
-                         budget_s=60, fp32_timed=fp32, backend="onnxruntime")
+                         budget_s=3600, fp32_timed=fp32, backend="onnxruntime")
     [row] = choice.report["candidates"]
     assert choice.label is None and row["verdict"] == "dropped"
     assert row["why"] == ("chosen on the search part, not confirmed on the held-back part: drop 1.33 points on the "

@@ -165,7 +165,7 @@ def test_choose_mode_keeps_the_fastest_within_the_bound_and_says_why_others_were
     choice = choose_mode([cand("dynamic per-tensor", noisy(50.0), DynamicMode(granularity=Granularity.PER_TENSOR)),
                           cand("static per-channel", noisy(0.0, 0.005), StaticMode()),
                           cand("dynamic per-channel", noisy(0.0), DynamicMode())],
-                         b=Bounded(search, confirm, fp32, 2), bound=1.0, budget_s=60, fp32_timed=fp32,
+                         b=Bounded(search, confirm, fp32, 2), bound=1.0, budget_s=3600, fp32_timed=fp32,
                          backend="onnxruntime")
     rows = {r["mode"]: r for r in choice.report["candidates"]}
     assert choice.label == "dynamic per-channel" and rows["dynamic per-channel"]["verdict"] == "chosen"
@@ -205,7 +205,7 @@ def test_the_users_metric_drives_the_mode_choice(tmp_path):
     def choose(metric=None):
         cands = [ModeCandidate(label, lambda lb=label, run=run: (lb, run, QuantizedModel(None, DynamicMode(), 1, 0)))
                  for label, run in (("scaled", lambda f: {"y": 10 * fp32(f)["y"]}), ("exact", slow))]
-        return choose_mode(cands, b=Bounded(search, confirm, fp32, 2, metric, (str(tmp_path),)), bound=1.0, budget_s=60, fp32_timed=fp32,
+        return choose_mode(cands, b=Bounded(search, confirm, fp32, 2, metric, (str(tmp_path),)), bound=1.0, budget_s=3600, fp32_timed=fp32,
                            backend="onnxruntime")
 
     assert choose().label == "scaled"

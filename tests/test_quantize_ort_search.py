@@ -81,7 +81,7 @@ def test_search_tries_weighted_ops_only_before_another_calibration_and_keeps_the
     calib, ev = cluster_data(protos, 64, seed=1), cluster_data(protos, 600, seed=2)  # 300 held back: 1 point
     ctx = _ctx(tmp_path, model, calib, ev)
     out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", preset="tensorrt",
-                                                                  bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=120)), ctx)
+                                                                  bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     report = ctx.record.report
     aa = report["accuracy_aware"]
     assert aa["tried"][0]["what"] == "preset" and aa["tried"][0]["search_drop_points"] > 10  # the preset breaks it
@@ -201,7 +201,7 @@ def test_magika_tensorrt_int8_holds_the_bound_with_quantized_ops(tmp_path):
     ev, held = rest.split(0.5, seed=0)
     ctx = _ctx(tmp_path, model, calib, ev)
     out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", preset="tensorrt",
-                                                                  bound=AccuracyBound(max_accuracy_drop=2.0, search_budget=90)), ctx)
+                                                                  bound=AccuracyBound(max_accuracy_drop=2.0, search_budget=3600)), ctx)
     report = ctx.record.report
     assert report["accuracy_aware"]["met"] and report["quantized"]["quantized_units"] >= 1
     assert check_tensorrt_qdq(onnx.load(str(out.path))).passed

@@ -13,6 +13,12 @@ from edgeopt import results
 from edgeopt.bench.stats import compare_samples
 
 
+@pytest.fixture
+def cli(cli_in_process):
+    """These tests judge commands' verdicts (exit codes, messages, JSON): run in this process, no Python start-up."""
+    return cli_in_process
+
+
 def fake_result(samples, *, model="m.onnx", backend="onnxruntime", device="host", stage=None, artifact="a" * 64):
     """A stored run as the runner prints it (synthetic samples: no model is run)."""
     s = np.asarray(samples, float)

@@ -98,7 +98,7 @@ def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(ta
     monkeypatch.setattr(sensitivity, "isolate", counting_isolate)
     ctx = _ctx(tmp_path, calib, ev)
     # static pinned: this is the static search's test (with auto, dynamic with ops in float holds first)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and aa["search_drop_points"] <= 1.0
     # ranked once: one ranking, one isolated model per quantized node, whatever the number of candidates
@@ -188,7 +188,7 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
     monkeypatch.setattr(nncf_search, "activation_quantizers", counting)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
     out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,  # auto: weight-only first
-                                                                    bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+                                                                    bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
     assert calls["rank"] == 1 and aa["sensitivity"]["rank_calls"] == 1
@@ -219,7 +219,7 @@ def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignor
     calib, _ = sequences(protos, 48, seed=1)
     ev, _ = sequences(protos, 96, seed=2)
     ctx = _ctx(tmp_path, calib, ev, stage="openvino")
-    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=60)), ctx)
+    out = OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["tried"][0]["search_drop_points"] > 20  # naive INT8 is broken
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0
@@ -278,7 +278,7 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
 
     result = run_search(options=[("preset", lambda: (None, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
                         with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
-                        budget_s=60)
+                        budget_s=3600)
     assert result.best is None and result.report["only_all_float_meets"]
     assert any(t["kept_in_float"] == 3 and t["search_drop_points"] == 0 and t["selected"]
                for t in result.report["tried"])  # selected on the search part, never the search's choice
@@ -307,7 +307,7 @@ def test_a_hit_with_no_quantized_compute_op_left_is_fp32_too(meets_from, quantiz
 
     result = run_search(options=[("preset", lambda: (0, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
                         with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=2.0,
-                        budget_s=60, quantizes=lambda k: k < quantized_below)  # 2: the hit is the held-back's 2nd look
+                        budget_s=3600, quantizes=lambda k: k < quantized_below)  # 2: the hit is the held-back's 2nd look
     if best_kept is None:
         assert result.best is None and result.report["only_all_float_meets"]
         assert result.closest.kept != tuple(ops[:4])  # the FP32 candidate is never named the closest INT8
@@ -340,7 +340,7 @@ def test_float_fallback_goes_on_to_the_next_option_when_the_closest_one_has_no_h
     ranks = []
     result = run_search(options=[("percentile", lambda: ((0, 0), half_broken)), ("min-max", lambda: ((1, 0), broken))],
                         rank=lambda art, dl: ranks.append(art) or [(o, 1.0) for o in ops], with_float=with_float,
-                        fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=60, fallback_bases=2)
+                        fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=3600, fallback_bases=2)
     assert result.best is not None and result.best.artifact == (1, 1) and len(ranks) == 1
     assert result.report["quantizer_options"] == {"chosen": "min-max", "float_fallback_also_on": ["min-max"]}
     assert "only_all_float_meets" not in result.report
@@ -358,7 +358,7 @@ def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
         raise StageError("quantize: onnxruntime static INT8 failed: ValueError: The truth value of an array …")
 
     result = run_search(options=[("preset", crash), ("per-tensor", lambda: (None, fp32_run))], rank=None,
-                        with_float=None, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=60)
+                        with_float=None, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=3600)
     assert result.best is not None and result.report["quantizer_options"]["chosen"] == "per-tensor"
     assert result.report["options_skipped"] == [{"what": "preset", "why": "failed: quantize: onnxruntime static INT8 "
                                                  "failed: ValueError: The truth value of an array …"}]
@@ -480,7 +480,7 @@ def test_a_metric_that_does_not_count_samples_is_judged_by_a_bootstrap_of_its_dr
     def sums(part, k):
         return [float(part.feed(i)["x"].sum()) for i in range(k)]
 
-    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=60,
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=3600,
                        metric_spec=MetricSpec(name=MetricName.COSINE), confidence=0.9)
     assert s.halves == [] and "bootstrap" in s.report["acceptance"]
     spread = s.judge(candidate(sums(search, 2) + sums(confirm, 2)))
@@ -489,7 +489,7 @@ def test_a_metric_that_does_not_count_samples_is_judged_by_a_bootstrap_of_its_dr
     assert "points on the search part, up to" in s.why_missed(spread)
     fewer = s.judge(candidate(sums(search, 1) + sums(confirm, 1), 0.95))
     assert fewer.met and fewer.confirm_upper <= 2.5 and s.looks == 1
-    counted = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=20.0, budget_s=60,
+    counted = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=20.0, budget_s=3600,
                              metric_spec=MetricSpec(name=MetricName.TOP1))
     assert counted.halves == [] and "Tango" in counted.report["acceptance"]
 
@@ -511,7 +511,7 @@ def test_the_gate_and_the_search_judge_all_the_samples_alike():
         y = fp32_run(feed)["y"]
         return {"y": _rotated(y, 0.8) if float(feed["x"].sum()) in bad else y}
 
-    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=5, budget_s=60,
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=5, budget_s=3600,
                        metric_spec=MetricSpec(name=MetricName.COSINE), confidence=0.9)
     chosen = s.judge(run)
     feeds = [{"x": given[i]} for i in range(len(given))]
@@ -572,7 +572,7 @@ def test_a_native_float_is_judged_and_timed_beside_the_modes_never_chosen_by_the
         return {"y": -(feed["x"] @ w)}
 
     mode = ModeCandidate("dynamic per-channel", lambda: ("int8.onnx", fp32_run, QuantizedModel(None, DynamicMode(), 1, 0)))
-    choice = choose_mode([mode], b=b, bound=1.0, budget_s=60, fp32_timed=fp32_run, backend="openvino",
+    choice = choose_mode([mode], b=b, bound=1.0, budget_s=3600, fp32_timed=fp32_run, backend="openvino",
                          floats={"bf16": (fp32_run, "--precision bf16"), "fp16": (off, "--precision fp16")})
     assert choice.label == "dynamic per-channel" and set(choice.latency) == {"fp32", "dynamic per-channel"}
     assert choice.floats["bf16"]["holds"] is True and choice.floats["bf16"]["latency_ms"] > 0

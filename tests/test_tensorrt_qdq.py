@@ -138,6 +138,8 @@ def test_nodes_kept_in_float_are_named_not_refused(tmp_path):
     assert facts["violations"] == [] and facts["quantized_linear_ops"] == 3
     assert sorted(p["node"] for p in facts["placement"]) == ["/16/Gemm", "/4/Conv_output_0"]
     assert any("will run in float on TensorRT" in w and "/16/Gemm" in w for w in manifest["warnings"])
+    floats = manifest["runtime"]["float_layers"]  # at the precision they were judged at: FP32, TensorRT's FP16 off
+    assert floats["precision"] == "fp32" and sorted(floats["nodes"]) == ["/16/Gemm", "/4/Conv_output_0"]
 
 
 # ------------------------------------------------------------------ rule-breaking graphs, made here

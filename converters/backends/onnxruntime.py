@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 
+from edgeopt.artifact import OrtSettings
 from edgeopt.converters.base import (
     Backend,
     ChainContext,
@@ -27,9 +28,12 @@ from edgeopt.converters.base import (
     Intermediate,
     StageConfig,
     from_option,
+    options_for,
+    user_option,
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import BackendName, Precision, StrEnum
+from edgeopt.placement.gate import MAX_FALLBACK_OPS_HELP, gate_placement
 
 
 class GraphOptLevel(StrEnum):
@@ -60,6 +64,7 @@ class OnnxRuntimeConfig(StageConfig):
     graph_optimization_level: GraphOptLevel = GraphOptLevel.ALL
     save_optimized: bool = False
     saved_optimization_level: GraphOptLevel = GraphOptLevel.EXTENDED
+    max_fallback_ops: int | None = user_option(None, MAX_FALLBACK_OPS_HELP, ge=0)
 
 
 @register_stage
@@ -87,17 +92,21 @@ class OnnxRuntimeBackend(Backend):
         provider_options = dict(s.get("provider_options") or {})
         if provider == TRT_PROVIDER:  # the engine is built on the board and kept there (the profile may override)
             provider_options = {**TRT_ENGINE_CACHE, **provider_options}
+            if options.precision != Precision.FP16:  # float layers run at the precision they were judged at (FP32)
+                provider_options.pop("trt_fp16_enable", None)
         return OnnxRuntimeConfig(
             provider=provider,
             fallback_providers=tuple(s.get("fallback_providers") or ()),
             provider_options=provider_options,
             threads=options.threads or s.get("threads"),
+            **options_for(OnnxRuntimeConfig, options.given),  # --max-fallback-ops
         )
 
     def run(self, model: Intermediate, config: OnnxRuntimeConfig, ctx: ChainContext) -> Intermediate:
         import onnxruntime as ort
 
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+        from edgeopt.runtime.runners.onnxruntime import session_kwargs, session_options
 
         target = ctx.artifact_dir / "model.onnx"
         shutil.copyfile(model.path, target)
@@ -112,14 +121,12 @@ class OnnxRuntimeBackend(Backend):
         runtime = {"backend": self.backend.value, "model": target.name, "settings": settings}
         if config.provider == TRT_PROVIDER:
             tensorrt_preflight(model.path, ctx)
+            runtime.update(tensorrt_loaded_settings(target, settings, config, ctx))
             runtime["engine_build"] = engine_build(config)
+        runtime["settings"] = OrtSettings(**settings).settings()  # typed: every key the runner applies
         # Load it once here: a model ONNX Runtime cannot load must fail the conversion, not the device.
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, settings["graph_optimization_level"])
-        if config.threads:
-            so.intra_op_num_threads = config.threads
-        ort.InferenceSession(str(target), so, providers=["CPUExecutionProvider"])
+        so = session_options(ort, settings, config.threads)
+        ort.InferenceSession(str(target), so, providers=["CPUExecutionProvider"], **session_kwargs(settings))
         if config.save_optimized:
             saved = ort.SessionOptions()
             saved.log_severity_level = 3
@@ -133,6 +140,8 @@ class OnnxRuntimeBackend(Backend):
             kind: [{"name": t.name, "runtime_name": t.name, "transpose": None} for t in specs]
             for kind, specs in (("inputs", graph_inputs(proto)), ("outputs", graph_outputs(proto)))
         }
+        unit = "cpu" if config.provider == "CPUExecutionProvider" else "gpu"  # the profiles' other providers: GPUs
+        gate_placement(target, self.backend.value, runtime["settings"], unit, config.max_fallback_ops, ctx)
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(target, Format.ONNX, model.precision, notes)
 
@@ -159,6 +168,23 @@ def tensorrt_preflight(path, ctx: ChainContext) -> None:
                          f"{len(result.nodes())} node(s): {result.summary()}",
                          "quantize it with the tensorrt preset (symmetric signed INT8, per-channel weights: the "
                          "jetson profiles' default), or use --precision fp16", details={"tensorrt_qdq": facts})
+
+
+def tensorrt_loaded_settings(target, settings: dict, config: OnnxRuntimeConfig, ctx: ChainContext) -> dict:
+    """For a QDQ model on TensorRT: ONNX Runtime's WeightBiasQuantization left off in ``settings`` (its int32-bias DQs
+    are what TensorRT's parser rejects), the graph the provider receives checked with TensorRT's Q/DQ rules (exit 5
+    on an int32 DQ), and the manifest's list of the float layers with the precision TensorRT runs them at."""
+    from edgeopt.as_loaded.tensorrt_check import WEIGHT_BIAS_QUANTIZATION, check_as_loaded, float_layers
+    from edgeopt.converters.quantize.tensorrt_qdq import has_qdq
+    from edgeopt.model import load_onnx
+
+    proto = load_onnx(target, check=False)
+    if not has_qdq(proto):
+        return {}
+    settings["disabled_optimizers"] = [WEIGHT_BIAS_QUANTIZATION]
+    ctx.stage_report()["tensorrt_qdq_as_loaded"] = check_as_loaded(target, settings)
+    fp16 = bool(config.provider_options.get("trt_fp16_enable"))
+    return {"float_layers": float_layers(proto, "fp16" if fp16 else "fp32")}
 
 
 def engine_build(config: OnnxRuntimeConfig) -> dict:

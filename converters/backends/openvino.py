@@ -66,6 +66,7 @@ class OpenVINOConfig(StageConfig):
     # where the profile's CPU runs it natively (OpenVINO's own default there), INT8 weights kept
     int8_activation_hints: tuple[InferencePrecision, ...] = ()
     bound: AccuracyBound = AccuracyBound()  # the accuracy-aware search's bound, metric and budget (the planner's)
+    max_fallback_ops: int | None = from_option("max_fallback_ops")  # ops allowed off the NPU/GPU (edgeopt/placement)
 
 
 @register_stage
@@ -102,6 +103,7 @@ class OpenVINOBackend(Backend):
         elif options.precision == Precision.FP32 and kw.get("inference_precision") == InferencePrecision.BF16.value:
             raise UsageError("openvino: the profile's inference_precision bf16 would run an fp32 artifact in bf16",
                              "use --precision bf16 (the artifact then says bf16), or inference_precision f32")
+        kw["max_fallback_ops"] = options.given.get("max_fallback_ops")
         return OpenVINOConfig(**kw)
 
     def run(self, model: Intermediate, config: OpenVINOConfig, ctx: ChainContext) -> Intermediate:
@@ -168,6 +170,10 @@ class OpenVINOBackend(Backend):
                      f"{checks['samples']} samples)")
         report.update(inference_precision_hint=settings["inference_precision"], device=config.device,
                       weights=_WEIGHTS[config.precision])
+        from edgeopt.placement.gate import gate_placement
+
+        gate_placement(ctx.artifact_dir / "model.xml", self.backend.value, settings,
+                       {"NPU": "npu", "GPU": "gpu"}.get(config.device, "cpu"), config.max_fallback_ops, ctx)
         notes = {**model.notes, "runtime": runtime}
         return Intermediate(ctx.artifact_dir / "model.xml", Format.OPENVINO_IR, config.precision, notes)
 

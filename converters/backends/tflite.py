@@ -57,6 +57,7 @@ from edgeopt.errors import (
     UsageError,
 )
 from edgeopt.files import atomic_path
+from edgeopt.micro.target import MicroTarget
 
 LOG_FILE = "onnx2tf.log"
 
@@ -75,6 +76,7 @@ class TFLiteConfig(StageConfig):
     c_name: str = user_option("model", "With --export-c: the C symbols' name, g_<c_name>_model_data[_len] "
                                        "(convert uses the model's file name).")
     timeout_s: float = 3600.0
+    micro: MicroTarget | None = None  # a microcontroller profile's core: TFLite Micro checks and the firmware build
     bound: AccuracyBound = AccuracyBound()  # INT8: the search of converters/quantize/tflite_search.py (the planner's)
 
 
@@ -103,7 +105,7 @@ class TFLiteBackend(Backend):
         s = options.backend_settings
         kw = {"precision": options.precision, "mode": options.quant_mode, "threads": options.threads or s.get("threads"),
               "bound": options.bound}
-        for key in ("io_dtype", "delegate", "calib_samples", "export_c"):
+        for key in ("io_dtype", "delegate", "calib_samples", "export_c", "micro"):
             if key in s:
                 kw[key] = s[key]
         return TFLiteConfig(**{**kw, **options_for(TFLiteConfig, options.given)})  # --per-channel, --export-c…
@@ -155,7 +157,14 @@ class TFLiteBackend(Backend):
             checks = self._int8(model, config, ctx, float_out, target, runtime, report)
         ctx.record_checks(checks)
         report["tflite_bytes"] = target.stat().st_size
-        if config.export_c:
+        if config.micro is not None:  # TFLite Micro: ops, run, arena, the C array with its header, the firmware
+            from edgeopt.micro.check import micro_checks
+
+            report["micro"] = micro_checks(target, Path(model.path), runtime, ctx.eval or ctx.check_samples or ctx.calib,
+                                           config.micro, bound=config.bound.max_accuracy_drop, c_name=config.c_name,
+                                           out_dir=ctx.artifact_dir)
+            report["c_export"] = report["micro"]["c_export"]
+        elif config.export_c:
             from edgeopt.converters.c_export import write_c_array
 
             report["c_export"] = write_c_array(target, ctx.artifact_dir, config.c_name)

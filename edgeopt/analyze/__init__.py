@@ -69,7 +69,7 @@ def _totals(model, metas, ops: list[OpCost], profile: DeviceProfile, file_bytes:
     total_bytes = sum(o.bytes_fp32 for o in ops)
     flops = sum(o.flops for o in ops)
     peak_act = max((o.act_read_bytes + o.act_write_bytes for o in ops), default=0)
-    mem = int(profile.memory.size_gb * 1e9)
+    mem = profile.memory.ram_bytes
     return Totals(
         nodes=len(ops), flops=flops, macs=sum(o.macs for o in ops), params=sum(m.numel for m in params),
         param_bytes=param_bytes, activation_bytes=act, peak_activation_bytes=peak_act, bytes_fp32=total_bytes,

@@ -159,7 +159,7 @@ def _too_large_for_memory(totals: Totals, profile: DeviceProfile) -> Recommendat
         kind=RecommendationKind.TOO_LARGE_FOR_MEMORY,
         title="Model larger than the device memory" if over else "Model takes most of the device memory",
         detail=f"parameters {_mb(totals.param_bytes)} + peak activations {_mb(totals.peak_activation_bytes)} "
-               f"= {need / totals.memory_bytes:.0%} of {profile.name}'s {profile.memory.size_gb} GB. "
+               f"= {need / totals.memory_bytes:.0%} of {profile.name}'s {_mb(totals.memory_bytes)}. "
                "INT8 weights need a quarter of the space; pruning shrinks it further.",
         expected_gain=f"INT8 weights: {_mb(totals.param_bytes // 4)} instead of {_mb(totals.param_bytes)}",
         bytes_saved=totals.param_bytes * 3 // 4,

@@ -46,6 +46,7 @@ class BenchOptions(BaseModel):
     store: bool = True
     db: str | None = None
     location: RunLocation = RunLocation.LOCAL
+    memory: bool = False  # each artifact's peak resident memory, measured in a child process, beside its prediction
 
     @field_validator("inputs", "outputs", "db", mode="before")
     @classmethod
@@ -189,6 +190,16 @@ def _open_checked(path: str, o: BenchOptions) -> dict:
             "synthetic": synthetic, "load_rss_mb": round(rss1 - rss0, 1) if rss0 and rss1 else None}
 
 
+def _placement(x: dict) -> dict | None:
+    """The artifact's op → unit report beside its timing (ONNX Runtime and OpenVINO artifacts; None otherwise)."""
+    from edgeopt.placement.plans import artifact_placement
+
+    try:
+        return artifact_placement(x["path"], x["manifest"])
+    except Exception:  # noqa: BLE001 - the report is informative: a runtime that can't re-load the graph leaves it out
+        return None
+
+
 def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | None, validation: dict | None,
             interleaved_with: int) -> RunRecord:
     """One measured artifact's :class:`RunRecord` (stored when ``o.store``)."""
@@ -212,6 +223,13 @@ def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | No
     if (busy := environment.interference_warning(env)):
         rec.setdefault("warnings", []).append(busy)
     rec["labels"] = dict(o.labels)
+    if getattr(x["runner"], "execution", None):  # which provider/device ran it, and how (e.g. CUDA with Q/DQ)
+        rec["execution"] = x["runner"].execution
+    rec["placement"] = _placement(x)
+    if o.memory:
+        from edgeopt.memory.bench_row import memory_row
+
+        rec["memory"] = memory_row(x["path"], o.threads)
     rec["name"] = name or Path(x["path"]).name
     if validation:
         rec["validation"] = validation

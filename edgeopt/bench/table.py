@@ -130,6 +130,9 @@ def render(console, result: dict) -> None:
     if est:
         console.print("energy/cost: estimated from the profile's TDP x CPU utilisation (no power meter here)")
     for r in result["rows"]:
+        for line in execution_lines(r):
+            console.print(line, markup=False)
+    for r in result["rows"]:
         pl = r.get("per_layer")
         if not pl:
             continue
@@ -140,3 +143,19 @@ def render(console, result: dict) -> None:
                 pt.add_row(op["name"][:40], op["op_type"][:24], _fmt(op["measured_us"], ".1f"),
                            _fmt(op.get("predicted_us"), ".2f"), _fmt(op.get("measured_over_predicted"), ".1f"))
             _wide(console, pt, 120)
+
+
+def execution_lines(r: dict) -> list[str]:
+    """Where an artifact ran when it is not where it was built for, and how (CUDA: Q/DQ as float with Q/DQ
+    kernels); an accelerator artifact's placement in one line."""
+    out = []
+    ex = r.get("execution") or {}
+    if ex.get("why") or ex.get("runs_as"):
+        how = f" {ex['runs_as']}" if ex.get("runs_as") else ""
+        out.append(f"{r.get('name')}: ran on {ex.get('provider')}{how}, built for {ex.get('target_provider')}" +
+                   (f" ({ex['why']})" if ex.get("why") else ""))
+    if (r.get("placement") or {}).get("target_unit", "cpu") != "cpu":  # an accelerator's artifact: op -> unit
+        from edgeopt.placement import placement_line
+
+        out.append(f"{r.get('name')}: {placement_line(r['placement'])}")
+    return out

@@ -45,22 +45,36 @@ def analyze(
         model, prof, input_shapes=shapes, top=top, efficiency=efficiency,
         overhead_us_per_op=overhead_us, preflight=not no_preflight,
     )
-    plot_path = None
+    from edgeopt.memory.report import analyze_memory, memory_line
+    from edgeopt.placement.plans import model_placement
+
+    placement = model_placement(model, prof)  # op → unit on the profile's first backend (asked, else predicted)
+    fit, memory_pred = analyze_memory(model, prof, shapes)
+    plot_path = memory_plot = None
     if plot is not None:
         from edgeopt.analyze.plot import plot_roofline
+        from edgeopt.memory.report import plot_memory
 
         plot_path = str(plot_roofline(result, plot))
+        memory_plot = str(plot_memory(memory_pred, fit.budget_bytes, plot.with_name(f"{plot.stem}-memory{plot.suffix}")))
 
     def human(console):
         from edgeopt.analyze.report import render
 
         render(result, console, top=top)
-        if plot_path:
-            console.print(f"roofline chart (estimate): {plot_path}")
+        if placement:
+            from edgeopt.placement import placement_line
 
-    payload = {"analysis": result.model_dump(mode="json")}
+            console.print(placement_line(placement), markup=False)
+        console.print(memory_line(fit), markup=False)
+        if plot_path:
+            console.print(f"roofline chart (estimate): {plot_path}; memory chart (estimate): {memory_plot}")
+
+    payload = {"analysis": result.model_dump(mode="json"), "placement": placement,
+               "memory": fit.model_dump(mode="json")}
     if plot_path:
         payload["plot"] = plot_path
+        payload["memory_plot"] = memory_plot
     if json_out and plot_path:
         stderr.print(f"roofline chart written to {plot_path}")
     emit(json_out, payload, human)

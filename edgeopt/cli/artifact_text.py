@@ -36,3 +36,28 @@ def mode_search_text(stage: str, search: dict) -> str:
         rows += (f"; then {fallback.get('chosen', 'dynamic')} ({fallback.get('candidates', 0)} candidates): "
                  f"{fallback.get('verdict', '?')}")
     return f"{stage} modes: {rows}"
+
+
+def consumer_check_text(check: dict) -> list[str]:
+    """The consumer check (``manifest.consumer_check``): load.py vs the runner, the bare load, the plain default."""
+    if check.get("skipped"):
+        return [f"consumer check ({check['runtime']}): not run here: {check['skipped']}"]
+
+    def load_text(load: dict) -> str:
+        applied = ", ".join(f"{k} {v}" for k, v in (load.get("applied") or {}).items() if k != "bare")
+        return f"{load['how']}{f' [{applied}]' if applied else ''}: max |diff| vs the runner {load['max_abs_diff']:.3g}"
+
+    lines = [f"consumer check ({check['runtime']}, {check['samples']} samples, "
+             f"{'passed' if check.get('passed') else 'FAILED'}): " + load_text(check["with_settings"])]
+    if check.get("bare"):
+        lines.append("  without load.py: " + load_text(check["bare"]))
+    missing = [s["name"] for s in check.get("settings") or [] if not s["plain_api_honours"] and s["value"] is not None]
+    if missing:
+        lines.append(f"  not carried by the model file (load.py/load.cc apply them): {', '.join(missing)}")
+    pd = check.get("plain_default")
+    if pd:
+        holds = {True: "holds the bound", False: "MISSES the bound", None: "no bound given"}[pd.get("holds_bound")]
+        lines.append(f"  judged at the plain default {pd['setting']}={pd['plain_default']} (not {pd['judged']}): "
+                     f"{pd['metric']} {pd['metric_value']}, drop {pd['metric_drop']} on {pd['samples']} "
+                     f"{pd['data_source']} samples ({holds})")
+    return lines

@@ -50,6 +50,8 @@ def bench(
     db: Path = typer.Option(None, "--db", help="Results store (default: $EDGEOPT_DATA_DIR/results.db)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the runs."),
     per_layer: bool = typer.Option(False, "--per-layer", help="Per-op times from the backend's profiler."),
+    memory: bool = typer.Option(False, "--memory", help="Measure each artifact's peak resident memory (load, first "
+                                "inference, steady state) in a child process, beside its predicted peak."),
     streams: str = StreamsOption,
     batch: int = BatchOption,
     throughput_seconds: float = typer.Option(None, "--throughput-seconds", min=0.1,
@@ -72,7 +74,7 @@ def bench(
     opts = BenchOptions(threads=threads, min_runs=runs, min_seconds=min_seconds, warmup=warmup, streams=streams,
                         batch=batch, throughput_seconds=throughput_seconds,
                         inputs=str(inputs) if inputs else None, outputs=str(outputs) if outputs else None,
-                        per_layer=per_layer, price_per_kwh=price_per_kwh,
+                        per_layer=per_layer, price_per_kwh=price_per_kwh, memory=memory,
                         profile=profile, labels=_labels(label), store=not no_store, db=str(db) if db else None)
 
     def prog(frac: float) -> None:
@@ -93,4 +95,12 @@ def bench(
     else:
         result = bench_artifacts([str(t) for t in targets], opts, progress=prog)
     payload = {"table": [summary_row(r) for r in result["rows"]], **result}
-    emit(json_out, payload, lambda c: render(c, result))
+    def human(c) -> None:
+        render(c, result)
+        from edgeopt.memory.bench_row import memory_text
+
+        for r in result["rows"]:
+            if r.get("memory"):
+                c.print(memory_text(r.get("name") or "", r["memory"]), markup=False)
+
+    emit(json_out, payload, human)

@@ -89,11 +89,13 @@ def _report(result, json_out: bool) -> None:
                "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
-               "backend_search": m.backend_search}
+               "backend_search": m.backend_search, "memory": m.memory.model_dump(mode="json") if m.memory else None,
+               "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None}
 
     from edgeopt.cli.artifact_text import (
         backend_search_text,
         checked_on_text,
+        consumer_check_text,
         mode_search_text,
         precision_fallback_text,
     )
@@ -115,8 +117,22 @@ def _report(result, json_out: bool) -> None:
                 c.print(mode_search_text(st["name"], st["report"]["mode_search"]), markup=False)
         if m.verified_on:
             c.print(_verified_text(m.verified_on), markup=False)
+        _memory_text(c, m)
+        for line in consumer_check_text(m.consumer_check.model_dump(mode="json")) if m.consumer_check else []:
+            c.print(line, markup=False)
 
     emit(json_out, payload, human)
+
+
+def _memory_text(c, m) -> None:
+    """The memory record and a microcontroller build's TFLite Micro report (edgeopt/memory/report.py)."""
+    from edgeopt.memory.report import memory_line, micro_lines
+
+    if m.memory is not None:
+        c.print(memory_line(m.memory), markup=False)
+    for st in m.stages:
+        for line in micro_lines((st.get("report") or {}).get("micro") or {}) if (st.get("report") or {}).get("micro") else []:
+            c.print(line, markup=False)
 
 
 def _validation_text(v: Validation | None) -> str:

@@ -13,15 +13,31 @@ from edgeopt.cli.output import JsonOption, emit
 @app.command("inspect")
 def inspect_cmd(
     artifact: Path = typer.Argument(..., help="An artifact directory written by 'edgeopt convert'."),
+    as_loaded: bool = typer.Option(False, "--as-loaded", help="Also write the graph after the runtime's own "
+                                   "optimizations (ONNX Runtime's optimized model at the runner's level, OpenVINO's "
+                                   "compiled runtime model) and summarise it: op types, Q/DQ by dtype, int32 DQs, "
+                                   "precisions, nodes per provider."),
+    loaded_out: Path | None = typer.Option(None, "--as-loaded-out", help="Where --as-loaded writes the graph "
+                                           "(default: beside the artifact, ART.as-loaded.onnx or .xml)."),
     json_out: bool = JsonOption,
 ) -> None:
     """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
     from edgeopt.artifact import load_artifact, read_build_facts
-    from edgeopt.cli.artifact_text import backend_search_text, checked_on_text, precision_fallback_text
+    from edgeopt.cli.artifact_text import (
+        backend_search_text,
+        checked_on_text,
+        consumer_check_text,
+        precision_fallback_text,
+    )
 
     manifest = load_artifact(artifact)  # with build.json's timings merged in
     m, v = manifest.model_dump(mode="json"), manifest.validation
     build = read_build_facts(artifact) if m.get("build_facts") else None
+    loaded = None
+    if as_loaded:
+        from edgeopt.as_loaded import as_loaded as graph_as_loaded
+
+        loaded = graph_as_loaded(artifact, m, loaded_out)
 
     def human(c):
         c.print(f"{artifact}: {m['backend']} {m['precision']} for profile {m['profile']} (edgeopt {m['edgeopt_version']}, {m['created']})", markup=False)
@@ -51,6 +67,8 @@ def inspect_cmd(
                 unit = v.metric_unit or ""
                 c.print(f"metric {v.metric} (vs {v.metric_basis}): FP32 {v.metric_reference:.4g}{unit} -> "
                         f"{v.metric_value:.4g}{unit}, drop {v.metric_drop:.4g}", markup=False)
+        for line in consumer_check_text(m["consumer_check"]) if m.get("consumer_check") else []:
+            c.print(line, markup=False)
         for left in m.get("backend_fallback") or []:
             c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
         for row in m.get("backend_search") or []:
@@ -61,5 +79,13 @@ def inspect_cmd(
             c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
         for w in m["warnings"]:
             c.print(f"warning: {w}", markup=False)
+        if loaded:
+            from edgeopt.as_loaded import as_loaded_text
 
-    emit(json_out, {"artifact": str(artifact), "manifest": m, "build": build}, human)
+            for line in as_loaded_text(loaded):
+                c.print(line, markup=False)
+
+    data = {"artifact": str(artifact), "manifest": m, "build": build}
+    if loaded:
+        data["as_loaded"] = loaded
+    emit(json_out, data, human)

@@ -67,7 +67,10 @@ def _human_profile(c, p: DeviceProfile) -> None:
         sparse = ", ".join(f"{k} {v:g}" for k, v in u.sparse_peak_gops.model_dump().items() if v) if u.sparse_peak_gops else "-"
         t.add_row(f"{u.kind.value}: {u.name}", str(u.cores), f"{u.clock_ghz:g}", peaks, sparse, " ".join(u.isa) or "-")
     c.print(t)
-    c.print(f"memory: {p.memory.size_gb:g} GB {p.memory.type}, {p.memory.bandwidth_gbps:g} GB/s; TDP {p.tdp_w:g} W"
+    m = p.memory
+    size = f"{m.size_gb:g} GB" if m.size_gb is not None else f"SRAM {m.sram_kb:g} KB, flash {m.flash_kb or 0:g} KB"
+    budget = f", budget for a model {m.budget_bytes / 1e6:g} MB" if m.budget_mb is not None else ""
+    c.print(f"memory: {size} {m.type}, {m.bandwidth_gbps:g} GB/s{budget}; TDP {p.tdp_w:g} W"
             + ("; needs static shapes" if p.requires_static_shapes else ""))
     c.print("backends, in order: " + "; ".join(f"{b.name.value} ({b.unit.value}) {b.settings}" for b in p.backends), markup=False)
     ch = p.default_chain

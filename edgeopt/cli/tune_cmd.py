@@ -22,7 +22,7 @@ from edgeopt.cli.output import JsonOption, emit, progress_factory, warn
 
 
 @app.command("tune")
-@chain_flags(exclude=("backend", "export_c", "c_name"))  # TVM's plan: no other backend, no C array
+@chain_flags(exclude=("backend", "export_c", "c_name", "memory_budget"))  # TVM's plan: no other backend, no C array
 def tune_cmd(
     model: Path = typer.Argument(..., help="The ONNX model."),
     profile: str = ProfileOption,

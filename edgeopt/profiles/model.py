@@ -62,9 +62,41 @@ class ComputeUnit(_Frozen):
 
 
 class Memory(_Frozen):
-    size_gb: float = Field(gt=0)
+    """The device's memory. A board with DRAM states ``size_gb``; a microcontroller states its on-chip
+    ``sram_kb`` (where the tensor arena lives) and ``flash_kb`` (where the model and code live).
+    ``budget_mb``: the share of RAM a model may take (weights + arena + runtime), the rest being the
+    application's; absent, the whole RAM (``--memory-budget`` overrides both)."""
+
+    size_gb: float | None = Field(default=None, gt=0)
     bandwidth_gbps: float = Field(gt=0)
     type: str = ""
+    sram_kb: float | None = Field(default=None, gt=0)
+    flash_kb: float | None = Field(default=None, gt=0)
+    budget_mb: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _ram_stated(self) -> Memory:
+        if self.size_gb is None and self.sram_kb is None:
+            raise ValueError("memory: give size_gb (DRAM) or sram_kb (a microcontroller's SRAM)")
+        return self
+
+    @property
+    def ram_bytes(self) -> int:
+        """The RAM a model runs in: DRAM where stated, else the microcontroller's SRAM."""
+        return int(self.size_gb * 1e9) if self.size_gb is not None else int(self.sram_kb * 1024)
+
+    @property
+    def flash_bytes(self) -> int | None:
+        return int(self.flash_kb * 1024) if self.flash_kb is not None else None
+
+    @property
+    def budget_bytes(self) -> int:
+        """What a model may take: ``budget_mb`` where stated, else all of the RAM."""
+        return int(self.budget_mb * 1e6) if self.budget_mb is not None else self.ram_bytes
+
+    @property
+    def is_microcontroller(self) -> bool:
+        return self.sram_kb is not None and self.size_gb is None
 
 
 class BackendTarget(_Frozen):
@@ -162,13 +194,16 @@ class DeviceProfile(_Frozen):
                 peaks = getattr(u, field)
                 if peaks is not None:
                     out += [f"{base}.{field}.{p}" for p, v in peaks.model_dump().items() if v is not None]
-        return out + ["memory.size_gb", "memory.bandwidth_gbps", "tdp_w"]
+        mem = [f"memory.{k}" for k in ("size_gb", "sram_kb", "flash_kb", "budget_mb")
+               if getattr(self.memory, k) is not None]
+        return out + mem + ["memory.bandwidth_gbps", "tdp_w"]
 
     def missing_sources(self, required_only: bool = True) -> list[str]:
-        """Numbers without a source. ``required_only``: only peaks, bandwidth and TDP (what a roofline uses)."""
+        """Numbers without a source. ``required_only``: peaks, memory and TDP (what a roofline and the memory gate
+        use)."""
         paths = self.number_paths()
         if required_only:
-            paths = [p for p in paths if "peak_gops" in p or p in ("memory.bandwidth_gbps", "tdp_w")]
+            paths = [p for p in paths if "peak_gops" in p or p.startswith("memory.") or p == "tdp_w"]
         return [p for p in paths if self.source_for(p) is None]
 
 

@@ -164,8 +164,11 @@ def _bench(args: argparse.Namespace) -> dict:
     t_end = time.time()
     environment.after(env)
     env["measured_unix"] = [t_start, t_end]  # wall-clock window of load, warm-up and timed runs
-    return run_record(args.artifact_dir, manifest, measured, env=env, energy=energy, synthetic=synthetic,
-                      inputs_source=args.inputs)
+    record = run_record(args.artifact_dir, manifest, measured, env=env, energy=energy, synthetic=synthetic,
+                        inputs_source=args.inputs)
+    if getattr(runner, "execution", None):  # which provider ran it and how (CUDA: Q/DQ as float with Q/DQ kernels)
+        record["execution"] = runner.execution
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ board: said on stderr) or loaded it from the cache (``execution["engine"]``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -19,6 +20,8 @@ import numpy as np
 from . import base
 
 CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+CUDA_QDQ = "as float with Q/DQ kernels"  # what CUDA does with an explicit-Q/DQ model (no INT8 layer fusion)
 WORK_DIR_ENV = "EDGEOPT_WORK_DIR"  # the device's work dir; remote-bench sets it for artifacts that name {work_dir}
 DEFAULT_WORK_DIR = "~/.cache/edgeopt-remote"  # a device's default work dir (remote/inventory.py, the profiles)
 _said: set[tuple[str, str]] = set()
@@ -36,23 +39,20 @@ class Runner(base.Runner):
         except ImportError as err:
             raise base.RuntimeMissing("onnxruntime is not installed (pip install onnxruntime)") from err
         settings = self.runtime.get("settings", {})
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        level = settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-        if self.threads:
-            so.intra_op_num_threads = int(self.threads)
-        if settings.get("allow_spinning") is False:  # pool threads sleep after a call (a timing beside other runtimes)
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = session_options(ort, settings, self.threads)
         wanted = settings.get("provider") or CPU
         available = ort.get_available_providers()
         providers = session_providers(settings, available)
         path = os.path.join(artifact_dir, self.runtime["model"])
         cache = _engine_cache(providers)
         before, t0 = _files(cache), time.perf_counter()
-        self.session = ort.InferenceSession(path, so, providers=providers)
+        self.session = open_session(ort, path, so, providers, settings)
         self.execution = execution_report(wanted, providers, self.session.get_providers(), available)
         self.provider = self.execution["provider"]
+        if manifest.get("precision") == "int8" and self.provider == CUDA:
+            self.execution["runs_as"] = CUDA_QDQ
+            say_once((CUDA, "qdq"), f"{CUDA} runs this INT8 Q/DQ model {CUDA_QDQ}: only TensorRT fuses Q/DQ into "
+                                    "INT8 layers")
         if self.execution.get("why"):
             say_once((wanted, self.provider), f"onnxruntime ran on {self.provider}, not the artifact's {wanted}: "
                                               f"{self.execution['why']}")
@@ -93,6 +93,83 @@ class Runner(base.Runner):
 
     def close(self) -> None:
         self.session = None
+
+
+def session_options(ort, settings: dict, threads: int | None = None):
+    """The ``SessionOptions`` the artifact's settings ask for: graph optimization level (ALL unless set), threads,
+    and the pool threads' spinning."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    level = settings.get("graph_optimization_level", "ORT_ENABLE_ALL")
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    if settings.get("allow_spinning") is False:  # pool threads sleep after a call (a timing beside other runtimes)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+def session_kwargs(settings: dict, providers: list | None = None) -> dict:
+    """``InferenceSession``'s keyword arguments from the settings: ``disabled_optimizers`` (ONNX Runtime's own graph
+    optimizers left off, e.g. ``WeightBiasQuantization``, which turns a float bias into an int32 DequantizeLinear
+    that TensorRT's parser rejects and CUDA has no kernel for). Given the session's ``providers``, they apply only
+    where one of them is not the CPU: on the CPU alone those DQs fuse into QLinearConv (a Q/DQ detector at 320x320
+    ran 3.6x slower on the CPU with the optimizer off)."""
+    disabled = list(settings.get("disabled_optimizers") or ())
+    if providers is not None and all((p[0] if isinstance(p, tuple) else p) == CPU for p in providers):
+        return {}
+    return {"disabled_optimizers": disabled} if disabled else {}
+
+
+def _name(provider) -> str:
+    return provider[0] if isinstance(provider, tuple) else provider
+
+
+def open_session(ort, path: str, so, providers: list, settings: dict):
+    """The ``InferenceSession`` of ``path`` on ``providers`` with the settings' keyword arguments. ONNX Runtime's
+    own fallback, when a provider fails to load (TensorRT without its libraries), re-creates the session on its
+    fallback providers *without* ``disabled_optimizers``: where that happened, the session is made again on the
+    providers that did load, with them, so the graph that runs is the one that was checked."""
+    kwargs = session_kwargs(settings, providers)
+    with stdout_to_stderr():  # a provider that fails to load prints on fd 1: keep stdout for the caller's JSON
+        session = ort.InferenceSession(path, so, providers=providers, **kwargs)
+        used = session.get_providers()
+        if kwargs and used and used[0] != _name(providers[0]):
+            loaded = [p for p in providers if _name(p) in used]
+            session = ort.InferenceSession(path, so, providers=loaded, **session_kwargs(settings, loaded))
+    return session
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """File descriptor 1 pointed at fd 2 for the block, and Python's ``sys.stdout`` at ``sys.stderr``: what C++ code
+    prints (an execution provider's load errors) and ONNX Runtime's Python "EP Error … Falling back" lines go to
+    stderr; both restored after. A command's JSON on stdout stays the only thing there."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 to save (a closed stdout): nothing to redirect
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        os.dup2(_stderr_fd(), 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _stderr_fd() -> int:
+    """The descriptor behind ``sys.stderr`` (the CLI keeps the real stderr there and points fd 2 at /dev/null),
+    else 2."""
+    try:
+        sys.stderr.flush()
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 def work_dir() -> str:

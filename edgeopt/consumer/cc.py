@@ -1,0 +1,125 @@
+"""``load.cc``: the artifact's model loaded in C++ with the settings edgeopt judged it at (the runtime's C++ API)."""
+
+from __future__ import annotations
+
+import json
+
+_OV_TYPES = {"f32": "f32", "bf16": "bf16", "f16": "f16", "i8": "i8"}
+_MAIN = """
+int main(int argc, char** argv) {
+    const std::string dir = argc > 1 ? argv[1] : ".";
+%s
+    return 0;
+}
+"""
+
+
+def _q(text) -> str:
+    return json.dumps(str(text))
+
+
+def _openvino(runtime: dict) -> str:
+    s = runtime.get("settings") or {}
+    hint = _OV_TYPES.get(s.get("inference_precision") or "f32", "f32")
+    props = [f"ov::hint::inference_precision(ov::element::{hint})"]
+    if s.get("threads"):
+        props += [f"ov::inference_num_threads({int(s['threads'])})", "ov::num_streams(1)"]
+    else:
+        mode = (s.get("performance_hint") or "LATENCY").upper()
+        props.append(f"ov::hint::performance_mode(ov::hint::PerformanceMode::{mode})")
+    args = ",\n        ".join(props)
+    body = ("    ov::Core core;\n"
+            f"    ov::CompiledModel compiled = core.compile_model(dir + \"/{runtime['model']}\", "
+            f"{_q(s.get('device') or 'CPU')},\n        {args});\n"
+            "    std::cout << \"INFERENCE_PRECISION_HINT \" << compiled.get_property(ov::hint::inference_precision)"
+            " << std::endl;\n"
+            "    ov::InferRequest request = compiled.create_infer_request();\n"
+            "    // fill request.get_input_tensor(i) (ONNX layout), then:\n"
+            "    request.infer();")
+    return ("// Build: g++ -std=c++17 load.cc -I$OPENVINO/runtime/include -L$OPENVINO/runtime/lib/intel64 -lopenvino\n"
+            "#include <openvino/openvino.hpp>\n#include <iostream>\n#include <string>\n" + _MAIN % body)
+
+
+def _onnxruntime(runtime: dict) -> str:
+    s = runtime.get("settings") or {}
+    lines = ["    Ort::Env env(ORT_LOGGING_LEVEL_WARNING, \"edgeopt\");", "    Ort::SessionOptions so;",
+             f"    so.SetGraphOptimizationLevel(GraphOptimizationLevel::"
+             f"{s.get('graph_optimization_level') or 'ORT_ENABLE_ALL'});"]
+    if s.get("threads"):
+        lines.append(f"    so.SetIntraOpNumThreads({int(s['threads'])});")
+    if s.get("allow_spinning") is False:
+        lines.append("    so.AddConfigEntry(\"session.intra_op.allow_spinning\", \"0\");")
+    if s.get("disabled_optimizers"):
+        names = ";".join(s["disabled_optimizers"])
+        lines.append(f"    so.AddConfigEntry(\"optimization.disable_specified_optimizers\", {_q(names)});")
+    provider = s.get("provider") or "CPUExecutionProvider"
+    for name in dict.fromkeys([provider, *(s.get("fallback_providers") or [])]):
+        if name != "CPUExecutionProvider":  # the CPU takes what the providers before it leave
+            lines += _ort_provider(name, (s.get("provider_options") or {}) if name == provider else {})
+    lines += [f"    Ort::Session session(env, (dir + \"/{runtime['model']}\").c_str(), so);",
+              "    // session.Run(...) with inputs named and laid out as in the ONNX model"]
+    return ("// Build: g++ -std=c++17 load.cc -I$ORT/include -L$ORT/lib -lonnxruntime\n"
+            "#include <onnxruntime_cxx_api.h>\n#include <string>\n#include <unordered_map>\n#include <vector>\n"
+            + _MAIN % "\n".join(lines))
+
+
+def _ort_value(value) -> str:
+    text = str(value).replace("{work_dir}", "/path/to/work_dir")
+    return {"True": "1", "False": "0"}.get(text, text)
+
+
+def _ort_provider(name: str, options: dict) -> list[str]:
+    """C++ lines appending provider ``name`` with ``options`` (TensorRT and CUDA through their V2 options)."""
+    keys = ", ".join(_q(k) for k in options)
+    values = ", ".join(_q(_ort_value(v)) for v in options.values())
+    short = {"TensorrtExecutionProvider": "TensorRT", "CUDAExecutionProvider": "CUDA"}.get(name)
+    if short is None:
+        pairs = ", ".join(f"{{{_q(k)}, {_q(_ort_value(v))}}}" for k, v in options.items())
+        return [f"    so.AppendExecutionProvider({_q(name.replace('ExecutionProvider', ''))}, {{{pairs}}});"]
+    return [f"    {{  // {name}: needs an ONNX Runtime built with it (the board's); set /path/to/work_dir",
+            "        const OrtApi& api = Ort::GetApi();",
+            f"        Ort{short}ProviderOptionsV2* opts = nullptr;",
+            f"        Ort::ThrowOnError(api.Create{short}ProviderOptions(&opts));",
+            f"        std::vector<const char*> keys{{{keys}}}, values{{{values}}};",
+            f"        Ort::ThrowOnError(api.Update{short}ProviderOptions(opts, keys.data(), values.data(), keys.size()));",
+            f"        so.AppendExecutionProvider_{short}_V2(*opts);",
+            f"        api.Release{short}ProviderOptions(opts);",
+            "    }"]
+
+
+def _tflite(runtime: dict) -> str:
+    s = runtime.get("settings") or {}
+    threads = int(s["threads"]) if s.get("threads") else -1
+    body = (f"    auto model = tflite::FlatBufferModel::BuildFromFile((dir + \"/{runtime['model']}\").c_str());\n"
+            "    tflite::ops::builtin::BuiltinOpResolver resolver;  // XNNPACK applies by default\n"
+            "    tflite::InterpreterBuilder builder(*model, resolver);\n"
+            f"    builder.SetNumThreads({threads});\n"
+            "    std::unique_ptr<tflite::Interpreter> interpreter;\n"
+            "    if (builder(&interpreter) != kTfLiteOk || interpreter->AllocateTensors() != kTfLiteOk) return 1;\n"
+            f"    auto* runner = interpreter->GetSignatureRunner({_q(s.get('signature') or 'serving_default')});\n"
+            "    // inputs are in the runtime's layout (see manifest.json runtime.io: transpose), int8 where quantized\n"
+            "    (void)runner;")
+    return ("// Build against LiteRT / TensorFlow Lite (tensorflow/lite), e.g. with its CMake project\n"
+            "#include <memory>\n#include <string>\n#include \"tensorflow/lite/interpreter.h\"\n"
+            "#include \"tensorflow/lite/kernels/register.h\"\n#include \"tensorflow/lite/model.h\"\n"
+            + _MAIN % body)
+
+
+def _tvm(runtime: dict) -> str:
+    s = runtime.get("settings") or {}
+    threads = f"    setenv(\"TVM_NUM_THREADS\", \"{int(s['threads'])}\", 0);\n" if s.get("threads") else ""
+    body = (threads +
+            f"    tvm::ffi::Module lib = tvm::ffi::Module::LoadFromFile(dir + \"/{runtime['model']}\");\n"
+            "    // run its \"main\" in the Relax VirtualMachine (vm_load_executable, vm_initialization on kDLCPU),\n"
+            "    // inputs in ONNX order, as load.py does\n"
+            "    (void)lib;")
+    return ("// Build against the TVM runtime (include/, ffi/include, libtvm_runtime)\n"
+            "#include <cstdlib>\n#include <string>\n#include <tvm/ffi/extra/module.h>\n" + _MAIN % body)
+
+
+def cc_source(manifest: dict) -> str:
+    runtime = manifest["runtime"]
+    make = {"openvino": _openvino, "onnxruntime": _onnxruntime, "tflite": _tflite, "tvm": _tvm}[runtime["backend"]]
+    head = (f"// Load {runtime['model']} with the settings edgeopt judged it at ({runtime['backend']}, "
+            f"{manifest.get('precision')}, profile {manifest.get('profile')}); generated from manifest.json.\n")
+    return head + make(runtime)

@@ -1,0 +1,75 @@
+"""Write ``load.py`` and ``load.cc`` beside an artifact's model, from its manifest's ``runtime`` entry.
+
+``load.py`` is the runtime's part (``templates/load_<backend>.py``) and the shared command line
+(``templates/load_common.py``) joined, with the manifest's settings, io map and inputs written in as Python
+literals: it imports numpy and the runtime only. ``load.cc`` (:mod:`.cc`) applies the same settings in C++.
+"""
+
+from __future__ import annotations
+
+import pprint
+import re
+from pathlib import Path
+
+from edgeopt.files import write_text_atomic
+
+from .cc import cc_source
+
+TEMPLATES = Path(__file__).with_name("templates")
+LOAD_PY, LOAD_CC = "load.py", "load.cc"
+BACKENDS = ("openvino", "onnxruntime", "tflite", "tvm")
+_FILLED = re.compile(r"^(MODEL|SETTINGS|IO|INPUTS)\b[^=]*= .*$")
+_IMPORT = re.compile(r"^(import |from \S+ import )")
+
+
+def literal(value) -> str:
+    return pprint.pformat(value, width=100, sort_dicts=True)
+
+
+def _parts(text: str) -> tuple[list[str], list[str], list[str]]:
+    """(leading comment lines, top-level import lines, the rest) of one template."""
+    lines = text.splitlines()
+    comment = []
+    while lines and lines[0].startswith("#"):
+        comment.append(lines.pop(0))
+    imports = [ln for ln in lines if _IMPORT.match(ln)]
+    body = [ln for ln in lines if not _IMPORT.match(ln)]
+    return comment, imports, body
+
+
+def load_py_source(manifest: dict, version: str = "") -> str:
+    """The text of ``load.py`` for ``manifest`` (a dict: manifest.json's content)."""
+    runtime = manifest["runtime"]
+    backend = runtime["backend"]
+    comment, imports, body = _parts((TEMPLATES / f"load_{backend}.py").read_text())
+    _, common_imports, common = _parts((TEMPLATES / "load_common.py").read_text())
+    values = {"MODEL": runtime["model"], "SETTINGS": runtime.get("settings") or {}, "IO": runtime.get("io") or {},
+              "INPUTS": [{"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]} for t in manifest["inputs"]]}
+
+    def fill(lines: list[str]) -> list[str]:
+        out = []
+        for ln in lines:
+            m = _FILLED.match(ln)
+            out.append(f"{m.group(1)} = {literal(values[m.group(1)])}" if m else ln.split("  # noqa")[0])
+        return out
+
+    head = [f'"""Load {runtime["model"]} as edgeopt {version} judged it: {backend}, {manifest.get("precision")}, '
+            f'profile {manifest.get("profile")}.', "",
+            "Generated from manifest.json's runtime.settings; needs numpy and the runtime only.",
+            "    python load.py --inputs x.npz --outputs y.npz     (--bare: the runtime's defaults, for comparison)",
+            "    from load import load; run = load(MODEL_DIR); outputs = run({INPUT_NAME: array})", '"""', ""]
+    std = sorted({i for i in [*imports, *common_imports] if "numpy" not in i})
+    text = [*head, *comment, *std, "", "import numpy as np", "", *fill(body), "", *fill(common)]
+    return re.sub(r"\n{4,}", "\n\n\n", "\n".join(text)).rstrip() + "\n"
+
+
+def write_loaders(artifact_dir: Path | str, manifest: dict, version: str = "") -> list[str]:
+    """Write ``load.py`` and ``load.cc`` into ``artifact_dir`` (atomically); the file names written (none for a
+    backend without templates, e.g. one registered from outside edgeopt)."""
+    backend = manifest["runtime"].get("backend")
+    if backend not in BACKENDS or manifest["runtime"].get("runner"):
+        return []
+    d = Path(artifact_dir)
+    write_text_atomic(d / LOAD_PY, load_py_source(manifest, version))
+    write_text_atomic(d / LOAD_CC, cc_source(manifest))
+    return [LOAD_PY, LOAD_CC]

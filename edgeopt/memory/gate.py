@@ -1,0 +1,115 @@
+"""The memory gate of ``convert``: the plan's predicted peak against the budget, before any work.
+
+Over the budget, it tries what shrinks memory while the accuracy bound still judges the result (the
+artifact's validation gate runs as for every build): INT8 weights only (``quant_mode weights``), then
+static INT8 (weights and activations); the first predicted to fit is built, and the warning says which.
+When none fits: exit 5 with the figures, nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+
+from edgeopt.enums import Precision, QuantMode
+from edgeopt.errors import GateFailedError
+from edgeopt.memory.fit import MemoryFit
+from edgeopt.memory.predict import MemoryPrediction, predict_memory, size_text
+
+
+def budget_of(profile, options) -> tuple[int, str]:
+    """(bytes, where the figure comes from): ``--memory-budget``, else the recipe's ``memory_budget``, else the
+    profile's ``budget_mb``, else its RAM."""
+    if getattr(options, "memory_budget", None):
+        return int(options.memory_budget), "--memory-budget"
+    recipe = getattr(options, "recipe", None)
+    if recipe is not None:
+        from edgeopt.plan import load_recipe
+
+        r = recipe if not isinstance(recipe, (str, os.PathLike)) else load_recipe(recipe)
+        if getattr(r, "memory_budget", None):
+            return int(r.memory_budget), "the recipe's memory_budget"
+    m = profile.memory
+    if m.budget_mb is not None:
+        return m.budget_bytes, f"{profile.name}'s memory.budget_mb"
+    return m.ram_bytes, f"{profile.name}'s {'SRAM' if m.is_microcontroller else 'RAM'}"
+
+
+def _predict(model, plan, shapes, precision: Precision, mode: QuantMode | None) -> MemoryPrediction:
+    micro = "micro" in plan.options.backend_settings
+    p = precision
+    pred = predict_memory(model, plan.backend.value, p, input_shapes=shapes, microcontroller=micro)
+    if mode in (QuantMode.WEIGHTS, QuantMode.DYNAMIC):  # INT8 weights, float activations held in memory
+        act = predict_memory(model, plan.backend.value, Precision.FP32, input_shapes=shapes, microcontroller=micro)
+        pred = pred.model_copy(update={"arena_bytes": act.arena_bytes, "live_bytes": act.live_bytes,
+                                       "total_bytes": pred.total_bytes - pred.arena_bytes + act.arena_bytes})
+    return pred
+
+
+def _weights_mode(plan) -> QuantMode | None:
+    """The backend's weight-only INT8 mode (INT8 weights, float activations), or None where it has none (ONNX
+    Runtime: its dynamic INT8 is refused on convolutional models, so static INT8 is what is tried)."""
+    from edgeopt.converters.registry import get_backend, resolve
+
+    bcls = get_backend(plan.backend.value)
+    offered = resolve(bcls.quantizer).modes if bcls.quantizer else ()
+    return next((m for m in (QuantMode.WEIGHTS,) if m in offered), None)
+
+
+def _lean(pred: MemoryPrediction) -> MemoryPrediction:
+    return pred.model_copy(update={"live_bytes": [], "node_names": []})
+
+
+def fit_before_work(model, profile, options, plan, shapes, warn, replan):
+    """(options, plan, MemoryFit): the plan as made when it fits; else the first of INT8 weights / static INT8
+    predicted to fit, re-planned with ``replan(options)``; else exit 5 with the figures."""
+    budget, source = budget_of(profile, options)
+    asked = plan.precision
+    try:
+        pred = _predict(model, plan, shapes, asked, plan.options.quant_mode)
+    except Exception as err:  # noqa: BLE001 - a model the estimate can't read: the run's own checks name it
+        first = (str(getattr(err, "message", err)).strip().splitlines() or [type(err).__name__])[0][:160]
+        warn(f"memory: not predicted ({first}); the build is not held to the {size_text(budget)} budget")
+        return options, plan, None
+    if pred.total_bytes <= budget:
+        return options, plan, MemoryFit(predicted=_lean(pred), budget_bytes=budget, budget_source=source, fits=True)
+    tried = [f"{asked.value}: {pred.figures()}"]
+    light = _weights_mode(plan)
+    steps = [] if asked == Precision.INT8 or light is None else [(Precision.INT8, light)]
+    if not (asked == Precision.INT8 and plan.options.quant_mode in (QuantMode.STATIC, QuantMode.AUTO)):
+        steps.append((Precision.INT8, QuantMode.STATIC))
+    for precision, mode in steps:
+        if mode != QuantMode.STATIC and "micro" in plan.options.backend_settings:
+            continue  # TFLite Micro runs integer kernels: weight-only INT8 is no microcontroller model
+        cand = _predict(model, plan, shapes, precision, mode)
+        label = f"int8 {mode.value}"
+        tried.append(f"{label}: {cand.figures()}")
+        if cand.total_bytes <= budget:
+            new = options.model_copy(update={"precision": precision, "quant_mode": mode})
+            new_plan = replan(new)
+            warn(f"memory: {asked.value} needs {pred.figures()}, over the {size_text(budget)} budget "
+                 f"({source}); {label} fits ({cand.figures()}), so it is built (the accuracy bound still applies)")
+            adapted = {"requested": asked.value, "requested_bytes": pred.total_bytes, "chosen": label}
+            return new, new_plan, MemoryFit(predicted=_lean(cand), budget_bytes=budget, budget_source=source,
+                                            fits=True, adapted=adapted)
+    raise GateFailedError(
+        f"memory: needs {pred.figures()}, {profile.name} has {size_text(budget)} ({source}); tried "
+        + "; ".join(tried[1:] or ["nothing smaller"]),
+        "prune the model (--prune), give a larger --memory-budget, or choose a device with more memory",
+        details={"predicted": _lean(pred).model_dump(mode="json"), "budget_bytes": budget, "budget_source": source,
+                 "tried": tried})
+
+
+def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[dict] = ()) -> MemoryFit:
+    """The record for the manifest: the prediction at the plan's precision (what was built) and, for a
+    microcontroller build, what TFLite Micro measured (the arena found, its allocator's split, the flash)."""
+    pred = _predict(model, plan, shapes, plan.precision, plan.options.quant_mode)
+    measured = None
+    micro = next(((s.get("report") or {}).get("micro") for s in stages if (s.get("report") or {}).get("micro")), None)
+    if micro:
+        arena = micro.get("arena") or {}
+        measured = {"arena_bytes": arena.get("arena_bytes"), "tflm_allocations": arena.get("allocations"),
+                    "flash_bytes": (micro.get("firmware") or {}).get("flash_bytes"),
+                    "method": "TFLite Micro's recording allocator at the smallest arena that runs (bisection); flash: "
+                              "arm-none-eabi-size of the compiled image"}
+    return before.model_copy(update={"predicted": _lean(pred), "fits": pred.total_bytes <= before.budget_bytes,
+                                     "measured": measured})

@@ -1,0 +1,110 @@
+"""Predicted peak memory of a model on a backend: weights in the artifact's precision + the activation arena
+(:mod:`.plan`) + the runtime's base cost (:mod:`.facts`).
+
+Every figure is an estimate and says so (``estimate: True``). On a microcontroller (TFLite Micro) the
+weights stay in flash: RAM is the arena and TFLM's own allocations, flash the model file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict
+
+from edgeopt.enums import Precision
+
+TFLM = "tflite-micro"
+
+NOTES = (
+    "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
+    "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
+    "Micro's planner), INT8 activations at 1 byte; runtime: the base cost measured once per runtime (its source "
+    "and date in runtime_source)."
+)
+
+
+class MemoryPrediction(BaseModel):
+    """Predicted peak memory (bytes). ``total_bytes`` is RAM: weights + arena + runtime, or, when
+    ``weights_in_flash`` (a microcontroller), arena + runtime with the weights counted in ``flash_bytes``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str
+    precision: str
+    weights_bytes: int
+    arena_bytes: int
+    runtime_bytes: int
+    total_bytes: int
+    weights_in_flash: bool = False
+    flash_bytes: int | None = None
+    runtime_source: str = ""
+    estimate: bool = True
+    live_bytes: list[int] = []
+    node_names: list[str] = []
+    notes: list[str] = []
+
+    def figures(self) -> str:
+        """``612 MB (weights 410, arena 180, runtime 22)``, in the unit that suits the size."""
+        parts = [f"arena {size_text(self.arena_bytes)}", f"runtime {size_text(self.runtime_bytes)}"]
+        if not self.weights_in_flash:
+            parts.insert(0, f"weights {size_text(self.weights_bytes)}")
+        return f"{size_text(self.total_bytes)} ({', '.join(parts)})"
+
+
+def human_unit(n: int | float) -> tuple[str, float]:
+    """(unit, divisor) that shows ``n`` bytes readably: KB below 1 MB, MB below 1 GB, else GB (powers of 1000)."""
+    if n < 1e6:
+        return "KB", 1e3
+    if n < 1e9:
+        return "MB", 1e6
+    return "GB", 1e9
+
+
+def size_text(n: int | float) -> str:
+    """``45.4 MB``, ``24.6 KB``: 4 significant digits in the unit that suits (powers of 1000)."""
+    unit, div = human_unit(n)
+    return f"{n / div:.4g} {unit}"
+
+
+def float_bytes(precision: Precision) -> int:
+    return {Precision.INT8: 1, Precision.FP16: 2, Precision.BF16: 2}.get(precision, 4)
+
+
+def _weights(metas, precision: Precision) -> int:
+    total = 0
+    for m in metas.values():
+        if not m.is_param:
+            continue
+        if precision == Precision.INT8:  # float tensors of 2+ dimensions at 1 byte, vectors (biases) as they are
+            total += m.nbytes_at(1) if m.shape is not None and len(m.shape) >= 2 else m.nbytes
+        else:
+            total += m.nbytes_at(float_bytes(precision))
+    return total
+
+
+def predict_memory(model, backend: str, precision: Precision | str, *, input_shapes=None,
+                   microcontroller: bool = False) -> MemoryPrediction:
+    """The prediction for an ONNX model (path or ``ModelProto``) built for ``backend`` at ``precision``
+    (``microcontroller``: TFLite Micro, weights in flash)."""
+    from edgeopt.analyze.shapes import resolve_shapes
+    from edgeopt.memory.facts import runtime_base
+    from edgeopt.memory.plan import plan_arena
+    from edgeopt.model import fix_input_shapes, load_onnx
+
+    precision = Precision(precision)
+    proto = load_onnx(model) if isinstance(model, (str, os.PathLike)) else model
+    fixed = fix_input_shapes(proto, dict(input_shapes or {}), origin="model")
+    metas, _, _ = resolve_shapes(fixed, "model")
+    act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
+    sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}
+    plan = plan_arena(fixed.graph, sizes)
+    weights = _weights(metas, precision)
+    runtime = TFLM if microcontroller else str(backend)
+    base, source = runtime_base(runtime, tensors=len(sizes), nodes=len(fixed.graph.node))
+    ram = plan.arena_bytes + base + (0 if microcontroller else weights)
+    return MemoryPrediction(
+        backend=str(backend), precision=precision.value, weights_bytes=weights, arena_bytes=plan.arena_bytes,
+        runtime_bytes=base, total_bytes=ram, weights_in_flash=microcontroller,
+        flash_bytes=weights if microcontroller else None, runtime_source=source, live_bytes=plan.live_bytes,
+        node_names=plan.node_names, notes=[NOTES],
+    )

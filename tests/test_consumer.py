@@ -1,0 +1,191 @@
+"""The consumer check: load.py/load.cc beside every artifact, loaded through the runtime's plain API."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.artifact import load_artifact
+from edgeopt.consumer.check import consumer_check
+from edgeopt.convert import convert
+from edgeopt.data import Dataset
+from edgeopt.errors import ExitCode, GateFailedError
+from edgeopt.runtime.runners import open_runner
+
+REPO = Path(__file__).resolve().parent.parent
+MNIST = REPO / "fixtures" / "models" / "mnist_cnn.onnx"
+MNIST_TEST = REPO / "fixtures" / "data" / "mnist_test.npz"
+MNIST_CALIB = REPO / "fixtures" / "data" / "mnist_calib.npz"
+
+
+def _samples(n: int = 8) -> Dataset:
+    with np.load(MNIST_TEST) as f:
+        return Dataset(arrays={"input": f["input"][:n]}, ranks={"input": 4})
+
+
+def _import_load(artifact: Path):
+    spec = importlib.util.spec_from_file_location(f"load_{artifact.name}", artifact / "load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runner_outputs(artifact: Path, feeds: list[dict]) -> list[dict]:
+    with open_runner(str(artifact)) as runner:
+        return [runner.run(f) for f in feeds]
+
+
+def _assert_load_py_matches(artifact: Path) -> dict:
+    """load.py imported (no edgeopt in it) gives the runner's outputs; returns what it reported it applied."""
+    text = (artifact / "load.py").read_text()
+    assert "import edgeopt" not in text and "from edgeopt" not in text
+    run = _import_load(artifact).load(str(artifact))
+    feeds = _samples(4).feeds()
+    for ref, feed in zip(_runner_outputs(artifact, feeds), feeds, strict=True):
+        got = run(feed)
+        for name, r in ref.items():
+            np.testing.assert_allclose(got[name], r, rtol=0, atol=1e-4 * float(np.max(np.abs(r))))
+    return run.applied
+
+
+def _convert(tmp_path: Path, name: str, profile: str, **kw) -> Path:
+    out = tmp_path / name
+    convert(str(MNIST), profile, out, eval=str(MNIST_TEST), **kw)
+    return out
+
+
+@pytest.mark.openvino
+def test_openvino_load_py_compiles_at_the_judged_hint_and_matches_the_runner(tmp_path):
+    out = _convert(tmp_path, "ov", "host", backend="openvino", precision="fp32")
+    m = load_artifact(out)  # load.py and load.cc are listed with their sha256
+    assert {"load.py", "load.cc"} <= set(m.files) and m.consumer_check.files == ["load.py", "load.cc"]
+    judged = m.runtime["settings"]["inference_precision"]
+    applied = _assert_load_py_matches(out)
+    assert applied["INFERENCE_PRECISION_HINT"] == judged == "f32"
+    check = m.consumer_check
+    assert check.passed and check.relative_tolerance and check.with_settings.max_abs_diff is not None
+    assert check.with_settings.applied["INFERENCE_PRECISION_HINT"] == judged
+    honours = {s.name: s.plain_api_honours for s in check.settings}
+    assert honours["inference_precision"] is False  # the IR alone does not carry it
+    assert f"ov::element::{judged}" in (out / "load.cc").read_text()
+    bare_hint = check.bare.applied["INFERENCE_PRECISION_HINT"]
+    # where this CPU's plain default is another precision, the artifact was judged there too
+    assert (check.plain_default is not None) == (bare_hint != judged)
+
+
+@pytest.mark.onnxruntime
+def test_onnxruntime_load_py_matches_and_a_removed_setting_fails_the_check(tmp_path):
+    out = _convert(tmp_path, "ort", "host", backend="onnxruntime", precision="int8", calib=str(MNIST_CALIB))
+    m = load_artifact(out)
+    assert m.consumer_check.passed and m.consumer_check.bare is not None
+    _assert_load_py_matches(out)
+    cc = (out / "load.cc").read_text()
+    assert f"GraphOptimizationLevel::{m.runtime['settings']['graph_optimization_level']}" in cc
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert consumer_check(out, manifest, _samples(), files=["load.py"]).passed  # re-run as written: holds
+    # the graph optimization level taken out of load.py (ONNX Runtime's default, ORT_ENABLE_ALL, applies instead)
+    text = (out / "load.py").read_text()
+    level = f"'graph_optimization_level': '{m.runtime['settings']['graph_optimization_level']}', "
+    assert level in text
+    (out / "load.py").write_text(text.replace(level, ""))
+    with pytest.raises(GateFailedError) as err:
+        consumer_check(out, manifest, _samples(), files=["load.py"])
+    assert err.value.exit_code == ExitCode.GATE_FAILED and "onnxruntime" in err.value.message
+    assert "graph_optimization_level" in err.value.message
+    # the manifest tampered instead: the settings load.py carries are no longer the ones judged
+    (out / "load.py").write_text(text)
+    manifest["runtime"]["settings"]["threads"] = 3
+    with pytest.raises(GateFailedError) as err:
+        consumer_check(out, manifest, _samples(), files=["load.py"])
+    assert "threads" in err.value.message
+
+
+def test_load_py_outputs_that_differ_from_the_runner_fail_the_check(tmp_path):
+    out = _convert(tmp_path, "ort", "host", backend="onnxruntime", precision="fp32")
+    manifest = json.loads((out / "manifest.json").read_text())
+    text = (out / "load.py").read_text()
+    (out / "load.py").write_text(text.replace("return dict(zip(onnx_names, session.run(out_names, given)",
+                                              "return dict(zip(onnx_names, [1.01 * o for o in session.run("
+                                              "out_names, given)]"))
+    with pytest.raises(GateFailedError) as err:
+        consumer_check(out, manifest, _samples(), files=["load.py"])
+    assert err.value.exit_code == ExitCode.GATE_FAILED
+    assert "differs from edgeopt's runner" in err.value.message and "logits" in err.value.message
+
+
+@pytest.mark.onnxruntime
+def test_disabled_optimizers_travel_to_load_py_and_load_cc(tmp_path):
+    out = _convert(tmp_path, "ort", "host", backend="onnxruntime", precision="fp32")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["runtime"]["settings"]["disabled_optimizers"] = ["ConstantFolding"]
+    from edgeopt.consumer.writer import write_loaders
+
+    write_loaders(out, manifest)
+    assert '"optimization.disable_specified_optimizers", "ConstantFolding"' in (out / "load.cc").read_text()
+    assert _import_load(out).load(str(out)).applied["disabled_optimizers"] == ["ConstantFolding"]
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_openvino_load_cc_builds_and_reports_the_judged_hint(tmp_path):
+    import openvino
+
+    root = Path(openvino.__file__).parent
+    libs = sorted((root / "libs").glob("libopenvino.so.*"))
+    if shutil.which("g++") is None or not (root / "include" / "openvino" / "openvino.hpp").is_file() or not libs:
+        pytest.skip("needs g++ and the OpenVINO wheel's C++ headers")
+    out = _convert(tmp_path, "ov", "host", backend="openvino", precision="fp32")
+    exe = tmp_path / "load"
+    subprocess.run(["g++", "-std=c++17", str(out / "load.cc"), f"-I{root / 'include'}", f"-L{root / 'libs'}",
+                    f"-l:{libs[0].name}", f"-Wl,-rpath,{root / 'libs'}", "-o", str(exe)], check=True, timeout=600)
+    done = subprocess.run([str(exe), str(out)], capture_output=True, text=True, check=True, timeout=120)
+    assert "INFERENCE_PRECISION_HINT f32" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_tflite_load_py_loads_and_matches(tmp_path):
+    out = _convert(tmp_path, "tfl", "pi5", precision="fp32")
+    m = load_artifact(out)
+    assert m.backend == "tflite" and m.consumer_check.passed
+    assert _assert_load_py_matches(out)["num_threads"] == m.runtime["settings"]["threads"]
+    assert "builder.SetNumThreads(" in (out / "load.cc").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.tvm
+def test_tvm_load_py_loads_and_matches(tmp_path):
+    out = _convert(tmp_path, "tvm", "host", backend="tvm", precision="fp32")
+    m = load_artifact(out)
+    assert m.backend == "tvm" and m.consumer_check.passed
+    _assert_load_py_matches(out)
+    assert "Module::LoadFromFile" in (out / "load.cc").read_text()
+
+
+def test_the_plain_default_is_named_where_it_differs_and_a_bf16_target_unjudged_here_is_said():
+    from edgeopt.consumer import plain_default as pd
+    from edgeopt.consumer.model import ConsumerCheck, PlainLoad
+    from edgeopt.profiles import resolve_profile
+
+    manifest = {"runtime": {"backend": "openvino", "model": "model.xml",
+                            "settings": {"device": "CPU", "inference_precision": "f32"}}}
+
+    def record(hint: str) -> ConsumerCheck:
+        return ConsumerCheck(runtime="openvino", bare=PlainLoad(how="bare", applied={"INFERENCE_PRECISION_HINT": hint}))
+
+    assert pd.differing_default(record("bf16"), manifest) == ("f32", "bf16")
+    assert pd.differing_default(record("f32"), manifest) is None
+    npu = {"runtime": {**manifest["runtime"], "settings": {"device": "NPU", "inference_precision": "f16"}}}
+    assert pd.differing_default(record("bf16"), npu) is None  # the NPU's plain default is the NPU's own
+    avx512, _ = resolve_profile("x86-avx512")
+    pi5, _ = resolve_profile("pi5")
+    assert pd.target_runs_bf16(avx512) and not pd.target_runs_bf16(pi5)
+    assert pd.unjudged_bf16_target(record("f32"), manifest, avx512)  # this machine could not run its default
+    assert not pd.unjudged_bf16_target(record("bf16"), manifest, avx512)  # judged at bf16 here instead
+    assert "load.py" in pd.loud_line("f32", "bf16", "model.xml") and "load.cc" in pd.unjudged_line("x86-avx512")
