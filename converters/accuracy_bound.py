@@ -3,8 +3,8 @@
 The ONNX Runtime quantize stage, the OpenVINO and TFLite backends (their INT8 searches), ``--prune auto`` and the
 recover stage's early stopping all take their bound, task metric and search budget from one
 :class:`AccuracyBound` field named ``bound`` in their config: these fields are the only declaration of
-``--max-accuracy-drop``, ``--min-cosine``, ``--metric``, ``--search-budget``, ``--search-fraction`` and
-``--min-speedup`` (:class:`edgeopt.options.ChainRequest` and the CLI flags are derived from them). A recipe
+``--max-accuracy-drop``, ``--confidence``, ``--min-cosine``, ``--metric``, ``--search-budget``,
+``--search-fraction`` and ``--min-speedup`` (:class:`edgeopt.options.ChainRequest` and the CLI flags are derived from them). A recipe
 overrides one of them for one stage as ``stages: {quantize: {bound: {search_fraction: 0.3}}}``.
 
 The task metric travels here, in the plan (and its hash), not beside it: where a user's ``MODULE:FUNCTION``
@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.metrics.base import MetricSpec
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
 
 # The accuracy-aware searches' default time budget (s): the one default of --search-budget.
 SEARCH_BUDGET_S = 120.0
@@ -43,6 +44,11 @@ class AccuracyBound(BaseModel):
         default=0.5, gt=0.0, lt=1.0,
         description="Share of --eval the accuracy-aware search scores candidates on; the rest is held back to "
                     "confirm a hit.")
+    confidence: float = Field(
+        default=DEFAULT_CONFIDENCE, gt=0.5, lt=1.0,
+        description="Confidence that the drop is within --max-accuracy-drop: its upper confidence limit must be "
+                    "(a paired score limit for metrics that count samples, a seeded bootstrap for the others); "
+                    "raise it for a stricter check, lower it to judge a small --eval set.")
     min_speedup: float | None = Field(
         default=None, gt=0,
         description="Gate: accuracy-aware INT8 must be this many times faster than FP32 (quick estimate).")

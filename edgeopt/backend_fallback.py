@@ -56,9 +56,12 @@ def fallbacks(order: list[BackendName]) -> list[BackendName]:
 
 
 def another_backend_may_hold(err: Exception) -> bool:
-    """False when the failure is the pruning's (``converters/prune_blame.py`` found it the main cause): the same
+    """False when the eval set is too small to confirm any INT8 (``details['samples_needed']``), or when the
+    failure is the pruning's (``converters/prune_blame.py`` found it the main cause): the same
     pruned model would miss the bound on any backend, and the error already names the flag to turn it off."""
     details = getattr(err, "details", None) or {}
+    if "samples_needed" in details:  # too few eval samples to confirm anything: the same on every backend
+        return False
     return not (isinstance(details.get("pruning"), dict) and details["pruning"].get("main_cause"))
 
 

@@ -297,7 +297,8 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
                                    manifest=manifest.model_dump(mode="json"), threads=plan.options.threads,
                                    max_accuracy_drop=plan.options.bound.max_accuracy_drop,
                                    min_cosine=plan.options.bound.min_cosine, progress=progress,
-                                   metric=plan.options.bound.metric, search_path=search_path)
+                                   metric=plan.options.bound.metric, search_path=search_path,
+                                   confidence=plan.options.bound.confidence)
     manifest.validation = validation
     manifest.warnings = list(warnings)
     manifest = write_manifest(tmp, manifest)

@@ -8,8 +8,9 @@ drop: ``accuracy*`` when it is judged against labels, ``metric_*`` always, named
 ``sqnr`` the dB below its target, see ``edgeopt.metrics``); ``min_sqnr_db`` gates the SQNR itself. Gates (``max_accuracy_drop``,
 ``min_cosine``) that miss raise :class:`GateFailedError` (exit 5) with the figures in ``details``. The
 ``max_accuracy_drop`` gate judges by :func:`edgeopt.validation_model.within_bound`, the rule every INT8 search
-confirms by: for a metric that counts samples, the drop plus one sample's worth (100/n points) must be within it;
-for one that doesn't, the drop on 9 of 10 random halves of the samples too (:mod:`edgeopt.metrics.halves`).
+confirms by: the upper confidence limit of the drop at ``--confidence`` (:mod:`edgeopt.metrics.confidence`) must
+be within it; for a user's metric without per-sample scores, the drop and its value on 9 of 10 random halves of the
+samples (:mod:`edgeopt.metrics.halves`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def _judged(outputs: dict[str, np.ndarray], name: str | None, every: bool, names
 
 def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, manifest: dict | None = None,
                       threads: int | None = None, max_accuracy_drop: float | None = None,
-                      min_cosine: float | None = None, progress=None, metric=None, search_path=None) -> Validation:
+                      min_cosine: float | None = None, progress=None, metric=None, search_path=None,
+                      confidence: float | None = None) -> Validation:
     """Compare the artifact with ``reference_model`` on ``data`` (an :class:`edgeopt.data.Dataset`);
-    ``metric``: an :class:`edgeopt.metrics.MetricSpec` (None: chosen from the output and the labels)."""
+    ``metric``: an :class:`edgeopt.metrics.MetricSpec` (None: chosen from the output and the labels);
+    ``confidence``: of the drop's upper limit the ``max_accuracy_drop`` gate judges (None: the default)."""
     from edgeopt.converters.checks import compare, ort_run_fn
     from edgeopt.metric_choice import per_output
     from edgeopt.metrics import judges_every_output, metric_for_outputs, pinned_spec
@@ -108,15 +111,40 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
         gates["min_cosine"] = Gate(threshold=min_cosine, value=v.cosine_min,
                                    passed=v.cosine_min is not None and v.cosine_min >= min_cosine)
     if max_accuracy_drop is not None:
-        drop, _ = counted_drop(v)
-        v.sample_points = sample_points(m.kind, m.unit, n)
-        if drop is not None and v.sample_points is None:  # not counted: the halves rule too (as the search)
-            v.halves_drop_p90 = halves_drop(ref_outs, got_outs, data.labels, pinned_spec(metric, m), search_path)
-        gates["max_accuracy_drop"] = Gate(threshold=max_accuracy_drop, value=drop,
-                                          passed=holds_bound(v, max_accuracy_drop))
+        gates["max_accuracy_drop"] = _drop_gate(v, m, ref_outs, got_outs, data.labels, max_accuracy_drop, confidence,
+                                                (manifest or {}).get("precision"), pinned_spec(metric, m),
+                                                search_path)
     v.units = _units_gate(artifact_dir, manifest, gates)
     v.gates = gates
     return v
+
+
+def _drop_gate(v: Validation, m, ref_outs, got_outs, labels, bound: float, confidence, precision, spec,
+               search_path) -> Gate:
+    """The ``max_accuracy_drop`` gate: the drop (:func:`counted_drop`) judged by its upper confidence limit, or for
+    a user's metric without per-sample scores by the halves rule (as the search judges it)."""
+    drop, _ = counted_drop(v)
+    v.sample_points = sample_points(m.kind, m.unit, v.samples)
+    if drop is not None:
+        _confidence_limit(v, m, got_outs, bound, confidence, precision)
+    if drop is not None and v.drop_upper is None and m.per_sample is None:  # a user's metric: the halves rule
+        v.halves_drop_p90 = halves_drop(ref_outs, got_outs, labels, spec, search_path)
+    return Gate(threshold=bound, value=drop, passed=holds_bound(v, bound))
+
+
+def _confidence_limit(v: Validation, m, got_outs: list, bound: float, confidence: float | None,
+                      precision: str | None) -> None:
+    """The drop's upper confidence limit (:func:`edgeopt.metrics.confidence.drop_upper`) into ``v``: the gate's
+    judgement, as every INT8 search's. A float artifact (fp32, fp16, bf16) on an eval set too small for any
+    confidence at that bound (a metric that counts samples) keeps the point rule: FP32 itself could not pass."""
+    from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, drop_upper, samples_needed
+
+    v.confidence = DEFAULT_CONFIDENCE if confidence is None else float(confidence)
+    if v.sample_points is not None and precision not in (None, "int8"):
+        need = samples_needed(bound, v.confidence)
+        if need is None or v.samples < need:
+            return
+    v.drop_upper = drop_upper(m, [m.digest(o) for o in got_outs], v.confidence)
 
 
 def _checked_on(execution: dict | None) -> CheckedOn | None:
@@ -147,6 +175,10 @@ def check_gates(v: Validation) -> None:
         unit = " dB" if v.metric_unit == "dB" else " pts" if v.metric_unit == "%" else ""
         if name == "max_accuracy_drop" and g.value is None:
             missed.append("accuracy drop could not be measured (no labels: give --eval with 'labels')")
+        elif name == "max_accuracy_drop" and v.drop_upper is not None:
+            missed.append(f"{v.metric} drop {g.value:.2f}{unit} on {v.samples} samples, up to {v.drop_upper:.2f}{unit} "
+                          f"at {v.confidence:g} confidence > {g.threshold} ({v.metric_reference:.2f} -> "
+                          f"{v.metric_value:.2f})")
         elif name == "max_accuracy_drop":
             room = (f" (one of the {v.samples} samples, {v.sample_points:.3g}{unit}, is kept as room)"
                     if v.sample_points and g.value <= g.threshold else "")

@@ -1,7 +1,9 @@
 """The validation's result: :class:`Validation` (what ``edgeopt.validate`` measures, stored as the manifest's
 ``validation``), its gates, where it ran, :func:`counted_drop`, the one rule for the drop the gates count, and
-:func:`within_bound`, the one rule for when a drop is within ``--max-accuracy-drop`` (the convert gate and every
-INT8 search judge by it), and :func:`holds_bound`, that rule and the halves rule on a validation.
+:func:`within_bound`, the one rule for when a drop is within ``--max-accuracy-drop``: its upper confidence limit at
+``--confidence`` (:mod:`edgeopt.metrics.confidence`; the convert gate and every INT8 search judge by it), and
+:func:`holds_bound`, that rule on a validation; :func:`eval_too_small`, the refusal of an eval set too small to
+confirm any INT8 at that confidence, with the number of samples it needs.
 
 A small module without numpy or runtimes, so :mod:`edgeopt.artifact` can type ``Manifest.validation`` with it;
 :mod:`edgeopt.validate` re-exports these names.
@@ -63,6 +65,10 @@ class Validation(BaseModel):
     # for a metric that doesn't count samples: its drop at the 90th percentile of random halves of the samples
     # (edgeopt.metrics.halves), which must be within the bound too; None: a counted metric, or too few samples
     halves_drop_p90: float | None = None
+    # the upper confidence limit of the drop (edgeopt.metrics.confidence) at ``confidence``: what the
+    # max_accuracy_drop gate judges; None: not computed (a user's metric, or an eval set too small for a float one)
+    drop_upper: float | None = None
+    confidence: float | None = None
     gates: dict[str, Gate] = {}
 
     @property
@@ -86,7 +92,6 @@ def counted_drop(v: Validation | dict | None) -> tuple[float | None, bool]:
 
 
 # ---------------------------------------------------------------------------------------------- the bound
-MIN_SAMPLES_IN_BOUND = 3  # fewer samples than this fit in the bound: too few eval samples for it to mean much
 
 
 def sample_points(metric_kind, unit: str | None, samples: int) -> float | None:
@@ -103,9 +108,13 @@ def sample_points(metric_kind, unit: str | None, samples: int) -> float | None:
     return 100.0 / samples
 
 
-def within_bound(drop: float | None, bound: float, points: float | None) -> bool:
-    """The one rule for "within ``--max-accuracy-drop``" (the convert gate, and each INT8 search's confirmation on
-    all its eval samples): ``drop <= max(0, bound - points)``, ``points`` being one sample's worth
+def within_bound(drop: float | None, bound: float, points: float | None = None, upper: float | None = None) -> bool:
+    """The one rule for "within ``--max-accuracy-drop``" (the convert gate, and each INT8 search's confirmation):
+    the upper confidence limit of the drop, ``upper`` (:func:`edgeopt.metrics.confidence.drop_upper`: Tango's paired
+    score limit for a metric that counts samples, a seeded bootstrap for the others), is within the bound.
+
+    Without a confidence limit (a user's metric with no per-sample scores, a float artifact judged on an eval set
+    too small for any confidence): ``drop <= max(0, bound - points)``, ``points`` being one sample's worth
     (:func:`sample_points`); where one sample is worth the bound or more, only no drop at all is within it.
 
     Why one sample of room: a counted metric moves in steps of 100/n, and a candidate accepted at the bound is
@@ -115,15 +124,18 @@ def within_bound(drop: float | None, bound: float, points: float | None) -> bool
     2.01 on 249 others). Keeping one step of room asks the drop to hold even if one more sample flipped."""
     if drop is None:
         return False
+    if upper is not None:
+        return upper <= bound + 1e-9
     return drop <= max(0.0, bound - (points or 0.0)) + 1e-9
 
 
 def holds_bound(v: Validation | None, bound: float) -> bool:
-    """Whether a validation's drop (:func:`counted_drop`) is within ``bound`` by :func:`within_bound` and, for a
-    metric that doesn't count samples, on 9 of 10 random halves of its samples (``halves_drop_p90``): the rules
-    the INT8 search confirmed its choice by, so the gates and ``optimize`` judge an artifact as its search did."""
+    """Whether a validation's drop (:func:`counted_drop`) is within ``bound`` by :func:`within_bound` (its upper
+    confidence limit ``drop_upper`` when measured) and, for a user's metric without per-sample scores, on 9 of 10
+    random halves of its samples (``halves_drop_p90``): the rules the INT8 search confirmed its choice by, so the
+    gates and ``optimize`` judge an artifact as its search did."""
     drop, _ = counted_drop(v)
-    if not within_bound(drop, bound, validation_points(v)):
+    if not within_bound(drop, bound, validation_points(v), v.drop_upper if v is not None else None):
         return False
     return v.halves_drop_p90 is None or v.halves_drop_p90 <= bound + 1e-9
 
@@ -135,13 +147,53 @@ def validation_points(v: Validation | None) -> float | None:
     return sample_points(v.metric_kind, v.metric_unit, v.samples)
 
 
-def small_eval_warning(metric_name: str | None, points: float | None, samples: int, bound: float) -> str | None:
-    """A warning when one sample is so large a share of the bound that it can't mean much: fewer than
-    ``MIN_SAMPLES_IN_BOUND`` samples fit in it (None otherwise), naming how many eval samples would do."""
-    if points is None or bound <= 0 or bound >= MIN_SAMPLES_IN_BOUND * points:
+def eval_samples_for(held_back: int, fraction: float) -> int:
+    """The fewest eval samples whose held-back part (``Dataset.split``: ``n - round(n * fraction)``) has
+    ``held_back`` samples."""
+    n = max(held_back, int(held_back / max(1e-9, 1.0 - fraction)) - 2)
+    while n - int(round(n * fraction)) < held_back:
+        n += 1
+    return n
+
+
+def eval_too_small(metric_name: str | None, held_back: int, bound: float, look_confidence: float,
+                   confidence: float, fraction: float):
+    """A :class:`GateFailedError` (exit 5) when ``held_back`` samples can't confirm even a candidate that changes no
+    sample's outcome (a metric that counts samples) at ``look_confidence`` (the first look's share of
+    ``confidence``), naming the samples it needs; None when they can. ``details['samples_needed']``: the eval size."""
+    from edgeopt.errors import GateFailedError
+    from edgeopt.metrics.confidence import paired_upper, samples_needed
+
+    need = samples_needed(bound, look_confidence)
+    if need is not None and held_back >= need:
         return None
-    need = int(-(-MIN_SAMPLES_IN_BOUND * 100.0 // bound))
-    return (f"{metric_name}: one of the {samples} eval samples is {points:.3g} points, so --max-accuracy-drop "
-            f"{bound:g} can't be judged finely (a drop is within it only up to {max(0.0, bound - points):.3g} "
-            f"points, one sample less); give "
-            f"at least {need} eval samples for the bound to mean {MIN_SAMPLES_IN_BOUND} samples or more")
+    if need is None:
+        return GateFailedError(f"--max-accuracy-drop {bound:g}: a drop of 0 can't be confirmed at any confidence "
+                               f"({metric_name} counts samples)", "give a bound above 0, e.g. --max-accuracy-drop 1")
+    total = eval_samples_for(need, fraction)
+    upper = paired_upper(0, 0, held_back, look_confidence)
+    return GateFailedError(
+        f"too few eval samples to confirm INT8 within --max-accuracy-drop {bound:g} at --confidence {confidence:g}: "
+        f"on the {held_back} held-back samples even an INT8 model that changes no sample's {metric_name} could be "
+        f"up to {upper:.2f} points worse; confirming needs {need} held-back samples, an --eval set of at least "
+        f"{total} samples (--search-fraction {fraction:g})",
+        f"nothing was written; give --eval with {total} or more samples, or lower --confidence, or relax "
+        "--max-accuracy-drop", details={"samples_needed": total, "held_back_needed": need, "held_back": held_back,
+                                        "confidence": confidence, "bound_points": bound})
+
+
+def small_eval_warning(metric_name: str | None, points: float | None, held_back: int, bound: float,
+                       look_confidence: float) -> str | None:
+    """A warning when the held-back part can confirm a candidate only if it loses no sample at all (a metric that
+    counts samples; ``points`` not None): one lost sample already puts the upper confidence limit over the bound.
+    Names how many held-back samples would let one lost sample through; None otherwise."""
+    from edgeopt.metrics.confidence import paired_upper
+
+    if points is None or bound <= 0 or paired_upper(1, 0, held_back, look_confidence) <= bound + 1e-9:
+        return None
+    need = held_back
+    while paired_upper(1, 0, need, look_confidence) > bound + 1e-9 and need < 10 ** 7:
+        need = max(need + 1, int(need * 1.05))
+    return (f"{metric_name}: on the {held_back} held-back eval samples an INT8 model that loses one sample and gains "
+            f"none can't be confirmed within --max-accuracy-drop {bound:g}; about {need} held-back samples would let "
+            "it through (more eval data, or a lower --confidence)")

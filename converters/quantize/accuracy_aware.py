@@ -59,7 +59,9 @@ def _variants(base: StaticSettings, tensorrt: bool = False, op_counts: dict[str,
     if matmuls >= MIN_NECK_MATMULS and convs:  # a conv backbone under a matmul neck, not a CNN's one Gemm head
         out.append((f"{WEIGHTED_LABEL}: MatMul/Gemm, convolutions in float",
                     base.model_copy(update={"op_types_to_quantize": MATMUL_OPS})))
-    if tensorrt:
+    if tensorrt:  # per-tensor scales and percentile calibration are tried before any op goes to float
+        out.insert(3, (f"{WEIGHTED_LABEL}, per-tensor weights, calibration {CalibMethod.PERCENTILE.value}",
+                       weighted.model_copy(update={"per_channel": False, "calib_method": CalibMethod.PERCENTILE})))
         return [(label, v) for label, v in out if label == "preset" or label.startswith(WEIGHTED_LABEL)]
     return out
 
@@ -164,7 +166,8 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         budget_s=accuracy_bound.search_budget, progress=ctx.progress, what="INT8 search (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
-        fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants))
+        fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants),
+        confidence=b.confidence)
     report = result.report
     warn_small_eval(ctx, report, "quantize")
     if retry:

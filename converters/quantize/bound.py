@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
 
 from .search import BudgetedSearch, blocked_latency_ms
 
@@ -33,6 +34,7 @@ class Bounded:
     metric: Any = None  # the bound's MetricSpec (--metric; None: chosen from the output and the data)
     search_path: tuple[str, ...] = ()  # where a MODULE:FUNCTION metric is imported from
     whole: Any = None  # the eval data as given (both parts): the metric's kind is chosen on it, as the gate does
+    confidence: float = DEFAULT_CONFIDENCE  # --confidence: of the drop's upper limit (edgeopt.metrics.confidence)
 
 
 def ort_runner(model, threads: int | None = 2, spinning: bool = True):
@@ -69,14 +71,16 @@ def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
     search, confirm = ctx.eval.split(bound.search_fraction, seed=0)
     # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
     return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads, bound.metric,
-                   tuple(ctx.metric_search_path), ctx.eval)
+                   tuple(ctx.metric_search_path), ctx.eval, bound.confidence)
 
 
 def warn_small_eval(ctx, report: dict, prefix: str) -> None:
-    """Say on stderr (and in the manifest's warnings) when the eval set is too small for the bound to mean much
-    (``report['eval_too_small']``, set by the search: :func:`edgeopt.validation_model.small_eval_warning`)."""
-    if report.get("eval_too_small"):
-        ctx.warn(f"{prefix}: {report['eval_too_small']}")
+    """Say on stderr (and in the manifest's warnings) when the held-back part can confirm only a candidate that loses
+    no sample (``report['eval_too_small']``, set by the search: :func:`edgeopt.validation_model.small_eval_warning`);
+    every backend's search calls it, so every profile says it."""
+    msg = f"{prefix}: {report['eval_too_small']}" if report.get("eval_too_small") else None
+    if msg and msg not in ctx.warnings:  # the mode search and the search after it say it once
+        ctx.warn(msg)
 
 
 @dataclass
@@ -104,8 +108,9 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     names one that holds and is faster (``ModeChoice.floats``)."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=f"INT8 mode search ({backend})", metric_spec=b.metric,
-                       search_path=b.search_path, whole=b.whole)
+                       search_path=b.search_path, whole=b.whole, confidence=b.confidence)
     built: dict[str, tuple[Any, Callable, Any]] = {}
+    judged_modes: dict[str, Any] = {}  # mode label -> its Candidate (selected on the search part or not)
     rows: list[dict] = []
     try:
         for cand in candidates:
@@ -124,13 +129,10 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                 row.update(verdict="dropped", why=f"failed to build: {err.message}")
                 continue
             q = built[cand.label][2]
+            judged_modes[cand.label] = c
             row.update(quantized_units=q.quantized_units, float_units=q.float_units,
-                       search_value=round(c.search_value, 4), search_drop_points=round(s.drop(c.search_value), 3))
-            if c.confirm_value is not None:
-                row.update(confirm_value=round(c.confirm_value, 4),
-                           confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
-                           all_drop_points=round(s.m_all.fp32_value - c.all_value, 3),
-                           **({} if c.halves_p90 is None else {"halves_drop_p90": c.halves_p90}))
+                       search_value=round(c.search_value, 4), search_drop_points=round(s.drop(c.search_value), 3),
+                       search_drop_upper=c.search_upper)
             if c.met is False or q.quantized_units > 0:  # one that quantizes nothing neither held nor missed
                 row["within_bound"] = c.met
             if q.notes.get("per_tensor_retry"):
@@ -139,13 +141,14 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
                 row.update(verdict="dropped", why=f"over the bound: {s.why_missed(c)}")
             elif q.quantized_units == 0:
                 row.update(verdict="dropped", why="quantizes nothing (every op with weights stayed float)")
-        judged = {name: (s.judge(run), run, suggest) for name, (run, suggest) in (floats or {}).items()}
+        judged = {name: (s.judge(run, counted=False), run, suggest) for name, (run, suggest) in (floats or {}).items()}
     finally:
         s.close()
     within = [r["mode"] for r in rows if "verdict" not in r]
     report = {"metric": s.report["metric"], "metric_unit": s.report["metric_unit"], "bound_points": bound,
               "fp32": s.report["fp32"], "backend": backend, "candidates": rows,
               "search_samples": len(b.search), "confirm_samples": len(b.confirm), "acceptance": s.report["acceptance"],
+              "confidence": b.confidence,
               **({"eval_too_small": s.report["eval_too_small"]} if "eval_too_small" in s.report else {})}
     if not within:
         return ModeChoice(None, report=report)
@@ -155,7 +158,7 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     alternatives = {name: _float_row(s, c, latency.pop(name), suggest) for name, (c, _, suggest) in judged.items()}
     if alternatives:
         report["floats"] = alternatives
-    drops = {r["mode"]: r.get("all_drop_points") for r in rows}
+    drops = {r["mode"]: r.get("search_drop_points") for r in rows}
     best, tied = _best_of(within, latency, drops)
     for r in rows:
         if r["mode"] in latency:
@@ -166,14 +169,34 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
         elif r["mode"] in tied:
             r.update(verdict="dropped", why=f"as fast within {TIE:.0%} ({latency[r['mode']]:.3g} ms vs "
                                             f"{latency[best]:.3g} ms) but a larger drop ({drops[r['mode']]:.3g} vs "
-                                            f"{drops[best]:.3g} points on all the eval samples; {best})")
+                                            f"{drops[best]:.3g} points on the search part; {best})")
         elif r["mode"] in within:
             r.update(verdict="dropped", why=f"slower: {latency[r['mode']]:.3g} ms vs {latency[best]:.3g} ms "
                                             f"({best})")
+    if not _confirmed(s, judged_modes[best], next(r for r in rows if r["mode"] == best), report):
+        return ModeChoice(None, report=report)
     report.update(chosen=best, timing=f"p50 ms, each in its own block of calls, {b.threads} threads, vs FP32 "
                                       f"{latency['fp32']:.3g} ms on the same backend (a quick estimate)")
     artifact, _, quantized = built[best]
     return ModeChoice(best, artifact, quantized, report, latency, alternatives or None)
+
+
+def _confirmed(s: BudgetedSearch, c, row: dict, report: dict) -> bool:
+    """The chosen mode confirmed once on the held-back part (:func:`.search.confirmed`), its row updated (and the
+    ``report``'s ``not_confirmed`` when it is not)."""
+    from .search import confirmed
+
+    ok = confirmed(s, c)
+    row.update(confirm_value=round(c.confirm_value, 4), confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
+               all_drop_points=round(s.m_all.fp32_value - c.all_value, 3),
+               **({} if c.confirm_upper is None else {"confirm_drop_upper": c.confirm_upper,
+                                                      "all_drop_upper": c.all_upper}),
+               **({} if c.halves_p90 is None else {"halves_drop_p90": c.halves_p90}))
+    if not ok:
+        row.update(within_bound=False, verdict="dropped",
+                   why=f"chosen on the search part, not confirmed on the held-back part: {s.why_missed(c)}")
+        report["not_confirmed"] = s.report.get("not_confirmed")
+    return ok
 
 
 TIE = 0.05  # candidates this close in speed are a tie: the quick timing can't order them (below)
@@ -181,7 +204,7 @@ TIE = 0.05  # candidates this close in speed are a tie: the quick timing can't o
 
 def _best_of(within: list[str], latency: dict, drops: dict) -> tuple[str, list[str]]:
     """The candidate to keep of those ``within`` the bound: of those within ``TIE`` of the fastest's p50, the one
-    with the smallest drop on all the eval samples (then the faster). Two compiled models of one configuration
+    with the smallest drop on the search part (then the faster). Two compiled models of one configuration
     time up to 5 % apart in one run (g2p-en's GRU, static INT8 with bf16 activations: 0.175 and 0.185 ms), so a
     closer lead is noise, and the smaller drop is the surer gain. Returns it and the tied candidates."""
     fastest = min(latency[label] for label in within)

@@ -73,4 +73,5 @@ def search_dynamic_with_float(model_path: Path, work: Path, b: Bounded, *, bound
         budget_s=budget_s, progress=progress, what="dynamic INT8 with ops in float (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method="each op dynamic INT8 alone, 1 - cosine of the outputs vs FP32",
-        quantizes=lambda path: count_units(Path(path))[0] > 0, fallback_bases=len(grains), whole=b.whole)
+        quantizes=lambda path: count_units(Path(path))[0] > 0, fallback_bases=len(grains), whole=b.whole,
+        confidence=b.confidence)

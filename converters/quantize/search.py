@@ -16,17 +16,21 @@
    ops one at a time and runs out of budget before it reaches them, and bisecting from the half finds a hit within
    two candidates where one exists past it (a loaded machine's 60 s hold few 4-15 s candidates). Without a prefix
    hit, the ranking follows on that option.
-3. Every candidate is scored on the search part only; one that meets the bound there is confirmed (one place,
-   :meth:`BudgetedSearch.judge`, for the options, the per-op float search and the mode search of
-   :mod:`.bound`): within the bound on the held-back part (never seen by the search), and within it on all the
-   eval samples (both parts) by :func:`edgeopt.validation_model.within_bound`, the convert gate's own rule:
-   for a metric that counts samples (top-1, CTC exact match) the drop plus one sample's worth (100/n points)
-   must be within the bound. A candidate that passes a small held-back part by luck (a 1-sample swing is
-   2 points on 50 samples) is one sample from the bound on all of them, and is refused. A metric with no such
-   step (one averaged within samples, cosine, IoU, SQNR, or a user's own) must also hold on 9 of 10 random halves
-   of all the eval samples (:func:`half_metrics`, the drop's spread over data of that size): resemblyzer's LSTM
-   with every op dynamic dropped 0.73 points of 100 − EER on its 144 eval utterances, 2.09 on 1 half in 10, and
-   2.05 on 144 unseen ones. The metric's kind is chosen once, on the whole eval set as the gate chooses it, and
+3. Every candidate is scored on the search part only, where the search looks many times: it is selected when
+   the upper confidence limit of its drop there (:mod:`edgeopt.metrics.confidence`, at ``--confidence``: Tango's
+   paired score limit for a metric that counts samples, a seeded bootstrap of the per-sample drop for the others)
+   is within the bound. The search's choice is then confirmed once on the held-back part, never seen by the
+   search (:func:`confirmed`, :meth:`BudgetedSearch.confirm_choice`; the mode search of :mod:`.bound` too): the
+   upper limit there within the bound, and on all the eval samples, the convert gate's own judgement
+   (:func:`edgeopt.validation_model.within_bound`). A choice not confirmed ends the search without a result.
+   Each further look at the held-back part (a rebuilt hit, a hit at another precision hint) is at a smaller risk
+   (:func:`edgeopt.metrics.confidence.look_confidence`), so all looks together keep the confidence. A point
+   estimate on few samples is not enough: a CTC recogniser's searches picked among many candidates on 50 lines,
+   confirmed on 50 others, and lost 3.5 and 6.5 points of exact match on unseen lines with a 2-point bound.
+   A held-back part too small to confirm even a candidate that changes no sample is refused before any work,
+   naming the eval size needed (:func:`edgeopt.validation_model.eval_too_small`, exit 5). A user's metric without
+   per-sample scores is judged by its point drops and on 9 of 10 random halves of all the eval samples
+   (:func:`half_metrics`). The metric's kind is chosen once, on the whole eval set as the gate chooses it, and
    judges both parts the same way.
 
 A time budget bounds the whole search: a candidate is not started when the time already spent plus
@@ -47,8 +51,9 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, drop_upper, look_confidence
 from edgeopt.metrics.halves import HALVES_PERCENTILE, half_indices, one_in, percentile_drop
-from edgeopt.validation_model import sample_points, small_eval_warning, within_bound
+from edgeopt.validation_model import eval_too_small, sample_points, small_eval_warning, within_bound
 
 from .sensitivity import UNRANKED
 
@@ -106,7 +111,7 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
     counted = sample_points(m_all.kind, m_all.unit, m_all.samples) is not None
     return (make_task_metric(_replay(s_out), search, pinned, search_path),
             make_task_metric(_replay(c_out), confirm, pinned, search_path), m_all,
-            [] if counted else half_metrics(s_out + c_out, both, pinned, search_path))
+            [] if counted or m_all.per_sample is not None else half_metrics(s_out + c_out, both, pinned, search_path))
 
 
 def half_metrics(outputs: list, both, spec, search_path) -> list:
@@ -126,6 +131,17 @@ def half_metrics(outputs: list, both, spec, search_path) -> list:
     return out
 
 
+def _given_order(search, confirm) -> np.ndarray | None:
+    """Where each sample of the eval data as given sits in ``search`` + ``confirm`` (a shuffle of it), so the
+    bootstrap on all the samples draws what the convert gate's draws on the data as given; None: not a shuffle."""
+    if search.positions is None or confirm.positions is None:
+        return None
+    positions = np.concatenate([search.positions, confirm.positions])
+    if sorted(positions.tolist()) != list(range(len(positions))):
+        return None
+    return np.argsort(positions)
+
+
 def metric_name(m) -> str:
     return getattr(m, "name", None) or getattr(m, "kind", "metric")
 
@@ -140,11 +156,18 @@ class Candidate:
     kept: tuple[str, ...] = ()
     search_value: float | None = None
     confirm_value: float | None = None
-    all_value: float | None = None  # on both parts together: what within_bound judges
+    all_value: float | None = None  # on both parts together
+    search_upper: float | None = None  # the upper confidence limit of the drop on the search part
+    confirm_upper: float | None = None  # ... on the held-back part (at confirm_level)
+    confirm_level: float | None = None
+    all_upper: float | None = None  # ... on all the eval samples (the convert gate's judgement)
     halves_p90: float | None = None  # the drop at the 90th percentile of random halves of both (HALVES)
     seconds: float = 0.0
+    entry: dict | None = field(default=None, repr=False)  # its row in the report's ``tried``
     artifact: Any = None
-    met: bool = False
+    met: bool = False  # selected on the search part; once confirm_choice ran, confirmed as well
+    run: Any = field(default=None, repr=False)  # its run function (the held-back confirmation runs it)
+    searched: list = field(default_factory=list, repr=False)  # its search-part digests
 
 
 @dataclass
@@ -177,12 +200,15 @@ class BudgetedSearch:
 
     def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
                  what: str = "INT8 search", labels: bool | None = None, metric_spec=None, search_path=(),
-                 whole=None):
+                 whole=None, confidence: float = DEFAULT_CONFIDENCE):
         self.search, self.confirm, self.bound = search, confirm, float(bound)
+        self.confidence, self.looks = float(confidence), 0  # looks: confirmations made on the held-back part
         self.budget_s = float(budget_s)
         self.m_search, self.m_confirm, self.m_all, self.halves = part_metrics(fp32_run, search, confirm, metric_spec,
                                                                               search_path, whole)
         self.points = sample_points(self.m_all.kind, self.m_all.unit, self.m_all.samples)
+        self.refuse_if_too_small()
+        self.given_order = _given_order(search, confirm)
         self.t0 = time.perf_counter()
         self.costs: list[float] = []
         self.tried: list[dict] = []
@@ -203,16 +229,13 @@ class BudgetedSearch:
             "confirm_samples": len(confirm),
             "fp32": {"search": self.m_search.fp32_value, "confirm": self.m_confirm.fp32_value,
                      "all": self.m_all.fp32_value},
-            "acceptance": (f"within the bound on the held-back part, and on all {self.m_all.samples} eval samples "
-                           + (f"with one sample's {self.points:.3g} points of room (drop <= "
-                              f"{max(0.0, self.bound - self.points):.3g})" if self.points else "(drop <= the bound)")
-                           + (f", and on {HALVES_PERCENTILE} % of {len(self.halves)} random halves of them (the "
-                              "drop's spread: a metric that doesn't count samples has no one-sample step of room)"
-                              if self.halves else "")),
+            "confidence": self.confidence,
+            "acceptance": self.acceptance(),
             "budget_s": self.budget_s,
             "tried": self.tried,
         }
-        small = small_eval_warning(self.report["metric"], self.points, self.m_all.samples, self.bound)
+        small = small_eval_warning(self.report["metric"], self.points, len(confirm), self.bound,
+                                   look_confidence(self.confidence, 1))
         if small:
             self.report["eval_too_small"] = small
 
@@ -253,9 +276,17 @@ class BudgetedSearch:
         return float(ref - value)
 
     def why_missed(self, c: Candidate) -> str:
-        """Why ``c`` (judged) is over the bound: the part, the drop, and the room kept for one sample."""
+        """Why ``c`` (judged) is over the bound: the part, the drop, and its upper confidence limit."""
         if c.confirm_value is None:
-            return f"drop {self.drop(c.search_value):.2f} points on the search part (bound {self.bound:g})"
+            upper = "" if c.search_upper is None else f", up to {c.search_upper:.2f} at {self.confidence:g} confidence"
+            return f"drop {self.drop(c.search_value):.2f} points on the search part{upper} (bound {self.bound:g})"
+        if c.confirm_upper is not None and c.confirm_upper > self.bound + 1e-9:
+            return (f"drop {self.drop(c.confirm_value, True):.2f} points on the held-back part, up to "
+                    f"{c.confirm_upper:.2f} at {look_confidence(self.confidence, self.looks):.3g} confidence "
+                    f"(bound {self.bound:g})")
+        if c.all_upper is not None and c.all_upper > self.bound + 1e-9:
+            return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples, "
+                    f"up to {c.all_upper:.2f} at {self.confidence:g} confidence (bound {self.bound:g})")
         if self.drop(c.confirm_value, True) > self.bound:
             return f"drop {self.drop(c.confirm_value, True):.2f} points on the held-back part (bound {self.bound:g})"
         if c.halves_p90 is not None and c.halves_p90 > self.bound + 1e-9:
@@ -266,25 +297,80 @@ class BudgetedSearch:
         return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples, "
                 f"with one sample's {self.points or 0:.3g} points of room (bound {self.bound:g})")
 
+    def acceptance(self) -> str:
+        """The rule a candidate is accepted by, in words (the report's ``acceptance``)."""
+        if self.m_all.per_sample is None:  # a user's metric: point drops and the halves rule
+            return (f"drop <= {self.bound:g} on the search part and on the held-back part, on all "
+                    f"{self.m_all.samples} eval samples, and on {HALVES_PERCENTILE} % of {len(self.halves)} random "
+                    "halves of them (a metric without per-sample scores: no confidence limit)")
+        how = ("Tango's paired score limit" if self.points is not None
+               else "a seeded bootstrap of the per-sample drop")
+        return (f"the search part selects (drop <= {self.bound:g} there); the held-back part ({len(self.confirm)} "
+                f"samples) confirms: the upper confidence limit of the drop ({how}) within the bound at "
+                f"{self.confidence:g} confidence, shared over its looks (the k-th look at "
+                f"1 - {1 - self.confidence:.3g} * 6/(pi^2 k^2)), and on all {self.m_all.samples} eval samples at "
+                f"{self.confidence:g} (the convert gate's judgement)")
+
+    def refuse_if_too_small(self) -> None:
+        """Exit 5 before any candidate is built when the held-back part is too small for even a candidate that
+        changes no sample's outcome to be confirmed (a metric that counts samples), naming the samples needed."""
+        if self.points is None:
+            return
+        fraction = len(self.search) / max(1, len(self.search) + len(self.confirm))
+        err = eval_too_small(self.report_name(), len(self.confirm), self.bound, look_confidence(self.confidence, 1),
+                             self.confidence, fraction)
+        if err is not None:
+            raise err
+
+    def report_name(self) -> str:
+        return metric_name(self.m_all)
+
     def _digests(self, run, part) -> list:
         return [self.m_all.digest(run(part.feed(i))) for i in range(len(part))]
 
-    def judge(self, run, searched: list | None = None) -> Candidate:
-        """``run`` scored on the search part and, when within the bound there, confirmed: within it on the
-        held-back part and on all the eval samples by ``within_bound`` (the module doc). ``searched``: the search
-        part's digests when already computed. The one confirmation every search here uses."""
+    def select(self, run, searched: list | None = None) -> Candidate:
+        """``run`` scored on the search part, where the search looks many times: ``met`` when the upper confidence
+        limit of its drop there is within the bound (the drop itself, for a metric without per-sample scores).
+        ``searched``: the search part's digests when already computed."""
         searched = self._digests(run, self.search) if searched is None else searched
-        c = Candidate("", search_value=float(self.m_search.score_digests(searched)))
-        if self.drop(c.search_value) <= self.bound:
-            held = self._digests(run, self.confirm)
-            c.confirm_value = float(self.m_confirm.score_digests(held))
-            c.all_value = float(self.m_all.score_digests(searched + held))
-            c.met = (self.drop(c.confirm_value, True) <= self.bound
-                     and within_bound(self.m_all.fp32_value - c.all_value, self.bound, self.points))
-            if c.met and self.halves:
-                c.halves_p90 = self.halves_drop(searched + held)
-                c.met = c.halves_p90 <= self.bound + 1e-9
+        c = Candidate("", search_value=float(self.m_search.score_digests(searched)), run=run, searched=searched)
+        c.search_upper = drop_upper(self.m_search, searched, self.confidence)
+        c.met = within_bound(self.drop(c.search_value), self.bound, upper=c.search_upper)
         return c
+
+    def confirm_choice(self, c: Candidate, counted: bool = True) -> Candidate:
+        """The held-back part's confirmation of a candidate the search selected (the module doc): the upper
+        confidence limit of its drop there within the bound, at this look's share of the confidence
+        (:func:`edgeopt.metrics.confidence.look_confidence`; ``counted`` False: a figure that chooses nothing, at
+        the confidence itself), and on all the eval samples, the convert gate's judgement. Sets ``met``."""
+        held = self._digests(c.run, self.confirm)
+        if counted:
+            self.looks += 1
+        level = look_confidence(self.confidence, self.looks) if counted else self.confidence
+        searched = c.searched
+        c.confirm_value = float(self.m_confirm.score_digests(held))
+        c.all_value = float(self.m_all.score_digests(searched + held))
+        c.confirm_upper = drop_upper(self.m_confirm, held, level)
+        c.all_upper = drop_upper(self.m_all, searched + held, self.confidence, self.given_order)
+        c.confirm_level = level
+        drop_all = self.m_all.fp32_value - c.all_value
+        if c.confirm_upper is not None and c.all_upper is not None:  # the confidence bound (module doc)
+            c.met = (within_bound(self.drop(c.confirm_value, True), self.bound, upper=c.confirm_upper)
+                     and within_bound(drop_all, self.bound, upper=c.all_upper))
+            return c
+        # a metric without per-sample scores (a user's own): the point drops, and the halves rule
+        c.met = self.drop(c.confirm_value, True) <= self.bound and within_bound(drop_all, self.bound, self.points)
+        if c.met and self.halves:
+            c.halves_p90 = self.halves_drop(searched + held)
+            c.met = c.halves_p90 <= self.bound + 1e-9
+        return c
+
+    def judge(self, run, searched: list | None = None, counted: bool = True) -> Candidate:
+        """``run`` selected on the search part and, when it is, confirmed on the held-back part
+        (:meth:`select`, :meth:`confirm_choice`): the one judgement every search here makes of a model it keeps
+        (a rebuilt hit, a hit at another precision hint; ``counted`` False: a float precision only named)."""
+        c = self.select(run, searched)
+        return self.confirm_choice(c, counted) if c.met else c
 
     def halves_drop(self, digests: list) -> float:
         """The drop at the 90th percentile over the random halves of the eval samples (``digests``: both parts'
@@ -296,22 +382,17 @@ class BudgetedSearch:
         return "n/a" if value is None else f"{value:.2f}{' dB' if unit == 'dB' else ' %' if unit == '%' else ''}"
 
     def evaluate(self, label: str, build: Build, kept: tuple[str, ...] = ()) -> Candidate:
-        """Build one candidate and score it on the search part (and on the held-back part when it
-        meets the bound there)."""
+        """Build one candidate and score it on the search part only (:meth:`select`); the held-back part confirms
+        the search's choice once (:func:`_finish`)."""
         self._show(f"building {label}")
         t = time.perf_counter()
         artifact, run = build()
-        c = self.judge(run)
+        c = self.select(run)
         c.label, c.kept, c.artifact = label, tuple(kept), artifact
         entry = {"what": label, "search_value": round(c.search_value, 4),
-                 "search_drop_points": round(self.drop(c.search_value), 3), "kept_in_float": len(kept)}
-        if c.confirm_value is not None:
-            entry["confirm_value"] = round(c.confirm_value, 4)
-            entry["confirm_drop_points"] = round(self.drop(c.confirm_value, True), 3)
-            entry["all_drop_points"] = round(self.m_all.fp32_value - c.all_value, 3)
-            if c.halves_p90 is not None:
-                entry["halves_drop_p90"] = c.halves_p90
-            entry["met"] = c.met
+                 "search_drop_points": round(self.drop(c.search_value), 3), "kept_in_float": len(kept),
+                 "search_drop_upper": c.search_upper, "selected": c.met}
+        c.entry = entry
         c.seconds = time.perf_counter() - t
         entry["seconds"] = round(c.seconds, 2)
         self.costs.append(c.seconds)
@@ -326,7 +407,7 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "", metric_spec=None, search_path=(),
                quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None,
-               float_prefix: FloatPrefix | None = None) -> SearchResult:
+               float_prefix: FloatPrefix | None = None, confidence: float = DEFAULT_CONFIDENCE) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
     holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
@@ -336,7 +417,8 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
     ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`part_metrics`).
     ``float_prefix``: the graph-order float fallback tried first, on its own option (module doc, 2.)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
-                       progress=progress, what=what, metric_spec=metric_spec, search_path=search_path, whole=whole)
+                       progress=progress, what=what, metric_spec=metric_spec, search_path=search_path, whole=whole,
+                       confidence=confidence)
     try:
         return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases, float_prefix)
     finally:
@@ -514,7 +596,25 @@ def _prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base_i: int, base: Cand
     return hit, closest
 
 
+def confirmed(s: BudgetedSearch, c: Candidate, counted: bool = True) -> bool:
+    """The search's choice ``c`` confirmed once on the held-back part (:meth:`BudgetedSearch.confirm_choice`), its
+    figures added to its row of ``tried``; why not in the report's ``not_confirmed``."""
+    s.confirm_choice(c, counted)
+    if c.entry is not None:
+        c.entry.update(confirm_value=round(c.confirm_value, 4),
+                       confirm_drop_points=round(s.drop(c.confirm_value, True), 3),
+                       all_drop_points=round(s.m_all.fp32_value - c.all_value, 3), met=c.met,
+                       **({} if c.confirm_upper is None else {"confirm_drop_upper": c.confirm_upper,
+                                                              "all_drop_upper": c.all_upper}),
+                       **({} if c.halves_p90 is None else {"halves_drop_p90": c.halves_p90}))
+    if not c.met:
+        s.report["not_confirmed"] = f"{c.label}: {s.why_missed(c)}"
+    return c.met
+
+
 def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
+    if best is not None and not confirmed(s, best):
+        closest, best = best, None
     chosen = best or closest
     s.report.update(
         met=best is not None,
@@ -524,6 +624,7 @@ def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranke
         confirm_value=None if chosen.confirm_value is None else round(chosen.confirm_value, 4),
         confirm_drop_points=None if chosen.confirm_value is None else round(s.drop(chosen.confirm_value, True), 3),
         all_drop_points=None if chosen.all_value is None else round(s.m_all.fp32_value - chosen.all_value, 3),
+        confirm_drop_upper=chosen.confirm_upper, all_drop_upper=chosen.all_upper, confirm_looks=s.looks,
         kept_in_float_count=len(chosen.kept),
         quantized_ops_ranked=len(ranked) if ranked else None,
         search_seconds=round(s.elapsed(), 2),
@@ -550,6 +651,8 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
         kept += f"; candidates with up to {most} ops in float were tried and scored lower"
     if r.get("only_all_float_meets"):
         kept += "; only with every op in float (the FP32 model) was the bound met"
+    if r.get("not_confirmed"):
+        kept += f"; the search's choice was not confirmed on the held-back part ({r['not_confirmed']})"
     budget_hint = "raise --search-budget, " if r.get("stopped_by_budget") else ""  # only when the budget stopped it
     return GateFailedError(
         f"{prefix}: INT8 misses --max-accuracy-drop {bound:g} {where}: best {r['metric']} "

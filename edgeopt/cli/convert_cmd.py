@@ -82,9 +82,12 @@ def convert_cmd(
 
 def _report(result, json_out: bool) -> None:
     """The written artifact: its plan, validation and (``--verify-on``) the device's check."""
+    from edgeopt.int8_verdict import int8_verdict
+
     v = result.validation
     m = result.manifest
-    payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision,
+    verdict = int8_verdict(m.precision, v.units if v else None, m.stages)
+    payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision, "verdict": verdict,
                "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},
                "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
@@ -103,6 +106,8 @@ def _report(result, json_out: bool) -> None:
     def human(c):
         c.print(str(result.plan), markup=False)
         c.print(f"wrote {result.artifact_dir}", markup=False)
+        if verdict:
+            c.print(f"result: {verdict}", markup=False)
         c.print(_validation_text(v), markup=False)
         if v is not None and v.checked_on:
             c.print(checked_on_text(v.checked_on), markup=False)

@@ -199,6 +199,7 @@ def metric_for_outputs(fp32_outputs: list[dict], labels, spec: MetricSpec | None
     m.why = why
     if kind != MetricName.SQNR:
         m.fp32_value = m.score_outputs(fp32_outputs)
+    m.fp32_rows = m.rows(fp32_outputs)
     _check_chance(m, labels, role)
     return m
 

@@ -8,6 +8,8 @@ ceiling (100 %) and the combined figure is ``100 - the largest part's drop``."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Metric, MetricName
 
 TOP = 100.0
@@ -29,7 +31,31 @@ def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
     names = ", ".join(f"'{p.output}' {p.name}" for p in parts)
     m = Metric(MetricName.ALL_OUTPUTS, f"worst_of_{len(parts)}_outputs_vs_fp32",
                f"100 minus the largest drop among the outputs, each judged against FP32 by its own metric: {names}",
-               "%", None, False, parts[0].samples, score, digest=digest)
+               "%", None, False, parts[0].samples, score, digest=digest,
+               **_per_sample(parts, ceilings, fp32_outputs))
     m.fp32_value = m.score_outputs(fp32_outputs)
     m.parts, m.why = parts, "several outputs and no labels: each judged by its own kind, the worst drop counts"
     return m
+
+
+def _per_sample(parts: list[Metric], ceilings: list[float], fp32_outputs: list[dict]) -> dict:
+    """``per_sample`` (every part's rows side by side) and ``aggregate`` (each part's figure on those rows, the
+    worst drop counting) when every part has per-sample scores; empty otherwise."""
+    if not all(p.per_sample is not None for p in parts):
+        return {}
+    n = len(fp32_outputs)
+    widths = [np.asarray(p.rows(fp32_outputs), np.float64).reshape(n, -1).shape[1] for p in parts]
+    cuts = np.cumsum([0, *widths])
+
+    def per_sample(digests: list) -> np.ndarray:
+        return np.hstack([np.asarray(p.per_sample([d[i] for d in digests]), np.float64).reshape(len(digests), -1)
+                          for i, p in enumerate(parts)])
+
+    def aggregate(rows: np.ndarray) -> float:
+        values = []
+        for i, p in enumerate(parts):
+            part = rows[:, cuts[i]:cuts[i + 1]]
+            values.append(p.aggregate(part) if p.aggregate is not None else float(np.mean(part)))
+        return TOP - max(c - v for c, v in zip(ceilings, values, strict=True))
+
+    return {"per_sample": per_sample, "aggregate": aggregate}

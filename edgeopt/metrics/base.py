@@ -85,6 +85,12 @@ class Metric:
     digest: Callable[[dict], object] = field(default=lambda out: out, repr=False)
     why: str = ""  # why this kind was chosen for the output (or "asked": --metric)
     parts: list = field(default_factory=list)  # all_outputs: each output's own Metric
+    # per-sample scores for the confidence bound (edgeopt.metrics.confidence): digests -> one row per sample, in
+    # the metric's unit; ``aggregate(rows)`` when the figure is not their mean. None: a metric without them
+    per_sample: Callable[[list], np.ndarray] | None = field(default=None, repr=False)
+    aggregate: Callable[[np.ndarray], float] | None = field(default=None, repr=False)
+    fp32_rows: np.ndarray | None = field(default=None, repr=False)  # FP32's per-sample scores (set with fp32_value)
+    fp32_is_target: bool = False  # fp32_value is a fixed target (sqnr), not FP32's own score
 
     def outputs(self, run, dataset) -> list[dict]:
         """The outputs ``run`` gives on ``dataset``'s samples (keep them to score again cheaply)."""
@@ -101,6 +107,10 @@ class Metric:
     def score(self, run, dataset) -> float:
         """``run`` on every sample, streamed: only each sample's digest is kept."""
         return self.score_digests([self.digest(run(dataset.feed(i))) for i in range(len(dataset))])
+
+    def rows(self, outputs: list[dict]) -> np.ndarray | None:
+        """Per-sample scores of these outputs (None: the metric has none)."""
+        return None if self.per_sample is None else self.per_sample([self.digest(o) for o in outputs])
 
     def drop(self, value: float) -> float:
         return float(self.fp32_value - value)

@@ -52,9 +52,12 @@ def _top1(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path
     what = f"decision (output > {spec.threshold:g})" if binary else "top-1 class"
     desc = (f"% of samples whose {what} matches the label" if labels is not None
             else f"% of samples whose {what} matches FP32's (no labels)")
+    def right(got):
+        return 100.0 * (np.asarray(got, np.int64) == target)
+
     return Metric(MetricName.TOP1, name, desc, "%", out_name, labels is not None, n,
                   lambda got: _pct(np.asarray(got, np.int64) == target), classes=classes,
-                  digest=lambda o: pred(sample_of(o, out_name)))
+                  digest=lambda o: pred(sample_of(o, out_name)), per_sample=right)
 
 
 def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
@@ -78,13 +81,18 @@ def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search
             return _pct((g == target)[fg]) if fg.any() else 100.0
         return _pct((g == target)[valid])
 
+    def per_sample(got):  # [matching positions, valid positions] per sample: pooled like score
+        hit = (np.stack(got) == target) & valid
+        return np.stack([hit.reshape(n, -1).sum(1), valid.reshape(n, -1).sum(1)], axis=1).astype(np.float64)
+
     where = f"along axis {axis + 1} of [N,{','.join(map(str, shape))}]"
     name = "per_position_accuracy" if labels is not None else "per_position_agreement_with_fp32"
     desc = (f"% of positions whose argmax {where} matches the " + ("label" if labels is not None else "FP32 argmax"))
     if maps:
         desc += ", among the positions either calls other than class 0 (the background left out)"
     return Metric(MetricName.POSITION_AGREEMENT, name, desc, "%", out_name, labels is not None, n, score,
-                  classes=shape[axis], digest=lambda o: np.argmax(sample_of(o, out_name), axis=axis))
+                  classes=shape[axis], digest=lambda o: np.argmax(sample_of(o, out_name), axis=axis),
+                  per_sample=per_sample, aggregate=_pooled_pct)
 
 
 def ctc_decode(y: np.ndarray, axis: int, blank: int) -> tuple[int, ...]:
@@ -108,9 +116,12 @@ def _ctc(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     name = "ctc_exact_match" if labels is not None else "ctc_exact_match_vs_fp32"
     desc = (f"% of samples whose greedy CTC decoding (blank {spec.ctc_blank}) equals the "
             + ("label sequence" if labels is not None else "FP32 decoding"))
+    def right(got):
+        return 100.0 * np.asarray([a == b for a, b in zip(got, target, strict=True)], np.float64)
+
     return Metric(MetricName.CTC, name, desc, "%", out_name, labels is not None, n,
                   lambda got: _pct([a == b for a, b in zip(got, target, strict=True)]),
-                  digest=lambda o: ctc_decode(sample_of(o, out_name), axis, spec.ctc_blank))
+                  digest=lambda o: ctc_decode(sample_of(o, out_name), axis, spec.ctc_blank), per_sample=right)
 
 
 def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
@@ -119,48 +130,69 @@ def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     cut = t if probs or not 0 < t < 1 else math.log(t / (1 - t))  # logits: the threshold of their sigmoid
     target = [y > cut for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
 
-    def score(got):
+    def per_sample(got):
         vals = []
         for p, m in zip(got, target, strict=True):
             union = np.sum(p | m)
             vals.append(np.sum(p & m) / union if union else 1.0)
-        return _pct(vals)
+        return 100.0 * np.asarray(vals, np.float64)
+
+    def score(got):
+        return float(np.mean(per_sample(got))) if len(got) else 0.0
 
     name = f"map_iou_at_{t:g}" + ("" if labels is not None else "_vs_fp32")
     desc = f"mean IoU of the maps thresholded at {t:g} vs " + ("the label masks" if labels is not None else "FP32's")
     desc += "" if probs else f" (logits: {t:g} of their sigmoid)"
     return Metric(MetricName.MAP_IOU, name, desc, "%", out_name, labels is not None, n, score,
-                  digest=lambda o: sample_of(o, out_name) > cut)
+                  digest=lambda o: sample_of(o, out_name) > cut, per_sample=per_sample)
 
 
 def _cosine(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     def score(got):
         return _pct([cosine(y, r) for y, r in zip(got, ref, strict=True)])
 
+    def per_sample(got):
+        return 100.0 * np.asarray([cosine(y, r) for y, r in zip(got, ref, strict=True)], np.float64)
+
     return Metric(MetricName.COSINE, "cosine_vs_fp32", "mean cosine similarity to FP32's output, in % "
                   "(labels not used; a proxy for an embedding's task figure, e.g. verification accuracy: "
                   "give --metric MODULE:FUNCTION for that)", "%", out_name, False, n, score,
-                  digest=lambda o: sample_of(o, out_name))
+                  digest=lambda o: sample_of(o, out_name), per_sample=per_sample)
 
 
 def _sqnr(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     target = DEFAULT_SQNR_TARGET_DB if spec.min_sqnr_db is None else float(spec.min_sqnr_db)
 
-    def score(got):
-        sig = noise = 0.0
+    def per_sample(got):  # [signal energy, noise energy] per sample: pooled like score
+        rows = []
         for y, r in zip(got, ref, strict=True):
             r64 = np.asarray(r, np.float64)
-            sig += float(np.sum(r64 ** 2))
-            noise += float(np.sum((np.asarray(y, np.float64) - r64) ** 2))
-        if noise == 0:
-            return SQNR_CEILING_DB
-        return min(SQNR_CEILING_DB, 10.0 * math.log10(sig / noise)) if sig > 0 else -SQNR_CEILING_DB
+            rows.append((float(np.sum(r64 ** 2)), float(np.sum((np.asarray(y, np.float64) - r64) ** 2))))
+        return np.asarray(rows, np.float64).reshape(-1, 2)
+
+    def score(got):
+        return _sqnr_db(per_sample(got))
 
     m = Metric(MetricName.SQNR, "sqnr_db_vs_fp32", f"signal-to-quantization-noise ratio vs FP32's output in dB; "
                f"the reference is the {target:g} dB target, so the drop is the dB below it (labels not used)",
-               "dB", out_name, False, n, score, digest=lambda o: sample_of(o, out_name))
+               "dB", out_name, False, n, score, digest=lambda o: sample_of(o, out_name), per_sample=per_sample,
+               aggregate=_sqnr_db, fp32_is_target=True)
     m.fp32_value = target
     return m
+
+
+def _sqnr_db(rows: np.ndarray) -> float:
+    """SQNR of per-sample [signal, noise] energies, pooled over the samples."""
+    sig, noise = float(np.sum(rows[:, 0])), float(np.sum(rows[:, 1]))
+    if noise == 0:
+        return SQNR_CEILING_DB
+    return min(SQNR_CEILING_DB, 10.0 * math.log10(sig / noise)) if sig > 0 else -SQNR_CEILING_DB
+
+
+def _pooled_pct(rows: np.ndarray) -> float:
+    """% of per-sample [hits, total] rows, pooled over the samples."""
+    total = float(np.sum(rows[:, 1]))
+    return 100.0 * float(np.sum(rows[:, 0])) / total if total else 0.0
 
 
 def _custom(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:

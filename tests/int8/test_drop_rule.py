@@ -46,3 +46,17 @@ def test_the_pipeline_gate_keeps_the_convert_gates_room_of_one_sample(samples, p
                    metric_unit="%", accuracy_drop=1.0, metric_drop=1.0)
     [gate] = check(Gates(max_accuracy_drop=2.0), validation=v, bench=None, est=None, artifact_bytes=1)
     assert gate.value == 1.0 and gate.passed is passed
+
+
+@pytest.mark.parametrize("upper, passed", [(2.4, False), (1.9, True)])
+def test_the_pipeline_gate_judges_the_upper_confidence_limit_the_convert_gate_measured(upper, passed):
+    """A validation with the drop's upper confidence limit (``drop_upper``, what the convert gate judged) is judged
+    by it: a 1-point drop up to 2.4 points at 0.9 confidence misses a 2-point bound; the one-sample room (the rule
+    for validations without a limit, above) no longer decides."""
+    from edgeopt.pipeline.gates import check
+    from edgeopt.pipeline.recipe import Gates
+
+    v = Validation(samples=1000, data_source="eval", synthetic=False, metric="top1_accuracy", metric_kind="top1",
+                   metric_unit="%", accuracy_drop=1.0, metric_drop=1.0, drop_upper=upper, confidence=0.9)
+    [gate] = check(Gates(max_accuracy_drop=2.0), validation=v, bench=None, est=None, artifact_bytes=1)
+    assert gate.value == 1.0 and gate.passed is passed

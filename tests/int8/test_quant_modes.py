@@ -146,7 +146,7 @@ def test_choose_mode_keeps_the_fastest_within_the_bound_and_says_why_others_were
 
     rng = np.random.default_rng(0)
     w = rng.normal(size=(8, 4))
-    data = Dataset({"x": rng.normal(size=(40, 8)).astype(np.float32)}, ranks={"x": 1})
+    data = Dataset({"x": rng.normal(size=(480, 8)).astype(np.float32)}, ranks={"x": 1})  # 240 confirm 1 point
     search, confirm = data.split(0.5, seed=0)
 
     def fp32(feed):
@@ -193,7 +193,7 @@ def test_the_users_metric_drives_the_mode_choice(tmp_path):
         "    return 100.0 * float(np.mean(np.asarray(err) < 0.01))\n")
     rng = np.random.default_rng(0)
     w = rng.normal(size=(8, 4))
-    search, confirm = Dataset({"x": rng.normal(size=(40, 8)).astype(np.float32)}, ranks={"x": 1}).split(0.5, seed=0)
+    search, confirm = Dataset({"x": rng.normal(size=(480, 8)).astype(np.float32)}, ranks={"x": 1}).split(0.5, seed=0)
 
     def fp32(feed):
         return {"y": feed["x"] @ w}
@@ -226,7 +226,7 @@ def test_auto_with_a_bound_tries_weight_only_and_static_on_a_recurrent_model(tmp
     backend and the quantized/float op counts."""
     model = tiny_lstm(tmp_path / "lstm.onnx")
     np.savez(tmp_path / "cal.npz", x=lstm_data(64, 1).arrays["x"][:, 0])
-    np.savez(tmp_path / "ev.npz", x=lstm_data(64, 2).arrays["x"][:, 0])
+    np.savez(tmp_path / "ev.npz", x=lstm_data(128, 2).arrays["x"][:, 0])  # 64 held back confirm a 5-point bound
     r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
             "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "5",
             "-o", str(tmp_path / "ov"))
@@ -249,7 +249,7 @@ def test_auto_with_a_bound_on_a_cnn_tries_weight_only_and_static_on_openvino(tmp
     data = REPO / "fixtures" / "data"
     r = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
             "--calib", str(data / "digits_calib.npz"), "--eval", str(data / "digits_test.npz"),
-            "--max-accuracy-drop", "1", "-o", str(tmp_path / "cnn"), "--json")
+            "--max-accuracy-drop", "2", "-o", str(tmp_path / "cnn"), "--json")  # 1 lost of 270 held back: up to 1.5
     assert r.returncode == 0, r.stderr
     rep = _quantize_report(tmp_path / "cnn", "openvino")
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
@@ -275,7 +275,7 @@ def test_an_npu_profile_judges_the_candidates_at_the_precision_the_artifact_runs
     search judged at f32 and then failed the gate at f16, 2.00 points over)."""
     data = REPO / "fixtures" / "data"
     r = cli("convert", str(DIGITS), "--profile", "intel-npu", "--precision", "int8", "--calib",
-            str(data / "digits_calib.npz"), "--eval", str(data / "digits_test.npz"), "--max-accuracy-drop", "1",
+            str(data / "digits_calib.npz"), "--eval", str(data / "digits_test.npz"), "--max-accuracy-drop", "2",
             "-o", str(tmp_path / "npu"), "--json")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "npu" / "manifest.json").read_text())
@@ -303,7 +303,7 @@ def test_int8_weights_with_bf16_activations_are_candidates_where_the_cpu_runs_bf
     activations x1.89 over OpenVINO FP32, weight-only at f32 x0.97). Without bf16 here only the f32 candidates."""
     model = tiny_lstm(tmp_path / "lstm.onnx")
     np.savez(tmp_path / "cal.npz", x=lstm_data(64, 1).arrays["x"][:, 0])
-    np.savez(tmp_path / "ev.npz", x=lstm_data(64, 2).arrays["x"][:, 0])
+    np.savez(tmp_path / "ev.npz", x=lstm_data(128, 2).arrays["x"][:, 0])  # 64 held back confirm a 5-point bound
     r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
             "--quant-mode", "weights", "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"),
             "--max-accuracy-drop", "5", "-o", str(tmp_path / "ov"), "--json")
@@ -451,23 +451,26 @@ def outlier_data(n: int, seed: int, width: int = 64) -> np.ndarray:
 def test_dynamic_keeps_its_most_sensitive_op_in_float_when_no_mode_holds_as_built(tmp_path, cli):
     """Every mode as built misses the bound (dynamic per-channel 92 % top-1 agreement with FP32: the first MatMul's
     input has a 300x outlier feature); dynamic then goes on with ops in float, ranked by the error each brings alone,
-    and keeps the first layer (a Gemm) in float: 3 of 4 weighted ops INT8, within the bound, named in the manifest and the text."""
+    and keeps the first layer (a Gemm) in float (and one more op where the confidence bound on 300 held-back samples
+    asks for it): the rest INT8, within the bound, named in the manifest and the text."""
     model = outlier_mlp(tmp_path / "mlp.onnx")
     np.savez(tmp_path / "cal.npz", x=outlier_data(32, 1))
-    np.savez(tmp_path / "ev.npz", x=outlier_data(64, 2))
+    np.savez(tmp_path / "ev.npz", x=outlier_data(600, 2))  # 300 held back confirm a 2-point bound
     r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
-            "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "2",
-            "-o", str(tmp_path / "q"))
+            "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "4",
+            "-o", str(tmp_path / "q"))  # 4: a few lost of 300 are within it at the default confidence
     assert r.returncode == 0, r.stderr
     rep = _quantize_report(tmp_path / "q", "quantize")
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
     assert all(row["verdict"] == "dropped" and "over the bound" in row["why"] for row in rows.values())
     fallback = rep["mode_search"]["float_fallback"]
-    assert fallback["kept_in_float"] == ["fc0"] and fallback["sensitivity"]["top"][0]["node"] == "fc0"
-    assert rep["mode"] == "dynamic" and rep["quantized"]["quantized_units"] == 3 and rep["quantized"]["float_units"] == 1
-    assert rep["mode_search"]["chosen"] == "dynamic per-channel + 1 most sensitive op(s) in float"
+    kept = fallback["kept_in_float"]  # fc0 first; the confidence bound may ask for one more op in float
+    assert kept[0] == "fc0" and len(kept) <= 2 and fallback["sensitivity"]["top"][0]["node"] == "fc0"
+    assert rep["mode"] == "dynamic" and rep["quantized"]["quantized_units"] == 4 - len(kept)
+    assert rep["quantized"]["float_units"] == len(kept)
+    assert rep["mode_search"]["chosen"] == f"dynamic per-channel + {len(kept)} most sensitive op(s) in float"
     assert "accuracy_aware" not in rep  # the static search did not run
-    assert "then dynamic per-channel + 1 most sensitive op(s) in float" in r.stdout
+    assert f"then dynamic per-channel + {len(kept)} most sensitive op(s) in float" in r.stdout
 
 
 # --------------------------------------------------------------------------- the per-channel crash (#23)

@@ -194,7 +194,7 @@ def test_accuracy_aware_recovers_outlier_model_and_reports(tmp_path):
 
     model = tmp_path / "outlier.onnx"
     protos = outlier_classifier(model)
-    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
+    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 600, seed=2)  # 300 held back: 1 point
     naive_ctx = _ctx(tmp_path / "naive", calib, ev) if (tmp_path / "naive").mkdir() is None else None
     naive = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static"), naive_ctx)
     assert _accuracy(model, ev) - _accuracy(naive.path, ev) > 5.0  # naive INT8 really breaks it
@@ -225,7 +225,7 @@ def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeyp
     monkeypatch.setattr(sensitivity, "rank_nodes", lambda *a, **k: isolated.append(1) or [])
     model = tmp_path / "outlier.onnx"
     protos = outlier_classifier(model)
-    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
+    calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 600, seed=2)  # 300 held back: 1 point
     ctx = _ctx(tmp_path, calib, ev)
     out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]

@@ -6,7 +6,7 @@ and for a pinned ``--quant-mode weights``."""
 
 from __future__ import annotations
 
-from edgeopt.converters.quantize.bound import ModeCandidate, choose_mode, prepare
+from edgeopt.converters.quantize.bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from edgeopt.converters.quantize.modes import QuantizedModel, StaticMode, WeightsMode
 from edgeopt.converters.quantize.search import speed_verdict
 from edgeopt.errors import GateFailedError
@@ -53,6 +53,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
                          feed=(ctx.check_samples or b.search).feed(0),
                          floats=None if bf16 is None else {"bf16": (bf16, BF16_SUGGEST)})
     report["mode_search"] = choice.report | judged_at(base)
+    warn_small_eval(ctx, choice.report, "openvino")
     if choice.label is None:
         if pinned:
             row = choice.report["candidates"][0]

@@ -298,7 +298,7 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     holds and is faster. Returns (quantized model, the precision hint it runs at, report)."""
     import openvino as ov
 
-    from edgeopt.converters.quantize.bound import prepare
+    from edgeopt.converters.quantize.bound import prepare, warn_small_eval
     from edgeopt.converters.quantize.search import QUICK_S, interleaved_latency_ms, speed_verdict
 
     from .runs import bf16_run, compiled_run
@@ -311,8 +311,9 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                          confirm=confirm, bound=bound, budget_s=config.bound.search_budget, progress=ctx.progress,
                          metric_spec=b.metric, search_path=b.search_path,
-                         threads=threads, precision=config.inference_precision.value)
+                         threads=threads, precision=config.inference_precision.value, confidence=b.confidence)
     report = result.report
+    warn_small_eval(ctx, report, "openvino")
     report["method"] = ("nncf.quantize: NNCF's options, then units (an activation quantizer and its readers' INT8 "
                         "weights) made float in the best option's model in the order of one ranking, within "
                         "--search-budget; each hit confirmed on the held-out part; the hit rebuilt with those ops in "

@@ -100,7 +100,8 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         search=search, confirm=confirm, bound=config.bound.max_accuracy_drop, budget_s=config.bound.search_budget,
         metric_spec=config.bound.metric, search_path=tuple(ctx.metric_search_path),
         progress=ctx.progress, what="INT8 search (tflite/ai-edge-quantizer)",
-        sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs", whole=ctx.eval)
+        sensitivity_method="per-op output noise vs the float .tflite, minus the noise on its inputs", whole=ctx.eval,
+        confidence=config.bound.confidence)
     report = result.report
     warn_small_eval(ctx, report, "tflite")
     report["calibration_seconds"] = round(calibration_s, 2)

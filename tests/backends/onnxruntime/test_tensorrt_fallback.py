@@ -134,8 +134,9 @@ def test_another_preset_has_no_graph_order_fallback():
     variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]), tensorrt=True)
     assert tensorrt_prefix("x86-vnni", variants) is None and tensorrt_prefix(None, variants) is None
     fp = tensorrt_prefix(TENSORRT, variants)
-    assert [label for label, _ in variants][0] == "preset" and len(variants) == 3  # no other all-ops calibration
-    assert len(fp.bases) == 2 and all(variants[i][0].startswith(WEIGHTED_LABEL) for i in fp.bases)
+    assert [label for label, _ in variants][0] == "preset" and len(variants) == 4  # no other all-ops calibration
+    assert len(fp.bases) == 3 and all(variants[i][0].startswith(WEIGHTED_LABEL) for i in fp.bases)
+    assert "per-tensor weights, calibration percentile" in variants[3][0] and not variants[3][1].per_channel
     assert len(_variants(StaticSettings.from_preset(PRESETS["x86-vnni"]))) > 3
     scored = {0: Candidate("preset", search_value=90.0), fp.bases[0]: Candidate("a", search_value=60.0),
               fp.bases[1]: Candidate("b", search_value=80.0)}

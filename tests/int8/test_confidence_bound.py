@@ -1,0 +1,133 @@
+"""The confidence bound on an accuracy drop (``edgeopt.metrics.confidence``): Tango's paired limit for metrics that
+count samples, a seeded bootstrap for the others; an eval set too small to confirm anything refused with the
+number of samples it needs (exit 5), and let through by a lower ``--confidence``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgeopt.metrics.confidence import (
+    DEFAULT_CONFIDENCE,
+    bootstrap_upper,
+    look_confidence,
+    paired_upper,
+    samples_needed,
+    z_of,
+)
+
+
+def test_no_discordant_sample_is_the_score_limit_z2_over_n_plus_z2():
+    z2 = z_of(0.9) ** 2
+    for n in (50, 100, 300):
+        assert paired_upper(0, 0, n, 0.9) == pytest.approx(100 * z2 / (n + z2), rel=1e-6)
+
+
+def test_gains_offset_losses_and_more_samples_narrow_the_limit():
+    assert paired_upper(3, 3, 300, 0.9) < paired_upper(3, 0, 300, 0.9)
+    assert paired_upper(2, 0, 600, 0.9) < paired_upper(1, 0, 300, 0.9)
+    assert paired_upper(5, 0, 300, 0.95) > paired_upper(5, 0, 300, 0.9) > 100 * 5 / 300
+
+
+def test_the_looks_share_the_risk():
+    risks = [1 - look_confidence(0.9, k) for k in range(1, 2000)]
+    assert sum(risks) < 0.1 and risks[0] == pytest.approx(0.1 * 6 / np.pi ** 2)
+
+
+def test_the_samples_needed_are_the_fewest_that_confirm_a_candidate_changing_nothing():
+    n = samples_needed(2.0, 0.9)
+    assert paired_upper(0, 0, n, 0.9) <= 2.0 < paired_upper(0, 0, n - 1, 0.9)
+    assert samples_needed(2.0, 0.6) < n and samples_needed(0.0, 0.9) is None
+
+
+def test_the_bootstrap_is_seeded_the_same_figure_every_time():
+    rng = np.random.default_rng(3)
+    fp32 = np.full(60, 100.0)
+    cand = 100.0 - np.abs(rng.standard_normal(60)) * 3
+    first = bootstrap_upper(fp32, cand, 0.9)
+    assert first == bootstrap_upper(fp32, cand, 0.9) and first > float(np.mean(fp32 - cand))
+    assert bootstrap_upper(fp32, cand, 0.9, seed=1) != first  # the seed, not luck, makes it repeat
+    assert bootstrap_upper(fp32[:5], cand[:5], 0.9) is None  # too few samples to resample
+
+
+def test_every_built_in_metric_gives_per_sample_scores_that_average_to_its_figure():
+    from edgeopt.metrics import MetricName, MetricSpec, metric_for_outputs
+
+    rng = np.random.default_rng(0)
+    ref = [{"y": rng.standard_normal((1, 6, 12)).astype(np.float32)} for _ in range(20)]
+    got = [{"y": o["y"] + 0.5 * rng.standard_normal(o["y"].shape).astype(np.float32)} for o in ref]
+    for name in (MetricName.TOP1, MetricName.POSITION_AGREEMENT, MetricName.COSINE):
+        m = metric_for_outputs(ref, None, MetricSpec(name=name))
+        rows = m.rows(got)
+        figure = m.aggregate(rows) if m.aggregate is not None else float(np.mean(rows))
+        assert figure == pytest.approx(m.score_outputs(got)) and len(rows) == 20 and m.fp32_rows is not None
+
+
+def test_a_small_eval_set_is_refused_with_the_samples_it_needs_before_any_candidate_is_built():
+    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.data import Dataset
+    from edgeopt.errors import GateFailedError
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    search, confirm = Dataset({"x": rng.standard_normal((100, 1, 4)).astype(np.float32)}, ranks={"x": 2}).split(0.5)
+    built = []
+
+    def fp32(feed):
+        return {"y": feed["x"] @ w}
+
+    def option():
+        built.append(1)
+        return None, fp32
+
+    kw = dict(options=[("preset", option)], rank=None, with_float=None, fp32_run=fp32, search=search,
+              confirm=confirm, bound=2.0, budget_s=60)
+    with pytest.raises(GateFailedError) as err:
+        run_search(**kw)
+    from edgeopt.validation_model import eval_samples_for
+
+    need = samples_needed(2.0, look_confidence(DEFAULT_CONFIDENCE, 1))
+    total = eval_samples_for(need, 0.5)
+    assert err.value.exit_code == 5 and not built and total > 100
+    assert f"confirming needs {need} held-back samples, an --eval set of at least {total} samples" in str(err.value)
+    assert err.value.details["samples_needed"] == total
+    result = run_search(**kw, confidence=0.6)  # a lower confidence: the same 50 held back confirm it
+    assert result.best is not None and built
+
+
+@pytest.mark.onnxruntime
+def test_convert_refuses_a_small_eval_set_with_the_figure_and_writes_nothing(tmp_path, cli):
+    """The bundled MNIST model, 120 of its test samples, a 1-point bound: exit 5 naming the eval size needed,
+    nothing written, on the ONNX Runtime INT8 search (the same judge on every backend)."""
+    import json
+
+    d = np.load("fixtures/data/mnist_test.npz")
+    small = tmp_path / "small.npz"
+    np.savez(small, input=d["input"][:120], labels=d["labels"][:120])
+    out = tmp_path / "out"
+    r = cli("convert", "fixtures/models/mnist_cnn.onnx", "--profile", "host", "--backend", "onnxruntime",
+            "--precision", "int8", "--calib", "fixtures/data/mnist_calib.npz", "--eval", str(small),
+            "--max-accuracy-drop", "1", "-o", str(out), "--json")
+    from edgeopt.validation_model import eval_samples_for
+
+    total = eval_samples_for(samples_needed(1.0, look_confidence(DEFAULT_CONFIDENCE, 1)), 0.5)
+    assert r.returncode == 5, r.stderr
+    err = json.loads(r.stdout)
+    assert f"an --eval set of at least {total} samples" in json.dumps(err) and not out.exists()
+    assert err["error"]["details"]["samples_needed"] == total
+
+
+@pytest.mark.parametrize("units, speedup, said", [
+    ({"quantized": 3, "float": 40, "file": "model.onnx"}, 0.97, True),  # few ops INT8, no faster: the result says so
+    ({"quantized": 3, "float": 40, "file": "model.onnx"}, 1.6, False),  # few ops INT8 but faster: a real gain
+    ({"quantized": 30, "float": 13, "file": "model.onnx"}, 0.97, False),  # mostly INT8: not "in name only"
+    ({"quantized": 3, "float": 40, "file": "model.onnx"}, None, False)])  # not timed: not claimed
+def test_int8_in_name_only_is_the_verdict(units, speedup, said):
+    from edgeopt.int8_verdict import int8_verdict
+
+    stages = [{"name": "quantize", "report": {"accuracy_aware": {"speed": {"speedup_vs_fp32": speedup}}}}]
+    verdict = int8_verdict("int8", units, stages)
+    assert (verdict is not None) is said
+    if said:
+        assert verdict.startswith("INT8 in name only: 3 of 43 compute ops in model.onnx are quantized")
+    assert int8_verdict("fp32", units, stages) is None
