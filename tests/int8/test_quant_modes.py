@@ -16,6 +16,7 @@ import pytest
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import ChainContext, Intermediate, StageRecord
+from edgeopt.converters.quantize.bound import TIE
 from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
 from edgeopt.data import Dataset
 from edgeopt.errors import UsageError
@@ -238,7 +239,8 @@ def test_auto_with_a_bound_tries_weight_only_and_static_on_a_recurrent_model(tmp
     [chosen] = [m for m, row in rows.items() if row["verdict"] == "chosen"]
     assert rep["mode"] == "weights" and chosen.startswith("weights per-channel")
     assert rep["quantized"]["backend"] == "openvino" and rep["quantized"]["quantized_units"] >= 1
-    assert "openvino modes: weights per-channel: chosen" in r.stdout  # the report says it once, from mode_search
+    # the report says it once, from mode_search (at f32 or, where this CPU runs bf16, with bf16 activations)
+    assert "openvino modes: weights per-channel" in r.stdout and f"{chosen}: chosen" in r.stdout
     assert "static per-channel: dropped (over the bound" in r.stdout and "dropped" not in rep["mode_reason"]
 
 
@@ -408,7 +410,9 @@ def test_auto_with_a_bound_on_a_recurrent_model_tries_dynamic_and_static_on_onnx
     rows = rep["mode_search"]["candidates"]
     assert [r["mode"] for r in rows] == ["dynamic per-channel", "dynamic per-tensor", "static per-channel"]
     chosen = [r for r in rows if r["verdict"] == "chosen"]
-    assert len(chosen) == 1 and chosen[0]["latency_ms"] == min(r["latency_ms"] for r in rows if "latency_ms" in r)
+    # the fastest, or one within the tie margin of it that has the smaller drop (choose_mode's tie rule)
+    fastest = min(r["latency_ms"] for r in rows if "latency_ms" in r)
+    assert len(chosen) == 1 and chosen[0]["latency_ms"] <= fastest * (1 + TIE) + 1e-9
     assert rep["mode"] == chosen[0]["mode"].split()[0] and rep["quantized"]["backend"] == "onnxruntime"
     assert rep["speed"]["speedup_vs_fp32"] is not None
 
