@@ -51,6 +51,7 @@ def _onnxruntime(runtime: dict) -> str:
         lines.append("    so.AddConfigEntry(\"session.intra_op.allow_spinning\", \"0\");")
     if s.get("disabled_optimizers"):
         names = ";".join(s["disabled_optimizers"])
+        lines.append("    // with the TensorRT/CUDA provider below (on the CPU alone edgeopt's runner leaves this out)")
         lines.append(f"    so.AddConfigEntry(\"optimization.disable_specified_optimizers\", {_q(names)});")
     provider = s.get("provider") or "CPUExecutionProvider"
     for name in dict.fromkeys([provider, *(s.get("fallback_providers") or [])]):

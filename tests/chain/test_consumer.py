@@ -128,7 +128,10 @@ def test_disabled_optimizers_travel_to_load_py_and_load_cc(tmp_path):
 
     write_loaders(out, manifest)
     assert '"optimization.disable_specified_optimizers", "ConstantFolding"' in (out / "load.cc").read_text()
-    assert _import_load(out).load(str(out)).applied["disabled_optimizers"] == ["ConstantFolding"]
+    snippet = _import_load(out)
+    # as edgeopt's runner: applied where a provider other than the CPU is in the session, left out on the CPU alone
+    assert snippet.load(str(out)).applied["disabled_optimizers"] == []
+    assert snippet._kwargs(["CUDAExecutionProvider", "CPUExecutionProvider"]) == {"disabled_optimizers": ["ConstantFolding"]}
 
 
 @pytest.mark.slow

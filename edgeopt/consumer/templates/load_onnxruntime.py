@@ -45,6 +45,30 @@ def session_options(ort, settings: dict):
     return so
 
 
+def _name(provider) -> str:
+    return provider[0] if isinstance(provider, tuple) else provider
+
+
+def _kwargs(provs: list) -> dict:
+    """The disabled optimizers apply where a provider other than the CPU is in the session; on the CPU alone
+    ONNX Runtime fuses the int32-bias DequantizeLinear they would keep out into its integer kernels."""
+    disabled = list(SETTINGS.get("disabled_optimizers") or [])
+    return {"disabled_optimizers": disabled} if disabled and any(_name(p) != CPU for p in provs) else {}
+
+
+def open_session(ort, path: str, so, provs: list):
+    """(session, disabled optimizers applied). ONNX Runtime's own fallback, when a provider fails to load, makes
+    the session again without ``disabled_optimizers``: then it is made again here on the providers that loaded."""
+    kw = _kwargs(provs)
+    session = ort.InferenceSession(path, so, providers=provs, **kw)
+    used = session.get_providers()
+    if kw and used and used[0] != _name(provs[0]):
+        provs = [p for p in provs if _name(p) in used]
+        kw = _kwargs(provs)
+        session = ort.InferenceSession(path, so, providers=provs, **kw)
+    return session, kw.get("disabled_optimizers", [])
+
+
 def load(model_dir=None, *, bare=False):
     """A function running the model on numpy arrays keyed by the ONNX input names; ``bare``: default options."""
     import onnxruntime as ort
@@ -53,9 +77,8 @@ def load(model_dir=None, *, bare=False):
     if bare:
         session = ort.InferenceSession(path, providers=ort.get_available_providers())
     else:
-        session = ort.InferenceSession(path, session_options(ort, SETTINGS),
-                                       providers=providers(SETTINGS, ort.get_available_providers()),
-                                       disabled_optimizers=list(SETTINGS.get("disabled_optimizers") or []))
+        session, disabled = open_session(ort, path, session_options(ort, SETTINGS),
+                                         providers(SETTINGS, ort.get_available_providers()))
     types = {i.name: TYPES.get(i.type) for i in session.get_inputs()}
     names = {io["name"]: io["runtime_name"] for io in IO.get("inputs", [])}
     out_names = [io["runtime_name"] for io in IO.get("outputs", [])] or [o.name for o in session.get_outputs()]
@@ -69,6 +92,6 @@ def load(model_dir=None, *, bare=False):
         return dict(zip(onnx_names, session.run(out_names, given), strict=True))
 
     run.applied = {"providers": session.get_providers(), "bare": bare,
-                   "disabled_optimizers": [] if bare else list(SETTINGS.get("disabled_optimizers") or [])}
+                   "disabled_optimizers": [] if bare else disabled}
     run.settings = {} if bare else SETTINGS  # the settings this load applied
     return run
