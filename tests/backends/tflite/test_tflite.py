@@ -122,7 +122,7 @@ def test_fp32_digits_cli_matches_ort(fp32_artifact):
     assert payload["backend"] == "tflite" and payload["precision"] == "fp32"
     assert v["cosine_min"] > 0.9999 and v["samples"] == 540 and v["accuracy_drop"] == 0.0
     m = json.loads((out / "manifest.json").read_text())
-    assert set(m["files"]) == {"model.tflite", "onnx2tf.log"}
+    assert set(m["files"]) == {"model.tflite", "onnx2tf.log", "load.py", "load.cc"}  # + the plain-API loaders
     assert "onnx2tf" in (out / "onnx2tf.log").read_text()  # its output went to the log, not to our stdout
     io = m["runtime"]["io"]
     assert io["inputs"] == [{"name": "input", "runtime_name": "input", "transpose": [0, 2, 3, 1]}]
