@@ -25,7 +25,7 @@ OLD_VALIDATION = {
     "metric_unit": "%", "metric_basis": "labels", "metric_reference": 99.4444, "metric_value": 99.4444,
     "metric_drop": 0.0, "metric_outputs": None, "units": {"quantized": 5, "float": 0, "file": "model.onnx"},
     "checked_on": {"provider": "CPUExecutionProvider", "target": "CPUExecutionProvider", "why": None},
-    "sample_points": 100 / 540, "halves_drop_p90": None,
+    "sample_points": 100 / 540, "halves_drop_p90": None, "drop_upper": None, "confidence": None,
     "gates": {"int8_quantized_units": {"threshold": 1.0, "value": 5.0, "passed": True},
               "max_accuracy_drop": {"threshold": 1.0, "value": 0.0, "passed": True}},
 }
