@@ -100,10 +100,9 @@ def sample_points(metric_kind, unit: str | None, samples: int) -> float | None:
     (per-position agreement, map IoU, cosine, SQNR) or a user's own, where one sample moves the figure by
     less and by an amount the figure alone doesn't tell."""
     # imported here: edgeopt.metrics needs numpy, which artifact.py (typing the manifest with this module) doesn't
-    from edgeopt.metrics.base import MetricName
+    from edgeopt.metrics.base import COUNTED_KINDS
 
-    counted = (MetricName.TOP1, MetricName.CTC)  # each sample is right or wrong as a whole
-    if metric_kind not in counted or unit != "%" or samples <= 0:
+    if metric_kind not in COUNTED_KINDS or unit != "%" or samples <= 0:
         return None
     return 100.0 / samples
 

@@ -65,6 +65,10 @@ class MetricSpec(BaseModel):
         return self
 
 
+# the kinds whose samples are each right or wrong as a whole: one sample is worth 100/n points
+COUNTED_KINDS = (MetricName.TOP1, MetricName.CTC)
+
+
 @dataclass
 class Metric:
     """A metric bound to one data set: its FP32 figure, and ``score``/``score_outputs`` for a candidate."""

@@ -141,6 +141,6 @@ def drop_upper(m, cand_digests: list, confidence: float, order=None) -> float | 
 
 def counts_samples(m) -> bool:
     """Whether ``m`` counts samples right or wrong (each sample's score 0 or 100): the paired limit applies."""
-    from edgeopt.validation_model import sample_points
+    from edgeopt.metrics.base import COUNTED_KINDS  # the rule of validation_model.sample_points
 
-    return sample_points(m.kind, m.unit, m.samples) is not None
+    return m.kind in COUNTED_KINDS and m.unit == "%" and m.samples > 0
