@@ -24,12 +24,23 @@ def is_custom(name: str) -> bool:
     return ":" in str(name)
 
 
+def _forget_stale(module_name: str, dirs: list[str]) -> None:
+    """A module of that name imported earlier in this process from elsewhere (an API user's second run with
+    another recipe directory) is dropped, so the file in the directories searched now is the one used."""
+    cached = sys.modules.get(module_name)
+    rel = Path(*module_name.split(".")).with_suffix(".py")
+    here = next((Path(d) / rel for d in dirs if (Path(d) / rel).is_file()), None)
+    if cached is not None and here is not None and Path(getattr(cached, "__file__", "") or "").resolve() != here.resolve():
+        del sys.modules[module_name]
+
+
 def load_callable(path: str, search_path=None) -> Callable:
     module_name, _, attr = str(path).partition(":")
     if not module_name or not attr or not all(p.isidentifier() for p in module_name.split(".")):
         raise BadInputError(f"--metric '{path}' is not MODULE:FUNCTION", HINT)
     dirs = [str(Path(p).resolve()) for p in (search_path or ())] + [str(Path.cwd())]
     added = [d for d in dirs if d not in sys.path]
+    _forget_stale(module_name, dirs)
     sys.path[:0] = added
     try:
         module = importlib.import_module(module_name)

@@ -615,3 +615,16 @@ def test_convert_validates_a_two_output_model_on_both_outputs(tmp_path, cli):
     assert v["metric"] == "worst_of_2_outputs_vs_fp32" and v["metric_kind"] == "all_outputs"
     assert "'scores' top1_agreement_with_fp32" in v["metric_description"] and "'boxes'" in v["metric_description"]
     assert v["metric_drop"] == pytest.approx(0.0)
+
+
+def test_a_user_metric_module_of_the_same_name_in_another_directory_is_the_one_used(tmp_path):
+    """Two runs in one process (API users, in-process CLI calls), each with its own my_metrics.py: the second run's
+    file is imported, not the module the first left in sys.modules."""
+    from edgeopt.metrics.custom import load_callable
+
+    for name, body in (("a", "def first(outputs, labels):\n    return 1.0\n"),
+                       ("b", "def second(outputs, labels):\n    return 2.0\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "edgeopt_test_metric_mod.py").write_text(body)
+    assert load_callable("edgeopt_test_metric_mod:first", [tmp_path / "a"])(None, None) == 1.0
+    assert load_callable("edgeopt_test_metric_mod:second", [tmp_path / "b"])(None, None) == 2.0
