@@ -48,8 +48,10 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     from edgeopt.converters.checks import compare, ort_run_fn
     from edgeopt.metric_choice import per_output
     from edgeopt.metrics import judges_every_output, metric_for_outputs, pinned_spec
+    from edgeopt.metrics.custom import mark, spent_since
     from edgeopt.runtime.runners import open_runner
 
+    metric_mark = mark()
     reference = ort_run_fn(Path(reference_model), threads)
     seen: dict[str, dict] = {}
 
@@ -116,6 +118,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
                                                 search_path)
     v.units = _units_gate(artifact_dir, manifest, gates)
     v.gates = gates
+    v._metric_time = spent_since(metric_mark)
     return v
 
 

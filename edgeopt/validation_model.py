@@ -11,7 +11,7 @@ A small module without numpy or runtimes, so :mod:`edgeopt.artifact` can type ``
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 
 class Gate(BaseModel):
@@ -70,6 +70,9 @@ class Validation(BaseModel):
     drop_upper: float | None = None
     confidence: float | None = None
     gates: dict[str, Gate] = {}
+    # a user metric's calls and seconds in this validation ({"calls", "seconds"}; None: none was called): said by
+    # the run that validated, not kept in the manifest (seconds differ between runs)
+    _metric_time: dict | None = PrivateAttr(default=None)
 
     @property
     def passed(self) -> bool:

@@ -57,6 +57,7 @@ from edgeopt.validation_model import eval_too_small, sample_points, small_eval_w
 
 from .sensitivity import UNRANKED
 
+HALVES_MIN_S = 2.0  # the halves rule's metric calls are always made in the search when they take under this
 OPTIONS_SHARE = 0.5  # the quantizer's options may use half the budget; the float fallback gets the rest
 
 Rank = Callable[[Any, float], list]  # (option's artifact, deadline on time.perf_counter()) -> [(op, score)], best first
@@ -111,7 +112,31 @@ def part_metrics(fp32_run, search, confirm, spec=None, search_path=(), whole=Non
     counted = sample_points(m_all.kind, m_all.unit, m_all.samples) is not None
     return (make_task_metric(_replay(s_out), search, pinned, search_path),
             make_task_metric(_replay(c_out), confirm, pinned, search_path), m_all,
-            [] if counted or m_all.per_sample is not None else half_metrics(s_out + c_out, both, pinned, search_path))
+            LazyHalves() if counted or m_all.per_sample is not None else
+            LazyHalves(lambda: half_metrics(s_out + c_out, both, pinned, search_path),
+                       len(half_indices(len(both), order=both.positions))))
+
+
+class LazyHalves:
+    """The halves rule's FP32 halves (:func:`half_metrics`), scored at the first confirmation that needs them: a
+    slow user metric's calls are spent on a choice to confirm, not before the search starts. ``count``: the
+    halves there will be (0: no halves rule)."""
+
+    def __init__(self, make: Callable[[], list] | None = None, count: int = 0):
+        self._make, self.count, self._scored = make, count, None
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def scored(self) -> bool:
+        return self._scored is not None
+
+    def get(self) -> list:
+        if self._scored is None:
+            self._scored = self._make() if self._make is not None else []
+            self.count = len(self._scored)
+        return self._scored
 
 
 def half_metrics(outputs: list, both, spec, search_path) -> list:
@@ -201,6 +226,9 @@ class BudgetedSearch:
     def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
                  what: str = "INT8 search", labels: bool | None = None, metric_spec=None, search_path=(),
                  whole=None, confidence: float = DEFAULT_CONFIDENCE):
+        from edgeopt.metrics.custom import mark
+
+        self.metric_mark = mark()  # a user metric's calls during this search are reported (report's metric_time)
         self.search, self.confirm, self.bound = search, confirm, float(bound)
         self.confidence, self.looks = float(confidence), 0  # looks: confirmations made on the held-back part
         self.budget_s = float(budget_s)
@@ -348,8 +376,10 @@ class BudgetedSearch:
             self.looks += 1
         level = look_confidence(self.confidence, self.looks) if counted else self.confidence
         searched = c.searched
+        t = time.perf_counter()
         c.confirm_value = float(self.m_confirm.score_digests(held))
         c.all_value = float(self.m_all.score_digests(searched + held))
+        per_call_s = (time.perf_counter() - t) / 2
         c.confirm_upper = drop_upper(self.m_confirm, held, level)
         c.all_upper = drop_upper(self.m_all, searched + held, self.confidence, self.given_order)
         c.confirm_level = level
@@ -360,10 +390,25 @@ class BudgetedSearch:
             return c
         # a metric without per-sample scores (a user's own): the point drops, and the halves rule
         c.met = self.drop(c.confirm_value, True) <= self.bound and within_bound(drop_all, self.bound, self.points)
-        if c.met and self.halves:
+        if c.met and self.halves and not self.halves_deferred(per_call_s):
             c.halves_p90 = self.halves_drop(searched + held)
             c.met = c.halves_p90 <= self.bound + 1e-9
         return c
+
+    def halves_deferred(self, per_call_s: float) -> bool:
+        """Whether the halves rule is left to the final validation (which applies it to the written artifact
+        anyway): when its metric calls (``per_call_s`` each, as the confirmation's took) don't fit what is left
+        of ``--search-budget`` and take over ``HALVES_MIN_S``. A metric of 2 s a call would spend 80 s on 40
+        calls under a 5 s budget. Said in the report's ``halves_rule``."""
+        calls = len(self.halves) * (1 if self.halves.scored else 2)
+        cost = calls * per_call_s
+        if cost <= max(self.left(), HALVES_MIN_S):
+            return False
+        self.report["halves_rule"] = (
+            f"left to the final validation: the metric took {per_call_s:.2g} s a call, and the halves rule's "
+            f"{calls} calls (about {cost:.0f} s) don't fit what is left of the {self.budget_s:g} s search budget "
+            "(--search-budget)")
+        return True
 
     def judge(self, run, searched: list | None = None, counted: bool = True) -> Candidate:
         """``run`` selected on the search part and, when it is, confirmed on the held-back part
@@ -375,7 +420,8 @@ class BudgetedSearch:
     def halves_drop(self, digests: list) -> float:
         """The drop at the 90th percentile over the random halves of the eval samples (``digests``: both parts'
         digests, in the order of :func:`part_metrics`' ``both``)."""
-        return percentile_drop(m.fp32_value - m.score_digests([digests[i] for i in idx]) for idx, m in self.halves)
+        return percentile_drop(m.fp32_value - m.score_digests([digests[i] for i in idx])
+                               for idx, m in self.halves.get())
 
     def fmt(self, value: float | None) -> str:
         unit = metric_unit(self.m_search)
@@ -631,6 +677,10 @@ def _finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranke
         stopped_by_budget=s.stopped_by_budget,
         candidates=len(s.tried),
     )
+    from edgeopt.metrics.custom import spent_since
+
+    if (spent := spent_since(s.metric_mark)) is not None:
+        s.report["metric_time"] = spent
     return SearchResult(best, closest, ranked, s.report, s.m_confirm, s.m_search, s.judge)
 
 

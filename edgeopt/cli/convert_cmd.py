@@ -69,6 +69,9 @@ def convert_cmd(
         from_torch=from_torch, weights=weights, profile_dirs=profile_dir, force=force, dry_run=dry_run,
         verify_on=verify_on, fallback=fallback,
     ), where="convert")
+    from edgeopt.metrics.custom import mark, spent_since
+
+    metric_mark = mark()
     result = convert(model, profile, output, options, progress=progress_factory(json_out), on_warning=warn)
     if dry_run:
         from edgeopt.metric_choice import describe
@@ -77,15 +80,18 @@ def convert_cmd(
                         "metric": result.metric},
              lambda c: c.print("\n".join(filter(None, [str(result.plan), describe(result.metric)])), markup=False))
     else:
-        _report(result, json_out)
+        _report(result, json_out, spent_since(metric_mark))
 
 
-def _report(result, json_out: bool) -> None:
-    """The written artifact: its plan, validation and (``--verify-on``) the device's check."""
+def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
+    """The written artifact: its plan, validation and (``--verify-on``) the device's check; ``metric_time``: a
+    user metric's calls and seconds over the whole run (None: none was called)."""
     from edgeopt.int8_verdict import int8_verdict
 
     v = result.validation
     m = result.manifest
+    if metric_time is not None and v is not None and v._metric_time:
+        metric_time = {**metric_time, "validation": v._metric_time}
     verdict = int8_verdict(m.precision, v.units if v else None, m.stages)
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision, "verdict": verdict,
                "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},
@@ -93,7 +99,8 @@ def _report(result, json_out: bool) -> None:
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
                "backend_search": m.backend_search, "memory": m.memory.model_dump(mode="json") if m.memory else None,
-               "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None}
+               "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None,
+               "metric_time": metric_time}
 
     from edgeopt.cli.artifact_text import (
         backend_search_text,
@@ -109,6 +116,10 @@ def _report(result, json_out: bool) -> None:
         if verdict:
             c.print(f"result: {verdict}", markup=False)
         c.print(_validation_text(v), markup=False)
+        if metric_time:
+            val = metric_time.get("validation")
+            here = f", {val['seconds']:.3g} s of them in the validation" if val else ""
+            c.print(f"your metric: {metric_time['calls']} calls, {metric_time['seconds']:.3g} s{here}", markup=False)
         if v is not None and v.checked_on:
             c.print(checked_on_text(v.checked_on), markup=False)
         if m.precision_fallback:

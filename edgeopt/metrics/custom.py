@@ -12,12 +12,42 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.errors import BadInputError
 
 HINT = "give MODULE:FUNCTION importable from the recipe's directory or the current directory, e.g. my_metrics:score"
+
+
+@dataclass
+class MetricClock:
+    """Calls of one user metric in this process and the seconds they took: what a slow metric costs a run is
+    reported (the search's and the validation's shares), and the search bounds its calls by ``--search-budget``."""
+
+    calls: int = 0
+    seconds: float = 0.0
+
+
+CLOCKS: dict[str, MetricClock] = {}
+
+
+def clock(path: str) -> MetricClock:
+    """The clock of the user metric ``path`` (MODULE:FUNCTION), shared by every scorer of it in this process."""
+    return CLOCKS.setdefault(str(path), MetricClock())
+
+
+def mark() -> tuple[int, float]:
+    """Every user metric's calls and seconds so far in this process: :func:`spent_since` takes it back."""
+    return sum(c.calls for c in CLOCKS.values()), sum(c.seconds for c in CLOCKS.values())
+
+
+def spent_since(m: tuple[int, float]) -> dict | None:
+    """The user metrics' calls and seconds since :func:`mark` ``m``; None when none was called."""
+    calls, seconds = mark()
+    return None if calls == m[0] else {"calls": calls - m[0], "seconds": round(seconds - m[1], 3)}
 
 
 def is_custom(name: str) -> bool:
@@ -96,7 +126,10 @@ def scorer(fn: Callable, path: str, labels, reference: list[dict] | None,
     except (TypeError, ValueError):
         takes_reference = False
 
+    timed = clock(path)
+
     def score(outputs: list[dict]) -> float:
+        t0 = time.perf_counter()
         try:
             value = fn(outputs, labels, reference=reference) if takes_reference else fn(outputs, labels)
         except Exception as err:  # noqa: BLE001 - the user's metric failing is reported as their input
@@ -104,6 +137,9 @@ def scorer(fn: Callable, path: str, labels, reference: list[dict] | None,
             raise BadInputError(f"--metric '{path}' raised {type(err).__name__}: {err}{no_labels}",
                                 "it is called as fn(outputs, labels): a list of {output: array}, one per sample, "
                                 "and the labels (None without them: handle that, or give labelled data)") from err
+        finally:
+            timed.calls += 1
+            timed.seconds += time.perf_counter() - t0
         return checked_value(value, path)
 
     return score

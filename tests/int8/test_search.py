@@ -482,7 +482,7 @@ def test_a_metric_that_does_not_count_samples_is_judged_by_a_bootstrap_of_its_dr
 
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=2.5, budget_s=3600,
                        metric_spec=MetricSpec(name=MetricName.COSINE), confidence=0.9)
-    assert s.halves == [] and "bootstrap" in s.report["acceptance"]
+    assert not s.halves and "bootstrap" in s.report["acceptance"]
     spread = s.judge(candidate(sums(search, 2) + sums(confirm, 2)))
     assert abs(s.drop(spread.search_value) - 2.0) < 1e-3 and spread.confirm_value is None
     assert spread.search_upper > 2.5 and not spread.met
@@ -491,7 +491,7 @@ def test_a_metric_that_does_not_count_samples_is_judged_by_a_bootstrap_of_its_dr
     assert fewer.met and fewer.confirm_upper <= 2.5 and s.looks == 1
     counted = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=20.0, budget_s=3600,
                              metric_spec=MetricSpec(name=MetricName.TOP1))
-    assert counted.halves == [] and "Tango" in counted.report["acceptance"]
+    assert not counted.halves and "Tango" in counted.report["acceptance"]
 
 
 def test_the_gate_and_the_search_judge_all_the_samples_alike():
@@ -579,3 +579,47 @@ def test_a_native_float_is_judged_and_timed_beside_the_modes_never_chosen_by_the
     assert choice.floats["bf16"]["drop"].startswith("drop 0.00 points on all 480 eval samples")
     assert choice.floats["fp16"]["holds"] is False and "on the search part" in choice.floats["fp16"]["drop"]
     assert choice.report["floats"] == choice.floats
+
+
+def _counting_metric(tmp_path):
+    """A user metric (MODULE:FUNCTION in ``tmp_path``) without per-sample scores: the mean of the first output."""
+    (tmp_path / "mean_metric.py").write_text(
+        "import numpy as np\n"
+        "def score(outputs, labels):\n"
+        "    return float(np.mean([o['y'].mean() for o in outputs]))\n")
+    return "mean_metric:score"
+
+
+def test_a_user_metric_scores_the_halves_only_for_a_choice_to_confirm(tmp_path):
+    """The halves rule's 20 FP32 halves are scored at the first confirmation, not before the search starts (a
+    metric of 2 s a call spent 40 s there under a 5 s budget); the search reports its metric calls."""
+    from edgeopt.converters.quantize.search import BudgetedSearch, _finish
+    from edgeopt.metrics import MetricSpec
+    from edgeopt.metrics.custom import clock
+
+    _, _, search, confirm, fp32_run = _linear_model_search_data(40)
+    path = _counting_metric(tmp_path)
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=5.0, budget_s=3600,
+                       metric_spec=MetricSpec(name=path), search_path=[tmp_path])
+    assert len(s.halves) == 20 and not s.halves.scored
+    before = clock(path).calls
+    c = s.judge(fp32_run)
+    assert c.met and s.halves.scored and c.halves_p90 == 0.0
+    assert clock(path).calls - before == 1 + 2 + 2 * 20  # search part; held-back part and all; FP32 and c per half
+    report = _finish(s, c, c, None).report
+    assert report["metric_time"]["calls"] >= clock(path).calls - before and "halves_rule" not in report
+
+
+def test_a_slow_user_metric_leaves_the_halves_rule_to_the_validation(tmp_path):
+    """When the halves rule's metric calls don't fit what is left of --search-budget, the search confirms by the
+    point drops and leaves the halves to the final validation (which applies them to the written artifact),
+    saying so; a metric fast enough for them (under 2 s in all) is always halved in the search."""
+    from edgeopt.converters.quantize.search import BudgetedSearch
+    from edgeopt.metrics import MetricSpec
+
+    _, _, search, confirm, fp32_run = _linear_model_search_data(40)
+    s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=5.0, budget_s=1.0,
+                       metric_spec=MetricSpec(name=_counting_metric(tmp_path)), search_path=[tmp_path])
+    assert not s.halves_deferred(per_call_s=1e-3) and "halves_rule" not in s.report  # 40 calls, 0.04 s
+    assert s.halves_deferred(per_call_s=2.0)  # 80 s: over the budget
+    assert "left to the final validation" in s.report["halves_rule"] and "--search-budget" in s.report["halves_rule"]

@@ -256,6 +256,8 @@ def test_cli_metric_named_in_the_report_and_manifest_and_bad_labels(tmp_path, cl
     s = json.loads(r.stdout)
     assert s["validation"]["metric"] == "custom:m:score"
     assert any("cast from int64 to float32" in w for w in s["warnings"])
+    # the user metric's time is reported: the whole run's calls, the validation's among them
+    assert s["metric_time"]["calls"] >= s["metric_time"]["validation"]["calls"] >= 2 and "metric_time" not in s["validation"]
     r = cli("convert", str(DIGITS), "-o", str(tmp_path / "d"), "--metric", "nowhere:score", cwd=str(tmp_path))
     assert r.returncode == 3 and "cannot import 'nowhere'" in r.stderr and len(_errors(r.stderr)) == 1
 
