@@ -35,9 +35,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import matrix_cases  # noqa: E402
+import matrix_unseen  # noqa: E402
 import real_models  # noqa: E402
 
-CASES = {**real_models.CASES, **matrix_cases.CASES}
+CASES = {**real_models.CASES, **matrix_cases.CASES, **matrix_unseen.CASES}
+HELD_APART = tuple(matrix_unseen.HELD_APART)  # run only with --final: the final table, never while tuning
 PROFILES = ("pi5", "rpi4", "jetson-orin-nano", "jetson-agx-orin", "intel-npu", "host")
 BOUND = 2.0  # --max-accuracy-drop, points
 HELD_BACK = 0.5  # of each case's eval samples, never given to the run
@@ -292,7 +294,9 @@ def _run_summary(p: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(CASES), help=f"of: {', '.join(CASES)}")
+    ap.add_argument("--models", default=",".join(m for m in CASES if m not in HELD_APART),
+                    help=f"of: {', '.join(CASES)} (default: all but the held-apart {', '.join(HELD_APART)})")
+    ap.add_argument("--final", action="store_true", help="the final table: the held-apart models may run")
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--budget", type=float, default=120.0, help="--search-budget of each cell (seconds)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a cell is killed (default 6x budget + 300)")
@@ -315,9 +319,12 @@ def main() -> None:
     unknown = [m for m in models if m not in CASES]
     if unknown:
         ap.error(f"unknown model {unknown[0]!r}; known: {', '.join(CASES)}")
+    if not args.final and (apart := [m for m in models if m in HELD_APART]):
+        ap.error(f"{apart[0]!r} is held apart for the final table: add --final for that run only")
     timeout = args.timeout or 6 * args.budget + 300
     out = {"bench": "device_matrix", "bound_points": BOUND, "search_budget_s": args.budget, "threads": "default",
-           "verify_on": args.verify_on,
+           "verify_on": args.verify_on, "final": args.final,
+           "held_apart": [m for m in models if m in HELD_APART],
            "held_back_fraction": HELD_BACK, **environment(), "cells": [], "cases": {}}
     with tempfile.TemporaryDirectory(prefix="edgeopt-matrix-") as tmp:
         for name in models:
