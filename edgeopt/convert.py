@@ -186,6 +186,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             on_warning(message)
 
     prof, requested = _resolve_profile(profile, o, warn)
+    o = _at_batch_one(model, o, warn)
     shapes = dict(o.input_shapes)
     planned = plan is None
     plan = plan or make_plan(prof, o.chain_request(), recipe=o.recipe, input_shapes=shapes)
@@ -256,6 +257,24 @@ def _resolve_profile(profile, o: ConvertOptions, warn):
     if choice.note:
         warn(choice.note)
     return prof, (choice.requested if choice.via != NameKind.NAME else None)
+
+
+def _at_batch_one(model, o: ConvertOptions, warn) -> ConvertOptions:
+    """An ONNX model's inputs whose only dynamic dim is the batch (:func:`edgeopt.model.batch_defaults`) converted
+    at batch 1, said once, as if ``--input-shape`` had said so (the plan and its hash record it)."""
+    from edgeopt.model import batch_defaults
+
+    if model is None or o.from_torch is not None or not Path(model).is_file():
+        return o
+    try:
+        fixed = batch_defaults(model, o.input_shapes)
+    except Exception:  # noqa: BLE001 - an unreadable model is refused, with its reason, by the checks that follow
+        return o
+    if not fixed:
+        return o
+    given = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in fixed.items())
+    warn(f"the model's batch dim is dynamic: converted at batch 1 (--input-shape {given}; give another there)")
+    return o.model_copy(update={"input_shapes": {**o.input_shapes, **fixed}})
 
 
 def _source_model(model, o: ConvertOptions, shapes, work: Path) -> tuple[Path, dict[str, Any]]:

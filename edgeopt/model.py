@@ -173,6 +173,21 @@ def graph_outputs(model) -> list[TensorSpec]:
     return [_value_spec(v) for v in model.graph.output]
 
 
+def batch_defaults(model, given: dict) -> dict[str, tuple[int, ...]]:
+    """Inputs not named by ``--input-shape`` whose only dynamic dim is the leading one of two or more (a batch, as
+    exporters write it: ``[batch, 1024]``): converted at batch 1. Any other dynamic dim (an image's height, a
+    sequence's length) has no safe default and stays the user's to give."""
+    import onnx
+
+    out = {}
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    for spec in graph_inputs(proto):
+        lead, rest = spec.shape[:1], spec.shape[1:]
+        if spec.name not in given and rest and not isinstance(lead[0], int) and all(isinstance(d, int) for d in rest):
+            out[spec.name] = (1, *rest)
+    return out
+
+
 def fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], *, origin: str = "model", require_static: bool = True):
     """Set static input shapes (returns a new model); unknown names or leftover dynamic dims are errors."""
     import onnx

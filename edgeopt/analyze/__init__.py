@@ -113,14 +113,15 @@ def analyze_model(
     from edgeopt.analyze.recommend import recommend
     from edgeopt.analyze.shapes import resolve_shapes
     from edgeopt.errors import UsageError
-    from edgeopt.model import fix_input_shapes, graph_inputs
+    from edgeopt.model import batch_defaults, fix_input_shapes, graph_inputs
 
     if not 0 < efficiency <= 1:
         raise UsageError(f"efficiency {efficiency} is outside (0, 1]", "use e.g. --efficiency 0.3")
     if overhead_us_per_op is None:
         overhead_us_per_op = roofline.DEFAULT_OVERHEAD_US_PER_OP
     original, origin, file_bytes = _load(model_path_or_proto)
-    fixed = fix_input_shapes(original, _shapes_arg(input_shapes), origin=origin)
+    shapes = _shapes_arg(input_shapes)
+    fixed = fix_input_shapes(original, {**batch_defaults(original, shapes), **shapes}, origin=origin)
     metas, source, unknown = resolve_shapes(fixed, origin)
     ops = graph_costs(fixed, metas)
 

@@ -89,11 +89,12 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     from edgeopt.analyze.shapes import resolve_shapes
     from edgeopt.memory.facts import runtime_base
     from edgeopt.memory.plan import plan_arena
-    from edgeopt.model import fix_input_shapes, load_onnx
+    from edgeopt.model import batch_defaults, fix_input_shapes, load_onnx
 
     precision = Precision(precision)
     proto = load_onnx(model) if isinstance(model, (str, os.PathLike)) else model
-    fixed = fix_input_shapes(proto, dict(input_shapes or {}), origin="model")
+    given = dict(input_shapes or {})
+    fixed = fix_input_shapes(proto, {**batch_defaults(proto, given), **given}, origin="model")
     metas, _, _ = resolve_shapes(fixed, "model")
     act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
     sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}

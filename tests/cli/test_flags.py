@@ -171,12 +171,24 @@ def test_prune_auto_with_too_few_calib_samples_is_refused_by_the_dry_run(cli, pr
     refused(r, 3, "--prune auto needs at least 16 calibration samples", "has 5")
 
 
-def test_dry_run_refuses_a_dynamic_batch_without_input_shape(cli, tmp_path):
+def test_a_dynamic_batch_is_converted_at_one_and_other_dynamic_dims_are_refused(cli, tmp_path):
+    """A batch dim left dynamic by the exporter ([N,3,8,8]) is converted at batch 1, said as the --input-shape that
+    would say so and recorded in the plan; a dynamic height has no safe default: exit 3 naming the flag."""
+    import onnx
+
     model = conv_bn_model(tmp_path / "dyn.onnx", batch="N")
     r = cli("convert", str(model), "--profile", "host", "--dry-run", "--json")
-    refused(r, 3, "dynamic dims", "--input-shape x=1x3x8x8")
-    ok = cli("convert", str(model), "--profile", "host", "--dry-run", "--json", "--input-shape", "x=1x3x8x8")
-    assert ok.returncode == 0, ok.stderr
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert any("batch dim is dynamic: converted at batch 1 (--input-shape x=1x3x8x8" in w for w in out["warnings"])
+    assert out["plan"]["stages"][0]["config"]["input_shapes"] == {"x": [1, 3, 8, 8]}
+    two = cli("convert", str(model), "--profile", "host", "--dry-run", "--json", "--input-shape", "x=2x3x8x8")
+    assert two.returncode == 0 and not any("batch dim" in w for w in json.loads(two.stdout)["warnings"])
+    proto = onnx.load(str(model))
+    proto.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
+    onnx.save(proto, str(tmp_path / "dyn_h.onnx"))
+    r = cli("convert", str(tmp_path / "dyn_h.onnx"), "--profile", "host", "--dry-run", "--json")
+    refused(r, 3, "dynamic dims", "--input-shape x=1x3x1x8")
 
 
 def _save_graph(path: Path, name: str, nodes, inputs, output: tuple, inits: dict) -> Path:
