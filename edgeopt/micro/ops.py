@@ -29,6 +29,14 @@ ALTERNATIVES = {
     "TOPK_V2": "ARG_MAX for the top class, or move top-k to the application",
     "NON_MAX_SUPPRESSION_V4": "run non-max suppression in the application, on the model's boxes and scores",
     "NON_MAX_SUPPRESSION_V5": "run non-max suppression in the application, on the model's boxes and scores",
+    "TILE": "broadcasting (an Add or Mul against a tensor of the wanted shape) or Concat of copies",
+    "RANGE": "a constant initializer holding the sequence (the shape is static on a microcontroller)",
+    "ONE_HOT": "Gather rows of a constant identity matrix (TFLM has GATHER), or an integer input",
+    "WHERE": "move the data-dependent selection (ONNX NonZero) to the application",
+    "SIGN": "Div of x by Abs(x) + epsilon, or a Greater/Less pair with Cast and Sub",
+    "LOCAL_RESPONSE_NORMALIZATION": "remove LRN (modern nets use BatchNormalization, which folds into the conv)",
+    "REVERSE_SEQUENCE": "Gather with constant reversed indices",
+    "UNIQUE": "move Unique (a data-dependent shape) to the application",
 }
 CUSTOM_HINT = ("a custom op: write and register a TFLM kernel for it (tflite_micro runtime's custom_op_registerers, "
                "MicroMutableOpResolver::AddCustom on the board), or replace it in the source model")
