@@ -35,8 +35,7 @@ def test_onnx_op_tflm_lacks_is_named_with_its_tflite_form_and_alternative(topk_m
     from edgeopt.micro.onnx_ops import check_onnx_for_tflm, onnx_ops_tflm_lacks
 
     assert onnx_ops_tflm_lacks(onnx.load(topk_model)) == [
-        {"onnx_op": "TopK", "tflite_op": "TOPK_V2", "alternative": "ARG_MAX for the top class, or move top-k to the "
-                                                                   "application"}]
+        {"onnx_op": "TopK", "tflite_op": "TOPK_V2", "alternative": "ARG_MAX for the top class, or top-k in the application"}]
     with pytest.raises(UnsupportedOpError) as err:
         check_onnx_for_tflm(topk_model, "stm32h7")
     assert "'TopK'" in err.value.message and "TOPK_V2" in err.value.message and err.value.exit_code == 3
