@@ -2,7 +2,7 @@
 
 ``bytes``: peak RSS of a child process after importing the runtime, loading the 8x8 digits CNN (25k
 parameters) and running it, minus RSS before the import, minus that model's predicted weights and arena
-(``bench/memory_fit.py --base`` re-measures). TFLite Micro's figure is its own allocator's persistent
+(the digits rows of ``bench/memory_fit.py`` re-measure it). TFLite Micro's figure is its own allocator's persistent
 allocations besides the arena plan (interpreter, tensor and node structs), read from its recording
 allocator, per tensor and per node (digits CNN INT8: tail 4304 bytes = 504 for 21 eval tensors, 128 for the
 io tensors, 576 node structs and 2392 kernel buffers for 9 ops).

@@ -113,6 +113,17 @@ def _weight_kinds(graph, metas, precision: Precision, kept: set[str]) -> dict[st
             "conv": _weights(metas, precision, kept & conv)}
 
 
+def _runtime_counts(graph, sizes: dict[str, int], plan, microcontroller: bool) -> tuple[int, int]:
+    """(tensors, ops) the runtime keeps a struct for. On a microcontroller, as the ``.tflite`` holds them: the ops
+    left once in-place ops are fused into the op before, plus a QUANTIZE and a DEQUANTIZE at the float io; the
+    tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul, and the float io tensors."""
+    if not microcontroller:
+        return len(sizes), len(graph.node)
+    io = len([i for i in graph.input if i.name in sizes]) + len(graph.output)
+    weighted = sum(n.op_type in ("Conv", "Gemm", "MatMul") for n in graph.node)
+    return plan.buffers + 2 * weighted + io, len(graph.node) - plan.in_place + 2
+
+
 def predict_memory(model, backend: str, precision: Precision | str, *, input_shapes=None,
                    microcontroller: bool = False) -> MemoryPrediction:
     """The prediction for an ONNX model (path or ``ModelProto``) built for ``backend`` at ``precision``
@@ -132,7 +143,8 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     plan = plan_arena(fixed.graph, sizes)
     weights = _weights(metas, precision, kept)
     runtime = TFLM if microcontroller else str(backend)
-    base, source = runtime_base(runtime, tensors=len(sizes), nodes=len(fixed.graph.node))
+    tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
+    base, source = runtime_base(runtime, tensors=tensors, nodes=nodes)
     copies = weight_copies(runtime, **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(
