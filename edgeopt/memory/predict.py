@@ -19,8 +19,8 @@ NOTES = (
     "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
     "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
     "Micro's planner), INT8 activations at 1 byte; constants folded at load counted as weights; runtime: the base "
-    "cost measured once per runtime (its source and date in runtime_source) plus, where measured (ONNX Runtime), "
-    "the copies of the weights it holds at its peak (runtime_copies_bytes)."
+    "cost measured once per runtime (its source and date in runtime_source) plus, where measured (ONNX Runtime, "
+    "LiteRT), the copies of the weights it holds at its peak (runtime_copies_bytes)."
 )
 
 

@@ -46,5 +46,7 @@ def test_onnx_runtime_holds_copies_of_the_weights_that_grow_with_the_model():
     assert stored.runtime_bytes == RUNTIME_BASE["onnxruntime"]["bytes"] + stored.runtime_copies_bytes
     assert stored.total_bytes == stored.weights_bytes + stored.arena_bytes + stored.runtime_bytes
     assert predict_memory(_conv_model(False), "openvino", "fp32").runtime_copies_bytes == 0  # none measured there
+    litert = predict_memory(_conv_model(True), "tflite", "fp32")  # the .tflite stores what ONNX made at load
+    assert litert.runtime_copies_bytes == int(RUNTIME_BASE["tflite"]["copies"]["kept"] * W)
     int8 = predict_memory(_conv_model(False), "onnxruntime", "int8")
     assert int8.runtime_copies_bytes < stored.runtime_copies_bytes  # the copies are of INT8 weights
