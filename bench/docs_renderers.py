@@ -246,3 +246,41 @@ def real_models(docs: list[tuple[str, dict]]) -> str:
                      f"{me['int8_naive']:.4g} % | {mine} | {p50} | {speed} | {kept} | {result} |")
         notes.append(f"- **{m['model']}**: {m['kind']}; data: {m['data']}")
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
+
+
+# ---------------------------------------------------------------------------------------------- memory fit
+RUNTIME_NAMES = {**BACKEND_NAMES, "tflite": "LiteRT", "tflite-micro": "TFLite Micro (INT8)"}
+
+
+def _mb(n: int | None) -> str:
+    return "–" if n is None else f"{n / 1e6:.2f}"
+
+
+def _memory_row(r: dict) -> str:
+    name, runtime = r["model"], RUNTIME_NAMES.get(r["backend"], r["backend"])
+    if "error" in r:
+        return f"| {name} | {runtime} | – | not built: {r['error'][:90].replace('|', '/')} | – | |"
+    p, m = r["predicted"], r["measured"]
+    err = f"{r['error_pct']:+.1f} %" if "error_pct" in r else "–"
+    if r["backend"] == "tflite-micro":
+        return (f"| {name} | {runtime} | {p['total_bytes']:,} B (arena {p['arena_bytes']:,} / TFLM "
+                f"{p['runtime_bytes']:,}) | {m['total_bytes']:,} B (plan {m['head_bytes']:,} / persistent "
+                f"{m['tail_bytes']:,}) | {err} | |")
+    if "peak_bytes" not in m:
+        return f"| {name} | {runtime} | – | not measured: {m.get('error', '?')[:90]} | – | |"
+    base = p["runtime_bytes"] - p.get("runtime_copies_bytes", 0)
+    copies = f" + copies {_mb(p['runtime_copies_bytes'])}" if p.get("runtime_copies_bytes") else ""
+    fitted = " (fitted on)" if r.get("fitted_on") else ""
+    miss = r.get("miss") or {}
+    why = f"{miss.get('part')}: {miss.get('why')}" if miss else ""
+    return (f"| {name} | {runtime} | {_mb(p['total_bytes'])} ({_mb(p['weights_bytes'])} / {_mb(p['arena_bytes'])} / "
+            f"{_mb(base)}{copies}) | {_mb(m['peak_bytes'])} ({_mb(m['load_bytes'])}) | {err}{fitted} | {why} |")
+
+
+def memory_fit(docs: list[tuple[str, dict]]) -> str:
+    """Predicted vs measured peak memory per model and runtime (MB, powers of 1000), and where a row misses."""
+    lines = ["| model | runtime | predicted MB (weights / arena / runtime base + weight copies) | measured peak MB "
+             "(load) | error | where it misses, and why |", "|---|---|---|---|---|---|"]
+    for _, data in docs:
+        lines.extend(_memory_row(r) for r in data["rows"])
+    return "\n".join(lines)

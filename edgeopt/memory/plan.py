@@ -27,6 +27,8 @@ class ArenaPlan:
     offsets: dict[str, int]
     live_bytes: list[int]  # per node
     node_names: list[str]
+    buffers: int = 0  # activation buffers laid out (an in-place op's output shares its input's)
+    in_place: int = 0  # ops whose output took their input's buffer (fused into the op before, or views)
 
 
 def _aligned(n: int) -> int:
@@ -110,4 +112,4 @@ def plan_arena(graph, sizes: dict[str, int]) -> ArenaPlan:
     arena = max((offsets[b.name] + b.size for b in buffers), default=0)
     live = [sum(b.size for b in buffers if b.first <= k <= b.last) for k in range(len(graph.node))]
     names = [n.name or f"{n.op_type}_{k}" for k, n in enumerate(graph.node)]
-    return ArenaPlan(arena, offsets, live, names)
+    return ArenaPlan(arena, offsets, live, names, len(buffers), len(_aliases(graph, sizes)))

@@ -18,8 +18,9 @@ TFLM = "tflite-micro"
 NOTES = (
     "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
     "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
-    "Micro's planner), INT8 activations at 1 byte; runtime: the base cost measured once per runtime (its source "
-    "and date in runtime_source)."
+    "Micro's planner), INT8 activations at 1 byte; constants folded at load counted as weights; runtime: the base "
+    "cost measured once per runtime (its source and date in runtime_source) plus, where measured (ONNX Runtime, "
+    "LiteRT), the copies of the weights it holds at its peak (runtime_copies_bytes)."
 )
 
 
@@ -33,8 +34,9 @@ class MemoryPrediction(BaseModel):
     precision: str
     weights_bytes: int
     arena_bytes: int
-    runtime_bytes: int
+    runtime_bytes: int  # the base cost plus runtime_copies_bytes
     total_bytes: int
+    runtime_copies_bytes: int = 0  # copies of the weights the runtime holds at its peak (edgeopt.memory.facts)
     weights_in_flash: bool = False
     flash_bytes: int | None = None
     runtime_source: str = ""
@@ -70,10 +72,31 @@ def float_bytes(precision: Precision) -> int:
     return {Precision.INT8: 1, Precision.FP16: 2, Precision.BF16: 2}.get(precision, 4)
 
 
-def _weights(metas, precision: Precision) -> int:
+def fold_constants(graph, metas) -> set[str]:
+    """Marks as parameters the outputs of nodes whose inputs are all constants (ONNX Runtime and OpenVINO fold them
+    at load and keep the result as a weight: a ``ConstantOfShape`` or ``Constant`` made weight is a weight, not an
+    activation); returns the names of the constants the remaining nodes read (what the runtime keeps)."""
+    from edgeopt.analyze.costs import TensorMeta
+
+    kept: set[str] = set()
+    for node in graph.node:
+        given = [n for n in node.input if n]
+        ins = [metas.get(n) for n in given]
+        if node.op_type == "Constant" or (given and node.op_type not in ("If", "Loop", "Scan")
+                                          and all(t is not None and t.is_param for t in ins)):
+            for n in node.output:
+                if n and metas.get(n) is not None:
+                    metas[n] = TensorMeta(metas[n].shape, metas[n].elem_type, is_param=True)
+            continue
+        kept.update(n for n, t in zip(given, ins, strict=True) if t is not None and t.is_param)
+    kept.update(o.name for o in graph.output if metas.get(o.name) is not None and metas[o.name].is_param)
+    return kept
+
+
+def _weights(metas, precision: Precision, kept: set[str] | None = None) -> int:
     total = 0
-    for m in metas.values():
-        if not m.is_param:
+    for name, m in metas.items():
+        if not m.is_param or (kept is not None and name not in kept):
             continue
         if precision == Precision.INT8:  # float tensors of 2+ dimensions at 1 byte, vectors (biases) as they are
             total += m.nbytes_at(1) if m.shape is not None and len(m.shape) >= 2 else m.nbytes
@@ -82,12 +105,31 @@ def _weights(metas, precision: Precision) -> int:
     return total
 
 
+def _weight_kinds(graph, metas, precision: Precision, kept: set[str]) -> dict[str, int]:
+    """Bytes of the weights stored in the file, of every weight kept after folding, and of the Conv weights."""
+    stored = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    conv = {n.input[1] for n in graph.node if n.op_type == "Conv" and len(n.input) > 1}
+    return {"stored": _weights(metas, precision, kept & stored), "kept": _weights(metas, precision, kept),
+            "conv": _weights(metas, precision, kept & conv)}
+
+
+def _runtime_counts(graph, sizes: dict[str, int], plan, microcontroller: bool) -> tuple[int, int]:
+    """(tensors, ops) the runtime keeps a struct for. On a microcontroller, as the ``.tflite`` holds them: the ops
+    left once in-place ops are fused into the op before, plus a QUANTIZE and a DEQUANTIZE at the float io; the
+    tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul, and the float io tensors."""
+    if not microcontroller:
+        return len(sizes), len(graph.node)
+    io = len([i for i in graph.input if i.name in sizes]) + len(graph.output)
+    weighted = sum(n.op_type in ("Conv", "Gemm", "MatMul") for n in graph.node)
+    return plan.buffers + 2 * weighted + io, len(graph.node) - plan.in_place + 2
+
+
 def predict_memory(model, backend: str, precision: Precision | str, *, input_shapes=None,
                    microcontroller: bool = False) -> MemoryPrediction:
     """The prediction for an ONNX model (path or ``ModelProto``) built for ``backend`` at ``precision``
     (``microcontroller``: TFLite Micro, weights in flash)."""
     from edgeopt.analyze.shapes import resolve_shapes
-    from edgeopt.memory.facts import runtime_base
+    from edgeopt.memory.facts import runtime_base, weight_copies
     from edgeopt.memory.plan import plan_arena
     from edgeopt.model import batch_defaults, fix_input_shapes, load_onnx
 
@@ -96,16 +138,19 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     given = dict(input_shapes or {})
     fixed = fix_input_shapes(proto, {**batch_defaults(proto, given), **given}, origin="model")
     metas, _, _ = resolve_shapes(fixed, "model")
+    kept = fold_constants(fixed.graph, metas)
     act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
     sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}
     plan = plan_arena(fixed.graph, sizes)
-    weights = _weights(metas, precision)
+    weights = _weights(metas, precision, kept)
     runtime = TFLM if microcontroller else str(backend)
-    base, source = runtime_base(runtime, tensors=len(sizes), nodes=len(fixed.graph.node))
-    ram = plan.arena_bytes + base + (0 if microcontroller else weights)
+    tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
+    base, source = runtime_base(runtime, tensors=tensors, nodes=nodes)
+    copies = weight_copies(runtime, **_weight_kinds(fixed.graph, metas, precision, kept))
+    ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(
         backend=str(backend), precision=precision.value, weights_bytes=weights, arena_bytes=plan.arena_bytes,
-        runtime_bytes=base, total_bytes=ram, weights_in_flash=microcontroller,
+        runtime_bytes=base + copies, runtime_copies_bytes=copies, total_bytes=ram, weights_in_flash=microcontroller,
         flash_bytes=weights if microcontroller else None, runtime_source=source, live_bytes=plan.live_bytes,
         node_names=plan.node_names, notes=[NOTES],
     )

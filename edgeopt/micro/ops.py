@@ -22,13 +22,21 @@ WHILE ZEROS_LIKE
 ALTERNATIVES = {
     "GELU": "HARD_SWISH or RELU in the model (TFLM has no GELU kernel), or the tanh form of GELU (TANH, MUL, ADD)",
     "SELECT": "SELECT_V2 (the broadcasting select)",
-    "REDUCE_PROD": "a product over EXP/LOG of the factors, or move it out of the model",
-    "RANDOM_UNIFORM": "feed the random numbers as an input",
+    "REDUCE_PROD": "a product over EXP/LOG of the factors, or the product moved out of the model",
+    "RANDOM_UNIFORM": "random numbers fed as an input",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "two UNIDIRECTIONAL_SEQUENCE_LSTM (one on the reversed sequence)",
     "UNIDIRECTIONAL_SEQUENCE_RNN": "UNIDIRECTIONAL_SEQUENCE_LSTM, or the cell unrolled (FULLY_CONNECTED, TANH)",
-    "TOPK_V2": "ARG_MAX for the top class, or move top-k to the application",
-    "NON_MAX_SUPPRESSION_V4": "run non-max suppression in the application, on the model's boxes and scores",
-    "NON_MAX_SUPPRESSION_V5": "run non-max suppression in the application, on the model's boxes and scores",
+    "TOPK_V2": "ARG_MAX for the top class, or top-k in the application",
+    "NON_MAX_SUPPRESSION_V4": "non-max suppression in the application, on the model's boxes and scores",
+    "NON_MAX_SUPPRESSION_V5": "non-max suppression in the application, on the model's boxes and scores",
+    "TILE": "broadcasting (an Add or Mul against a tensor of the wanted shape) or Concat of copies",
+    "RANGE": "a constant initializer holding the sequence (the shape is static on a microcontroller)",
+    "ONE_HOT": "Gather rows of a constant identity matrix (TFLM has GATHER), or an integer input",
+    "WHERE": "the data-dependent selection (ONNX NonZero) moved to the application",
+    "SIGN": "Div of x by Abs(x) + epsilon, or a Greater/Less pair with Cast and Sub",
+    "LOCAL_RESPONSE_NORMALIZATION": "BatchNormalization instead of LRN (it folds into the conv)",
+    "REVERSE_SEQUENCE": "Gather with constant reversed indices",
+    "UNIQUE": "Unique (a data-dependent shape) moved to the application",
 }
 CUSTOM_HINT = ("a custom op: write and register a TFLM kernel for it (tflite_micro runtime's custom_op_registerers, "
                "MicroMutableOpResolver::AddCustom on the board), or replace it in the source model")

@@ -103,3 +103,17 @@ def test_mediapipes_custom_op_is_named_on_the_real_model():
     with pytest.raises(UnsupportedOpError) as err:
         check_tflm_ops(path, "stm32h7")
     assert "Landmarks2TransformMatrix" in err.value.message and "custom op" in err.value.hint
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_predicted_tflm_memory_is_within_15_percent_of_its_allocator(m7_artifact):
+    """The arena plan and TFLM's persistent part (counted on the ops and tensors the .tflite holds) against what
+    TFLM's recording allocator reports at the arena found."""
+    from edgeopt.memory.predict import predict_memory
+
+    manifest = json.loads((m7_artifact / "manifest.json").read_text())
+    alloc = next(s for s in manifest["stages"] if s["name"] == "tflite")["report"]["micro"]["arena"]["allocations"]
+    pred = predict_memory(DIGITS, "tflite", "int8", microcontroller=True)
+    assert pred.arena_bytes == alloc["head_bytes"]
+    assert abs(pred.total_bytes - alloc["total_bytes"]) <= 0.15 * alloc["total_bytes"]

@@ -27,4 +27,12 @@ def check_tflite(model, target: BackendTarget) -> list[PreflightIssue]:
     missing = [op for op in op_types(model) if op not in ops]
     if missing:
         return [unsupported(target, missing, "onnx2tf has no converter for them")]
+    if "micro" in target.settings:
+        from edgeopt.micro.onnx_ops import onnx_ops_tflm_lacks
+
+        lacks = onnx_ops_tflm_lacks(model)
+        if lacks:
+            how = "TFLite Micro lacks what onnx2tf makes of them: " + "; ".join(
+                f"{m['onnx_op']} -> {m['tflite_op']}, use {m['alternative']}" for m in lacks)
+            return [unsupported(target, [m["onnx_op"] for m in lacks], how)]
     return [ok(target, f"onnx2tf converts all {len(op_types(model))} op types")]

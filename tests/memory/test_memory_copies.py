@@ -1,0 +1,54 @@
+"""The runtime's share that grows with the model: constants folded at load counted as weights (not activations),
+and ONNX Runtime's copies of the weights (the file's proto, transient copies, the NCHWc copies of Conv weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from edgeopt.memory.facts import RUNTIME_BASE
+from edgeopt.memory.predict import predict_memory
+
+
+def _conv_model(folded: bool) -> onnx.ModelProto:
+    """input [1,8,16,16] -> Conv(16 x 8 x 3 x 3) -> Relu; the weight as an initializer, or made at load by
+    ConstantOfShape from a stored shape (as in onnx's light models)."""
+    if folded:
+        shape = numpy_helper.from_array(np.array([16, 8, 3, 3], dtype=np.int64), "w_shape")
+        inits = [shape]
+        pre = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"],
+                                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.1]))]
+    else:
+        inits = [numpy_helper.from_array(np.full((16, 8, 3, 3), 0.1, np.float32), "w")]
+        pre = []
+    nodes = pre + [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("Relu", ["c"], ["out"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+W = 16 * 8 * 3 * 3 * 4
+
+
+def test_a_weight_made_by_a_constant_node_is_a_weight_not_an_activation():
+    stored, folded = (predict_memory(_conv_model(f), "openvino", "fp32") for f in (False, True))
+    assert stored.weights_bytes == folded.weights_bytes == W
+    assert folded.arena_bytes == stored.arena_bytes  # the made weight takes no room in the arena
+
+
+def test_onnx_runtime_holds_copies_of_the_weights_that_grow_with_the_model():
+    c = RUNTIME_BASE["onnxruntime"]["copies"]
+    stored, folded = (predict_memory(_conv_model(f), "onnxruntime", "fp32") for f in (False, True))
+    assert stored.runtime_copies_bytes == int(c["stored"] * W + c["kept"] * W + c["conv"] * W)
+    assert folded.runtime_copies_bytes == int(c["kept"] * W + c["conv"] * W)  # nothing stored: no proto copy
+    assert stored.runtime_bytes == RUNTIME_BASE["onnxruntime"]["bytes"] + stored.runtime_copies_bytes
+    assert stored.total_bytes == stored.weights_bytes + stored.arena_bytes + stored.runtime_bytes
+    assert predict_memory(_conv_model(False), "openvino", "fp32").runtime_copies_bytes == int(
+        RUNTIME_BASE["openvino"]["copies"]["kept"] * W)
+    assert predict_memory(_conv_model(False), "tvm", "fp32").runtime_copies_bytes == 0  # none measured there
+    litert = predict_memory(_conv_model(True), "tflite", "fp32")  # the .tflite stores what ONNX made at load
+    assert litert.runtime_copies_bytes == int(RUNTIME_BASE["tflite"]["copies"]["kept"] * W)
+    int8 = predict_memory(_conv_model(False), "onnxruntime", "int8")
+    assert int8.runtime_copies_bytes < stored.runtime_copies_bytes  # the copies are of INT8 weights
