@@ -10,13 +10,13 @@ the device and the output; a ``load.py`` that fails there is exit 5 with its las
 
 A staged early-exit artifact (``cascade.json``) is recorded as not checked, with why: its ``load.py`` prints each
 sample's class and exit stage, no outputs to compare; the cascade itself ran on the device through edgeopt's runner.
+The comparison and the manifest's entry are :func:`edgeopt.remote.verify.load_py_on_device`'s.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -65,13 +65,14 @@ def stacked(samples) -> dict[str, np.ndarray]:
     return {k: np.stack([np.asarray(f[k]) for f in feeds]) for k in feeds[0]}
 
 
-def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, notify=None,
-                timeout: float = TIMEOUT_S) -> dict:
+def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, install_hint: str | None = None,
+                notify=None, timeout: float = TIMEOUT_S) -> dict:
     """Send ``artifact`` and ``inputs`` to ``dev``, run its ``load.py`` there (through :data:`GUARD`) and fetch its
-    outputs to ``outputs``; returns what ``load.py`` said it applied."""
+    outputs to ``outputs``; returns what ``load.py`` said it applied. ``install_hint``: what to say when the
+    runtime or numpy is missing there."""
     from edgeopt.artifact import verify_artifact
 
-    from .bench import _fetch_atomic, _with_work_dir
+    from .bench import fetch_atomic, with_work_dir
 
     listed = verify_artifact(artifact)
     manifest = json.loads((artifact / "manifest.json").read_text())
@@ -84,11 +85,11 @@ def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, not
         deploy.write_lock(tr, run_dir)
         deploy.upload(tr, deploy.bundle_files(artifact, inputs=inputs, with_runtime=False), run_dir)
         deploy.verify_uploaded(tr, run_dir, listed)
-        python = _with_work_dir([facts["venv"]] if facts.get("venv") else python_argv(dev), tr, manifest)
+        python = with_work_dir([facts["venv"]] if facts.get("venv") else python_argv(dev), tr, manifest)
         argv = [*python, "-c", GUARD, f"artifact/{LOAD_PY}", "--inputs", INPUTS, "--outputs", OUTPUTS]
         res = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir), *argv], timeout=timeout)
-        _check_exit(dev, res, python)
-        _fetch_atomic(tr, f"{run_dir}/{OUTPUTS}", outputs)
+        _check_exit(dev, res, python, install_hint)
+        fetch_atomic(tr, f"{run_dir}/{OUTPUTS}", outputs)
     finally:
         try:
             deploy.remove_run(tr, run_dir)
@@ -99,55 +100,17 @@ def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, not
     return (json.loads(said[-1]) if said else {}).get("applied", {})
 
 
-def _check_exit(dev: Device, res, python: list[str]) -> None:
+def _check_exit(dev: Device, res, python: list[str], install_hint: str | None = None) -> None:
     if res.rc == 0:
         return
     last = (res.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
     missing = re.search(r"No module named '([\w.]+)'", res.stderr)
     root = missing.group(1).split(".")[0] if missing else None
     if missing and root not in BLOCKED:
-        from .verify import install_hint
-
         raise RemoteError(f"{dev.name}: '{missing.group(1)}' is not installed for {' '.join(python)} on the device "
-                          f"(consumer check: {LOAD_PY})", install_hint(dev), details={"stderr": res.stderr[-2000:]})
+                          f"(consumer check: {LOAD_PY})", install_hint, details={"stderr": res.stderr[-2000:]})
     if root in BLOCKED or any(f"import of {name} halted" in res.stderr for name in BLOCKED):
         last = f"it imports edgeopt code, which a deployed device does not have ({last})"
     raise GateFailedError(f"consumer check on {dev.name}: {LOAD_PY} failed there (exit {res.rc}): {last}",
                           "nothing was written; the artifact does not load on the device through its runtime's "
                           "plain API", details={"stderr": res.stderr[-2000:]})
-
-
-def check_on_device(dev: Device, artifact: Path, samples, host: list[dict], precision: str, steps: dict,
-                    fp32: list[dict] | None, *, device_arch: str | None = None, runtime: str | None = None,
-                    notify=None) -> dict:
-    """The manifest's ``consumer_check.on_devices`` entry for ``dev`` (a :class:`DeviceLoad` as JSON): ``load.py``
-    there against ``host`` (edgeopt's runner here, one dict per sample); exit 5 when an output differs."""
-    from edgeopt.consumer.model import DeviceLoad
-
-    from .verify import compare
-
-    base = {"where": dev.name, "how": how_run(dev, device_arch), "emulated": dev.emulated,
-            "device_arch": device_arch, "runtime": runtime}
-    skipped = not_checked(artifact)
-    if skipped:
-        return DeviceLoad(**base, skipped=skipped).model_dump(mode="json")
-    with tempfile.TemporaryDirectory(prefix="edgeopt-consumer-device-") as tmp:
-        inputs, outputs = Path(tmp) / INPUTS, Path(tmp) / OUTPUTS
-        np.savez(inputs, **stacked(samples))
-        applied = run_load_py(dev, artifact, inputs, outputs, notify=notify)
-        with np.load(outputs) as f:
-            got = {k: f[k] for k in f.files}
-    per_output = compare(host, got, precision, steps, fp32)
-    worst = max(per_output, key=lambda k: (not per_output[k]["passed"], per_output[k]["max_abs_diff"] or 0.0))
-    o = per_output[worst]
-    record = DeviceLoad(**base, applied={k: v for k, v in applied.items() if k != "bare"}, samples=len(samples),
-                        max_abs_diff=o["max_abs_diff"], tolerance=o["tolerance"], worst_output=worst,
-                        rule=o.get("rule") or o.get("why"), passed=all(v["passed"] for v in per_output.values()))
-    if not record.passed:
-        why = o.get("why") or f"max |diff| {o['max_abs_diff']:.3g} > tolerance {o['tolerance']:.3g} ({o['rule']})"
-        raise GateFailedError(
-            f"consumer check on {dev.name}: {LOAD_PY} output '{worst}' differs from edgeopt's runner on this host: "
-            f"{why}", "nothing was written; the artifact loaded through its runtime's plain API on the device "
-                      "computes another result than edgeopt's runner",
-            details={"consumer_check": record.model_dump(mode="json"), "outputs": per_output})
-    return record.model_dump(mode="json")

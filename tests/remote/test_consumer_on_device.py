@@ -86,6 +86,7 @@ def test_a_failing_load_py_on_the_board_is_exit_5_and_an_edgeopt_import_is_named
     from edgeopt.remote.consumer import _check_exit
     from edgeopt.remote.inventory import make_device
     from edgeopt.remote.transport import RunResult
+    from edgeopt.remote.verify import install_hint
 
     dev = make_device(name="board", host="10.0.0.2", profile="pi5")
     err = "ModuleNotFoundError: import of edgeopt halted; None in sys.modules"
@@ -97,20 +98,21 @@ def test_a_failing_load_py_on_the_board_is_exit_5_and_an_edgeopt_import_is_named
         _check_exit(dev, RunResult(1, "", f"{err}\n"), ["python3"])
     assert "it imports edgeopt code" in e.value.message
     with pytest.raises(RemoteError) as e:  # the runtime itself missing on the board: how to install it
-        _check_exit(dev, RunResult(1, "", "ModuleNotFoundError: No module named 'onnxruntime'\n"), ["python3"])
+        _check_exit(dev, RunResult(1, "", "ModuleNotFoundError: No module named 'onnxruntime'\n"), ["python3"],
+                    install_hint(dev))
     assert e.value.exit_code == 6 and "'onnxruntime' is not installed" in e.value.message
     assert "remote-bench board ARTIFACT --setup" in e.value.hint
 
 
 def test_a_staged_early_exit_artifact_is_recorded_not_checked_on_the_device(tmp_path):
     """Its load.py prints classes and exit stages, not outputs: recorded with why, the device not contacted."""
-    from edgeopt.remote.consumer import check_on_device
     from edgeopt.remote.inventory import make_device
+    from edgeopt.remote.verify import load_py_on_device
 
     (tmp_path / "cascade.json").write_text("{}")
     (tmp_path / "load.py").write_text("")
     dev = make_device(name="pi5-board", host="10.255.255.1", profile="pi5")
-    entry = check_on_device(dev, tmp_path, None, [], "int8", {}, None, device_arch="aarch64")
+    entry = load_py_on_device(dev, tmp_path, None, [], "int8", {}, None, device_arch="aarch64")
     assert entry["where"] == "pi5-board" and entry["passed"] is None and entry["samples"] == 0
     assert entry["skipped"].startswith("a staged early-exit artifact: its load.py runs the cascade")
 
