@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.consumer.check import CASCADE_FILE
+from edgeopt.consumer.writer import LOAD_PY
 from edgeopt.errors import EdgeoptError, GateFailedError, RemoteError
 
 from . import deploy
 from .inventory import Device
 from .probe import open_transport, python_argv, quick_facts
 
-LOAD_PY = "load.py"
-CASCADE_FILE = "cascade.json"
 INPUTS, OUTPUTS = "inputs.npz", "load_outputs.npz"
 BLOCKED = ("edgeopt", "edgeopt_runtime")
 # Constant code run as ``python -c GUARD artifact/load.py ARGS``: edgeopt blocked, then load.py as its own script.
