@@ -336,6 +336,11 @@ def _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warning
     if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
         manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
                                                threads=plan.options.threads)
+        on_device = manifest.verified_on.pop("consumer_check", None)  # load.py run there too
+        if on_device and manifest.consumer_check is not None:
+            from edgeopt.consumer.model import DeviceLoad
+
+            manifest.consumer_check = manifest.consumer_check.model_copy(update={"on_devices": [DeviceLoad(**on_device)]})
     return manifest
 
 

@@ -58,7 +58,7 @@ def _bench_argv(python: list[str], location: RunLocation, *, inputs: bool, threa
     return argv
 
 
-def _with_work_dir(python: list[str], tr: Transport, manifest: dict) -> list[str]:
+def with_work_dir(python: list[str], tr: Transport, manifest: dict) -> list[str]:
     """The runner's command with ``EDGEOPT_WORK_DIR`` set when the artifact keeps files in the device's work dir
     (``{work_dir}`` in its runtime settings: ONNX Runtime's TensorRT engine cache, built at the first run there)."""
     if "{work_dir}" not in json.dumps((manifest.get("runtime") or {}).get("settings") or {}):
@@ -77,7 +77,7 @@ def _parse_result(device: Device, stdout: str) -> dict:
     raise RemoteError(f"{device.name}: the runner printed no JSON result", stdout[-300:] or None)
 
 
-def _fetch_atomic(tr: Transport, remote: str, local: Path) -> None:
+def fetch_atomic(tr: Transport, remote: str, local: Path) -> None:
     """``remote`` to ``local`` through a temporary sibling, so a failed copy leaves nothing behind."""
     local.parent.mkdir(parents=True, exist_ok=True)
     tmp = local.with_name(f".{local.name}.part")
@@ -328,7 +328,7 @@ def _run_on_device(tr: Transport, dev: Device, run_dir: str, staged: _Staged, o:
     if setup:
         python = ensure_runtime(tr, dev, python, staged.artifact, wheels)
     cores = core_plan(dev, facts, o.threads)
-    python = _with_work_dir(python, tr, staged.manifest)
+    python = with_work_dir(python, tr, staged.manifest)
 
     def given(name: str):  # only what was asked goes on the runner's command line (its defaults are BenchOptions')
         return getattr(o, name) if name in o.model_fields_set else None
@@ -345,7 +345,7 @@ def _run_on_device(tr: Transport, dev: Device, run_dir: str, staged: _Staged, o:
     result = _parse_result(dev, res.stdout)
     if o.outputs:
         step("fetch", 1.0)
-        _fetch_atomic(tr, f"{run_dir}/{OUTPUTS_FILE}", Path(o.outputs))
+        fetch_atomic(tr, f"{run_dir}/{OUTPUTS_FILE}", Path(o.outputs))
     return _Ran(result, facts, cores, stats, cleaned, runner_said)
 
 

@@ -83,13 +83,16 @@ def _walk(root: Path, prefix: str) -> list[tuple[Path, str]]:
 
 
 def bundle_files(artifact_dir: str | os.PathLike, runtime_dir: str | os.PathLike | None = None,
-                 inputs: str | os.PathLike | None = None) -> list[tuple[Path, str]]:
-    """(local file, path inside the run dir) for the artifact, the runtime and the inputs."""
+                 inputs: str | os.PathLike | None = None, *, with_runtime: bool = True) -> list[tuple[Path, str]]:
+    """(local file, path inside the run dir) for the artifact, the runtime (unless not ``with_runtime``) and the
+    inputs."""
     art = Path(artifact_dir)
     if not (art / "manifest.json").is_file():
         raise BadInputError(f"'{art}' is not an artifact directory (no manifest.json)",
                             "give the directory 'edgeopt convert' wrote, or an .onnx model")
-    files = _walk(art, "artifact") + _walk(Path(runtime_dir or runtime_package_dir()), RUNTIME_NAME)
+    files = _walk(art, "artifact")
+    if with_runtime:
+        files += _walk(Path(runtime_dir or runtime_package_dir()), RUNTIME_NAME)
     if inputs:
         files.append((Path(inputs), "inputs.npz"))
     return files

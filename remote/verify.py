@@ -43,6 +43,7 @@ BOARD_ERROR_RATIO = 1.25  # int8/fp16: the board's error vs FP32 at most this x 
 FP16_REL = 1e-2
 INT8_FLOAT_OUTPUT_REL = 1e-2
 VERIFY_RUN = {"min_runs": 1, "warmup": 0, "min_seconds": 0.0, "store": False}  # outputs, not timings
+CONSUMER_KEY = "consumer_check"  # the result's load.py-on-the-device entry (the manifest's consumer_check.on_devices)
 RUNTIME_DIR: Path | None = None  # the runner package shipped to the device (None: edgeopt's own edgeopt/runtime)
 
 
@@ -182,7 +183,7 @@ def fp32_outputs(artifact: Path, samples, threads) -> list[dict] | None:
         return None
 
 
-def _install_hint(dev: Device) -> str:
+def install_hint(dev: Device) -> str:
     if dev.emulated:
         return (f"the emulated board's runtimes are set up when it starts: edgeopt emulate stop {dev.name}, then "
                 f"edgeopt emulate start {dev.profile}")
@@ -206,7 +207,7 @@ def verify_on(artifact: Path, device: str | Device, samples, precision: str, *, 
                                   devices_path=devices_path, notify=notify, runtime_dir=RUNTIME_DIR, **VERIFY_RUN)
         except RemoteError as err:
             if "is not installed" in err.message:  # remote-bench's own hint names a flag convert doesn't have
-                err.hint = _install_hint(dev)
+                err.hint = install_hint(dev)
             raise
         with np.load(outputs) as f:
             got = {k: f[k] for k in f.files}
@@ -227,4 +228,56 @@ def verify_on(artifact: Path, device: str | Device, samples, precision: str, *, 
         raise GateFailedError(f"--verify-on {dev.name}: output '{worst}' differs from this host's run: {why}",
                               "the artifact was not written; rerun with --precision fp32 to see whether the "
                               "board's runtime or the quantization differs", details={"verified_on": result})
+    result[CONSUMER_KEY] = load_py_on_device(dev, artifact, samples, host, precision, steps, fp32,
+                                             device_arch=result["device_arch"], runtime=_runtime_there(artifact, env),
+                                             notify=notify)
     return result
+
+
+def load_py_on_device(dev: Device, artifact: Path, samples, host: list[dict], precision: str, steps: dict,
+                      fp32: list[dict] | None, *, device_arch: str | None = None, runtime: str | None = None,
+                      notify=None) -> dict:
+    """The manifest's ``consumer_check.on_devices`` entry for ``dev`` (a ``DeviceLoad`` as JSON): the artifact's
+    ``load.py`` run there (:mod:`.consumer`) against ``host`` (edgeopt's runner here, one dict per sample) under
+    :func:`compare`'s rule; exit 5 when an output differs."""
+    from edgeopt.consumer.model import DeviceLoad
+
+    from . import consumer
+
+    base = {"where": dev.name, "how": consumer.how_run(dev, device_arch), "emulated": dev.emulated,
+            "device_arch": device_arch, "runtime": runtime}
+    skipped = consumer.not_checked(artifact)
+    if skipped:
+        return DeviceLoad(**base, skipped=skipped).model_dump(mode="json")
+    with tempfile.TemporaryDirectory(prefix="edgeopt-consumer-device-") as tmp:
+        inputs, outputs = Path(tmp) / consumer.INPUTS, Path(tmp) / consumer.OUTPUTS
+        np.savez(inputs, **consumer.stacked(samples))
+        applied = consumer.run_load_py(dev, artifact, inputs, outputs, install_hint=install_hint(dev), notify=notify)
+        with np.load(outputs) as f:
+            got = {k: f[k] for k in f.files}
+    per_output = compare(host, got, precision, steps, fp32)
+    worst = max(per_output, key=lambda k: (not per_output[k]["passed"], per_output[k]["max_abs_diff"] or 0.0))
+    o = per_output[worst]
+    record = DeviceLoad(**base, applied={k: v for k, v in applied.items() if k != "bare"}, samples=len(samples),
+                        max_abs_diff=o["max_abs_diff"], tolerance=o["tolerance"], worst_output=worst,
+                        rule=o.get("rule") or o.get("why"), passed=all(v["passed"] for v in per_output.values()))
+    if not record.passed:
+        why = o.get("why") or f"max |diff| {o['max_abs_diff']:.3g} > tolerance {o['tolerance']:.3g} ({o['rule']})"
+        raise GateFailedError(
+            f"consumer check on {dev.name}: {consumer.LOAD_PY} output '{worst}' differs from edgeopt's runner on this "
+            f"host: {why}", "nothing was written; the artifact loaded through its runtime's plain API on the device "
+                            "computes another result than edgeopt's runner",
+            details={"consumer_check": record.model_dump(mode="json"), "outputs": per_output})
+    return record.model_dump(mode="json")
+
+
+def _runtime_there(artifact: Path, env: dict) -> str | None:
+    """The artifact's runtime and its version on the device, as the device's runner reported it."""
+    import json
+
+    from edgeopt.consumer.check import PACKAGES
+
+    backend = (json.loads((artifact / "manifest.json").read_text()).get("runtime") or {}).get("backend")
+    package = PACKAGES.get(backend, backend)
+    version = (env.get("libraries") or {}).get(package)
+    return f"{package} {version}" if package and version else package

@@ -41,7 +41,8 @@ def mode_search_text(stage: str, search: dict) -> str:
 def consumer_check_text(check: dict) -> list[str]:
     """The consumer check (``manifest.consumer_check``): load.py vs the runner, the bare load, the plain default."""
     if check.get("skipped"):
-        return [f"consumer check ({check['runtime']}): not run here: {check['skipped']}"]
+        return [f"consumer check ({check['runtime']}): not run here: {check['skipped']}",
+                *map(device_load_text, check.get("on_devices") or [])]
 
     def load_text(load: dict) -> str:
         applied = ", ".join(f"{k} {v}" for k, v in (load.get("applied") or {}).items() if k != "bare")
@@ -60,4 +61,15 @@ def consumer_check_text(check: dict) -> list[str]:
         lines.append(f"  judged at the plain default {pd['setting']}={pd['plain_default']} (not {pd['judged']}): "
                      f"{pd['metric']} {pd['metric_value']}, drop {pd['metric_drop']} on {pd['samples']} "
                      f"{pd['data_source']} samples ({holds})")
-    return lines
+    return lines + [device_load_text(d) for d in check.get("on_devices") or []]
+
+
+def device_load_text(load: dict) -> str:
+    """One ``consumer_check.on_devices`` entry: load.py run on a --verify-on device."""
+    if load.get("skipped"):
+        return f"  on {load['where']}: not checked: {load['skipped']}"
+    applied = ", ".join(f"{k} {v}" for k, v in (load.get("applied") or {}).items())
+    return (f"  on {load['where']} ({load.get('runtime') or '?'}, {load['samples']} samples, "
+            f"{'passed' if load.get('passed') else 'FAILED'}): {load['how']}{f' [{applied}]' if applied else ''}: "
+            f"max |diff| vs the runner here {load['max_abs_diff']:.3g} (tolerance {load['tolerance']:.3g}: "
+            f"{load.get('rule')})")

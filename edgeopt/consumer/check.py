@@ -27,13 +27,13 @@ from .writer import LOAD_PY, write_loaders
 REL = 1e-4  # the float rule of --verify-on (remote/verify.py), here for any precision: nothing may round otherwise
 TIMEOUT_S = 900
 RULE = f"{REL:g} x each output's scale (integer outputs: equal): the same runtime, settings and machine"
-_PACKAGES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tflite": "ai-edge-litert", "tvm": "apache-tvm"}
+PACKAGES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tflite": "ai-edge-litert", "tvm": "apache-tvm"}
 
 
 def runtime_name(backend: str) -> str:
     from edgeopt.deps import version_of
 
-    package = _PACKAGES.get(backend, backend)
+    package = PACKAGES.get(backend, backend)
     return f"{package} {version_of(package) or '(not installed)'}"
 
 

@@ -45,6 +45,25 @@ class PlainDefaultJudged(_Strict):
     data_source: str = ""
 
 
+class DeviceLoad(_Strict):
+    """The artifact's ``load.py`` run on a device (``--verify-on``) with only the runtime and numpy there, its outputs
+    compared with edgeopt's runner on this host within the device check's tolerance (``remote/verify.py``)."""
+
+    where: str  # the device's inventory name
+    how: str  # the command it ran there and what it could import
+    emulated: bool = False
+    device_arch: str | None = None
+    runtime: str | None = None  # the runtime and its version on the device
+    applied: dict = {}  # what the runtime on the device reported it applied
+    samples: int = 0
+    max_abs_diff: float | None = None  # the worst output's, over every element of every sample
+    tolerance: float | None = None
+    worst_output: str | None = None
+    rule: str | None = None
+    passed: bool | None = None  # None: not run there (skipped says why)
+    skipped: str | None = None
+
+
 class ConsumerCheck(_Strict):
     runtime: str  # the runtime and its version
     files: list[str] = []  # the loaders written beside the model (listed with their sha256 in ``files``)
@@ -57,3 +76,4 @@ class ConsumerCheck(_Strict):
     passed: bool | None = None  # None: not run here (skipped says why)
     skipped: str | None = None
     plain_default: PlainDefaultJudged | None = None
+    on_devices: list[DeviceLoad] = []  # load.py run on the --verify-on device

@@ -192,3 +192,35 @@ def test_the_plain_default_is_named_where_it_differs_and_a_bf16_target_unjudged_
     assert pd.unjudged_bf16_target(record("f32"), manifest, avx512)  # this machine could not run its default
     assert not pd.unjudged_bf16_target(record("bf16"), manifest, avx512)  # judged at bf16 here instead
     assert "load.py" in pd.loud_line("f32", "bf16", "model.xml") and "load.cc" in pd.unjudged_line("x86-avx512")
+
+
+def _scalar_input_model(path: Path) -> Path:
+    """y = (x @ W) * sr / 16000 with ``sr`` a 0-d int64 input, as Silero VAD's sample rate."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32), "W")
+    k = numpy_helper.from_array(np.array(1 / 16000, np.float32), "k")
+    nodes = [helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["srf", "k"], ["s"]),
+             helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Mul", ["h", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "scalar", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16]),
+                                                helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w, k])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.tvm
+def test_tvm_load_py_passes_a_0d_input_as_0d(tmp_path):
+    """TVM's VM checks each input's rank: a 0-d sample rate made 1-d by np.ascontiguousarray fails there."""
+    data = tmp_path / "data.npz"
+    rng = np.random.default_rng(1)
+    np.savez(data, x=rng.standard_normal((24, 1, 16)).astype(np.float32), sr=np.full(24, 16000, np.int64))
+    out = tmp_path / "tvm"
+    convert(str(_scalar_input_model(tmp_path / "scalar.onnx")), "host", out, backend="tvm", precision="fp32",
+            eval=str(data))
+    check = load_artifact(out).consumer_check
+    assert check.passed and check.with_settings.max_abs_diff <= 1e-6 and check.samples > 0

@@ -168,12 +168,16 @@ def test_a_mismatch_is_exit_5_naming_the_output_and_writes_nothing(emulated_x86,
 def test_pi5_artifact_verified_on_the_emulated_board(emulated_pi5, cli, tmp_path, backend):
     """The MNIST CNN converted for pi5 (TFLite, ONNX Runtime, and OpenVINO's ARM CPU plugin: the profile's
     backends) and run on the emulated Cortex-A76 (aarch64 Python and the runtime's aarch64 wheel under qemu-user)
-    on the 8 check samples."""
+    on the 8 check samples, through edgeopt's runner and through the artifact's load.py."""
     out = tmp_path / f"out-{backend}"
     r = _convert(cli, out, "--profile", "pi5", "--backend", backend, "--precision", "int8", "--verify-on", "pi5-emu")
     assert r.returncode == 0, r.stderr[-3000:]
-    vo = json.loads((out / "manifest.json").read_text())["verified_on"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    vo = manifest["verified_on"]
     assert vo["device"] == "pi5-emu" and vo["profile"] == "pi5" and vo["emulated"] is True
+    (on_board,) = manifest["consumer_check"]["on_devices"]  # the artifact's load.py under qemu, no edgeopt there
+    assert on_board["where"] == "pi5-emu" and on_board["device_arch"] == "aarch64" and on_board["passed"] is True
+    assert on_board["samples"] == 8 and on_board["how"].startswith("python load.py on pi5-emu, aarch64, emulated")
     assert vo["device_arch"] == "aarch64" and vo["samples"] == 8 and vo["passed"] is True
     if vo["max_abs_diff"] > vo["tolerance"]:  # an AVX2-only host's INT8 kernels round unlike the A76's: then the
         err = vo["error_vs_fp32"]  # board passes only by being as accurate vs FP32 as this host (the stated rule)

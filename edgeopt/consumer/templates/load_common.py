@@ -17,6 +17,12 @@ def sample_count(data) -> int:
     return len(arr) if arr.ndim == rank + 1 else 1
 
 
+def contiguous(v):
+    """C-contiguous with its shape kept (``np.ascontiguousarray`` makes a 0-d input, such as a sample rate, 1-d)."""
+    v = np.asarray(v)
+    return v if v.flags.c_contiguous else np.ascontiguousarray(v)
+
+
 def sample(data, index: int) -> dict:
     """Sample ``index`` of each input (a leading sample axis taken off), in the input's dtype."""
     feeds = {}

@@ -20,12 +20,6 @@ def config(settings: dict) -> dict:
     return out
 
 
-def contiguous(v):
-    """C-contiguous with its shape kept (``np.ascontiguousarray`` makes a 0-d input, such as a sample rate, 1-d)."""
-    v = np.asarray(v)
-    return v if v.flags.c_contiguous else np.ascontiguousarray(v)
-
-
 def load(model_dir=None, *, bare=False):
     """A function running the model on numpy arrays keyed by the ONNX input names; ``bare``: no config at all."""
     import openvino as ov
@@ -41,7 +35,7 @@ def load(model_dir=None, *, bare=False):
     outs = [(io["name"], compiled.output(io["runtime_name"])) for io in IO.get("outputs", [])]
 
     def run(feeds: dict) -> dict:
-        request.infer({names.get(k, k): contiguous(v) for k, v in feeds.items()})
+        request.infer({names.get(k, k): contiguous(v) for k, v in feeds.items()})  # noqa: F821 - load_common's
         return {name: np.array(request.get_tensor(port).data) for name, port in outs}
 
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")

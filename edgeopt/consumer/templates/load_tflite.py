@@ -54,7 +54,7 @@ def load(model_dir=None, *, bare=False):
         for name, arr in feeds.items():
             io = io_in.get(name, {"runtime_name": name, "transpose": None})
             arr = np.transpose(arr, io["transpose"]) if io.get("transpose") else np.asarray(arr)
-            given[io["runtime_name"]] = np.ascontiguousarray(quantize(arr, ins[io["runtime_name"]]))
+            given[io["runtime_name"]] = contiguous(quantize(arr, ins[io["runtime_name"]]))  # noqa: F821
         if runner is not None:
             results = runner(**given)
         else:

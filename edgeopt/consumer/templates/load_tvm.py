@@ -2,8 +2,6 @@
 # its schedules and the weights are inside the library; the thread count is the runtime's (TVM_NUM_THREADS).
 import os
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = "model.so"  # filled in from the manifest
 SETTINGS: dict = {}  # the manifest's runtime.settings (filled in)
@@ -26,7 +24,7 @@ def load(model_dir=None, *, bare=False):
     out_names = [io["name"] for io in IO.get("outputs", [])]
 
     def run(feeds: dict) -> dict:
-        result = main(*[tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), device) for n in names])
+        result = main(*[tvm.runtime.tensor(contiguous(feeds[n]), device) for n in names])  # noqa: F821
         tensors = [result] if hasattr(result, "numpy") else list(result)
         return {n: t.numpy() for n, t in zip(out_names, tensors, strict=True)}
 

@@ -1,0 +1,116 @@
+"""The consumer check on a device (``convert --verify-on``): the artifact's ``load.py`` run there.
+
+Only the artifact's own files and the check samples are sent (not edgeopt's runner package), into a fresh run dir
+of the device's work dir. ``load.py`` runs as ``python load.py --inputs … --outputs …`` through :data:`GUARD`,
+which makes ``edgeopt`` and ``edgeopt_runtime`` unimportable first: on a device where edgeopt happens to be
+installed (the loopback board of the tests is this machine's Python) an import of it still fails. Its outputs come
+back and are compared with edgeopt's runner on this host under the rule of the device check (:func:`.verify.compare`:
+per precision, one quantization step for int8 outputs, the error vs FP32 beyond it). A difference is exit 5 naming
+the device and the output; a ``load.py`` that fails there is exit 5 with its last line.
+
+A staged early-exit artifact (``cascade.json``) is recorded as not checked, with why: its ``load.py`` prints each
+sample's class and exit stage, no outputs to compare; the cascade itself ran on the device through edgeopt's runner.
+The comparison and the manifest's entry are :func:`edgeopt.remote.verify.load_py_on_device`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.consumer.check import CASCADE_FILE
+from edgeopt.consumer.writer import LOAD_PY
+from edgeopt.errors import EdgeoptError, GateFailedError, RemoteError
+
+from . import deploy
+from .inventory import Device
+from .probe import open_transport, python_argv, quick_facts
+
+INPUTS, OUTPUTS = "inputs.npz", "load_outputs.npz"
+BLOCKED = ("edgeopt", "edgeopt_runtime")
+# Constant code run as ``python -c GUARD artifact/load.py ARGS``: edgeopt blocked, then load.py as its own script.
+GUARD = (
+    "import os, runpy, sys\n"
+    f"for name in {BLOCKED!r}:\n"
+    "    sys.modules[name] = None\n"
+    "sys.argv = sys.argv[1:]\n"
+    "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+TIMEOUT_S = 3600.0  # under qemu a runtime's import alone takes tens of seconds
+
+
+def not_checked(artifact: Path) -> str | None:
+    """Why ``load.py`` is not run on the device for ``artifact``, or None."""
+    if (artifact / CASCADE_FILE).exists():
+        return ("a staged early-exit artifact: its load.py runs the cascade and prints each sample's class and exit "
+                "stage (python load.py INPUTS.npz), no outputs to compare; the cascade ran on the device through "
+                "edgeopt's runner (verified_on)")
+    if not (artifact / LOAD_PY).exists():
+        return "no load.py for a backend registered from outside edgeopt"
+    return None
+
+
+def how_run(dev: Device, device_arch: str | None) -> str:
+    on = f"{dev.name}, {device_arch or '?'}{', emulated' if dev.emulated else ''}"
+    return f"python {LOAD_PY} on {on}: the artifact's files only, edgeopt not importable there"
+
+
+def stacked(samples) -> dict[str, np.ndarray]:
+    """The check samples as ``load.py --inputs`` takes them: each input's samples stacked on a new first axis."""
+    feeds = [samples.feed(i) for i in range(len(samples))]
+    return {k: np.stack([np.asarray(f[k]) for f in feeds]) for k in feeds[0]}
+
+
+def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, install_hint: str | None = None,
+                notify=None, timeout: float = TIMEOUT_S) -> dict:
+    """Send ``artifact`` and ``inputs`` to ``dev``, run its ``load.py`` there (through :data:`GUARD`) and fetch its
+    outputs to ``outputs``; returns what ``load.py`` said it applied. ``install_hint``: what to say when the
+    runtime or numpy is missing there."""
+    from edgeopt.artifact import verify_artifact
+
+    from .bench import fetch_atomic, with_work_dir
+
+    listed = verify_artifact(artifact)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    tr = open_transport(dev, notify=notify)
+    run_dir = deploy.new_run_dir()
+    try:
+        deploy.clean_stale(tr)
+        facts = quick_facts(tr)
+        tr.run(["mkdir", "-p", "--", tr.confine(run_dir)], timeout=60)
+        deploy.write_lock(tr, run_dir)
+        deploy.upload(tr, deploy.bundle_files(artifact, inputs=inputs, with_runtime=False), run_dir)
+        deploy.verify_uploaded(tr, run_dir, listed)
+        python = with_work_dir([facts["venv"]] if facts.get("venv") else python_argv(dev), tr, manifest)
+        argv = [*python, "-c", GUARD, f"artifact/{LOAD_PY}", "--inputs", INPUTS, "--outputs", OUTPUTS]
+        res = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir), *argv], timeout=timeout)
+        _check_exit(dev, res, python, install_hint)
+        fetch_atomic(tr, f"{run_dir}/{OUTPUTS}", outputs)
+    finally:
+        try:
+            deploy.remove_run(tr, run_dir)
+        except EdgeoptError:
+            pass  # the connection is gone: the next run cleans this dir
+        tr.close()
+    said = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    return (json.loads(said[-1]) if said else {}).get("applied", {})
+
+
+def _check_exit(dev: Device, res, python: list[str], install_hint: str | None = None) -> None:
+    if res.rc == 0:
+        return
+    last = (res.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+    missing = re.search(r"No module named '([\w.]+)'", res.stderr)
+    root = missing.group(1).split(".")[0] if missing else None
+    if missing and root not in BLOCKED:
+        raise RemoteError(f"{dev.name}: '{missing.group(1)}' is not installed for {' '.join(python)} on the device "
+                          f"(consumer check: {LOAD_PY})", install_hint, details={"stderr": res.stderr[-2000:]})
+    if root in BLOCKED or any(f"import of {name} halted" in res.stderr for name in BLOCKED):
+        last = f"it imports edgeopt code, which a deployed device does not have ({last})"
+    raise GateFailedError(f"consumer check on {dev.name}: {LOAD_PY} failed there (exit {res.rc}): {last}",
+                          "nothing was written; the artifact does not load on the device through its runtime's "
+                          "plain API", details={"stderr": res.stderr[-2000:]})
