@@ -121,13 +121,15 @@ def test_convert_refuses_a_small_eval_set_with_the_figure_and_writes_nothing(tmp
     ({"quantized": 3, "float": 40, "file": "model.onnx"}, 0.97, True),  # few ops INT8, no faster: the result says so
     ({"quantized": 3, "float": 40, "file": "model.onnx"}, 1.6, False),  # few ops INT8 but faster: a real gain
     ({"quantized": 30, "float": 13, "file": "model.onnx"}, 0.97, False),  # mostly INT8: not "in name only"
-    ({"quantized": 3, "float": 40, "file": "model.onnx"}, None, False)])  # not timed: not claimed
+    ({"quantized": 3, "float": 40, "file": "model.onnx"}, None, "mostly")])  # not timed: the share, no speed claim
 def test_int8_in_name_only_is_the_verdict(units, speedup, said):
     from edgeopt.int8_verdict import int8_verdict
 
     stages = [{"name": "quantize", "report": {"accuracy_aware": {"speed": {"speedup_vs_fp32": speedup}}}}]
     verdict = int8_verdict("int8", units, stages)
-    assert (verdict is not None) is said
-    if said:
+    assert (verdict is not None) is bool(said)
+    if said is True:
         assert verdict.startswith("INT8 in name only: 3 of 43 compute ops in model.onnx are quantized")
+    if said == "mostly":  # an ARM board's artifact, not timed on this machine
+        assert verdict.startswith("mostly float: 3 of 43 compute ops") and "speed was not measured here" in verdict
     assert int8_verdict("fp32", units, stages) is None
