@@ -105,6 +105,19 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     v.metric_outputs = per_output(m, got_outs)
     if m.labels_used:
         v.accuracy_reference, v.accuracy, v.accuracy_drop = v.metric_reference, v.metric_value, v.metric_drop
+    gates = _value_gates(v, m, metric, min_cosine)
+    if max_accuracy_drop is not None:
+        gates["max_accuracy_drop"] = _drop_gate(v, m, ref_outs, got_outs, data.labels, max_accuracy_drop, confidence,
+                                                (manifest or {}).get("precision"), pinned_spec(metric, m),
+                                                search_path)
+    v.units = _units_gate(artifact_dir, manifest, gates)
+    v.gates = gates
+    v.metric_time = spent_since(metric_mark)
+    return v
+
+
+def _value_gates(v: Validation, m, metric, min_cosine: float | None) -> dict[str, Gate]:
+    """The gates on a figure alone: ``min_sqnr_db`` (a dB metric) and ``min_cosine``."""
     gates = {}
     if metric is not None and getattr(metric, "min_sqnr_db", None) is not None and m.unit == "dB":
         gates["min_sqnr_db"] = Gate(threshold=metric.min_sqnr_db, value=v.metric_value,
@@ -112,14 +125,7 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     if min_cosine is not None:
         gates["min_cosine"] = Gate(threshold=min_cosine, value=v.cosine_min,
                                    passed=v.cosine_min is not None and v.cosine_min >= min_cosine)
-    if max_accuracy_drop is not None:
-        gates["max_accuracy_drop"] = _drop_gate(v, m, ref_outs, got_outs, data.labels, max_accuracy_drop, confidence,
-                                                (manifest or {}).get("precision"), pinned_spec(metric, m),
-                                                search_path)
-    v.units = _units_gate(artifact_dir, manifest, gates)
-    v.gates = gates
-    v._metric_time = spent_since(metric_mark)
-    return v
+    return gates
 
 
 def _drop_gate(v: Validation, m, ref_outs, got_outs, labels, bound: float, confidence, precision, spec,

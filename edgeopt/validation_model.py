@@ -11,7 +11,7 @@ A small module without numpy or runtimes, so :mod:`edgeopt.artifact` can type ``
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Gate(BaseModel):
@@ -72,7 +72,7 @@ class Validation(BaseModel):
     gates: dict[str, Gate] = {}
     # a user metric's calls and seconds in this validation ({"calls", "seconds"}; None: none was called): said by
     # the run that validated, not kept in the manifest (seconds differ between runs)
-    _metric_time: dict | None = PrivateAttr(default=None)
+    metric_time: dict | None = Field(default=None, exclude=True)
 
     @property
     def passed(self) -> bool:

@@ -90,8 +90,8 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
 
     v = result.validation
     m = result.manifest
-    if metric_time is not None and v is not None and v._metric_time:
-        metric_time = {**metric_time, "validation": v._metric_time}
+    if metric_time is not None and v is not None and v.metric_time:
+        metric_time = {**metric_time, "validation": v.metric_time}
     verdict = int8_verdict(m.precision, v.units if v else None, m.stages)
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision, "verdict": verdict,
                "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},

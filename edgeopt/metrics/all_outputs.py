@@ -34,6 +34,7 @@ def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
                "%", None, False, parts[0].samples, score, digest=digest,
                **_per_sample(parts, ceilings, fp32_outputs))
     m.fp32_value = m.score_outputs(fp32_outputs)
+    m.fp32_rows = m.rows(fp32_outputs)  # without them the confidence limit can't be drawn (the point drop alone)
     m.parts, m.why = parts, "several outputs and no labels: each judged by its own kind, the worst drop counts"
     return m
 

@@ -62,11 +62,19 @@ def looks_like_ordered_bins(ref: list[np.ndarray]) -> tuple[bool, str]:
 def ordered_bins_metric(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     target = [positions(r) for r in ref]
 
+    def per_sample(got) -> np.ndarray:  # [rows within the tolerance, rows] per sample: pooled like score
+        return np.asarray([[float(np.sum(np.abs(g - t) <= TOLERANCE_BINS)), float(np.size(t))]
+                           for g, t in zip(got, target, strict=True)], np.float64).reshape(-1, 2)
+
+    def aggregate(rows: np.ndarray) -> float:
+        total = float(np.sum(rows[:, 1]))
+        return 100.0 * float(np.sum(rows[:, 0])) / total if total else 0.0
+
     def score(got) -> float:
-        hits = np.concatenate([np.abs(g - t) <= TOLERANCE_BINS for g, t in zip(got, target, strict=True)])
-        return float(100.0 * np.mean(hits)) if hits.size else 0.0
+        return aggregate(per_sample(got))
 
     return Metric(MetricName.ORDERED_BINS, f"peak_within_{TOLERANCE_BINS:g}_bins_vs_fp32",
                   f"% of rows whose peak position (weighted mean of the {2 * PEAK_HALF_WIDTH + 1} bins around the "
                   f"top bin) is within {TOLERANCE_BINS:g} bins of FP32's (labels not used)", "%", out_name, False,
-                  n, score, digest=lambda o: positions(sample_of(o, out_name)))
+                  n, score, digest=lambda o: positions(sample_of(o, out_name)), per_sample=per_sample,
+                  aggregate=aggregate)

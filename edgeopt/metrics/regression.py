@@ -26,12 +26,15 @@ def value_range(ref: list[np.ndarray]) -> float:
 def relative_error_metric(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     scale = value_range(ref)
 
-    def score(got) -> float:
-        errs = [np.mean(np.abs(np.asarray(y, np.float64) - np.asarray(r, np.float64))) for y, r in
-                zip(got, ref, strict=True)]
-        return max(0.0, 100.0 - 100.0 * float(np.mean(errs)) / scale)
+    def per_sample(got) -> np.ndarray:  # each sample's 100 - its mean |error| in % of the range: the bootstrap's rows
+        return np.asarray([100.0 - 100.0 * float(np.mean(np.abs(np.asarray(y, np.float64) - np.asarray(r, np.float64))))
+                           / scale for y, r in zip(got, ref, strict=True)], np.float64)
+
+    def aggregate(rows: np.ndarray) -> float:
+        return max(0.0, float(np.mean(rows))) if len(rows) else 0.0
 
     return Metric(MetricName.RELATIVE_ERROR, "relative_error_vs_fp32",
                   f"100 minus the mean |error| vs FP32's output as % of its range on the data ({scale:.4g}); "
                   "the drop is the mean error in % of that range (labels not used)", "%", out_name, False, n,
-                  score, digest=lambda o: np.asarray(sample_of(o, out_name), np.float32))
+                  lambda got: aggregate(per_sample(got)), digest=lambda o: np.asarray(sample_of(o, out_name), np.float32),
+                  per_sample=per_sample, aggregate=aggregate)

@@ -30,14 +30,14 @@ ONNX_TO_TFLITE: dict[str, str] = {
 }
 
 def _op_types(model) -> list[str]:
-    from edgeopt.analyze.preflight import _nodes
+    from edgeopt.analyze.preflight import op_types
 
-    return list(dict.fromkeys(n.op_type for n in _nodes(model.graph)))
+    return op_types(model)
 
 
 def onnx_ops_tflm_lacks(model) -> list[dict]:
     """[{onnx_op, tflite_op, alternative}] for each ONNX op type of ``model`` (a ``ModelProto``) whose TFLite form
-    TFLM cannot run, in the order of first use."""
+    TFLM cannot run, by op type name."""
     out = []
     for op in _op_types(model):
         tfl = ONNX_TO_TFLITE.get(op)

@@ -202,3 +202,30 @@ def test_unknown_metric_output_is_refused_before_any_work_without_data(face_stag
     model, _ = face_stage
     code, out = _dry_run(model, "--metric-output", "probb")  # no data: the graph's outputs are checked
     assert code == 2 and "no output 'probb'" in out and "did you mean 'prob'" in out
+
+
+def test_regression_and_ordered_bin_metrics_give_per_sample_rows_so_the_bound_is_a_bootstrap():
+    """Box regressions and a pitch distribution side by side (a detector stage and an ordered-bin head): each part
+    gives per-sample rows whose aggregate is its score, so the multi-output metric has them too and the drop is
+    judged by its bootstrap limit, not by random halves."""
+    from edgeopt.metrics.confidence import drop_upper
+
+    rng = np.random.default_rng(0)
+    n, bins = 60, 64
+    centre = rng.integers(8, bins - 8, n)
+    dist = np.exp(-0.5 * ((np.arange(bins)[None, :] - centre[:, None]) / 2.0) ** 2)
+    dist = (dist / dist.sum(1, keepdims=True)).astype(np.float32)
+    box = rng.standard_normal((n, 4)).astype(np.float32)
+    ref = [{"box": box[i:i + 1], "pitch": dist[i:i + 1]} for i in range(n)]
+    spec = MetricSpec(kinds={"box": "relative_error", "pitch": "ordered_bins"})
+    m = metric_for_outputs(ref, None, spec)
+    assert {p.kind for p in m.parts} == {MetricName.RELATIVE_ERROR, MetricName.ORDERED_BINS}
+    assert all(p.per_sample is not None for p in m.parts) and m.per_sample is not None
+    noisy = [{"box": o["box"] + 0.05 * rng.standard_normal((1, 4)).astype(np.float32),
+              "pitch": np.roll(o["pitch"], 3 if i % 10 == 0 else 0, axis=1)} for i, o in enumerate(ref)]
+    for p in m.parts:
+        digests = [p.digest(o) for o in noisy]
+        assert p.aggregate(p.per_sample(digests)) == pytest.approx(p.score_digests(digests))
+    digests = [m.digest(o) for o in noisy]
+    drop = m.fp32_value - m.score_digests(digests)
+    assert drop > 0 and drop_upper(m, digests, 0.9) > drop  # a limit above the point drop: the bootstrap ran
