@@ -47,7 +47,7 @@ def count_units(path: Path) -> tuple[int, int]:
 
 
 class OnnxRuntimeQuantizer(Quantizer):
-    modes = (QuantMode.STATIC, QuantMode.DYNAMIC)
+    modes = (QuantMode.DYNAMIC, QuantMode.STATIC)  # a mode search builds dynamic first, then static
 
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
                  calib: Any = None, keep_float: tuple[str, ...] = (), settings: Any = None,

@@ -100,7 +100,9 @@ def nncf_logs_follow_prints():
 
 
 class OpenVINOQuantizer(Quantizer):
-    modes = (QuantMode.STATIC, QuantMode.WEIGHTS)
+    modes = (QuantMode.WEIGHTS, QuantMode.STATIC)  # a mode search builds weight-only first, then static
+    granularities = {QuantMode.WEIGHTS: (Granularity.PER_CHANNEL,),  # NNCF's INT8 weight compression
+                     QuantMode.STATIC: (Granularity.PER_CHANNEL,)}
 
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
                  calib: Any = None, keep_float: tuple[str, ...] = (), common: dict | None = None) -> QuantizedModel:

@@ -127,19 +127,22 @@ class TFLiteQuantizer(Quantizer):
     ``float_io`` keeps a static model's inputs and outputs float (quantize/dequantize inside), else they are int8."""
 
     modes: ClassVar[tuple[QuantMode, ...]] = (QuantMode.STATIC, QuantMode.DYNAMIC, QuantMode.WEIGHTS)
+    granularities: ClassVar[dict[QuantMode, tuple[Granularity, ...]]] = {
+        QuantMode.DYNAMIC: (Granularity.PER_CHANNEL,), QuantMode.WEIGHTS: (Granularity.PER_CHANNEL,)}
 
     def __init__(self, io_inputs: list[dict] | None = None, *, samples: int = 200, float_io: bool = True):
         self.io_inputs = None if io_inputs is None else list(io_inputs)
         self.samples, self.float_io = int(samples), bool(float_io)
         self._calibrated: dict[str, dict] = {}
 
-    @staticmethod
-    def mode_configs(pinned: QuantMode, granularity: Granularity) -> list[StaticMode | DynamicMode | WeightsMode]:
-        """The modes a build tries, in order: with ``auto``, static with ``granularity`` (weights), dynamic-range,
-        weight-only, then static with the other granularity; a pinned mode, only that kind (``--quant-mode``)."""
-        other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
-        every = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
-        return every if pinned == QuantMode.AUTO else [m for m in every if m.kind == pinned]
+    @classmethod
+    def mode_configs(cls, requested: QuantMode, granularity: Granularity) -> list[StaticMode | DynamicMode | WeightsMode]:
+        """The modes a build tries (:meth:`search_modes`, the ``requested`` ``--quant-mode`` kind only unless
+        ``auto``), in order: with ``auto``, static with ``granularity`` (weights), dynamic-range, weight-only, then
+        static with the other granularity."""
+        modes = cls.search_modes(requested)
+        first = [m for m in modes if m.kind != QuantMode.STATIC or m.granularity == granularity]
+        return first + [m for m in modes if m not in first]
 
     def recipe(self, mode: StaticMode | DynamicMode | WeightsMode, keep_float: tuple[str, ...] = ()) -> list[dict]:
         from ai_edge_quantizer import qtyping, recipe_manager
