@@ -149,9 +149,9 @@ class QuantizeStage(Stage):
         else:
             self._static(model, config, ctx, fp32, out, work, report)
         if config.precision == Precision.INT8:
-            from .onnxruntime_quantizer import count_units
+            from edgeopt.quant_units import units_of
 
-            n_q, n_f = count_units(out)
+            n_q, n_f = units_of(out)
             report.setdefault("mode", QuantMode.STATIC.value)
             report["quantized"] = {"mode": report["mode"], "backend": config.backend, "quantized_units": n_q,
                                    "float_units": n_f, "units": "ops with weights (Conv, MatMul, Gemm, LSTM, GRU, ...)"}

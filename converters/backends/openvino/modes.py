@@ -11,8 +11,9 @@ from edgeopt.converters.quantize.modes import MODE_TYPES, QuantizedModel
 from edgeopt.converters.quantize.search import speed_verdict
 from edgeopt.enums import QuantMode
 from edgeopt.errors import GateFailedError
+from edgeopt.quant_units import units_of
 
-from .quantizer import OpenVINOQuantizer, count_units
+from .quantizer import OpenVINOQuantizer
 
 RUNTIME = "openvino CPU (INFERENCE_PRECISION_HINT f32)"
 
@@ -37,7 +38,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
         def go():
             if mode.label() not in quantized:
                 q = OpenVINOQuantizer.quantize_model(ov_model, mode, calib=calib, input_names=in_names, common=common)
-                quantized[mode.label()] = (q, count_units(q))
+                quantized[mode.label()] = (q, units_of(q))
             q, (n_q, n_f) = quantized[mode.label()]
             # judged at the hint the artifact runs with (an NPU profile's f16), as its validation runs it
             return (q, hint), compiled_run(core, q, in_names, out_names, b.threads, precision=hint), \

@@ -132,10 +132,10 @@ class OpenVINOBackend(Backend):
                      + (f", which runs its {hint} precision hint as {ran}" if ran != hint else ""))
         hint = config.inference_precision.value
         if config.precision == Precision.INT8:
-            from .quantizer import count_units
+            from edgeopt.quant_units import units_of
 
             ov_model, hint = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
-            n_q, n_f = count_units(ov_model)
+            n_q, n_f = units_of(ov_model)
             report.setdefault("mode", QuantMode.STATIC.value)
             report["quantized"] = {"mode": report["mode"], "backend": self.backend.value, "quantized_units": n_q,
                                    "float_units": n_f, "units": "ops with weights (Convolution, MatMul, LSTM, ...)"}
