@@ -173,12 +173,13 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
     from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer, read_model
     from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer, count_units
+    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+    from edgeopt.quant_units import units_of
 
     rows = [{"backend": "onnxruntime", "mode": "fp32", "run": ort_runner(shipped, threads, spinning=False),
-             "units": count_units(shipped)},
+             "units": units_of(shipped)},
             {"backend": "onnxruntime", "mode": "fp32 (normalized)", "run": ort_runner(model, threads, spinning=False),
-             "units": count_units(model)}]
+             "units": units_of(model)}]
     oq = OnnxRuntimeQuantizer()
 
     def ort(mode):
@@ -189,7 +190,7 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
         rows.append(_built("onnxruntime", mode.label(), lambda m=mode: ort(m)))
     core, vq = ov.Core(), OpenVINOQuantizer()
     fp32 = read_model(model)
-    every = (0, sum(count_units(model)))
+    every = (0, sum(units_of(model)))
     rows.append(_built("openvino", "fp32 (f32 hint)", lambda: (ov_shipped_run(fp32, work / "ov-fp32", threads), every)))
     if host_has_bf16():
         rows.append(_built("openvino", "bf16", lambda: (ov_shipped_run(fp32, work / "ov-bf16", threads, "bf16"), every)))

@@ -63,6 +63,37 @@ class Calibration(BaseModel):
     synthetic: bool = False
 
 
+class Determinism(BaseModel):
+    """Whether the backend writes the same files from the same inputs, and why (None: not verified)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deterministic: bool | None
+    why: str
+
+
+class BackendLeft(BaseModel):
+    """A backend of the profile tried before the one written, that couldn't hold the model: its exit code and
+    the one-line reason (``backend_fallback``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str
+    exit_code: int
+    reason: str
+
+
+class PrecisionFallback(BaseModel):
+    """INT8 was asked for and held on no backend: the precision asked, why, and the exit code INT8 failed with;
+    the manifest's ``precision`` is the float precision that held (``precision_fallback``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requested: str
+    reason: str
+    exit_code: int = 5
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,11 +115,11 @@ class Manifest(BaseModel):
     plan: dict
     warnings: list[str] = []
     created: str = ""
-    determinism: dict | None = None  # {"deterministic": bool | None, "why": str}
+    determinism: Determinism | None = None
     build_facts: str | None = None  # BUILD when the artifact has one: volatile facts, not in ``files``
-    backend_fallback: list[dict] = []  # backends of the profile tried first that couldn't hold the model, and why
+    backend_fallback: list[BackendLeft] = []  # backends of the profile tried first that couldn't hold the model
     backend_search: list[dict] = []  # --backend auto: each backend built, its figures, chosen or dropped and why
-    precision_fallback: dict | None = None  # INT8 asked, none held: {requested, reason, tried}; precision is what holds
+    precision_fallback: PrecisionFallback | None = None  # INT8 asked, none held; precision is what holds
     verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
     memory: MemoryFit | None = None  # predicted peak memory against the profile's budget (edgeopt/memory/)
     consumer_check: ConsumerCheck | None = None  # the artifact through its runtime's plain API (edgeopt.consumer)
@@ -138,14 +169,14 @@ def build_manifest(*, backend: str, precision: str, profile: str | None, source:
     )
 
 
-def determinism_of(backend: str) -> dict:
+def determinism_of(backend: str) -> Determinism:
     from edgeopt.converters.registry import get_backend
 
     try:
         deterministic, why = get_backend(backend).deterministic
     except Exception:  # noqa: BLE001 - an unknown backend is simply not verified
-        return {"deterministic": None, "why": "not verified"}
-    return {"deterministic": deterministic, "why": why}
+        return Determinism(deterministic=None, why="not verified")
+    return Determinism(deterministic=deterministic, why=why)
 
 
 def created_now() -> str:

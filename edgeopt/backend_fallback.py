@@ -65,7 +65,9 @@ def another_backend_may_hold(err: Exception) -> bool:
     return not (isinstance(details.get("pruning"), dict) and details["pruning"].get("main_cause"))
 
 
-def left_because(backend: BackendName, err: Exception) -> dict:
+def left_because(backend: BackendName, err: Exception):
     """One entry of the manifest's ``backend_fallback``: the backend, its exit code and the one-line reason."""
+    from edgeopt.artifact import BackendLeft
+
     message = getattr(err, "message", str(err))
-    return {"backend": backend.value, "exit_code": int(getattr(err, "exit_code", 1)), "reason": message}
+    return BackendLeft(backend=backend.value, exit_code=int(getattr(err, "exit_code", 1)), reason=message)

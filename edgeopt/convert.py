@@ -127,7 +127,7 @@ def _try_backends(model, profile, output, o: ConvertOptions, order, precision_fa
     otherwise, naming the backends also tried."""
     from edgeopt.backend_fallback import FALLBACK_ON, another_backend_may_hold, fallbacks, left_because
 
-    left: list[dict] = []
+    left: list = []  # BackendLeft
     candidates = [order[0], *fallbacks(order)]
     for i, backend in enumerate(candidates):
         try:
@@ -137,7 +137,7 @@ def _try_backends(model, profile, output, o: ConvertOptions, order, precision_fa
             nxt = (candidates + [None])[i + 1] if another_backend_may_hold(err) else None
             if nxt is None:
                 if left:
-                    err.message += " (also tried: " + "; ".join(f"{e['backend']}: exit {e['exit_code']}" for e in left) + ")"
+                    err.message += " (also tried: " + "; ".join(f"{e.backend}: exit {e.exit_code}" for e in left) + ")"
                 raise
             left.append(left_because(backend, err))
             if kw.get("on_warning"):
@@ -149,11 +149,12 @@ def _try_backends(model, profile, output, o: ConvertOptions, order, precision_fa
 def _convert_in_float(model, profile, output, o: ConvertOptions, order, int8_err, **kw) -> ConvertResult:
     """No INT8 held on any backend: the float precisions the device runs natively, fastest first (FP16 where
     native, FP32 last), each with the same backends in order; the first that holds is written, labelled."""
+    from edgeopt.artifact import PrecisionFallback
     from edgeopt.backend_fallback import FALLBACK_ON
     from edgeopt.float_precisions import native_float_precisions
 
-    why = {"requested": Precision.INT8.value, "reason": int8_err.message,
-           "exit_code": int(getattr(int8_err, "exit_code", 5))}
+    why = PrecisionFallback(requested=Precision.INT8.value, reason=int8_err.message,
+                            exit_code=int(getattr(int8_err, "exit_code", 5)))
     for precision in native_float_precisions(_profile_of(profile, o), order[0]):
         if kw.get("on_warning"):
             kw["on_warning"](f"convert: no INT8 held the bound on this device ({int8_err.message}); trying "
@@ -172,7 +173,7 @@ def _profile_of(profile, o: ConvertOptions):
 
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
-             fallback: tuple[dict, ...] = (), precision_fallback: dict | None = None) -> ConvertResult:
+             fallback: tuple = (), precision_fallback=None) -> ConvertResult:
     """One build: the plan (or the one given), the checks before work, the stages, the manifest, the validation
     and its gates, ``--verify-on``, then the atomic publish."""
     from edgeopt.data import parse_preprocess

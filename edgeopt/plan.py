@@ -244,7 +244,7 @@ def _check_quant_mode(bcls, backend_name, prec: Precision, mode: QuantMode, warn
 
     offered = resolve(bcls.quantizer).modes if bcls.quantizer else ()
     if mode not in offered:
-        names = [m.value for m in offered] + [QuantMode.AUTO.value]
+        names = [m.value for m in QuantMode if m in offered] + [QuantMode.AUTO.value]  # in the enum's order
         raise UsageError(f"--quant-mode {mode.value}: backend '{backend_name.value}' does not offer {mode.value} INT8 "
                          f"(it offers {', '.join(names)})",
                          f"use --quant-mode {' or '.join(names)}, or another --backend")

@@ -10,9 +10,9 @@ as quantized when it computes on integers or takes a (fake-)quantized input:
 * TFLite: a unit, in any subgraph, that computes on int8/int16/uint8 tensors or whose weights are 8-bit constants
   through a ``DEQUANTIZE`` (weight-only).
 
-:func:`count_units` is the one function; the validation calls it for every artifact, and an artifact labelled
-``int8`` with no quantized unit fails its gate (``edgeopt.validate``). TVM's compiled library is not read
-(None).
+:func:`units_of` is the one count: each backend's quantizer reports it for what it wrote, and the validation
+calls it (through :func:`count_units`) for every artifact; an artifact labelled ``int8`` with no quantized unit
+fails its gate (``edgeopt.validate``). TVM's compiled library is not read (None).
 """
 
 from __future__ import annotations
@@ -38,15 +38,26 @@ def count_units(artifact_dir, runtime: dict) -> dict | None:
     (the manifest's ``runtime`` entry); None when the format is not read (a compiled library) or unreadable."""
     name = str(runtime.get("model") or "")
     path = Path(artifact_dir) / name
-    counters = {".onnx": _onnx, ".xml": _openvino, ".tflite": _tflite}
-    counter = counters.get(path.suffix.lower())
-    if counter is None or not path.is_file():
+    if path.suffix.lower() not in COUNTERS or not path.is_file():
         return None
     try:
-        quantized, total = counter(path)
+        quantized, floating = units_of(path)
     except Exception:  # noqa: BLE001 - a count we can't make is said as "not counted", never a failure
         return None
-    return {"quantized": quantized, "float": total - quantized, "file": name}
+    return {"quantized": quantized, "float": floating, "file": name}
+
+
+def units_of(model) -> tuple[int, int]:
+    """(quantized, float) units of one model: an ONNX, OpenVINO IR (``.xml``) or TFLite file, or an in-memory
+    OpenVINO ``Model`` (what the OpenVINO searches hold before writing); the quantizers report this count."""
+    if not isinstance(model, (str, Path)):
+        quantized, total = _openvino_units(*_ov_model_graph(model))
+    else:
+        counter = COUNTERS.get(Path(model).suffix.lower())
+        if counter is None:
+            raise ValueError(f"no unit count for '{Path(model).name}' (ONNX, OpenVINO IR or TFLite)")
+        quantized, total = counter(Path(model))
+    return quantized, total - quantized
 
 
 def _onnx(path: Path) -> tuple[int, int]:
@@ -84,8 +95,24 @@ def _openvino(path: Path) -> tuple[int, int]:
     inputs: dict[str, list[str]] = {}
     for e in root.iter("edge"):
         inputs.setdefault(e.get("to-layer"), []).append(e.get("from-layer"))
+    return _openvino_units(layers, inputs)
 
-    def quantizer(lid: str, depth: int = 0) -> bool:
+
+def _ov_model_graph(ov_model) -> tuple[dict, dict]:
+    """An in-memory OpenVINO model as the IR reads: layer id -> (IR type, a constant's element type), and each
+    layer's input layers."""
+    layers, inputs = {}, {}
+    for op in ov_model.get_ordered_ops():
+        kind = op.get_type_name()
+        const = kind == "Constant"
+        layers[op.get_instance_id()] = ("Const" if const else kind,
+                                        op.get_output_element_type(0).get_type_name() if const else None)
+        inputs[op.get_instance_id()] = [i.get_source_output().get_node().get_instance_id() for i in op.inputs()]
+    return layers, inputs
+
+
+def _openvino_units(layers: dict, inputs: dict) -> tuple[int, int]:
+    def quantizer(lid, depth: int = 0) -> bool:
         kind, etype = layers.get(lid, (None, None))
         if kind == "FakeQuantize" or (kind == "Const" and etype in OV_INT_TYPES):
             return True
@@ -100,7 +127,7 @@ def _tflite(path: Path) -> tuple[int, int]:
     constants through a DEQUANTIZE), read with ai-edge-quantizer's flatbuffer reader; without that library (the
     tflite extra), LiteRT's listing of the main subgraph."""
     try:
-        from edgeopt.converters.backends.tflite.quantizer import unit_counts
+        from edgeopt.converters.backends.tflite.ops import unit_counts
 
         return unit_counts(path, TFLITE_UNITS)
     except ImportError:
@@ -119,3 +146,6 @@ def _tflite_main_subgraph(path: Path) -> tuple[int, int]:
         total += 1
         quantized += any(dtypes.get(int(i)) in TFLITE_INT_TYPES for i in op["inputs"] if int(i) >= 0)
     return quantized, total
+
+
+COUNTERS = {".onnx": _onnx, ".xml": _openvino, ".tflite": _tflite}

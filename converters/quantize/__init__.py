@@ -135,7 +135,7 @@ class QuantizeStage(Stage):
             from .ort_modes import search_ort_modes
 
             static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
-            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, pinned=mode == QuantMode.DYNAMIC,
+            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, requested=mode,
                                     static=static):
                 report["mode_reason"] += ("; none held the bound as built, nor dynamic with ops in float: static INT8 "
                                           "with its options and ops in float")
@@ -149,9 +149,9 @@ class QuantizeStage(Stage):
         else:
             self._static(model, config, ctx, fp32, out, work, report)
         if config.precision == Precision.INT8:
-            from .onnxruntime_quantizer import count_units
+            from edgeopt.quant_units import units_of
 
-            n_q, n_f = count_units(out)
+            n_q, n_f = units_of(out)
             report.setdefault("mode", QuantMode.STATIC.value)
             report["quantized"] = {"mode": report["mode"], "backend": config.backend, "quantized_units": n_q,
                                    "float_units": n_f, "units": "ops with weights (Conv, MatMul, Gemm, LSTM, GRU, ...)"}

@@ -15,10 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 from edgeopt.converters.base import CalibMethod
+from edgeopt.quant_units import units_of
 
 from . import sensitivity
 from .bound import ort_runner, warn_small_eval
-from .onnxruntime_quantizer import count_units
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .presets import TENSORRT
 from .search import QUICK_S, FloatPrefix, gate_failure, interleaved_latency_ms, run_search, speed_verdict
@@ -165,7 +165,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         rank=rank, with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=bound,
         budget_s=accuracy_bound.search_budget, progress=ctx.progress, what="INT8 search (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
-        sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: count_units(Path(path))[0] > 0,
+        sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: units_of(Path(path))[0] > 0,
         fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants),
         confidence=b.confidence)
     report = result.report

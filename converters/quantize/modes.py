@@ -8,7 +8,8 @@ for all of them, as in Hugging Face Optimum where weight-only quantization is it
 - :class:`DynamicMode`: INT8 weights, activations quantized at run time per call (MatMul/LSTM-heavy graphs);
 - :class:`WeightsMode`: weight-only INT8, activations stay float (weight-bound models, any backend).
 
-Each backend's quantizer (``converters/quantize/<backend>_quantizer.py``) subclasses :class:`Quantizer`, says
+Each backend's quantizer (``converters/backends/<backend>/quantizer.py``; ONNX Runtime's, which the Q/DQ stage
+shared with TVM uses, is ``converters/quantize/onnxruntime_quantizer.py``) subclasses :class:`Quantizer`, says
 which modes it supports, and quantizes one model file with one mode, keeping the ops it is told to keep in
 float. The accuracy-aware search runs over modes, then each mode's options, then per-op float fallback.
 """
@@ -44,15 +45,18 @@ class _ModeConfig(BaseModel):
 
 
 class StaticMode(_ModeConfig):
+    what: ClassVar[str] = "static"  # its name in messages
     kind: Literal[QuantMode.STATIC] = QuantMode.STATIC
     symmetric_activations: bool = False  # TensorRT-style S8 activations with zero point 0 when True
 
 
 class DynamicMode(_ModeConfig):
+    what: ClassVar[str] = "dynamic"  # its name in messages
     kind: Literal[QuantMode.DYNAMIC] = QuantMode.DYNAMIC
 
 
 class WeightsMode(_ModeConfig):
+    what: ClassVar[str] = "weight-only"  # its name in messages
     kind: Literal[QuantMode.WEIGHTS] = QuantMode.WEIGHTS
 
 
@@ -78,13 +82,30 @@ class QuantizedModel:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+BOTH_GRAINS = (Granularity.PER_CHANNEL, Granularity.PER_TENSOR)
+
+
 class Quantizer(ABC):
-    """One backend's 8-bit quantizer. A ``Backend`` names its quantizer class (``quantizer`` descriptor)."""
+    """One backend's 8-bit quantizer. A ``Backend`` names its quantizer class (``quantizer`` descriptor).
 
-    modes: ClassVar[tuple[QuantMode, ...]] = ()  # what this backend can do (never AUTO)
+    ``modes`` is the one declaration of what it offers: the kinds, in the order a mode search builds them; the
+    searches read their candidates from it (:meth:`search_modes`), so a kind added here is one they try.
+    ``granularities`` narrows the weight granularities a search tries for a kind (default: per-channel, then
+    per-tensor)."""
 
-    def supports(self, mode: QuantMode) -> bool:
-        return mode in self.modes
+    modes: ClassVar[tuple[QuantMode, ...]] = ()  # what this backend can do (never AUTO), in search order
+    granularities: ClassVar[dict[QuantMode, tuple[Granularity, ...]]] = {}
+
+    @classmethod
+    def supports(cls, mode: QuantMode) -> bool:
+        return mode in cls.modes
+
+    @classmethod
+    def search_modes(cls, requested: QuantMode = QuantMode.AUTO) -> list[StaticMode | DynamicMode | WeightsMode]:
+        """The mode configs a search builds: every kind in ``modes`` with ``--quant-mode auto``, else only the
+        ``requested`` kind (none when this quantizer does not offer it), each at its granularities."""
+        kinds = [k for k in cls.modes if requested == QuantMode.AUTO or k == requested]
+        return [MODE_TYPES[k](granularity=g) for k in kinds for g in cls.granularities.get(k, BOTH_GRAINS)]
 
     @abstractmethod
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,

@@ -7,8 +7,7 @@
 - weights: not offered. ONNX Runtime has no INT8 weight-only path for these ops: its weight-only quantizer
   (``MatMulNBits``) covers MatMul only and was made for 4-bit LLM weights; LSTM/GRU/Conv would stay float.
 
-Units are the ops that carry weights (Conv, ConvTranspose, MatMul, Gemm, LSTM, GRU, Attention): a unit is
-quantized when its integer form is in the graph (QDQ-fed, MatMulInteger, DynamicQuantizeLSTM, ...).
+Units are counted by :func:`edgeopt.quant_units.units_of`, as for every backend.
 """
 
 from __future__ import annotations
@@ -17,37 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.enums import QuantMode
+from edgeopt.quant_units import units_of
 
 from .modes import DynamicMode, Granularity, QuantizedModel, Quantizer, StaticMode, WeightsMode
 
-WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "Attention")
-INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger", "DynamicQuantizeMatMul",
-               "DynamicQuantizeLSTM", "QAttention", "MatMulIntegerToFloat", "MatMulNBits")
-
-
-def count_units(path: Path) -> tuple[int, int]:
-    """(quantized, float) weighted ops of an ONNX file (see the module doc)."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    inits = {i.name for i in graph.initializer}
-    dq_of_init = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits}
-    dq_any = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
-    quantized = floating = 0
-    for n in graph.node:
-        if n.op_type in INTEGER_OPS:
-            quantized += 1
-        elif n.op_type in WEIGHT_OPS:
-            if any(i in dq_of_init for i in n.input) or (any(i in dq_any for i in n.input)
-                                                          and not any(i in inits for i in n.input)):
-                quantized += 1
-            elif any(i in inits for i in n.input):
-                floating += 1
-    return quantized, floating
-
 
 class OnnxRuntimeQuantizer(Quantizer):
-    modes = (QuantMode.STATIC, QuantMode.DYNAMIC)
+    modes = (QuantMode.DYNAMIC, QuantMode.STATIC)  # a mode search builds dynamic first, then static
 
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
                  calib: Any = None, keep_float: tuple[str, ...] = (), settings: Any = None,
@@ -77,7 +52,7 @@ class OnnxRuntimeQuantizer(Quantizer):
         else:
             raise UsageError("quantize: ONNX Runtime offers no weight-only INT8 for these ops",
                              "use --quant-mode dynamic (INT8 weights, activations per call) or static")
-        q, f = count_units(Path(out))
+        q, f = units_of(Path(out))
         return QuantizedModel(Path(out), mode, q, f, tuple(keep_float), notes)
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from edgeopt.quant_units import units_of
+
 from .bound import Bounded, ort_runner
 from .dynamic import DYNAMIC_OPS
 from .modes import DynamicMode, Granularity
-from .onnxruntime_quantizer import OnnxRuntimeQuantizer, count_units
+from .onnxruntime_quantizer import OnnxRuntimeQuantizer
 from .search import SearchResult, run_search
 from .sensitivity import UNRANKED, output_error
 
@@ -73,5 +75,5 @@ def search_dynamic_with_float(model_path: Path, work: Path, b: Bounded, *, bound
         budget_s=budget_s, progress=progress, what="dynamic INT8 with ops in float (onnxruntime)",
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method="each op dynamic INT8 alone, 1 - cosine of the outputs vs FP32",
-        quantizes=lambda path: count_units(Path(path))[0] > 0, fallback_bases=len(grains), whole=b.whole,
+        quantizes=lambda path: units_of(Path(path))[0] > 0, fallback_bases=len(grains), whole=b.whole,
         confidence=b.confidence)

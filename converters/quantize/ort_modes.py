@@ -1,8 +1,8 @@
-"""ONNX Runtime's modes under a bound: dynamic per-channel, dynamic per-tensor and static QDQ, each built once
-with :class:`.onnxruntime_quantizer.OnnxRuntimeQuantizer`, the fastest within the bound kept
+"""ONNX Runtime's modes under a bound: the modes :class:`.onnxruntime_quantizer.OnnxRuntimeQuantizer` declares
+(dynamic per-channel, dynamic per-tensor, static QDQ), each built once, the fastest within the bound kept
 (:func:`.bound.choose_mode`); when none holds as built, dynamic again with its most sensitive ops kept in float
 (:mod:`.ort_dynamic_float`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
-and for a pinned ``--quant-mode dynamic``."""
+and for ``--quant-mode dynamic``."""
 
 from __future__ import annotations
 
@@ -13,19 +13,39 @@ from edgeopt.enums import QuantMode
 from edgeopt.errors import GateFailedError
 
 from .bound import ModeCandidate, choose_mode, prepare, warn_small_eval
-from .modes import DynamicMode, Granularity, StaticMode
+from .modes import MODE_TYPES, Granularity
 from .onnxruntime_quantizer import OnnxRuntimeQuantizer
 from .search import speed_verdict
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
+QUANTIZER = OnnxRuntimeQuantizer  # the searches' modes come from its ``modes`` declaration
 
 
-def ort_candidates(src: Path, work: Path, threads: int, *, dynamic: tuple[Granularity, ...],
-                   static=None) -> list[ModeCandidate]:
-    """``static``: (preprocessed source, StaticSettings, input names, calib, calib_samples), or None."""
+def _grain(per_channel: bool) -> Granularity:
+    return Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
+
+
+def ort_search_modes(requested: QuantMode, per_channel: bool | None, static_settings=None) -> list:
+    """The quantizer's modes this search builds (:meth:`.modes.Quantizer.search_modes`): static only with its
+    setup, at the granularity its settings (the profile's preset) name; a kind asked for with ``--quant-mode``
+    at the ``--per-channel`` granularity asked for (default per-channel)."""
+    out = []
+    for mode in QUANTIZER.search_modes(requested):
+        if mode.kind == QuantMode.STATIC:
+            if static_settings is None or mode.granularity != _grain(static_settings.per_channel):
+                continue
+        elif requested != QuantMode.AUTO and mode.granularity != _grain(per_channel is not False):
+            continue
+        out.append(mode)
+    return out
+
+
+def ort_candidates(src: Path, work: Path, threads: int, modes: list, static=None) -> list[ModeCandidate]:
+    """One candidate per mode; ``static``: (preprocessed source, StaticSettings, input names, calib,
+    calib_samples), which a static mode is built with."""
     from .bound import ort_runner
 
-    quantizer = OnnxRuntimeQuantizer()
+    quantizer = QUANTIZER()
 
     def build(mode, path: Path, source: Path, **kw):
         def go():
@@ -33,29 +53,29 @@ def ort_candidates(src: Path, work: Path, threads: int, *, dynamic: tuple[Granul
             return path, ort_runner(path, threads), q
         return go
 
-    out = [ModeCandidate(DynamicMode(granularity=g).label(), build(DynamicMode(granularity=g), work / f"dynamic-{g.value}.onnx", src))
-           for g in dynamic]
-    if static is not None:
-        source, settings, names, calib, samples = static
-        mode = StaticMode(granularity=Granularity.PER_CHANNEL if settings.per_channel else Granularity.PER_TENSOR)
-        out.append(ModeCandidate(mode.label(), build(mode, work / "static.onnx", source, calib=calib,
-                                                      settings=settings, input_names=names, calib_samples=samples)))
+    out = []
+    for mode in modes:
+        path = work / f"{mode.label().replace(' ', '-')}.onnx"
+        if mode.kind == QuantMode.STATIC:
+            source, settings, names, calib, samples = static
+            out.append(ModeCandidate(mode.label(), build(mode, path, source, calib=calib, settings=settings,
+                                                          input_names=names, calib_samples=samples)))
+        else:
+            out.append(ModeCandidate(mode.label(), build(mode, path, src)))
     return out
 
 
-def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, pinned: bool,
+def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, requested: QuantMode,
                      static=None) -> bool:
     """Choose among the modes into ``out``; True when one held the bound (``report['mode_search']`` says what
-    was tried and why each other was dropped). Pinned (``--quant-mode dynamic``): only dynamic, at the
-    requested granularity, and missing the bound is exit 5."""
+    was tried and why each other was dropped). ``requested``: the ``--quant-mode`` asked for; a named one
+    (``dynamic``) is only that kind, at the requested granularity, and missing the bound is exit 5."""
     from .bound import ort_runner
 
     b = prepare(ctx, "quantize", model_path, config.bound)
-    if pinned:
-        grains = (Granularity.PER_TENSOR if config.per_channel is False else Granularity.PER_CHANNEL,)
-    else:
-        grains = (Granularity.PER_CHANNEL, Granularity.PER_TENSOR)
-    choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, dynamic=grains, static=static), b=b,
+    modes = ort_search_modes(requested, config.per_channel, None if static is None else static[1])
+    grains = tuple(m.granularity for m in modes if m.kind == QuantMode.DYNAMIC)
+    choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, modes, static), b=b,
                          bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
                          fp32_timed=ort_runner(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
                          feed=(ctx.check_samples or b.search).feed(0))
@@ -65,14 +85,14 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
         if row.get("per_tensor_retry"):
             _warn_retry(ctx, row["mode"], row["per_tensor_retry"])
     rival = None if choice.label is None else (choice.label, choice.artifact)
-    if (choice.label is None or _static_held_where_dynamic_missed(choice)) and \
+    if grains and (choice.label is None or _static_held_where_dynamic_missed(choice)) and \
             _dynamic_with_float(Path(model_path), out, work, config, ctx, report, b, grains, rival):
         return True
     if choice.label is None:
-        if pinned:
+        if requested != QuantMode.AUTO:
             best = max((r for r in choice.report["candidates"] if "search_value" in r),
                        key=lambda r: r["search_value"], default=None)
-            raise GateFailedError(f"quantize: dynamic INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
+            raise GateFailedError(f"quantize: {MODE_TYPES[requested].what} INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
                                   + (f": {best['why']}" if best else ""),
                                   "use --quant-mode auto (static INT8 with its search), relax the bound, or "
                                   "--precision fp32", details=choice.report)

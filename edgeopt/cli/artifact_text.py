@@ -15,10 +15,9 @@ def checked_on_text(on: CheckedOn) -> str:
     return f"checked on {where}"
 
 
-def precision_fallback_text(precision: str, fallback: dict) -> str:
-    """Why the artifact is not the precision asked for (``convert``'s float fallback)."""
-    return (f"{precision.upper()}, not {fallback['requested'].upper()}: no INT8 held the bound "
-            f"({fallback['reason']})")
+def precision_fallback_text(precision: str, fallback) -> str:
+    """Why the artifact is not the precision asked for (``convert``'s float fallback, a ``PrecisionFallback``)."""
+    return f"{precision.upper()}, not {fallback.requested.upper()}: no INT8 held the bound ({fallback.reason})"
 
 
 def backend_search_text(row: dict) -> str:

@@ -97,7 +97,7 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
                "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},
                "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
-               "verified_on": m.verified_on, "precision_fallback": m.precision_fallback,
+               "verified_on": m.verified_on, "precision_fallback": m.precision_fallback.model_dump(mode="json") if m.precision_fallback else None,
                "backend_search": m.backend_search, "memory": m.memory.model_dump(mode="json") if m.memory else None,
                "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None,
                "metric_time": metric_time}

@@ -51,9 +51,9 @@ def inspect_cmd(
             c.print(f"  stage {s['name']}: {took}" + (f", cosine_min {cos:.6f}" if cos is not None else ""), markup=False)
         if build:
             c.print(f"built {build.get('built_at')} on {build.get('host')} (load {build.get('load_avg')})", markup=False)
-        det = m.get("determinism") or {}
+        det = manifest.determinism
         if det:
-            c.print(f"deterministic: {det.get('deterministic')} ({det.get('why')})", markup=False)
+            c.print(f"deterministic: {det.deterministic} ({det.why})", markup=False)
         cal = m["calibration"]
         if cal["samples"]:
             c.print(f"calibration: {cal['samples']} samples from {cal['source']}" + (" (SYNTHETIC)" if cal["synthetic"] else ""), markup=False)
@@ -69,12 +69,12 @@ def inspect_cmd(
                         f"{v.metric_value:.4g}{unit}, drop {v.metric_drop:.4g}", markup=False)
         for line in consumer_check_text(m["consumer_check"]) if m.get("consumer_check") else []:
             c.print(line, markup=False)
-        for left in m.get("backend_fallback") or []:
-            c.print(f"backend {left['backend']} left (exit {left['exit_code']}): {left['reason']}", markup=False)
+        for left in manifest.backend_fallback:
+            c.print(f"backend {left.backend} left (exit {left.exit_code}): {left.reason}", markup=False)
         for row in m.get("backend_search") or []:
             c.print(backend_search_text(row), markup=False)
-        if m.get("precision_fallback"):
-            c.print(precision_fallback_text(m["precision"], m["precision_fallback"]), markup=False)
+        if manifest.precision_fallback:
+            c.print(precision_fallback_text(manifest.precision, manifest.precision_fallback), markup=False)
         for name, digest in m["files"].items():
             c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
         for w in m["warnings"]:

@@ -51,7 +51,7 @@ def determinism(backend: str) -> dict:
     """For manifests written before they carried ``determinism``."""
     from edgeopt.artifact import determinism_of
 
-    return determinism_of(backend)
+    return determinism_of(backend).model_dump(mode="json")
 
 
 def dir_bytes(d: Path) -> int:

@@ -67,7 +67,7 @@ def test_the_next_backend_is_tried_when_the_first_misses_the_bound(mnist_model, 
         unregister_backend(NAME)
     assert res.manifest.backend == "onnxruntime"
     left = res.manifest.backend_fallback
-    assert [e["backend"] for e in left] == [NAME] and left[0]["exit_code"] == 5 and "misses" in left[0]["reason"]
+    assert [e.backend for e in left] == [NAME] and left[0].exit_code == 5 and "misses" in left[0].reason
     assert any(f"{NAME} could not hold this model" in s and "trying onnxruntime" in s for s in said)
     assert (tmp_path / "out" / "manifest.json").is_file()
 

@@ -31,8 +31,9 @@ OLD_VALIDATION = {
 }
 
 
-def _old_artifact(d: Path) -> bytes:
-    """An artifact directory as the untyped writer left it (the keys in the model's order, indent 2)."""
+def _old_artifact(d: Path, **fields) -> bytes:
+    """An artifact directory as the untyped writer left it (the keys in the model's order, indent 2); ``fields``
+    replace the manifest's."""
     d.mkdir()
     (d / "model.onnx").write_bytes(b"not a model: only its sha256 is read")
     manifest = {
@@ -52,6 +53,7 @@ def _old_artifact(d: Path) -> bytes:
         "consumer_check": None,
     }
     assert list(manifest) == list(Manifest.model_fields)  # the test writes every field, in the writer's order
+    manifest.update(fields)
     text = (json.dumps(manifest, indent=2) + "\n").encode()
     (d / MANIFEST).write_bytes(text)
     (d / BUILD).write_text(json.dumps({"timings": {"stages": [{"seconds": 0.5}]}}))
@@ -66,6 +68,19 @@ def test_an_old_manifest_loads_typed_and_is_written_back_byte_identical(tmp_path
     assert v.checked_on == CheckedOn(provider="CPUExecutionProvider", target="CPUExecutionProvider")
     assert v.gates["int8_quantized_units"].value == 5.0 and v.units["quantized"] == 5
     assert m.stages[0]["seconds"] == 0.5  # build.json's timing merged back
+    write_manifest(tmp_path / "art", m)
+    assert (tmp_path / "art" / MANIFEST).read_bytes() == before
+
+
+def test_an_old_manifests_fallbacks_and_determinism_load_typed_and_are_written_back_byte_identical(tmp_path):
+    from edgeopt.artifact import BackendLeft, Determinism, PrecisionFallback
+
+    left = {"backend": "openvino", "exit_code": 5, "reason": "openvino: INT8 misses --max-accuracy-drop 1"}
+    fell = {"requested": "int8", "reason": "quantize: INT8 misses --max-accuracy-drop 1", "exit_code": 5}
+    before = _old_artifact(tmp_path / "art", precision="fp16", backend_fallback=[left], precision_fallback=fell)
+    m = load_artifact(tmp_path / "art")
+    assert m.determinism == Determinism(deterministic=True, why="ONNX Runtime writes the same model")
+    assert m.backend_fallback == [BackendLeft(**left)] and m.precision_fallback == PrecisionFallback(**fell)
     write_manifest(tmp_path / "art", m)
     assert (tmp_path / "art" / MANIFEST).read_bytes() == before
 

@@ -1,25 +1,28 @@
-"""OpenVINO's modes under a bound: NNCF weight-only INT8 (``compress_weights``) and static INT8
-(``nncf.quantize``), each built once on the converted model, the fastest within the bound on OpenVINO kept
-(:func:`edgeopt.converters.quantize.bound.choose_mode`). Used by the OpenVINO backend for every graph under a bound with ``--quant-mode auto``
-(a convolutional one too: on rapidocr's PP-LCNet classifier weight-only was 1.41x ONNX Runtime FP32 and static 1.16x)
-and for a pinned ``--quant-mode weights``."""
+"""OpenVINO's modes under a bound: the modes :class:`.quantizer.OpenVINOQuantizer` declares (NNCF weight-only
+INT8, ``compress_weights``, and static INT8, ``nncf.quantize``), each built once on the converted model, the
+fastest within the bound on OpenVINO kept (:func:`edgeopt.converters.quantize.bound.choose_mode`). Used by the
+OpenVINO backend for every graph under a bound with ``--quant-mode auto`` (a convolutional one too: on rapidocr's
+PP-LCNet classifier weight-only was 1.41x ONNX Runtime FP32 and static 1.16x) and for ``--quant-mode weights``."""
 
 from __future__ import annotations
 
 from edgeopt.converters.quantize.bound import ModeCandidate, choose_mode, prepare, warn_small_eval
-from edgeopt.converters.quantize.modes import QuantizedModel, StaticMode, WeightsMode
+from edgeopt.converters.quantize.modes import MODE_TYPES, QuantizedModel
 from edgeopt.converters.quantize.search import speed_verdict
+from edgeopt.enums import QuantMode
 from edgeopt.errors import GateFailedError
+from edgeopt.quant_units import units_of
 
-from .quantizer import OpenVINOQuantizer, count_units
+from .quantizer import OpenVINOQuantizer
 
 RUNTIME = "openvino CPU (INFERENCE_PRECISION_HINT f32)"
 
 
-def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, report: dict, *, pinned: bool):
+def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, report: dict, *, requested: QuantMode):
     """The chosen quantized ``ov.Model`` and the precision hint it runs at (its float ops and activations: the
     config's, or one of ``int8_activation_hints`` where this CPU runs it natively), or None when no candidate held
-    the bound (pinned: exit 5 instead)."""
+    the bound (a ``requested`` kind named with ``--quant-mode``: exit 5 instead). The modes are the quantizer's
+    (:meth:`.modes.Quantizer.search_modes`)."""
     import openvino as ov
 
     from .runs import BF16_SUGGEST, bf16_run, compiled_run, cpu_runs_bf16, judged_at
@@ -35,7 +38,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
         def go():
             if mode.label() not in quantized:
                 q = OpenVINOQuantizer.quantize_model(ov_model, mode, calib=calib, input_names=in_names, common=common)
-                quantized[mode.label()] = (q, count_units(q))
+                quantized[mode.label()] = (q, units_of(q))
             q, (n_q, n_f) = quantized[mode.label()]
             # judged at the hint the artifact runs with (an NPU profile's f16), as its validation runs it
             return (q, hint), compiled_run(core, q, in_names, out_names, b.threads, precision=hint), \
@@ -45,7 +48,7 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     # plain bf16 judged beside the modes (named if faster) where the profile's CPU runs it natively and this one does
     bf16 = bf16_run(core, ov_model, in_names, out_names, b.threads) if config.int8_activation_hints else None
     hints = [base, *activation_hints(config, cpu_runs_bf16(core), report)]
-    modes = [WeightsMode()] if pinned else [WeightsMode(), StaticMode()]
+    modes = OpenVINOQuantizer.search_modes(requested)
     choice = choose_mode([ModeCandidate(mode_label(m, h, base), build(m, h)) for h in hints for m in modes], b=b,
                          bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
                          backend="openvino", progress=ctx.progress,
@@ -55,9 +58,9 @@ def search_ov_modes(ov_model, calib, common: dict, config, ctx, onnx_path, repor
     report["mode_search"] = choice.report | judged_at(base)
     warn_small_eval(ctx, choice.report, "openvino")
     if choice.label is None:
-        if pinned:
+        if requested != QuantMode.AUTO:
             row = choice.report["candidates"][0]
-            raise GateFailedError(f"openvino: weight-only INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}: "
+            raise GateFailedError(f"openvino: {MODE_TYPES[requested].what} INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}: "
                                   f"{row.get('why', '')}", "use --quant-mode auto, relax the bound, or --precision fp32",
                                   details=choice.report)
         return None

@@ -6,8 +6,8 @@
   compression is per output channel, so per-tensor is refused);
 - dynamic: not offered (OpenVINO has no dynamic-activation INT8 mode for CPU models).
 
-Units are the ops that carry weights (Convolution, MatMul, LSTM/GRU sequences, ...): quantized when a weight
-input is an INT8 constant (NNCF's decompression chain) or passes a FakeQuantize.
+Units are counted by :func:`edgeopt.quant_units.units_of`, as for every backend (on the in-memory model the
+searches hold, by the rule it reads an IR with).
 """
 
 from __future__ import annotations
@@ -28,45 +28,10 @@ from edgeopt.converters.quantize.modes import (
 from edgeopt.deps import library_prints, require
 from edgeopt.enums import QuantMode
 from edgeopt.errors import UsageError
+from edgeopt.quant_units import units_of
 
 WEIGHT_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData", "MatMul",
               "LSTMSequence", "GRUSequence", "RNNSequence", "LSTMCell", "GRUCell", "RNNCell", "Gather")
-_CONST_CHAIN = {"Constant", "Convert", "Multiply", "Subtract", "Reshape", "Transpose", "Unsqueeze", "Squeeze",
-                "FakeQuantize"}
-
-
-def _constant_fed(node, depth: int = 0) -> tuple[bool, bool]:
-    """(computed from constants only, passes a FakeQuantize or an integer constant on the way)."""
-    kind = node.get_type_name()
-    if kind == "Constant":
-        return True, node.get_output_element_type(0).is_integral()
-    if kind not in _CONST_CHAIN or depth > 6:
-        return False, False
-    found = [_constant_fed(i.get_source_output().get_node(), depth + 1) for i in node.inputs()]
-    if not all(const for const, _ in found):
-        return False, False
-    return True, kind == "FakeQuantize" or any(q for _, q in found)
-
-
-def count_units(ov_model) -> tuple[int, int]:
-    """(quantized, float) ops with weights in an OpenVINO model (see the module doc)."""
-    quantized = floating = 0
-    for op in ov_model.get_ordered_ops():
-        if op.get_type_name() not in WEIGHT_OPS:
-            continue
-        fed = [_constant_fed(i.get_source_output().get_node()) for i in op.inputs()]
-        weights = [q for const, q in fed if const]
-        if op.get_type_name() == "Gather":  # an embedding table, or an index lookup in a shape computation
-            if not weights or op.get_input_partial_shape(0).rank.get_length() < 2:
-                continue
-            weights = weights[:1]
-        if not weights or all(const for const, _ in fed):
-            continue  # no weight, or a constant-folded subgraph
-        if any(weights):
-            quantized += 1
-        else:
-            floating += 1
-    return quantized, floating
 
 
 def read_model(path: Path):
@@ -100,7 +65,9 @@ def nncf_logs_follow_prints():
 
 
 class OpenVINOQuantizer(Quantizer):
-    modes = (QuantMode.STATIC, QuantMode.WEIGHTS)
+    modes = (QuantMode.WEIGHTS, QuantMode.STATIC)  # a mode search builds weight-only first, then static
+    granularities = {QuantMode.WEIGHTS: (Granularity.PER_CHANNEL,),  # NNCF's INT8 weight compression
+                     QuantMode.STATIC: (Granularity.PER_CHANNEL,)}
 
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
                  calib: Any = None, keep_float: tuple[str, ...] = (), common: dict | None = None) -> QuantizedModel:
@@ -111,7 +78,7 @@ class OpenVINOQuantizer(Quantizer):
         names = [p.get_any_name() for p in ov_model.inputs]
         q = self.quantize_model(ov_model, mode, calib=calib, input_names=names, keep_float=keep_float, common=common)
         ov.save_model(q, str(out), compress_to_fp16=False)
-        n_q, n_f = count_units(q)
+        n_q, n_f = units_of(q)
         return QuantizedModel(Path(out), mode, n_q, n_f, tuple(keep_float))
 
     @staticmethod

@@ -162,7 +162,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                 search_path=(), precision: str = "f32", confidence: float | None = None) -> SearchResult:
     """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models, each judged
     at ``precision``, the inference precision hint the artifact will run with (an NPU profile's f16)."""
-    from .quantizer import count_units
+    from edgeopt.quant_units import units_of
 
     s = _NncfSearch(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                     threads=threads, rank_samples=rank_samples, on_rank=on_rank, precision=precision)
@@ -170,7 +170,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
     result = run_search(options=s.options(bound), rank=s.rank, with_float=s.bypassed, fp32_run=fp32_run,
                         search=search, confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
                         what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used",
-                        metric_spec=metric_spec, search_path=search_path, quantizes=lambda q: count_units(q)[0] > 0,
+                        metric_spec=metric_spec, search_path=search_path, quantizes=lambda q: units_of(q)[0] > 0,
                         **({} if confidence is None else {"confidence": confidence}))
     result.report["transformer_options"] = s.transformer
     result.report.update(judged_at(precision))
@@ -180,7 +180,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                    if label == result.report["quantizer_options"]["chosen"]), 0)
     if result.best is not None and result.best.kept:
         cheaper_float(result, s.units_for(s.fq_owner[chosen]), lambda kept: s.bypassed(chosen, kept),
-                      lambda q: count_units(q)[0] > 0, search, confirm, bound)
+                      lambda q: units_of(q)[0] > 0, search, confirm, bound)
     result.report.update(s.kept_report(result, chosen))
     if result.best is not None and result.best.kept:
         _final_build(result, s.with_float(chosen, result.best.kept), search, confirm, bound)

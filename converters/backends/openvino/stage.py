@@ -132,10 +132,10 @@ class OpenVINOBackend(Backend):
                      + (f", which runs its {hint} precision hint as {ran}" if ran != hint else ""))
         hint = config.inference_precision.value
         if config.precision == Precision.INT8:
-            from .quantizer import count_units
+            from edgeopt.quant_units import units_of
 
             ov_model, hint = self._int8(ov_model, onnx_in, config, ctx, model, report, proto)
-            n_q, n_f = count_units(ov_model)
+            n_q, n_f = units_of(ov_model)
             report.setdefault("mode", QuantMode.STATIC.value)
             report["quantized"] = {"mode": report["mode"], "backend": self.backend.value, "quantized_units": n_q,
                                    "float_units": n_f, "units": "ops with weights (Convolution, MatMul, LSTM, ...)"}
@@ -226,7 +226,7 @@ class OpenVINOBackend(Backend):
 
     @staticmethod
     def _modes(ov_model, config, ctx, model, report, proto, common):
-        """Weight-only (pinned), or the bounded auto search over weight-only and static as built, on every graph
+        """Weight-only (``--quant-mode weights``), or the bounded auto search over weight-only and static as built, on every graph
         (the fastest within the bound kept), each also at ``int8_activation_hints``: (the quantized model, the
         precision hint it runs at); None: no mode held the bound, go on with static and its fallbacks."""
         from edgeopt.converters.quantize.dynamic import op_mix
@@ -235,15 +235,15 @@ class OpenVINOBackend(Backend):
         from .modes import auto_reason, search_ov_modes
         from .quantizer import OpenVINOQuantizer
 
-        pinned = config.mode == QuantMode.WEIGHTS
-        if pinned and config.bound.max_accuracy_drop is None:
+        asked = config.mode == QuantMode.WEIGHTS  # --quant-mode weights
+        if asked and config.bound.max_accuracy_drop is None:
             report.update(mode=QuantMode.WEIGHTS.value, method="nncf.compress_weights INT8 (weights only)")
             return OpenVINOQuantizer.quantize_model(ov_model, WeightsMode()), config.inference_precision.value
         mix = op_mix(proto)
-        report.update(op_mix=mix, mode_reason="--quant-mode weights: weight-only INT8 judged on the bound" if pinned
+        report.update(op_mix=mix, mode_reason="--quant-mode weights: weight-only INT8 judged on the bound" if asked
                       else auto_reason(mix))
         q = search_ov_modes(ov_model, ctx.calib, {k: v for k, v in common.items() if v is not None}, config, ctx,
-                            model.path, report, pinned=pinned)
+                            model.path, report, requested=config.mode)
         if q is None:
             report["mode_reason"] += "; no mode held the bound as built: static INT8 with its options and units in float"
         return q

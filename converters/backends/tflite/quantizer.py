@@ -8,8 +8,8 @@ ops), so they stay float while their neighbours are quantized; that is the per-o
 accuracy-aware search (:mod:`.search`) grows and bisects. Integer model inputs (token ids, bytes)
 keep their dtype: they are fed to calibration as they are, and the quantizer leaves integer tensors alone.
 
-:func:`op_counts` reads a ``.tflite``'s flatbuffer and counts the ops that compute in 8 bits against those
-that stay float, so an artifact called int8 shows how much of it is.
+:func:`.ops.op_counts` counts every op that computes in 8 bits against those that stay float (the report's
+breakdown); the quantized units are :func:`edgeopt.quant_units.units_of`'s count.
 """
 
 from __future__ import annotations
@@ -33,88 +33,14 @@ from edgeopt.converters.quantize.modes import (
     WeightsMode,
 )
 from edgeopt.errors import StageError
+from edgeopt.quant_units import units_of
+
+from .ops import op_counts, read_ops
 
 SIGNATURE = "serving_default"
-_INT_TYPES = {3, 7, 9}  # flatbuffer TensorType UINT8, INT16, INT8
-_FLOAT_TYPES = {0, 1}  # FLOAT32, FLOAT16
-_QDQ = {6, 114}  # BuiltinOperator DEQUANTIZE, QUANTIZE
 SMOKE_SAMPLES = 16  # calibration samples a quantized model must run on (no delegate) before it is used
 MAX_REPAIRS = 8  # ops kept float because their INT8 kernel failed on those samples
 _FAILED = re.compile(r"Node number (\d+) \((\w+)\) failed to (?:invoke|prepare)")
-
-
-def _scope(sg, op) -> str:
-    """ai-edge-quantizer's name of an op: its output tensor names joined by ';', with a trailing ';'."""
-    names = [_name(sg.tensors[i]) for i in op.outputs if i >= 0]
-    names = [n for n in names if n]
-    return ";".join(names) + ";" if names else ""
-
-
-def _name(tensor) -> str:
-    n = tensor.name
-    return n.decode() if isinstance(n, bytes) else str(n or "")
-
-
-def read_ops(path: Path) -> tuple[Any, list[dict]]:
-    """(model, ops of the main subgraph): see :func:`subgraph_ops`."""
-    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
-
-    model = fu.read_model(Path(path).read_bytes())
-    return model, subgraph_ops(model, 0)
-
-
-def subgraph_ops(model, subgraph: int) -> list[dict]:
-    """Each op of one subgraph: index, type name, scope, inputs, outputs, whether it is a quantize/dequantize op."""
-    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
-
-    sg = model.subgraphs[subgraph]
-    ops = []
-    for i, op in enumerate(sg.operators):
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(int(code.builtinCode), int(getattr(code, "deprecatedBuiltinCode", 0) or 0))
-        kind = fu.TFL_OP_CODE_TO_NAME.get(builtin)
-        ops.append({"index": i, "type": str(getattr(kind, "value", kind) or f"op{builtin}"), "scope": _scope(sg, op),
-                    "inputs": [int(t) for t in op.inputs if t >= 0], "outputs": [int(t) for t in op.outputs if t >= 0],
-                    "qdq": builtin in _QDQ})
-    return ops
-
-
-def judged_ops(path: Path):
-    """Each op of every subgraph (a recurrent layer's WHILE body included) with its verdict: "qdq" (a
-    quantize/dequantize op), "quantized" (computes on 8-bit data, or reads INT8 weights through a DEQUANTIZE:
-    weight-only), "float", or None (no float or 8-bit tensor). Returns (subgraph count, [(op, verdict), ...])."""
-    model, _ = read_ops(path)
-    judged = []
-    for k, sg in enumerate(model.subgraphs):
-        ops, tensors = subgraph_ops(model, k), sg.tensors
-        dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]  # INT8 weights (weight-only mode)
-                       if any(int(tensors[i].type) in _INT_TYPES and _constant(model, tensors[i]) for i in op["inputs"])}
-        for op in ops:
-            types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
-            verdict = ("qdq" if op["qdq"] else "quantized" if types & _INT_TYPES or dequantized & set(op["inputs"])
-                       else "float" if types & _FLOAT_TYPES else None)
-            judged.append((op, verdict))
-    return len(model.subgraphs), judged
-
-
-def op_counts(path: Path) -> dict:
-    """Ops that compute on 8-bit data or read INT8 weights vs those that stay float, every subgraph;
-    quantize/dequantize ops are counted apart (:func:`judged_ops`)."""
-    subgraphs, judged = judged_ops(path)
-    count = {v: sum(1 for _, got in judged if got == v) for v in ("quantized", "float", "qdq")}
-    return {"quantized_ops": count["quantized"], "float_ops": count["float"], "quantize_dequantize_ops": count["qdq"],
-            "subgraphs": subgraphs}
-
-
-def unit_counts(path: Path, units: set[str]) -> tuple[int, int]:
-    """(quantized, total) compute units (ops whose type is in ``units``), judged as :func:`judged_ops` does."""
-    verdicts = [v for op, v in judged_ops(path)[1] if op["type"].upper() in units]
-    return sum(v == "quantized" for v in verdicts), len(verdicts)
-
-
-def _constant(model, tensor) -> bool:
-    buf = model.buffers[tensor.buffer] if 0 < tensor.buffer < len(model.buffers) else None
-    return buf is not None and (buf.data is not None and len(buf.data) > 0 or bool(getattr(buf, "size", 0)))
 
 
 class TFLiteQuantizer(Quantizer):
@@ -127,19 +53,22 @@ class TFLiteQuantizer(Quantizer):
     ``float_io`` keeps a static model's inputs and outputs float (quantize/dequantize inside), else they are int8."""
 
     modes: ClassVar[tuple[QuantMode, ...]] = (QuantMode.STATIC, QuantMode.DYNAMIC, QuantMode.WEIGHTS)
+    granularities: ClassVar[dict[QuantMode, tuple[Granularity, ...]]] = {
+        QuantMode.DYNAMIC: (Granularity.PER_CHANNEL,), QuantMode.WEIGHTS: (Granularity.PER_CHANNEL,)}
 
     def __init__(self, io_inputs: list[dict] | None = None, *, samples: int = 200, float_io: bool = True):
         self.io_inputs = None if io_inputs is None else list(io_inputs)
         self.samples, self.float_io = int(samples), bool(float_io)
         self._calibrated: dict[str, dict] = {}
 
-    @staticmethod
-    def mode_configs(pinned: QuantMode, granularity: Granularity) -> list[StaticMode | DynamicMode | WeightsMode]:
-        """The modes a build tries, in order: with ``auto``, static with ``granularity`` (weights), dynamic-range,
-        weight-only, then static with the other granularity; a pinned mode, only that kind (``--quant-mode``)."""
-        other = Granularity.PER_TENSOR if granularity == Granularity.PER_CHANNEL else Granularity.PER_CHANNEL
-        every = [StaticMode(granularity=granularity), DynamicMode(), WeightsMode(), StaticMode(granularity=other)]
-        return every if pinned == QuantMode.AUTO else [m for m in every if m.kind == pinned]
+    @classmethod
+    def mode_configs(cls, requested: QuantMode, granularity: Granularity) -> list[StaticMode | DynamicMode | WeightsMode]:
+        """The modes a build tries (:meth:`search_modes`, the ``requested`` ``--quant-mode`` kind only unless
+        ``auto``), in order: with ``auto``, static with ``granularity`` (weights), dynamic-range, weight-only, then
+        static with the other granularity."""
+        modes = cls.search_modes(requested)
+        first = [m for m in modes if m.kind != QuantMode.STATIC or m.granularity == granularity]
+        return first + [m for m in modes if m not in first]
 
     def recipe(self, mode: StaticMode | DynamicMode | WeightsMode, keep_float: tuple[str, ...] = ()) -> list[dict]:
         from ai_edge_quantizer import qtyping, recipe_manager
@@ -174,8 +103,8 @@ class TFLiteQuantizer(Quantizer):
             self._once(model, mode, out, calib, tuple(keep))
             bad = _failing_op(out, feeds)
             if bad is None:
-                counts = op_counts(out)
-                return QuantizedModel(Path(out), mode, counts["quantized_ops"], counts["float_ops"], tuple(keep_float),
+                counts = op_counts(out)  # every op, the report's breakdown; units: the one count
+                return QuantizedModel(Path(out), mode, *units_of(out), tuple(keep_float),
                                       notes={**counts, "forced_float": forced})
             if bad["scope"] in keep:
                 break

@@ -117,7 +117,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         raise err
     made = result.best.artifact
     report["kept_in_float"] = list(made.kept_float)
-    report["ops"] = {"quantized": made.quantized_units, "float": made.float_units}
+    report["ops"] = {"quantized": made.notes["quantized_ops"], "float": made.notes["float_ops"]}
     report["speed"] = _speed(float_tflite, made.path, runtime, ctx, config, threads, search)
     return made, report
 

@@ -209,7 +209,7 @@ class TFLiteBackend(Backend):
         with atomic_path(target) as tmp:
             shutil.copyfile(made.path, tmp)
         report.update(method=f"ai-edge-quantizer {version_of('ai-edge-quantizer')}: {made.mode.label()}",
-                      quantized_ops=made.quantized_units, float_ops=made.float_units,
+                      quantized_ops=made.notes["quantized_ops"], float_ops=made.notes["float_ops"],
                       kept_in_float=list(made.kept_float), forced_float=made.notes.get("forced_float", []))
         return self.checks(model.path, runtime, ctx)
 
