@@ -4,6 +4,8 @@ Checked before the shape rules of :func:`edgeopt.metrics._auto` (classifier, seq
 
 * named like a regression (boxes, landmarks, deltas, audio) -> ``relative_error``;
 * rows over many ordered bins with one smooth peak (pitch, depth, age) -> ``ordered_bins``;
+* values per position beside per-position scores ([P,K] beside [P,1]) -> ``relative_error`` on the positions where
+  FP32's scores are confident (a detector's boxes and keypoints per anchor: the background's are never decoded);
 * beside a class/score output, an output that is no probability row itself -> ``relative_error`` (a detector's or a
   face stage's boxes and landmarks);
 * one value per position ([N,P,1] scores, logits or probabilities) or per-anchor scores [N,P,C] in [0, 1] that
@@ -50,6 +52,28 @@ def class_sibling(siblings: dict[str, list[np.ndarray]], own: str | None) -> str
     return None
 
 
+def anchor_scores(siblings: dict[str, list[np.ndarray]], own: str | None, shape: tuple) -> str | None:
+    """The output that scores each position of a per-position output ``own`` of ``shape`` ([P,K], K > 1): same
+    positions, one score each ([P,1]), or class-like scores ([P,C], C < K, named so or in [0, 1]). A detector's
+    box and keypoint regressions sit beside such scores (BlazeFace [896,16] beside [896,1]); None without one."""
+    if len(shape) < 2 or shape[-1] <= 1:
+        return None
+    for name, ref in siblings.items():
+        other = tuple(np.asarray(ref[0]).shape)
+        if name == own or len(other) != len(shape) or other[:-1] != shape[:-1] or other[-1] >= shape[-1]:
+            continue
+        if other[-1] == 1 or _word(name, CLASS_WORDS) or is_distribution(ref):
+            return name
+    return None
+
+
+def confident(ref: list[np.ndarray]) -> list[np.ndarray]:
+    """Per sample, the positions FP32's scores call an object: probability over 0.5 (logits: over 0), the best
+    class counting ([P,C] -> [P])."""
+    probs = is_distribution(ref)
+    return [np.max(np.asarray(r), axis=-1) > (0.5 if probs else 0.0) for r in ref]
+
+
 def choose_by_meaning(shape: tuple, ref: list[np.ndarray], out_name: str | None,
                       siblings: dict[str, list[np.ndarray]] | None = None) -> tuple[MetricName, str] | None:
     """The kind for one output without labels, or None to leave it to the shape rules; with the why."""
@@ -62,6 +86,11 @@ def choose_by_meaning(shape: tuple, ref: list[np.ndarray], out_name: str | None,
     ordered, why = looks_like_ordered_bins(ref)
     if ordered:
         return MetricName.ORDERED_BINS, f"{where}: {why}"
+    scores = anchor_scores(siblings or {}, out_name, shape)
+    if scores is not None and not _word(out_name, CLASS_WORDS) and not is_softmax(ref):
+        return MetricName.RELATIVE_ERROR, (f"{where}: values per position beside the per-position scores "
+                                           f"'{scores}': a detector's regressions, judged where FP32's scores are "
+                                           "confident")
     other = class_sibling(siblings or {}, out_name)
     if other is not None and not _word(out_name, CLASS_WORDS) and not is_softmax(ref) and shape[-1] > 1:
         return MetricName.RELATIVE_ERROR, f"{where} is no probability row and sits beside the class output '{other}'"

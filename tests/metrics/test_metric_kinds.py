@@ -229,3 +229,29 @@ def test_regression_and_ordered_bin_metrics_give_per_sample_rows_so_the_bound_is
     digests = [m.digest(o) for o in noisy]
     drop = m.fp32_value - m.score_digests(digests)
     assert drop > 0 and drop_upper(m, digests, 0.9) > drop  # a limit above the point drop: the bootstrap ran
+
+
+def test_a_detectors_per_anchor_regressions_are_judged_where_its_scores_are_confident():
+    """Boxes per anchor [P,16] beside per-anchor logits [P,1] (BlazeFace's two heads, names that say nothing): the
+    boxes are a regression judged only on the anchors FP32 calls a face. Noise on the background's boxes (which no
+    decoder reads) costs nothing; the same noise on the confident anchors does. Before, the boxes were judged by an
+    argmax over the 16 coordinates of every anchor."""
+    rng = np.random.default_rng(1)
+    n, p = 40, 64
+    logits = np.full((n, p, 1), -8.0, np.float32)
+    for i in range(n):
+        logits[i, rng.integers(0, p, 3), 0] = 4.0  # three confident anchors a sample
+    boxes = rng.standard_normal((n, p, 16)).astype(np.float32) * 30
+    ref = [{"Identity": boxes[i:i + 1], "Identity_1": logits[i:i + 1]} for i in range(n)]
+    m = metric_for_outputs(ref, None, MetricSpec())
+    box = next(q for q in m.parts if q.output == "Identity")
+    assert box.kind == MetricName.RELATIVE_ERROR and "detector's regressions" in box.why
+    assert "where FP32's 'Identity_1' is confident" in box.description
+    background = logits[..., 0] < 0
+
+    def with_noise(where):
+        noise = rng.standard_normal(boxes.shape).astype(np.float32) * 10 * where[..., None]
+        return [{"Identity": (boxes + noise)[i:i + 1], "Identity_1": logits[i:i + 1]} for i in range(n)]
+
+    assert box.fp32_value - box.score_outputs(with_noise(background)) == pytest.approx(0.0)
+    assert box.fp32_value - box.score_outputs(with_noise(~background)) > 5.0
