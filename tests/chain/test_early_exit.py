@@ -97,15 +97,15 @@ def _convert(cli, repo, tmp_path, files, backend, *extra):
     return out, manifest, report
 
 
-def _check_staged(out, manifest, report, repo):
+def _check_staged(out, manifest, report, repo, bound=2.0):
     from edgeopt.runtime.runners import open_runner
 
     assert report["verdict"]["early_exit"] is True, report
-    assert report["held_back"]["holds"] and report["held_back"]["drop_points"] <= 2.0
+    assert report["held_back"]["holds"] and report["held_back"]["drop_points"] <= bound
     cascade = json.loads((out / "cascade.json").read_text())
     assert len(cascade["stages"]) == report["verdict"]["exits"] + 1
     assert all((out / s["dir"]).is_dir() for s in cascade["stages"]) and (out / "load.py").is_file()
-    assert manifest["validation"]["accuracy_drop"] <= 2.0
+    assert manifest["validation"]["accuracy_drop"] <= bound
     data = np.load(repo / MNIST[2])
     with open_runner(str(out)) as runner:
         ys = [runner.run({"input": data["input"][i:i + 1]})["logits"] for i in range(32)]  # the model's batch: 1
@@ -163,3 +163,66 @@ def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli, repo, 
     assert report["verdict"]["early_exit"] is False and report["verdict"]["why"]
     assert not (out / "cascade.json").exists() and (out / "model.onnx").is_file()
     assert any("plain model is written" in w for w in manifest["warnings"])
+
+
+def _timings_by_node_count(monkeypatch, ratio):
+    """Convert-time timings injected: each model's 'time' is its node count (the prediction then depends on the
+    exit shares alone), and the backend's measurement of the cascade says ``ratio``."""
+    from edgeopt.converters.early_exit import cuts, verify
+
+    monkeypatch.setattr(cuts, "time_model", lambda path, feed, runs: 0.01 * len(onnx.load(str(path)).graph.node))
+    monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
+        "cascade_ms": ratio, "plain_ms": 1.0, "ratio": ratio, "samples": len(data),
+        "backend": manifest["runtime"]["backend"], "timed_with": "injected"})
+
+
+def _convert_in_process(cli_in_process, repo, tmp_path, backend, *extra):
+    model, calib, ev = (str(repo / f) for f in MNIST)
+    out = tmp_path / backend
+    r = cli_in_process("convert", model, "--profile", "host", "--backend", backend, "--early-exit", "auto",
+                       "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, *extra, "-o", str(out),
+                       "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    return out, manifest, next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_the_backends_measurement_decides_and_the_plain_model_is_the_backends(cli_in_process, repo, tmp_path,
+                                                                              monkeypatch):
+    pytest.importorskip("torch")
+    _timings_by_node_count(monkeypatch, ratio=1.3)  # predicted to pay, measured not to in OpenVINO
+    out, manifest, report = _convert_in_process(cli_in_process, repo, tmp_path, "openvino", "--precision", "fp32")
+    assert report["measured"]["backend"] == "openvino" and report["verdict"]["early_exit"] is False
+    assert "openvino" in report["verdict"]["why"] and "don't pay once run" in report["verdict"]["why"]
+    assert not (out / "cascade.json").exists() and not (out / "stage0").exists()
+    assert (out / "model.xml").is_file() and manifest["runtime"]["backend"] == "openvino"
+    from edgeopt.runtime.runners import open_runner
+
+    with open_runner(str(out)) as runner:
+        assert runner.run({"input": np.load(repo / MNIST[2])["input"][:1]})["logits"].shape == (1, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_openvino_int8_stages_each_calibrated_on_their_own_inputs(cli_in_process, repo, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("nncf")
+    _timings_by_node_count(monkeypatch, ratio=0.5)
+    # thresholds are chosen on the float stages; the INT8 stages move the confidences: a wider bound than float's
+    out, manifest, report = _convert_in_process(cli_in_process, repo, tmp_path, "openvino", "--precision", "int8",
+                                                "--max-accuracy-drop", "5")
+    _check_staged(out, manifest, report, repo, bound=5.0)
+    assert report["held_back_as_written"]["holds"]
+    assert report["measured"]["backend"] == "openvino" and "openvino" in report["verdict"]["why"]
+    assert report["stage_int8"]["mode"] == "static"
+    for i in range(report["verdict"]["exits"] + 1):
+        assert "FakeQuantize" in (out / f"stage{i}" / "model.xml").read_text()  # each stage holds INT8 ops
+
+
+def test_tflite_int8_exits_are_refused_with_one_line(cli_in_process, repo, tmp_path):
+    model, calib, ev = (str(repo / f) for f in MNIST)
+    r = cli_in_process("convert", model, "--profile", "pi5", "--backend", "tflite", "--precision", "int8",
+                       "--early-exit", "auto", "--calib", calib, "--eval", ev, "-o", str(tmp_path / "a"), "--json")
+    assert r.returncode == 2 and "feature map" in r.stderr and "Traceback" not in r.stderr
