@@ -44,6 +44,9 @@ def data(name: str, work: Path, test_n: int) -> dict:
     elif name == "rapidocr_cls":
         sets = {"calib": text_lines(400, seed=1), "eval": text_lines(400, seed=2), "test": text_lines(4 * test_n, 0)}
         model, inp, shape = real_model("rapidocr_cls"), "x", "x=1x3x48x192"
+    elif name == "crepe_tiny":
+        sets = {"calib": tones(400, work, seed=1), "eval": tones(600, work, seed=2), "test": tones(4 * test_n, work, 0)}
+        model, inp, shape = crepe_onnx(work), "audio", None
     else:
         sets = {"calib": fixture_data("mnist_calib"), "eval": fixture_data("mnist_test"),
                 "test": fixture_data("mnist_test")}
@@ -55,6 +58,37 @@ def data(name: str, work: Path, test_n: int) -> dict:
         arrays = {inp: x} if role == "calib" else {inp: x, "labels": d["labels"]}
         np.savez(work / f"{name}_{role}.npz", **arrays)
         out[role] = work / f"{name}_{role}.npz"
+    return out
+
+
+def tones(n: int, work: Path, seed: int) -> Path:
+    """``n`` frames of tones (sine plus a few harmonics, random phase, a little noise) at random pitches between
+    CREPE bins 40 and 320 (~60 Hz to ~1.5 kHz), normalised per frame as torchcrepe does; the label is the pitch bin
+    nearest the tone's frequency (by construction)."""
+    from fixtures.crepe import FRAME, SAMPLE_RATE
+
+    rng = np.random.default_rng(seed)
+    bins = rng.uniform(40, 320, n)
+    hz = 10.0 * 2 ** ((20.0 * bins + 1997.3794084376191) / 1200.0)
+    t = np.arange(FRAME) / SAMPLE_RATE
+    x = np.zeros((n, FRAME))
+    for h, amp in ((1, 1.0), (2, 0.5), (3, 0.25)):
+        x += amp * rng.uniform(0.5, 1.0, (n, 1)) * np.sin(2 * np.pi * h * hz[:, None] * t + rng.uniform(0, 6.3, (n, 1)))
+    x += 0.05 * rng.standard_normal(x.shape)
+    x = (x - x.mean(1, keepdims=True)) / x.std(1, keepdims=True)
+    out = work / f"tones_{seed}_{n}.npz"
+    np.savez(out, audio=x.astype(np.float32), labels=np.rint(bins).astype(np.int64))
+    return out
+
+
+def crepe_onnx(work: Path) -> Path:
+    """torchcrepe's CREPE tiny (real weights) exported to ONNX: 360 pitch-bin activations for a 1024-sample frame."""
+    from fixtures.crepe import export_and_compare
+    from fixtures.real_models import real_model
+
+    out = work / "crepe_tiny.onnx"
+    if not out.is_file():
+        export_and_compare(real_model("crepe_tiny_weights"), out)
     return out
 
 
@@ -78,7 +112,7 @@ def run_both(ee: Path, plain: Path, d: dict, repeats: int) -> dict:
     from edgeopt.runtime.runners import open_runner
 
     test = np.load(d["test"])
-    x, labels = test[d["input"]], test["labels"]
+    x, labels = test[d["input"]], test["labels"].ravel()
     a, b = open_runner(str(ee), threads=1), open_runner(str(plain), threads=1)
     cascade = hasattr(a, "exit_counts")
     t_ee, t_plain, p_ee, p_plain, exits, worst = [], [], [], [], [], []

@@ -81,7 +81,7 @@ def run_staged(stage, spec, inter, ctx, run_stage):
         ctx.artifact_dir, ctx.check_samples, ctx.calib, ctx.eval, ctx.reference_model = saved
     cascade = {"format": 1, "output": draft["output"], "scores": draft["scores"], "stages": parts,
                "exit_shares_at_convert": draft["exit_shares"], "plain_ms_at_convert": draft["plain_ms"],
-               "predicted_mean_ms_at_convert": draft["predicted_mean_ms"],
+               "predicted_mean_ms_at_convert": draft["predicted_mean_ms"], "stage_ms_at_convert": draft["stage_ms"],
                "timed_with": "ONNX Runtime, 1 thread, on the converting host (stage times before the backend)"}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
     shutil.copyfile(LOADER, root / "load.py")

@@ -226,3 +226,29 @@ def test_tflite_int8_exits_are_refused_with_one_line(cli_in_process, repo, tmp_p
     r = cli_in_process("convert", model, "--profile", "pi5", "--backend", "tflite", "--precision", "int8",
                        "--early-exit", "auto", "--calib", calib, "--eval", ev, "-o", str(tmp_path / "a"), "--json")
     assert r.returncode == 2 and "feature map" in r.stderr and "Traceback" not in r.stderr
+
+
+def _fake_cascade(tmp_path, repo, source: str | None) -> str:
+    """An early-exit artifact's records alone (analyze reads cascade.json and the manifest's source model)."""
+    out = tmp_path / "ee"
+    out.mkdir(parents=True)
+    stages = [{"dir": f"stage{i}"} for i in range(3)]
+    (out / "cascade.json").write_text(json.dumps({
+        "format": 1, "output": "logits", "scores": "logits", "stages": stages, "exit_shares_at_convert": [0.6, 0.3, 0.1],
+        "plain_ms_at_convert": 2.0, "stage_ms_at_convert": [0.5, 0.7, 1.2], "timed_with": "injected"}))
+    (out / "manifest.json").write_text(json.dumps({"source_model": {"path": source}}))
+    return str(out)
+
+
+def test_analyze_predicts_the_mean_and_worst_case_from_the_exit_shares(cli_in_process, repo, tmp_path):
+    art = _fake_cascade(tmp_path, repo, str(repo / MNIST[0]))
+    r = cli_in_process("analyze", art, "--profile", "pi5", "--no-preflight", "--json")
+    assert r.returncode == 0, r.stderr
+    ee = json.loads(r.stdout)["early_exit"]
+    assert ee["predicted_mean_ms"] == pytest.approx(0.6 * 0.5 + 0.3 * 1.2 + 0.1 * 2.4)
+    assert ee["worst_case_ms"] == pytest.approx(2.4) and ee["worst_case_vs_plain"] == pytest.approx(1.2)
+    dev = ee["on_profile"]
+    assert dev["estimate"] is True and dev["mean_estimate_ms"] == pytest.approx(
+        dev["plain_estimate_ms"] * ee["mean_vs_plain"], rel=1e-2)
+    r = cli_in_process("analyze", _fake_cascade(tmp_path / "b", repo, None), "--profile", "pi5")
+    assert r.returncode == 0 and "predicted mean 0.900 ms" in r.stdout and "worst case 2.400 ms" in r.stdout
