@@ -51,6 +51,23 @@ def on_profile(prediction: dict, estimate_ms: float, unit: str) -> dict:
     return out
 
 
+def with_profile(prediction: dict, result) -> dict:
+    """``prediction`` with :func:`on_profile` from the analysis of the source model (its first unit)."""
+    if result.predictions:
+        first = result.predictions[0]
+        prediction["on_profile"] = on_profile(prediction, first.estimate_ms, first.unit_name)
+    return prediction
+
+
+def emit_alone(prediction: dict, json_out: bool) -> None:
+    """The prediction alone, where the source model is not at hand (no estimate for the profile)."""
+    from edgeopt.cli.output import emit
+
+    note = "  (the source model is not at the path its manifest names: no estimate for the profile)"
+    emit(json_out, {"early_exit": prediction},
+         lambda console: console.print("\n".join([*lines(prediction), note]), markup=False))
+
+
 def source_model(artifact: Path) -> Path | None:
     """The model the artifact was converted from, where it is still at the path its manifest names."""
     try:

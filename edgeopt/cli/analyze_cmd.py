@@ -41,9 +41,7 @@ def analyze(
     if ee.is_cascade(model):  # the source model's analysis (where it is at hand) and the cascade's prediction
         cascade, model = ee.cascade_prediction(model), ee.source_model(model)
         if model is None:
-            return emit(json_out, {"early_exit": cascade}, lambda console: console.print(
-                "\n".join([*ee.lines(cascade), "  (the source model is not at the path its manifest names: no "
-                            "estimate for the profile)"]), markup=False))
+            return ee.emit_alone(cascade, json_out)
 
     shapes = parse_input_shapes(input_shape)
     if plot is not None:
@@ -85,10 +83,7 @@ def analyze(
     payload = {"analysis": result.model_dump(mode="json"), "placement": placement,
                "memory": fit.model_dump(mode="json")}
     if cascade is not None:
-        if result.predictions:
-            first = result.predictions[0]
-            cascade["on_profile"] = ee.on_profile(cascade, first.estimate_ms, first.unit_name)
-        payload["early_exit"] = cascade
+        payload["early_exit"] = ee.with_profile(cascade, result)
     if plot_path:
         payload["plot"] = plot_path
         payload["memory_plot"] = memory_plot
