@@ -29,27 +29,32 @@ def _why_not(s) -> str | None:
 
 
 def _best(cands) -> object | None:
-    timed = [c for c in cands if c.feasible and c.p50_ms is not None and c.artifact]
+    timed = [c for c in cands if c is not None and c.feasible and c.p50_ms is not None and c.artifact]
     return min(timed, key=lambda c: c.p50_ms) if timed else None
 
 
+def _stageable(c) -> bool:
+    """TFLite INT8 stages can't be calibrated: onnx2tf calibrates on images, a later stage takes a feature map."""
+    return not (c.target.get("backend") == "tflite" and c.target.get("precision") == "int8")
+
+
 def early_exit_step(s, inc, before_precision, trail: list):
-    """Build and measure the early-exit candidates against the incumbent; returns the new incumbent."""
+    """Build and measure the early-exit candidates against the incumbent: exits on the fastest INT8 candidate within
+    the bound and on the fastest float one (the incumbent among them); returns the new incumbent."""
     from edgeopt.optimize.optimizer import _fields, _label
 
     why = _why_not(s)
     if why:
         s.skipped.append(why)
         return inc
-    int8 = inc.target.get("precision") == "int8"
-    other = _best([*s.tried.get("float", []), before_precision]) if int8 else _best(s.tried.get("int8", []))
-    options = []
-    for base in [inc] + ([other] if other is not None and other is not inc else []):
-        f = _fields(base, early_exit="auto")
-        if f.get("backend") == "tflite" and f.get("precision") == "int8":
-            s.skipped.append(f"{STEP}: {base.label}: tflite INT8 stages can't be calibrated (a feature-map input)")
-            continue
-        options.append((_label(f), f))
+    is_int8 = inc.target.get("precision") == "int8"
+    int8 = [*s.tried.get("int8", []), *([inc] if is_int8 else [])]
+    floats = [*s.tried.get("float", []), before_precision, *([] if is_int8 else [inc])]
+    if not _stageable(inc):
+        s.skipped.append(f"{STEP}: {inc.label}: tflite INT8 stages can't be calibrated (a feature-map input)")
+    bases = [c for c in (_best([c for c in int8 if _stageable(c)]), _best(floats)) if c is not None]
+    bases.sort(key=lambda c: c is not inc)  # the incumbent's own exits first
+    options = [(_label(f), f) for f in (_fields(c, early_exit="auto") for c in bases)]
     after = s.step(STEP, inc, options)
     for c in s.tried.get(STEP, []):
         if c.artifact and not (Path(c.artifact) / "cascade.json").is_file():

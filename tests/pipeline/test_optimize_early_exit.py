@@ -49,16 +49,20 @@ def test_an_int8_incumbent_gets_exits_with_and_without_int8():
     s = _search()
     inc = _cand("int8", "onnxruntime", "int8", 0.4)
     before = _cand("fusion", "onnxruntime", "fp32", 1.0)
+    s.tried["int8"] = [inc, _cand("int8", "openvino", "int8", 0.6)]
     s.tried["float"] = [_cand("float", "openvino", "bf16", 0.8)]
     early_exit_step(s, inc, before, [])
-    precisions = [f["precision"] for _, f in s.asked[0][1]]
-    assert precisions == ["int8", "bf16"]
+    assert [(f["backend"], f["precision"]) for _, f in s.asked[0][1]] == [("onnxruntime", "int8"),
+                                                                          ("openvino", "bf16")]
 
 
-def test_tflite_int8_is_left_out_and_missing_data_says_why():
+def test_a_tflite_int8_incumbent_gets_exits_on_the_fastest_int8_that_can_be_staged_and_on_float():
     s = _search()
-    early_exit_step(s, _cand("int8", "tflite", "int8", 0.4), _cand("fusion", "onnxruntime", "fp32", 1.0), [])
-    assert [f["backend"] for _, f in s.asked[0][1]] == ["onnxruntime"]
+    inc = _cand("int8", "tflite", "int8", 0.3)
+    s.tried["int8"] = [inc, _cand("int8", "openvino", "int8", 0.5)]
+    early_exit_step(s, inc, _cand("fusion", "onnxruntime", "fp32", 1.0), [])
+    assert [(f["backend"], f["precision"]) for _, f in s.asked[0][1]] == [("openvino", "int8"),
+                                                                          ("onnxruntime", "fp32")]
     assert any("tflite INT8" in n for n in s.skipped)
     s = _search(eval=False)
     early_exit_step(s, _cand("fusion", "onnxruntime", "fp32", 1.0), None, [])
