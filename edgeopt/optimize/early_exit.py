@@ -1,5 +1,5 @@
-"""``optimize``'s ``early-exit`` step: ``--early-exit auto`` on the incumbent, and on the best candidate of the other
-kind (INT8 when the incumbent is float, float when it is INT8), so the waterfall shows what exits add with and
+"""``optimize``'s ``early-exit`` step: ``--early-exit auto`` on the fastest INT8 candidate within the bound that can be
+staged and on the fastest float one (the incumbent among them), so the waterfall shows what exits add with and
 without INT8. Only for a classifier, and only with ``--calib`` (the heads are distilled on it) and ``--eval``
 (the thresholds are chosen and confirmed on it). A cascade's latency depends on the input: where one is measured,
 every candidate of that measurement runs the same samples of ``--eval`` in turn instead of repeating one."""

@@ -17,8 +17,8 @@ Steps, in order, each starting from the best configuration so far (the *incumben
 5. ``float``: each native float precision x backend (bf16 on AMX/AVX512-BF16 CPUs with OpenVINO, fp16 on GPUs
    and ARMv8.2 FP16; :func:`edgeopt.float_precisions.native_float_precisions`), fp32 on the other backends,
    kept only when faster than the INT8 incumbent;
-6. ``early-exit``: ``--early-exit auto`` on the incumbent and on the best candidate of the other kind (INT8 or
-   float), for a classifier given ``--calib`` and ``--eval`` (:mod:`.early_exit`); a measurement with a cascade in
+6. ``early-exit``: ``--early-exit auto`` on the fastest INT8 candidate that can be staged and on the fastest
+   float one, for a classifier given ``--calib`` and ``--eval`` (:mod:`.early_exit`); a measurement with a cascade in
    it runs every candidate over the same samples of ``--eval`` in turn (a cascade's time depends on the input);
 7. ``tvm-tune``: MetaSchedule tuning, only when the TVM backend is installed and the time budget
    allows (tuning took 15 min for 96 trials here and still lost to ONNX Runtime, pitfalls.md).
