@@ -57,9 +57,13 @@ def early_exit_step(s, inc, before_precision, trail: list):
     options = [(_label(f), f) for f in (_fields(c, early_exit="auto") for c in bases)]
     after = s.step(STEP, inc, options)
     for c in s.tried.get(STEP, []):
-        if c.artifact and not (Path(c.artifact) / "cascade.json").is_file():
-            c.label += " (no exit kept: the plain model)"
-        trail.append((STEP, c, c is after))
+        if c.artifact and not (Path(c.artifact) / "cascade.json").is_file():  # the same model as its base
+            c.label += " (no exit kept)"
+            c.feasible = False
+            c.note = "no exit kept: the convert wrote the plain model (the stage report says why)"
+    if after.note:
+        after = inc
+    trail.extend((STEP, c, c is after) for c in s.tried.get(STEP, []))
     return after
 
 

@@ -79,6 +79,7 @@ class Candidate(BaseModel):
     halves_drop_p90: float | None = None  # the drop on 1 in 10 random halves of the eval data (not counted metrics)
     feasible: bool = False
     error: str | None = None
+    note: str | None = None  # why a built candidate is out of the running (an early-exit build that kept no exit)
 
 
 class OptimizeResult(BaseModel):

@@ -83,3 +83,22 @@ def test_a_measurement_with_a_cascade_cycles_through_the_same_samples():
         run()
     assert [s.shape[0] for s in seen] == [1, 1, 1]
     assert np.array_equal(seen[0], data["input"][:1]) and np.array_equal(seen[2], data["input"][2:3])
+
+
+def test_a_build_that_kept_no_exit_is_out_of_the_running_and_says_why(tmp_path):
+    s = _search()
+    inc = _cand("float", "onnxruntime", "fp32", 1.0)
+    plain = tmp_path / "plain"
+    plain.mkdir()  # an artifact without cascade.json: the convert wrote the plain model
+
+    def step(name, incumbent, options, prefer_new=0.0):
+        c = _cand(name, "onnxruntime", "fp32", 0.9)  # measured faster than its base: noise, the same model
+        c.artifact = str(plain)
+        s.tried.setdefault(name, []).append(c)
+        return c
+
+    s.step = step
+    trail = []
+    assert early_exit_step(s, inc, inc, trail) is inc
+    (_, c, kept), = trail
+    assert not kept and not c.feasible and "no exit kept" in c.label and "plain model" in c.note
