@@ -93,8 +93,9 @@ def crepe_onnx(work: Path) -> Path:
     return out
 
 
-def convert(d: dict, backend: str, out: Path, early: bool, drop: float, precision: str = "fp32") -> dict:
-    cmd = [sys.executable, "-m", "edgeopt", "convert", str(d["model"]), "--profile", "host", "--backend", backend,
+def convert(d: dict, backend: str, out: Path, early: bool, drop: float, precision: str = "fp32",
+            profile: str = "host") -> dict:
+    cmd = [sys.executable, "-m", "edgeopt", "convert", str(d["model"]), "--profile", profile, "--backend", backend,
            "--precision", precision, "--threads", "1", "--calib", str(d["calib"]), "--eval", str(d["eval"]),
            "--max-accuracy-drop", str(drop), "-o", str(out), "--json", "--force"]
     cmd += ["--input-shape", d["shape"]] if d["shape"] else []
@@ -155,6 +156,7 @@ def main() -> None:
     ap.add_argument("--drop", type=float, default=1.0)
     ap.add_argument("--test-pages", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--profile", default="host", help="e.g. pi5 with --backends tflite (LiteRT, run on this host)")
     ap.add_argument("--precision", default="fp32", help="fp32 or int8: both artifacts at it (exits + INT8 vs INT8)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -166,11 +168,11 @@ def main() -> None:
         for name in args.models.split(","):
             d = data(name, work, args.test_pages)
             for backend in args.backends.split(","):
-                row = {"model": name, "backend": backend, "precision": args.precision, "profile": "host",
+                row = {"model": name, "backend": backend, "precision": args.precision, "profile": args.profile,
                        "max_accuracy_drop": args.drop}
                 ee, plain = work / f"{name}_{backend}_ee", work / f"{name}_{backend}_plain"
-                row["convert"] = convert(d, backend, ee, True, args.drop, args.precision)
-                row["convert_plain"] = convert(d, backend, plain, False, args.drop, args.precision)
+                row["convert"] = convert(d, backend, ee, True, args.drop, args.precision, args.profile)
+                row["convert_plain"] = convert(d, backend, plain, False, args.drop, args.precision, args.profile)
                 if "error" not in row["convert"] and "error" not in row["convert_plain"]:
                     row.update(run_both(ee, plain, d, args.repeats))
                     row["pays"] = bool(row["convert"]["cascade"] and row["mean_ratio"] <= 0.7
