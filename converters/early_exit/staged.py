@@ -20,6 +20,7 @@ from edgeopt.converters.early_exit import heads as H
 
 CASCADE_FILE = "cascade.json"
 LOADER = Path(__file__).with_name("load_snippet.py")
+STAGE_CALIB = 300  # --calib samples each INT8 stage is calibrated on, where the backend names no subset size
 
 
 def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresholds: list[float], shares, report):
@@ -55,35 +56,69 @@ def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresh
 
 def run_staged(stage, spec, inter, ctx, run_stage):
     """The backend run on each stage model in its own folder of the artifact, then ``cascade.json`` and
-    ``load.py``; returns the Intermediate whose ``runtime`` entry names the cascade."""
+    ``load.py``; the cascade is then timed in that backend's runtime against the same model without exits, converted
+    by the same backend (:mod:`.verify`), and kept only where it pays: else that plain model is the artifact.
+    Returns the Intermediate whose ``runtime`` entry names the cascade (or the plain model's)."""
     from edgeopt.converters.base import Intermediate
+    from edgeopt.converters.early_exit.verify import keep_or_plain, plain_by_backend
 
     draft = inter.notes["cascade"]
     root = Path(ctx.artifact_dir)
+    plain = plain_by_backend(stage, spec, inter, ctx, run_stage)
+    stage_spec, calibs = _stage_quantization(stage, spec, ctx, draft)
     saved = (ctx.artifact_dir, ctx.check_samples, ctx.calib, ctx.eval, ctx.reference_model)
     parts, last = [], None
     try:
-        for s in draft["stages"]:
+        for s, calib in zip(draft["stages"], calibs, strict=True):
             sub = root / s["entry"]["dir"]
             sub.mkdir(parents=True, exist_ok=True)
-            ctx.artifact_dir, ctx.check_samples, ctx.calib, ctx.eval = sub, s["check"], s["check"], None
+            ctx.artifact_dir, ctx.check_samples, ctx.calib, ctx.eval = sub, s["check"], calib or s["check"], None
             ctx.reference_model = s["path"]
             part_in = Intermediate(s["path"], inter.format, inter.precision, {})
-            last = run_stage(stage, spec, part_in, ctx)
+            last = run_stage(stage, stage_spec, part_in, ctx)
             parts.append(_part_entry(s, last.notes["runtime"]))
     finally:
         ctx.artifact_dir, ctx.check_samples, ctx.calib, ctx.eval, ctx.reference_model = saved
     cascade = {"format": 1, "output": draft["output"], "scores": draft["scores"], "stages": parts,
                "exit_shares_at_convert": draft["exit_shares"], "plain_ms_at_convert": draft["plain_ms"],
-               "predicted_mean_ms_at_convert": draft["predicted_mean_ms"],
-               "timed_with": "ONNX Runtime, 1 thread, on the converting host"}
+               "predicted_mean_ms_at_convert": draft["predicted_mean_ms"], "stage_ms_at_convert": draft["stage_ms"],
+               "timed_with": "ONNX Runtime, 1 thread, on the converting host (stage times before the backend)"}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
     shutil.copyfile(LOADER, root / "load.py")
+    measured = keep_or_plain(root, draft, plain, ctx)
+    if measured is not None:
+        return measured  # the plain model: the exits don't pay in the backend's runtime
+    cascade["measured_at_convert"] = draft["report"]["measured"]
+    (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
     last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
     io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
     runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
     return Intermediate(root / CASCADE_FILE, last.format, last.precision, {**inter.notes, "runtime": runtime,
                                                                            "cascade": None})
+
+
+def _stage_quantization(stage, spec, ctx, draft):
+    """(the backend's stage spec, each stage's calibration set or None). A backend that quantizes each stage itself
+    (OpenVINO: NNCF) calibrates stage k on the tensors stage k-1 hands on for ``--calib``, with static INT8 and no
+    per-stage accuracy search (a stage's output is a feature map, not classes): the cascade as a whole is judged by
+    the run's validation like any artifact."""
+    from edgeopt.data import Dataset
+    from edgeopt.enums import Precision, QuantMode
+
+    n = len(draft["stages"])
+    if not (stage.quantizes_itself and getattr(spec.config, "precision", None) == Precision.INT8):
+        return spec, [None] * n
+    cfg = spec.config.model_copy(update={"mode": QuantMode.STATIC, "bound": type(spec.config.bound)()})
+    keep = min(len(ctx.calib), getattr(cfg, "subset_size", STAGE_CALIB))
+    cuts = [s["entry"]["feature"] for s in draft["stages"][:-1]]
+    _, raw = H.compute(draft["tapped"], ctx.calib, cuts, draft["output"], ctx.threads, keep_raw=keep)
+    calibs = [ctx.calib] + [Dataset({c: r}, source="early-exit features of --calib", ranks={c: r.ndim})
+                            for c, r in zip(cuts, raw, strict=True)]
+    draft["report"]["stage_int8"] = {"mode": QuantMode.STATIC.value, "preset": getattr(cfg, "preset", None) and
+                                     cfg.preset.value, "calibration_samples": keep,
+                                     "why": "each stage quantized by the backend on its own input tensors; no "
+                                            "per-stage accuracy search: the cascade is judged as a whole"}
+    return spec.model_copy(update={"config": cfg}), calibs
 
 
 def _part_entry(s: dict, runtime: dict) -> dict:

@@ -1,10 +1,11 @@
-"""The cascade measured before it is kept: the stage models (ONNX Runtime, one thread, this host) run through the
-cascade runner over samples of ``--eval``, against the plain model timed the same way. A prediction from stage
-times alone misses what each extra call costs (the runner, the copies between stages, the softmax of each head)."""
+"""The cascade measured in the runtime that ships, before it is kept: the stage models the profile's backend wrote
+run through the cascade runner over held-back samples of ``--eval``, against the same model without exits converted
+by the same backend, each sample timed alternately on the two (one thread, this host). A prediction from stage
+times alone misses what each extra call costs (the runner, the copies between stages, the softmax of each head),
+and that cost differs between runtimes: OpenVINO pays more per split than ONNX Runtime."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -13,53 +14,134 @@ import numpy as np
 
 SAMPLES = 64  # of --eval, timed on both
 REPEATS = 3  # runs per sample (the median)
+PLAIN_DIR = "plain_by_backend"
 
 
-def _ort_runtime(model_name: str, inputs: list[str], outputs: list[str]) -> dict:
-    io = {"inputs": [{"name": n, "runtime_name": n, "transpose": None} for n in inputs],
-          "outputs": [{"name": n, "runtime_name": n, "transpose": None} for n in outputs]}
-    settings = {"provider": "CPUExecutionProvider", "graph_optimization_level": "ORT_ENABLE_ALL", "threads": 1}
-    return {"backend": "onnxruntime", "model": model_name, "settings": settings, "io": io}
+def plain_by_backend(stage, spec, inter, ctx, run_stage):
+    """The model without exits through the backend, in the run's scratch space: what is timed against the cascade,
+    and what becomes the artifact where the cascade does not pay."""
+    from edgeopt.converters.base import Intermediate
+
+    work = Path(ctx.work_dir) / "early_exit" / PLAIN_DIR
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    saved = ctx.artifact_dir
+    try:
+        ctx.artifact_dir = work
+        out = run_stage(stage, spec, Intermediate(inter.path, inter.format, inter.precision,
+                                                  {k: v for k, v in inter.notes.items() if k != "cascade"}), ctx)
+    finally:
+        ctx.artifact_dir = saved
+    return out
 
 
-def measured_ratio(draft: dict, plain_model: Path, dataset, work: Path) -> dict:
-    """{"cascade_ms", "plain_ms", "ratio", "samples"}: mean latency over the first samples of ``dataset``."""
+def _manifest_of(model_path: Path, runtime: dict) -> dict:
     import onnx
 
-    from edgeopt.runtime.cascade import CascadeRunner
+    from edgeopt.model import graph_inputs, graph_outputs
+
+    proto = onnx.load(str(model_path), load_external_data=False)
+    io = {kind: [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in specs]
+          for kind, specs in (("inputs", graph_inputs(proto)), ("outputs", graph_outputs(proto)))}
+    return {"runtime": runtime, **io}
+
+
+def measure(root: Path, plain_dir: Path, plain_manifest: dict, dataset) -> dict:
+    """{"cascade_ms", "plain_ms", "ratio", "samples", "timed_with"}: mean latency over the first samples of
+    ``dataset``, the cascade in ``root`` against the plain artifact in ``plain_dir``, in their runtime."""
+    from edgeopt.runtime.cascade import CASCADE_FILE
     from edgeopt.runtime.runners import open_runner
 
-    root = work / "measured_cascade"
-    shutil.rmtree(root, ignore_errors=True)
-    stages = []
-    for s in draft["stages"]:
-        sub = root / s["entry"]["dir"]
-        sub.mkdir(parents=True)
-        shutil.copyfile(s["path"], sub / "model.onnx")
-        g = onnx.load(str(s["path"]), load_external_data=False).graph
-        inits = {t.name for t in g.initializer}
-        ins, outs = [i.name for i in g.input if i.name not in inits], [o.name for o in g.output]
-        stages.append({**s["entry"], "runtime": _ort_runtime("model.onnx", ins, outs),
-                       "inputs": [{"name": n} for n in ins], "outputs": [{"name": n} for n in outs]})
-    (root / "cascade.json").write_text(json.dumps({"output": draft["output"], "scores": draft["scores"],
-                                                   "stages": stages}))
-    manifest = {"runtime": {"cascade": "cascade.json"}, "inputs": [], "outputs": []}
-    cascade = CascadeRunner(str(root), manifest, threads=1, open_runner=open_runner)
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level, so.intra_op_num_threads, so.inter_op_num_threads = 3, 1, 1
-    plain = ort.InferenceSession(str(plain_model), so, providers=["CPUExecutionProvider"])
+    manifest = {"runtime": {"cascade": CASCADE_FILE}, "inputs": [], "outputs": []}
+    cascade = open_runner(str(root), threads=1, manifest=manifest)
+    plain = open_runner(str(plain_dir), threads=1, manifest=plain_manifest)
     n = min(SAMPLES, len(dataset))
     t_cascade, t_plain = [], []
-    for i in range(n):
-        feeds = dataset.feed(i)
-        t_cascade.append(_timed(lambda f=feeds: cascade.run(f)))
-        t_plain.append(_timed(lambda f=feeds: plain.run(None, f)))
-    cascade.close()
+    try:
+        for i in range(n):
+            feeds = dataset.feed(i)
+            t_cascade.append(_timed(lambda f=feeds: cascade.run(f)))
+            t_plain.append(_timed(lambda f=feeds: plain.run(f)))
+    finally:
+        cascade.close()
+        plain.close()
     c, p = float(np.mean(t_cascade)), float(np.mean(t_plain))
+    backend = plain_manifest["runtime"]["backend"]
     return {"cascade_ms": round(c, 4), "plain_ms": round(p, 4), "ratio": round(c / p, 3), "samples": n,
-            "timed_with": "ONNX Runtime, 1 thread, this host, each sample the median of 3 runs"}
+            "backend": backend, "timed_with": f"{backend} (the artifacts as written), 1 thread, this host, each "
+                                              f"sample the median of {REPEATS} runs, alternately"}
+
+
+def keep_or_plain(root: Path, draft: dict, plain, ctx):
+    """None where the cascade in ``root`` pays in the backend's runtime (the stage report says so); else the plain
+    model (``plain``, from :func:`plain_by_backend`) replaces it in ``root`` and its Intermediate is returned."""
+    report = draft["report"]
+    work = Path(ctx.work_dir) / "early_exit" / PLAIN_DIR
+    m = report["measured"] = measure(root, work, _manifest_of(draft["model"], plain.notes["runtime"]),
+                                     draft["measure_data"])
+    predicted = draft["predicted_mean_ms"]
+    j = report["held_back_as_written"] = judge_as_written(root, draft)
+    if not j["holds"] and "stage_int8" in report:  # float stages give the confidences the thresholds were chosen on
+        return _plain(root, draft, plain, ctx, work, f"the cascade as written by {m['backend']} misses the bound on "
+                      f"the held-back half: drop {j['drop_points']:.2f} points, up to {j['drop_upper_points']:.2f} "
+                      f"at {j['confidence']} confidence > {j['max_accuracy_drop']} ({j['samples']} samples)")
+    if m["ratio"] <= 1 - draft["min_gain"]:
+        report["verdict"] = {"early_exit": True, "exits": len(draft["stages"]) - 1,
+                             "why": f"measured mean {m['cascade_ms']:.3f} ms vs {m['plain_ms']:.3f} ms plain in "
+                                    f"{m['backend']} (predicted {predicted:.3f} ms from ONNX Runtime stage times)"}
+        return None
+    return _plain(root, draft, plain, ctx, work,
+                  f"the exits don't pay once run: measured mean {m['cascade_ms']:.3f} ms vs {m['plain_ms']:.3f} ms "
+                  f"plain in {m['backend']} over {m['samples']} held-back samples ({m['timed_with']}; predicted "
+                  f"{predicted:.3f} ms from ONNX Runtime stage times)")
+
+
+def _plain(root: Path, draft: dict, plain, ctx, work: Path, why: str):
+    """The plain model's files (in ``work``) replace the cascade's in ``root``; the report and a warning say why."""
+    from edgeopt.converters.base import Intermediate
+
+    draft["report"]["verdict"] = {"early_exit": False, "why": why}
+    ctx.warn(f"early exit: the plain model is written: {why}")
+    dirs = {s["entry"]["dir"] for s in draft["stages"]}
+    for path in root.iterdir():  # the stage folders, cascade.json, load.py: the plain model's files replace them
+        if path.name in dirs and path.is_dir():
+            shutil.rmtree(path)
+        elif path.name in ("cascade.json", "load.py"):
+            path.unlink()
+    shutil.copytree(work, root, dirs_exist_ok=True)
+    notes = {**plain.notes, "cascade": None}
+    return Intermediate(root / Path(plain.path).relative_to(work), plain.format, plain.precision, notes)
+
+
+def judge_as_written(root: Path, draft: dict) -> dict:
+    """The cascade as the backend wrote it (INT8 stages shift the exits' confidences) on the held-back half of
+    ``--eval``, against the model without exits in ONNX (labels; the model's own class without them): the drop
+    and its upper confidence limit (Tango's, as the convert gate)."""
+    from edgeopt.converters.early_exit.heads import session
+    from edgeopt.metrics.confidence import paired_upper
+    from edgeopt.runtime.cascade import CASCADE_FILE
+    from edgeopt.runtime.runners import open_runner
+
+    data, output = draft["measure_data"], draft["output"]
+    reference = session(draft["model"], 1)
+    cascade = open_runner(str(root), threads=1, manifest={"runtime": {"cascade": CASCADE_FILE}, "inputs": [],
+                                                          "outputs": []})
+    ref, got = [], []
+    try:
+        for i in range(len(data)):
+            feeds = data.feed(i)
+            ref.append(np.asarray(reference.run([output], feeds)[0]).reshape(-1).argmax())
+            got.append(np.asarray(cascade.run(feeds)[output]).reshape(-1).argmax())
+    finally:
+        cascade.close()
+    ref, got = np.asarray(ref), np.asarray(got)
+    truth = ref if data.labels is None else np.asarray(data.labels).ravel()[: len(ref)]
+    lost, gained = int(((ref == truth) & (got != truth)).sum()), int(((ref != truth) & (got == truth)).sum())
+    n, bound, level = len(ref), draft["max_drop"], draft["confidence"]
+    upper = paired_upper(lost, gained, n, level)
+    return {"samples": n, "drop_points": round(100.0 * (lost - gained) / max(n, 1), 3),
+            "drop_upper_points": round(upper, 3), "confidence": level, "max_accuracy_drop": bound,
+            "agreement": round(100.0 * float((ref == got).mean()), 2), "holds": bool(upper <= bound + 1e-9)}
 
 
 def _timed(fn) -> float:

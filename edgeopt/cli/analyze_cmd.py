@@ -30,10 +30,18 @@ def analyze(
     json_out: bool = JsonOption,
 ) -> None:
     """Predict latency with a roofline on the profile's units, list the heaviest ops, pre-flight the
-    backends and recommend what to change. Every latency is an estimate."""
+    backends and recommend what to change. Every latency is an estimate. Given an early-exit artifact (a folder
+    with cascade.json): the mean and worst case predicted from the exit shares measured at convert time."""
     from edgeopt import api
     from edgeopt.analyze import analyze_model
+    from edgeopt.analyze import early_exit as ee
     from edgeopt.model import parse_input_shapes
+
+    cascade = None
+    if ee.is_cascade(model):  # the source model's analysis (where it is at hand) and the cascade's prediction
+        cascade, model = ee.cascade_prediction(model), ee.source_model(model)
+        if model is None:
+            return ee.emit_alone(cascade, json_out)
 
     shapes = parse_input_shapes(input_shape)
     if plot is not None:
@@ -67,11 +75,15 @@ def analyze(
 
             console.print(placement_line(placement), markup=False)
         console.print(memory_line(fit), markup=False)
+        if cascade is not None:
+            console.print("\n".join(ee.lines(cascade)), markup=False)
         if plot_path:
             console.print(f"roofline chart (estimate): {plot_path}; memory chart (estimate): {memory_plot}")
 
     payload = {"analysis": result.model_dump(mode="json"), "placement": placement,
                "memory": fit.model_dump(mode="json")}
+    if cascade is not None:
+        payload["early_exit"] = ee.with_profile(cascade, result)
     if plot_path:
         payload["plot"] = plot_path
         payload["memory_plot"] = memory_plot

@@ -111,6 +111,8 @@ def dropped_why(c, winner, bound: float) -> str:
 
     if c.error:
         return f"failed to build: {c.error}"
+    if c.note:
+        return c.note
     if c.accuracy_drop is None:
         return "accuracy not measured (no real --eval data): not judged against the bound"
     if not c.feasible and c.accuracy_drop <= bound and c.halves_drop_p90 is not None:

@@ -17,7 +17,10 @@ Steps, in order, each starting from the best configuration so far (the *incumben
 5. ``float``: each native float precision x backend (bf16 on AMX/AVX512-BF16 CPUs with OpenVINO, fp16 on GPUs
    and ARMv8.2 FP16; :func:`edgeopt.float_precisions.native_float_precisions`), fp32 on the other backends,
    kept only when faster than the INT8 incumbent;
-6. ``tvm-tune``: MetaSchedule tuning, only when the TVM backend is installed and the time budget
+6. ``early-exit``: ``--early-exit auto`` on the fastest INT8 candidate that can be staged and on the fastest
+   float one, for a classifier given ``--calib`` and ``--eval`` (:mod:`.early_exit`); a measurement with a cascade in
+   it runs every candidate over the same samples of ``--eval`` in turn (a cascade's time depends on the input);
+7. ``tvm-tune``: MetaSchedule tuning, only when the TVM backend is installed and the time budget
    allows (tuning took 15 min for 96 trials here and still lost to ONNX Runtime, pitfalls.md).
 
 Every candidate is converted through the pipeline's cache (so it is validated on the eval data)
@@ -76,6 +79,7 @@ class Candidate(BaseModel):
     halves_drop_p90: float | None = None  # the drop on 1 in 10 random halves of the eval data (not counted metrics)
     feasible: bool = False
     error: str | None = None
+    note: str | None = None  # why a built candidate is out of the running (an early-exit build that kept no exit)
 
 
 class OptimizeResult(BaseModel):
@@ -180,9 +184,15 @@ class _Search:
         if not groups:
             return
         ev = Path(self.eval) if self.eval else None
+        from edgeopt.optimize.early_exit import cycling_run, has_cascade
+
+        cycle = ev is not None and ev.suffix == ".npz" and has_cascade(groups)  # a cascade's time depends on the input
         fns = []
         for artifact in groups:
             manifest = read_artifact(artifact)
+            if cycle:
+                fns.append(cycling_run(self._runner(artifact), manifest["inputs"], str(ev)))
+                continue
             feeds = feeds_from_npz(manifest["inputs"], str(ev)) if ev is not None and ev.suffix == ".npz" \
                 else synthetic_feeds(manifest["inputs"])
             fns.append(lambda r=self._runner(artifact), f=feeds: r.run(f))
@@ -234,6 +244,8 @@ def _label(f: dict) -> str:
         parts.append(f"prune {int(round(f['prune'] * 100))}%" + (" no-recover" if f.get("recover") is False else ""))
     if (f.get("stages") or {}).get("normalize", {}).get("fold") is False:
         parts.append("unfused")
+    if f.get("early_exit") == "auto":
+        parts.append("early-exit")
     return " ".join(parts)
 
 
@@ -256,7 +268,11 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     inc = s.step("fusion", inc, [(_label(f), f)], prefer_new=FUSION_TIE)
     trail.extend(("fusion", c, c is inc) for c in s.tried.get("fusion", []))  # the fused build, kept or not
     inc = _prune_steps(s, inc, trail)
+    before_precision = inc
     inc = _precision_steps(s, inc, backends, trail)
+    from edgeopt.optimize.early_exit import early_exit_step
+
+    inc = early_exit_step(s, inc, before_precision, trail)
     return [{"step": t[0], "candidate": t[1], "kept": t[2] if len(t) > 2 else True} for t in trail]
 
 

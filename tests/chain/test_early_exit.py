@@ -97,15 +97,15 @@ def _convert(cli, repo, tmp_path, files, backend, *extra):
     return out, manifest, report
 
 
-def _check_staged(out, manifest, report, repo):
+def _check_staged(out, manifest, report, repo, bound=2.0):
     from edgeopt.runtime.runners import open_runner
 
     assert report["verdict"]["early_exit"] is True, report
-    assert report["held_back"]["holds"] and report["held_back"]["drop_points"] <= 2.0
+    assert report["held_back"]["holds"] and report["held_back"]["drop_points"] <= bound
     cascade = json.loads((out / "cascade.json").read_text())
     assert len(cascade["stages"]) == report["verdict"]["exits"] + 1
     assert all((out / s["dir"]).is_dir() for s in cascade["stages"]) and (out / "load.py").is_file()
-    assert manifest["validation"]["accuracy_drop"] <= 2.0
+    assert manifest["validation"]["accuracy_drop"] <= bound
     data = np.load(repo / MNIST[2])
     with open_runner(str(out)) as runner:
         ys = [runner.run({"input": data["input"][i:i + 1]})["logits"] for i in range(32)]  # the model's batch: 1
@@ -163,3 +163,92 @@ def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli, repo, 
     assert report["verdict"]["early_exit"] is False and report["verdict"]["why"]
     assert not (out / "cascade.json").exists() and (out / "model.onnx").is_file()
     assert any("plain model is written" in w for w in manifest["warnings"])
+
+
+def _timings_by_node_count(monkeypatch, ratio):
+    """Convert-time timings injected: each model's 'time' is its node count (the prediction then depends on the
+    exit shares alone), and the backend's measurement of the cascade says ``ratio``."""
+    from edgeopt.converters.early_exit import cuts, verify
+
+    monkeypatch.setattr(cuts, "time_model", lambda path, feed, runs: 0.01 * len(onnx.load(str(path)).graph.node))
+    monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
+        "cascade_ms": ratio, "plain_ms": 1.0, "ratio": ratio, "samples": len(data),
+        "backend": manifest["runtime"]["backend"], "timed_with": "injected"})
+
+
+def _convert_in_process(cli_in_process, repo, tmp_path, backend, *extra):
+    model, calib, ev = (str(repo / f) for f in MNIST)
+    out = tmp_path / backend
+    r = cli_in_process("convert", model, "--profile", "host", "--backend", backend, "--early-exit", "auto",
+                       "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, *extra, "-o", str(out),
+                       "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    return out, manifest, next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_the_backends_measurement_decides_and_the_plain_model_is_the_backends(cli_in_process, repo, tmp_path,
+                                                                              monkeypatch):
+    pytest.importorskip("torch")
+    _timings_by_node_count(monkeypatch, ratio=1.3)  # predicted to pay, measured not to in OpenVINO
+    out, manifest, report = _convert_in_process(cli_in_process, repo, tmp_path, "openvino", "--precision", "fp32")
+    assert report["measured"]["backend"] == "openvino" and report["verdict"]["early_exit"] is False
+    assert "openvino" in report["verdict"]["why"] and "don't pay once run" in report["verdict"]["why"]
+    assert not (out / "cascade.json").exists() and not (out / "stage0").exists()
+    assert (out / "model.xml").is_file() and manifest["runtime"]["backend"] == "openvino"
+    from edgeopt.runtime.runners import open_runner
+
+    with open_runner(str(out)) as runner:
+        assert runner.run({"input": np.load(repo / MNIST[2])["input"][:1]})["logits"].shape == (1, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_openvino_int8_stages_each_calibrated_on_their_own_inputs(cli_in_process, repo, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("nncf")
+    _timings_by_node_count(monkeypatch, ratio=0.5)
+    # thresholds are chosen on the float stages; the INT8 stages move the confidences: a wider bound than float's
+    out, manifest, report = _convert_in_process(cli_in_process, repo, tmp_path, "openvino", "--precision", "int8",
+                                                "--max-accuracy-drop", "5")
+    _check_staged(out, manifest, report, repo, bound=5.0)
+    assert report["held_back_as_written"]["holds"]
+    assert report["measured"]["backend"] == "openvino" and "openvino" in report["verdict"]["why"]
+    assert report["stage_int8"]["mode"] == "static"
+    for i in range(report["verdict"]["exits"] + 1):
+        assert "FakeQuantize" in (out / f"stage{i}" / "model.xml").read_text()  # each stage holds INT8 ops
+
+
+def test_tflite_int8_exits_are_refused_with_one_line(cli_in_process, repo, tmp_path):
+    model, calib, ev = (str(repo / f) for f in MNIST)
+    r = cli_in_process("convert", model, "--profile", "pi5", "--backend", "tflite", "--precision", "int8",
+                       "--early-exit", "auto", "--calib", calib, "--eval", ev, "-o", str(tmp_path / "a"), "--json")
+    assert r.returncode == 2 and "feature map" in r.stderr and "Traceback" not in r.stderr
+
+
+def _fake_cascade(tmp_path, repo, source: str | None) -> str:
+    """An early-exit artifact's records alone (analyze reads cascade.json and the manifest's source model)."""
+    out = tmp_path / "ee"
+    out.mkdir(parents=True)
+    stages = [{"dir": f"stage{i}"} for i in range(3)]
+    (out / "cascade.json").write_text(json.dumps({
+        "format": 1, "output": "logits", "scores": "logits", "stages": stages, "exit_shares_at_convert": [0.6, 0.3, 0.1],
+        "plain_ms_at_convert": 2.0, "stage_ms_at_convert": [0.5, 0.7, 1.2], "timed_with": "injected"}))
+    (out / "manifest.json").write_text(json.dumps({"source_model": {"path": source}}))
+    return str(out)
+
+
+def test_analyze_predicts_the_mean_and_worst_case_from_the_exit_shares(cli_in_process, repo, tmp_path):
+    art = _fake_cascade(tmp_path, repo, str(repo / MNIST[0]))
+    r = cli_in_process("analyze", art, "--profile", "pi5", "--no-preflight", "--json")
+    assert r.returncode == 0, r.stderr
+    ee = json.loads(r.stdout)["early_exit"]
+    assert ee["predicted_mean_ms"] == pytest.approx(0.6 * 0.5 + 0.3 * 1.2 + 0.1 * 2.4)
+    assert ee["worst_case_ms"] == pytest.approx(2.4) and ee["worst_case_vs_plain"] == pytest.approx(1.2)
+    dev = ee["on_profile"]
+    assert dev["estimate"] is True and dev["mean_estimate_ms"] == pytest.approx(
+        dev["plain_estimate_ms"] * ee["mean_vs_plain"], rel=1e-2)
+    r = cli_in_process("analyze", _fake_cascade(tmp_path / "b", repo, None), "--profile", "pi5")
+    assert r.returncode == 0 and "predicted mean 0.900 ms" in r.stdout and "worst case 2.400 ms" in r.stdout
