@@ -21,7 +21,8 @@ from .bound import ort_runner, warn_small_eval
 from .onnxruntime_quantizer import count_units
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .presets import TENSORRT
-from .search import QUICK_S, FloatPrefix, gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .search import FloatPrefix, gate_failure, run_search
+from .timing import QUICK_S, interleaved_latency_ms, speed_verdict
 
 MATMUL_OPS = ("MatMul", "Gemm")
 

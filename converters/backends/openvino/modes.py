@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from edgeopt.converters.quantize.bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from edgeopt.converters.quantize.modes import QuantizedModel, StaticMode, WeightsMode
-from edgeopt.converters.quantize.search import speed_verdict
+from edgeopt.converters.quantize.timing import speed_verdict
 from edgeopt.errors import GateFailedError
 
 from .quantizer import OpenVINOQuantizer, count_units
