@@ -67,7 +67,9 @@ def one(name: str, budget: float) -> dict:
 
     with tempfile.TemporaryDirectory(prefix=f"claims-{name}-") as w:
         work = Path(w)
-        prep = device_matrix.prepare(name, work)
+        case = device_matrix.CASES[name](work)  # every eval sample given to the run (no held-back part here)
+        prep = {"case": case, "calib": device_matrix._npz(case.calib, work / "calib.npz"),
+                "eval": device_matrix._npz(case.eval, work / "eval.npz")}
         argv, p, seconds = convert(prep, work / "art", budget)
         payload = _json(p.stdout)
         row = {"model": name, "exit_code": p.returncode, "convert_seconds": round(seconds, 1)}

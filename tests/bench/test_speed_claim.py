@@ -143,3 +143,25 @@ def test_convert_records_both_figures_of_the_written_artifact(cli, tmp_path):
     assert claim["runs"] >= 20
     assert (claim["warning"] is None) is claim["agree"]
     assert (claim["warning"] in manifest["warnings"]) if claim["warning"] else True
+
+
+@pytest.mark.openvino
+def test_an_openvino_verdict_is_measured_beside_the_model_in_openvino(tmp_path):
+    """An OpenVINO verdict's FP32 is OpenVINO at the f32 hint: the reference is the source model read by OpenVINO,
+    measured by bench beside the artifact, and removed afterwards."""
+    from fixtures_convert import make_openvino_artifact
+
+    from edgeopt.speed_claim import measure_claim
+
+    art = make_openvino_artifact(tmp_path / "ov")
+    before = set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*"))
+    c = measure_claim(art, DIGITS, (ClaimSource.INT8_VERDICT, 1.0, BackendName.OPENVINO.value), threads=1, inputs=None)
+    assert "OpenVINO" in c.reference and c.runs >= 20 and c.threads == 1
+    assert c.measured == pytest.approx(c.reference_ms / c.artifact_ms, rel=2e-3)
+    assert set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*")) == before
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
