@@ -8,6 +8,7 @@ measured on the written artifact), the search's estimate beside it (``speed_clai
 (reference p50 / artifact p50), their ratios and whether each is within 10 % of bench's.
 
     .venv/bin/python bench/speed_claims.py [--models silero_vad,rapidocr_cls,...] [--budget 60] [--out FILE]
+    .venv/bin/python bench/speed_claims.py --clocks rapidocr_cls    # one model, two runtimes, three clocks
 
 Prints one JSON row a model as it goes and one JSON object at the end (also written to ``--out``, by default
 bench/results/<today>/speed_claims.json), with the environment (CPU model, load). Not a test: no assertions.
@@ -89,12 +90,63 @@ def one(name: str, budget: float) -> dict:
         return row
 
 
+def _per_call(runs: dict, feed: dict, rounds: int) -> dict:
+    """The timing the search used before (one call of each run in turn, p50): kept here to compare clocks."""
+    import numpy as np
+
+    times: dict = {k: [] for k in runs}
+    for r in runs.values():
+        r(feed)
+    for _ in range(rounds):
+        for k, r in runs.items():
+            t0 = time.perf_counter()
+            r(feed)
+            times[k].append((time.perf_counter() - t0) * 1e3)
+    return {k: round(float(np.median(v)), 4) for k, v in times.items()}
+
+
+def clocks(name: str, repeats: int = 3) -> dict:
+    """The same FP32 model in ONNX Runtime and in OpenVINO (f32 hint), its OpenVINO/ONNX Runtime ratio timed three
+    ways: call by call alternating (the search's old way), convert's quick timing (``quick_latency_ms``) and bench
+    (``bench_artifacts``, each runtime from its artifact), ``repeats`` times each."""
+    from edgeopt.bench.api import BenchOptions, bench_artifacts, reference_artifact
+    from edgeopt.converters.quantize.timing import quick_latency_ms
+    from edgeopt.enums import BackendName
+    from edgeopt.files import file_sha256
+    from edgeopt.runtime.measure import feeds_from_npz
+    from edgeopt.runtime.runners import open_runner
+    from edgeopt.speed_claim import fp32_reference
+
+    with tempfile.TemporaryDirectory(prefix=f"clocks-{name}-") as w:
+        case = device_matrix.CASES[name](Path(w))
+        model, npz = Path(case.model), device_matrix._npz(case.eval, Path(w) / "eval.npz")
+        ort_art = reference_artifact(model, file_sha256(model))
+        with fp32_reference(model, BackendName.OPENVINO.value) as ov_art:
+            runners = {"onnxruntime": open_runner(str(ort_art)), "openvino": open_runner(str(ov_art))}
+            manifest = json.loads((ort_art / "manifest.json").read_text())
+            feed = feeds_from_npz(manifest["inputs"], str(npz), 0)
+            runs = {k: r.run for k, r in runners.items()}
+            out: dict = {"per_call": [], "quick": [], "bench": []}
+            for _ in range(repeats):
+                for way, lat in (("per_call", _per_call(runs, feed, 200)), ("quick", quick_latency_ms(runs, feed))):
+                    out[way].append({**lat, "ratio": round(lat["openvino"] / lat["onnxruntime"], 3)})
+                b = bench_artifacts([str(ort_art), str(ov_art)], BenchOptions(store=False, inputs=str(npz)))
+                p50 = [r["latency_ms"]["p50"] for r in b["rows"]]
+                out["bench"].append({"onnxruntime": round(p50[0], 4), "openvino": round(p50[1], 4),
+                                     "ratio": round(p50[1] / p50[0], 3)})
+    return {"model": name, **out}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(DEFAULT))
     ap.add_argument("--budget", type=float, default=60.0, help="--search-budget of each convert (seconds)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / date.today().isoformat() / "speed_claims.json")
+    ap.add_argument("--clocks", help="instead: a model timed in ONNX Runtime and OpenVINO three ways (see clocks)")
     a = ap.parse_args()
+    if a.clocks:
+        print(json.dumps(clocks(a.clocks)))
+        return
     rows = []
     for name in [m.strip() for m in a.models.split(",") if m.strip()]:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -90,7 +91,7 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
     from edgeopt.host import cpu_facts
 
     source, estimate, runtime = claim
-    with _reference(model, runtime) as ref:
+    with fp32_reference(model, runtime) as ref:
         out = bench_artifacts([str(artifact), str(ref)], BenchOptions(
             threads=threads, min_seconds=CLAIM_S, min_runs=CLAIM_MIN_RUNS, store=False, inputs=inputs))
     art, refrow = out["rows"][0], out["rows"][1]
@@ -107,33 +108,29 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
                       machine=cpu_facts().get("model"), warning=warning)
 
 
-class _reference:
+@contextmanager
+def fp32_reference(model: Path, runtime: str):
     """The FP32 reference artifact of ``model`` in ``runtime``: bench's cached ONNX Runtime reference, or a
     temporary OpenVINO one (the ONNX file read by OpenVINO at the f32 hint), removed on exit."""
+    from edgeopt.bench.api import reference_artifact, reference_manifest
+    from edgeopt.files import file_sha256
 
-    def __init__(self, model: Path, runtime: str):
-        self.model, self.runtime, self.tmp = Path(model), runtime, None
+    model, sha = Path(model), file_sha256(model)
+    if runtime == BackendName.ONNXRUNTIME.value:
+        yield reference_artifact(model, sha)
+        return
+    from edgeopt.artifact import write_manifest
 
-    def __enter__(self) -> Path:
-        from edgeopt.bench.api import reference_artifact, reference_manifest
-        from edgeopt.files import file_sha256
-
-        sha = file_sha256(self.model)
-        if self.runtime == BackendName.ONNXRUNTIME.value:
-            return reference_artifact(self.model, sha)
-        from edgeopt.artifact import write_manifest
-
-        self.tmp = Path(tempfile.mkdtemp(prefix="edgeopt-claim-ref-"))
-        shutil.copyfile(self.model, self.tmp / "model.onnx")
-        manifest = reference_manifest(self.model, sha).model_copy(update={
-            "backend": self.runtime, "runtime": {"backend": self.runtime, "model": "model.onnx",
-                                                 "settings": {"inference_precision": "f32"}}})
-        write_manifest(self.tmp, manifest)
-        return self.tmp
-
-    def __exit__(self, *exc) -> None:
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix="edgeopt-claim-ref-"))
+    try:
+        shutil.copyfile(model, tmp / "model.onnx")
+        manifest = reference_manifest(model, sha).model_copy(update={
+            "backend": runtime, "runtime": {"backend": runtime, "model": "model.onnx",
+                                            "settings": {"inference_precision": "f32"}}})
+        write_manifest(tmp, manifest)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def npz_inputs(o) -> str | None:
