@@ -81,7 +81,10 @@ def one(name: str, budget: float) -> dict:
         model = Path(prep["case"].model)
         measured = bench(work / "art", reference_artifact(model, file_sha256(model)), prep["eval"])
         row.update(backend=payload["backend"], precision=payload["precision"], claimed=claim["measured"],
-                   estimate=claim["estimate"], claim_agreed_with_estimate=claim["agree"], bench=measured)
+                   estimate=claim["estimate"], claim_agreed_with_estimate=claim["agree"], bench=measured,
+                   claim_ms={"artifact": claim["artifact_ms"], "reference": claim["reference_ms"], "runs": claim["runs"]},
+                   backends={r["backend"]: {k: r.get(k) for k in ("verdict", "latency_ms", "speedup_vs_onnxruntime_fp32")}
+                             for r in payload.get("backend_search") or []})
         if "speedup" in measured:
             b = measured["speedup"]
             row.update(ratio=round(claim["measured"] / b, 3), within_10pct=abs(claim["measured"] / b - 1) <= AGREE,
