@@ -165,3 +165,21 @@ def tempfile_dir() -> str:
     import tempfile
 
     return tempfile.gettempdir()
+
+
+def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, tmp_path):
+    """The artifact holds; when bench can't measure it (inputs refused), convert keeps it and says the speed-up is
+    the search's estimate only."""
+    import edgeopt.bench.api as api
+    from edgeopt.errors import BadInputError
+    from edgeopt.speed_claim import check_speed_claim
+
+    def refuse(*_a, **_k):
+        raise BadInputError("failed to run on inputs")
+
+    monkeypatch.setattr(api, "bench_artifacts", refuse)
+    said = []
+    stages = [{"name": "quantize", "report": {"speed": {"speedup_vs_fp32": 1.4}}}]
+    assert check_speed_claim(tmp_path, _manifest(stages=stages), DIGITS, threads=None, inputs=None,
+                             warn=said.append) is None
+    assert len(said) == 1 and "x1.4 is the search's estimate only" in said[0]
