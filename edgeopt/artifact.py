@@ -29,7 +29,7 @@ from edgeopt.consumer.model import ConsumerCheck
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
 from edgeopt.memory.fit import MemoryFit
-from edgeopt.speed_claim import SpeedClaim
+from edgeopt.speed_claim_model import SpeedClaim
 from edgeopt.validation_model import Validation
 
 MANIFEST = "manifest.json"

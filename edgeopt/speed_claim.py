@@ -16,33 +16,13 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from edgeopt.enums import BackendName, ClaimSource
+from edgeopt.speed_claim_model import AGREE, SpeedClaim
 
-AGREE = 0.10  # the estimate and the measured speed-up agree when within this share of each other
 CLAIM_S = 1.5  # seconds of timed calls for each side (artifact, reference)
 CLAIM_MIN_RUNS = 20
 REFERENCE_IN = {BackendName.ONNXRUNTIME.value: "the source model in ONNX Runtime FP32 (bench's reference)",
                 BackendName.OPENVINO.value: "the source model in OpenVINO at INFERENCE_PRECISION_HINT f32"}
-
-
-class SpeedClaim(BaseModel):
-    """A claimed speed-up and the same speed-up measured on the written artifact (the manifest's ``speed_claim``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: ClaimSource
-    reference: str  # the FP32 model measured beside the artifact, and in which runtime
-    estimate: float  # the search's speed-up over FP32 (its quick timing, before the artifact was written)
-    measured: float  # the written artifact's, by bench's measuring next to the reference: what convert prints
-    artifact_ms: float  # p50 of the written artifact
-    reference_ms: float  # p50 of the reference
-    runs: int  # timed calls of the side with fewer
-    agree: bool  # the two speed-ups within AGREE of each other
-    threads: int | None = None
-    machine: str | None = None  # the CPU model
-    warning: str | None = None  # said when they do not agree
 
 
 def claimed(manifest) -> tuple[ClaimSource, float, str] | None:

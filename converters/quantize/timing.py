@@ -2,9 +2,9 @@
 
 Every in-run speed figure (the INT8 search's verdict, the mode searches, ``--backend auto``, prune's check) is
 timed by :func:`quick_latency_ms`, which calls bench's own measuring function
-(:func:`edgeopt.runtime.measure.measure_interleaved`) with bench's warm-up and block length
-(:class:`edgeopt.bench.api.BenchOptions`): each run is warmed up, then timed in blocks of back-to-back calls, the
-blocks taking turns. One run's leftovers (ONNX Runtime's spinning pool threads, OpenVINO's streams, OpenMP, a
+(:func:`edgeopt.runtime.measure.measure_interleaved`) with bench's warm-up and block length (``WARMUP``,
+``BLOCK_SECONDS``, the defaults of :class:`edgeopt.bench.api.BenchOptions`): each run is warmed up, then timed in
+blocks of back-to-back calls, the blocks taking turns. One run's leftovers (ONNX Runtime's spinning pool threads, OpenVINO's streams, OpenMP, a
 cache another run filled) fall on the first call of the next block, not on every call of another runtime as with
 call-by-call alternation, and the p50 drops them. Only the length differs from a benchmark: about ``target_s``
 of timed calls in all (the quick target), at least ``min_runs`` calls each. What convert prints as a speed-up is
@@ -26,13 +26,11 @@ def quick_latency_ms(runs: dict[str, Callable], feed: dict, *, min_runs: int = 2
     """The p50 (ms) of each run on ``feed``, measured the way ``edgeopt bench`` measures artifacts side by side
     (its warm-up, its blocks taking turns: :func:`edgeopt.runtime.measure.measure_interleaved`), for about
     ``target_s`` of timed calls in all (None: ``min_runs`` calls each). A quick estimate, not a benchmark."""
-    from edgeopt.bench.api import BenchOptions
-    from edgeopt.runtime.measure import measure_interleaved
+    from edgeopt.runtime.measure import BLOCK_SECONDS, WARMUP, measure_interleaved
 
-    bench = BenchOptions()
     each_s = 0.0 if target_s is None else target_s / max(len(runs), 1)
-    block_s = min(bench.block_seconds, each_s / MIN_BLOCKS) if each_s > 0 else bench.block_seconds
-    measured = measure_interleaved([lambda r=r: r(feed) for r in runs.values()], warmup=bench.warmup,
+    block_s = min(BLOCK_SECONDS, each_s / MIN_BLOCKS) if each_s > 0 else BLOCK_SECONDS
+    measured = measure_interleaved([lambda r=r: r(feed) for r in runs.values()], warmup=WARMUP,
                                    min_runs=min_runs, min_seconds=each_s, block_seconds=max(block_s, 1e-3))
     return {k: round(float(m["latency_ms"]["p50"]), 4) for k, m in zip(runs, measured, strict=True)}
 
