@@ -363,7 +363,7 @@ def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: i
     """The pruned model against the unpruned one, interleaved, on the plan's backend where it runs an ONNX file
     here (ONNX Runtime; OpenVINO CPU at f32 when installed), else on ONNX Runtime with a note: a quick estimate.
     A prune that is not faster says so (a warning)."""
-    from edgeopt.converters.quantize.search import interleaved_latency_ms
+    from edgeopt.converters.quantize.timing import interleaved_latency_ms
 
     feed = ctx.check_samples.feed(0) if ctx.check_samples is not None and len(ctx.check_samples) else _random_feed(before)
     run_fn, runtime, note = _timing_runtime(backend, ctx.threads)
@@ -372,7 +372,7 @@ def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: i
     speedup = round(lat["unpruned"] / lat["pruned"], 3) if lat["pruned"] > 0 else None
     entry = {"latency_ms": lat, "speedup": speedup, "runs_each": repeats, "threads": ctx.threads,
              "runtime": runtime, "backend": backend,
-             "note": "quick interleaved p50 before the artifact was written: an estimate, not a benchmark "
+             "note": "quick p50 on bench's clock before the artifact was written: an estimate, not a benchmark "
                      "(edgeopt bench measures the artifact)" + (f"; {note}" if note else "")}
     if speedup is not None and speedup < 1.05:
         entry["warning"] = (f"prune: the pruned model is not faster than the unpruned one on {runtime} "

@@ -49,7 +49,7 @@ _LAZY = {
     "load_artifact": ("edgeopt.artifact", "load_artifact"),
     "make_plan": ("edgeopt.plan", "make_plan"),
     "bench_artifacts": ("edgeopt.bench.api", "bench_artifacts"),
-    "bench_model": ("edgeopt.bench.api", "bench_model"),
+    "bench_model": ("edgeopt.bench.model", "bench_model"),
     "store_run": ("edgeopt.results", "store_run"),
     "list_runs": ("edgeopt.results", "list_runs"),
     "compare_runs": ("edgeopt.results", "compare_runs"),

@@ -29,6 +29,7 @@ from edgeopt.consumer.model import ConsumerCheck
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
 from edgeopt.memory.fit import MemoryFit
+from edgeopt.speed_claim_model import SpeedClaim
 from edgeopt.validation_model import Validation
 
 MANIFEST = "manifest.json"
@@ -123,6 +124,7 @@ class Manifest(BaseModel):
     verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
     memory: MemoryFit | None = None  # predicted peak memory against the profile's budget (edgeopt/memory/)
     consumer_check: ConsumerCheck | None = None  # the artifact through its runtime's plain API (edgeopt.consumer)
+    speed_claim: SpeedClaim | None = None  # convert's speed-up: the search's estimate and the written artifact's
 
 
 def guess_layout(shape) -> str | None:

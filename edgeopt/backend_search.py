@@ -71,17 +71,19 @@ def convert_fastest(model, prof, output, o, build, *, on_warning=None):
             raise first_err
         chosen = _time_and_choose(model, built, rows, o)
         result = built[chosen]
-        manifest = _record(root / chosen.value, result, rows)
+        manifest = _record(root / chosen.value, result, rows, model, o, on_warning)
         publish(root / chosen.value, out, force=o.force)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return result.model_copy(update={"artifact_dir": str(Path(output)), "manifest": manifest})
+    claim_warning = [manifest.speed_claim.warning] if manifest.speed_claim and manifest.speed_claim.warning else []
+    return result.model_copy(update={"artifact_dir": str(Path(output)), "manifest": manifest,
+                                     "warnings": [*result.warnings, *claim_warning]})
 
 
 def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
     """Each built artifact and ONNX Runtime FP32 timed in blocks on one real input; the rows filled in."""
     from edgeopt.converters.quantize.bound import ort_runner
-    from edgeopt.converters.quantize.search import blocked_latency_ms
+    from edgeopt.converters.quantize.timing import blocked_latency_ms
     from edgeopt.runtime.runners import open_runner
 
     feed = _one_feed(next(iter(built.values())).manifest, o)
@@ -120,9 +122,16 @@ def _one_feed(manifest, o) -> dict:
     return synthetic_feeds(inputs)
 
 
-def _record(artifact: Path, result, rows: list[dict]):
+def _record(artifact: Path, result, rows: list[dict], model, o, on_warning):
+    """``backend_search`` in the chosen artifact's manifest, and its speed-up measured on it (``speed_claim``)."""
     from edgeopt.artifact import write_manifest
+    from edgeopt.speed_claim import check_speed_claim, npz_inputs
 
     manifest = result.manifest
     manifest.backend_search = rows
+    manifest = write_manifest(artifact, manifest)
+    manifest.speed_claim = check_speed_claim(artifact, manifest, Path(model), threads=o.threads,
+                                             inputs=npz_inputs(o), warn=on_warning)
+    if manifest.speed_claim and manifest.speed_claim.warning:
+        manifest.warnings = [*manifest.warnings, manifest.speed_claim.warning]
     return write_manifest(artifact, manifest)

@@ -100,7 +100,7 @@ def _convert_fastest(model, profile, output, o: ConvertOptions, **kw) -> Convert
                 "writes the fastest that holds (this plan is the first's)")
         return res.model_copy(update={"warnings": [*res.warnings, note]})
     return convert_fastest(model, prof, output, o,
-                           lambda m, out, opts: _convert(m, profile, out, opts, plan=None, **kw),
+                           lambda m, out, opts: _convert(m, profile, out, opts, plan=None, speed_check=False, **kw),
                            on_warning=kw.get("on_warning"))
 
 
@@ -173,7 +173,7 @@ def _profile_of(profile, o: ConvertOptions):
 
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
-             fallback: tuple = (), precision_fallback=None) -> ConvertResult:
+             fallback: tuple = (), precision_fallback=None, speed_check: bool = True) -> ConvertResult:
     """One build: the plan (or the one given), the checks before work, the stages, the manifest, the validation
     and its gates, ``--verify-on``, then the atomic publish."""
     from edgeopt.data import parse_preprocess
@@ -234,6 +234,12 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         try:
             manifest = _build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn,
                                         progress=progress, verifier=verifier)
+            if speed_check and prof.detected:  # the speed-up convert prints, measured on the written artifact
+                from edgeopt.speed_claim import check_speed_claim, npz_inputs
+
+                manifest.speed_claim = check_speed_claim(tmp, manifest, src, threads=plan.options.threads,
+                                                         inputs=npz_inputs(o), warn=warn)
+                manifest.warnings = list(warnings)
             manifest.profile_requested = requested
             manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why
             manifest.precision_fallback = precision_fallback  # INT8 held on none: this precision is the best that holds

@@ -84,3 +84,10 @@ class EarlyExitMode(StrEnum):
 
     OFF = "off"
     AUTO = "auto"
+
+
+class ClaimSource(StrEnum):
+    """Which speed-up ``convert`` claimed, checked on the written artifact (``edgeopt/speed_claim.py``)."""
+
+    INT8_VERDICT = "int8_verdict"  # the INT8 search's speed verdict: the artifact vs FP32 in its runtime
+    BACKEND_AUTO = "backend_auto"  # --backend auto's pick: the artifact vs ONNX Runtime FP32

@@ -26,16 +26,18 @@ def _speedup(obj) -> float | None:
     return found
 
 
-def int8_verdict(precision: str | None, units: dict | None, stages: list[dict]) -> str | None:
-    """"INT8 in name only: …" for an int8 artifact with under half of its compute units quantized that the search
-    timed no faster than FP32; "mostly float: …" for one with under half quantized that was not timed here (no
-    speed claim either way); None otherwise (or without the units)."""
+def int8_verdict(precision: str | None, units: dict | None, stages: list[dict],
+                 measured: float | None = None) -> str | None:
+    """"INT8 in name only: …" for an int8 artifact with under half of its compute units quantized that runs no
+    faster than FP32 (``measured`` on the written artifact where convert measured it, else the search's quick
+    timing); "mostly float: …" for one with under half quantized that was not timed here (no speed claim either
+    way); None otherwise (or without the units)."""
     if precision != "int8" or not units:
         return None
     quantized, total = int(units.get("quantized") or 0), int(units.get("quantized") or 0) + int(units.get("float") or 0)
     if not total or quantized >= NAME_ONLY_SHARE * total:
         return None
-    speedup = _speedup([s.get("report") or {} for s in stages])
+    speedup = measured if measured is not None else _speedup([s.get("report") or {} for s in stages])
     if speedup is None:  # not timed here (an ARM board's artifact): the share is a fact, the speed is unknown
         return (f"mostly float: {quantized} of {total} compute ops in {units.get('file')} are quantized (the rest "
                 "kept in float to hold the bound), and its speed was not measured here: time it on the device "
@@ -43,5 +45,5 @@ def int8_verdict(precision: str | None, units: dict | None, stages: list[dict]) 
     if speedup >= NOT_FASTER:
         return None
     return (f"INT8 in name only: {quantized} of {total} compute ops in {units.get('file')} are quantized and it runs "
-            f"x{speedup:g} vs FP32 here (quick estimate, no faster): --precision fp32 gives as fast a model without "
+            f"x{speedup:g} vs FP32 here ({'measured on it' if measured is not None else 'quick estimate'}, no faster): --precision fp32 gives as fast a model without "
             "the accuracy risk")

@@ -21,7 +21,8 @@ from . import sensitivity
 from .bound import ort_runner, warn_small_eval
 from .ort_static import WEIGHTED_OPS, StaticSettings, quantize_static
 from .presets import TENSORRT
-from .search import QUICK_S, FloatPrefix, gate_failure, interleaved_latency_ms, run_search, speed_verdict
+from .search import FloatPrefix, gate_failure, run_search
+from .timing import QUICK_S, interleaved_latency_ms, speed_verdict
 
 MATMUL_OPS = ("MatMul", "Gemm")
 
@@ -200,7 +201,7 @@ def _speed_check(report: dict, ctx, fp32_run, naive_path: Path, path: Path, thre
         runs["int8_final"] = ort_runner(path, threads)
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     report["latency_ms"] = latency | {"runs_each_at_least": 20, "threads": threads,
-                                      "note": "quick interleaved ORT p50, not a benchmark"}
+                                      "note": "quick ORT p50 on bench's clock, not a benchmark"}
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
                                     runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,

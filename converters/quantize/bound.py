@@ -20,7 +20,8 @@ import numpy as np
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
 
-from .search import BudgetedSearch, blocked_latency_ms
+from .search import BudgetedSearch
+from .timing import blocked_latency_ms
 
 Build = Callable[[], tuple[Any, Callable, Any]]  # () -> (artifact, run function, QuantizedModel)
 

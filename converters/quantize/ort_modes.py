@@ -15,7 +15,7 @@ from edgeopt.errors import GateFailedError
 from .bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from .modes import MODE_TYPES, Granularity
 from .onnxruntime_quantizer import OnnxRuntimeQuantizer
-from .search import speed_verdict
+from .timing import speed_verdict
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
 QUANTIZER = OnnxRuntimeQuantizer  # the searches' modes come from its ``modes`` declaration
@@ -123,7 +123,7 @@ def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, re
     ``report['mode_search']['float_fallback']``."""
     from .bound import ort_runner
     from .ort_dynamic_float import search_dynamic_with_float
-    from .search import blocked_latency_ms
+    from .timing import blocked_latency_ms
 
     result = search_dynamic_with_float(model_path, work, b, bound=float(config.bound.max_accuracy_drop),
                                        budget_s=config.bound.search_budget, grains=grains, progress=ctx.progress)

@@ -1,6 +1,6 @@
 """``edgeopt bench``: measure artifacts side by side (interleaved), store runs, compare backends.
 
-The API is :func:`edgeopt.bench.api.bench_artifacts` and :func:`edgeopt.bench.api.bench_model`;
+The API is :func:`edgeopt.bench.api.bench_artifacts` and :func:`edgeopt.bench.model.bench_model`;
 the timing itself is the device-side core, :mod:`edgeopt.runtime.measure`.
 """
 
@@ -11,7 +11,7 @@ __all__ = ["bench_artifacts", "bench_model", "BenchOptions"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from edgeopt.bench import api
+        from edgeopt.bench import api, model
 
-        return getattr(api, name)
+        return getattr(model if name == "bench_model" else api, name)
     raise AttributeError(name)

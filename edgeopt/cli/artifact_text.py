@@ -20,11 +20,24 @@ def precision_fallback_text(precision: str, fallback) -> str:
     return f"{precision.upper()}, not {fallback.requested.upper()}: no INT8 held the bound ({fallback.reason})"
 
 
-def backend_search_text(row: dict) -> str:
-    """One backend of ``--backend auto``: its speed vs ONNX Runtime FP32, chosen or dropped, and why."""
+def backend_search_text(row: dict, claim: dict | None = None) -> str:
+    """One backend of ``--backend auto``: its speed vs ONNX Runtime FP32, chosen or dropped, and why; the chosen
+    one's as measured on the written artifact (``claim``, the manifest's ``speed_claim``), the estimate beside it."""
     speed = (f"{row['latency_ms']:.3g} ms, x{row['speedup_vs_onnxruntime_fp32']:.2f} ONNX Runtime FP32, "
              if row.get("latency_ms") is not None else "")
+    if claim and row.get("verdict") == "chosen":
+        speed = (f"{claim['artifact_ms']:.3g} ms, x{claim['measured']:.2f} ONNX Runtime FP32 measured on the written "
+                 f"artifact (search's estimate x{claim['estimate']:.2f}), ")
     return f"backend {row['backend']}: {speed}{row['verdict']} ({row['why']})"
+
+
+def speed_claim_text(claim: dict) -> str:
+    """The speed-up convert claims (the manifest's ``speed_claim``): measured on the written artifact by bench's
+    measuring, the search's estimate beside it."""
+    agree = "" if claim["agree"] else " (NOT within 10 %)"
+    return (f"speed: x{claim['measured']:g} over FP32, measured on the written artifact ({claim['artifact_ms']:.3g} ms "
+            f"vs {claim['reference_ms']:.3g} ms, p50 of {claim['runs']}+ runs each beside {claim['reference']}); "
+            f"the search's estimate x{claim['estimate']:g}{agree}")
 
 
 def mode_search_text(stage: str, search: dict) -> str:

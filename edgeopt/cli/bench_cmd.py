@@ -69,7 +69,8 @@ def bench(
     metric_threshold: float = MetricThresholdOption,
 ) -> None:
     """Measure artifacts side by side (interleaved), or convert a model for each backend and measure all."""
-    from edgeopt.bench.api import BenchOptions, bench_artifacts, bench_model
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    from edgeopt.bench.model import bench_model
     from edgeopt.bench.table import render, summary_row
     opts = BenchOptions(threads=threads, min_runs=runs, min_seconds=min_seconds, warmup=warmup, streams=streams,
                         batch=batch, throughput_seconds=throughput_seconds,

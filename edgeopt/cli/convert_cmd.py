@@ -92,13 +92,15 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
     m = result.manifest
     if metric_time is not None and v is not None and v.metric_time:
         metric_time = {**metric_time, "validation": v.metric_time}
-    verdict = int8_verdict(m.precision, v.units if v else None, m.stages)
+    claim = m.speed_claim.model_dump(mode="json") if m.speed_claim else None
+    verdict = int8_verdict(m.precision, v.units if v else None, m.stages, measured=claim and claim["measured"])
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision, "verdict": verdict,
                "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},
                "calibration": m.calibration.model_dump(mode="json"),
                "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
                "verified_on": m.verified_on, "precision_fallback": m.precision_fallback.model_dump(mode="json") if m.precision_fallback else None,
-               "backend_search": m.backend_search, "memory": m.memory.model_dump(mode="json") if m.memory else None,
+               "backend_search": m.backend_search, "speed_claim": claim,
+               "memory": m.memory.model_dump(mode="json") if m.memory else None,
                "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None,
                "metric_time": metric_time}
 
@@ -108,6 +110,7 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
         consumer_check_text,
         mode_search_text,
         precision_fallback_text,
+        speed_claim_text,
     )
 
     def human(c):
@@ -125,7 +128,9 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
         if m.precision_fallback:
             c.print(precision_fallback_text(m.precision, m.precision_fallback), markup=False)
         for row in m.backend_search:
-            c.print(backend_search_text(row), markup=False)
+            c.print(backend_search_text(row, claim), markup=False)
+        if claim:
+            c.print(speed_claim_text(claim), markup=False)
         for st in m.stages:
             if (st.get("report") or {}).get("mode_search"):
                 c.print(mode_search_text(st["name"], st["report"]["mode_search"]), markup=False)

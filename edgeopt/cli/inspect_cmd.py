@@ -28,6 +28,7 @@ def inspect_cmd(
         checked_on_text,
         consumer_check_text,
         precision_fallback_text,
+        speed_claim_text,
     )
 
     manifest = load_artifact(artifact)  # with build.json's timings merged in
@@ -71,8 +72,9 @@ def inspect_cmd(
             c.print(line, markup=False)
         for left in manifest.backend_fallback:
             c.print(f"backend {left.backend} left (exit {left.exit_code}): {left.reason}", markup=False)
-        for row in m.get("backend_search") or []:
-            c.print(backend_search_text(row), markup=False)
+        claim = m.get("speed_claim")
+        for line in [backend_search_text(r, claim) for r in m.get("backend_search") or []] + ([speed_claim_text(claim)] if claim else []):
+            c.print(line, markup=False)
         if manifest.precision_fallback:
             c.print(precision_fallback_text(manifest.precision, manifest.precision_fallback), markup=False)
         for name, digest in m["files"].items():

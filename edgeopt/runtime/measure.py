@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 SCHEMA_VERSION = 1
+WARMUP = 10  # warm-up calls of each callable (bench's default, and convert's quick timing's)
+BLOCK_SECONDS = 0.25  # one callable's block of timed calls before the next takes its turn
 
 
 class StopRule:
@@ -118,12 +120,12 @@ class _Track:
 def measure_interleaved(
     run_fns: Sequence[Callable[[], object]],
     *,
-    warmup: int = 10,
+    warmup: int = WARMUP,
     min_runs: int = 50,
     min_seconds: float = 2.0,
     max_runs: int = 100_000,
     max_seconds: float = 600.0,
-    block_seconds: float = 0.25,
+    block_seconds: float = BLOCK_SECONDS,
     progress: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.process_time,
@@ -220,7 +222,7 @@ def _track_result(t: _Track, warmup: int, rules: dict, cores: int, rss: float) -
 def measure(
     run_once: Callable[[], object],
     *,
-    warmup: int = 10,
+    warmup: int = WARMUP,
     min_runs: int = 50,
     min_seconds: float = 2.0,
     max_runs: int = 100_000,

@@ -145,7 +145,8 @@ def test_label_option_parsing():
 def test_bench_model_reports_every_backend_and_the_reference(tmp_path, monkeypatch):
     """bench_model: the FP32 reference row is always measured; each requested backend is a row,
     measured or failed with its error (a failing backend does not stop the others)."""
-    from edgeopt.bench.api import BenchOptions, bench_model
+    from edgeopt.bench.api import BenchOptions
+    from edgeopt.bench.model import bench_model
 
     monkeypatch.setenv("EDGEOPT_CACHE_DIR", str(tmp_path / "cache"))
     res = bench_model(DIGITS, "host", backends="onnxruntime",

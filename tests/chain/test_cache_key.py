@@ -74,7 +74,7 @@ def test_the_key_covers_model_data_and_tools(tmp_path, monkeypatch):
 
 @pytest.mark.onnxruntime
 def test_bench_and_pipeline_name_the_same_conversion_by_the_same_key(tmp_path, monkeypatch):
-    from edgeopt.bench.api import _convert_cached
+    from edgeopt.bench.model import _convert_cached
     from edgeopt.files import file_sha256
     from edgeopt.pipeline.cache import cached_convert
 

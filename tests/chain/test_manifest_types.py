@@ -50,7 +50,7 @@ def _old_artifact(d: Path, **fields) -> bytes:
         "plan_hash": "ab" * 32, "plan": {"backend": "onnxruntime"}, "warnings": [], "created": "1970-01-01T00:00:00+00:00",
         "determinism": {"deterministic": True, "why": "ONNX Runtime writes the same model"}, "build_facts": BUILD,
         "backend_fallback": [], "backend_search": [], "precision_fallback": None, "verified_on": None, "memory": None,
-        "consumer_check": None,
+        "consumer_check": None, "speed_claim": None,
     }
     assert list(manifest) == list(Manifest.model_fields)  # the test writes every field, in the writer's order
     manifest.update(fields)

@@ -1,0 +1,130 @@
+"""The speed-up ``convert`` claims, measured on the written artifact with ``edgeopt bench``'s own measuring.
+
+A claim is the INT8 search's speed verdict (the artifact against FP32 in its runtime) or ``--backend auto``'s pick
+(the artifact against ONNX Runtime FP32). Both are quick estimates timed before the artifact was written. Once it
+is written, and only on this machine's profile (the claim is about this machine), the artifact and its FP32
+reference (the source ONNX model in ONNX Runtime, bench's reference row; or, for an OpenVINO verdict, in OpenVINO
+at the f32 hint) are measured side by side by :func:`edgeopt.bench.api.bench_artifacts`, about ``CLAIM_S`` of
+timed calls each. The manifest's ``speed_claim`` keeps both figures; convert prints the measured one with the
+estimate beside it, and one warning line when they differ by more than ``AGREE``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from edgeopt.enums import BackendName, ClaimSource
+from edgeopt.speed_claim_model import AGREE, SpeedClaim
+
+CLAIM_S = 1.5  # seconds of timed calls for each side (artifact, reference)
+CLAIM_MIN_RUNS = 20
+REFERENCE_IN = {BackendName.ONNXRUNTIME.value: "the source model in ONNX Runtime FP32 (bench's reference)",
+                BackendName.OPENVINO.value: "the source model in OpenVINO at INFERENCE_PRECISION_HINT f32"}
+
+
+def claimed(manifest) -> tuple[ClaimSource, float, str] | None:
+    """(source, estimated speed-up, runtime of its FP32) of the claim ``manifest`` carries, or None."""
+    for row in manifest.backend_search:
+        if row.get("verdict") == "chosen" and row.get("speedup_vs_onnxruntime_fp32"):
+            return ClaimSource.BACKEND_AUTO, float(row["speedup_vs_onnxruntime_fp32"]), BackendName.ONNXRUNTIME.value
+    speed = _last_speed([s.get("report") or {} for s in manifest.stages])
+    if speed is None or manifest.backend not in REFERENCE_IN:
+        return None
+    return ClaimSource.INT8_VERDICT, float(speed["speedup_vs_fp32"]), manifest.backend
+
+
+def _last_speed(obj) -> dict | None:
+    """The last ``speed`` report with a ``speedup_vs_fp32`` (nested anywhere in the stage reports)."""
+    found = None
+    if isinstance(obj, dict):
+        speed = obj.get("speed")
+        if isinstance(speed, dict) and isinstance(speed.get("speedup_vs_fp32"), (int, float)):
+            found = speed
+        values = [v for k, v in obj.items() if k != "speed"]
+    else:
+        values = obj if isinstance(obj, list) else []
+    for value in values:
+        found = _last_speed(value) or found
+    return found
+
+
+def check_speed_claim(artifact: Path, manifest, model: Path, *, threads: int | None, inputs: str | None,
+                      warn=None) -> SpeedClaim | None:
+    """The claim ``manifest`` carries measured on ``artifact`` (None when it carries none); ``warn`` gets the
+    line saying the two figures differ by more than ``AGREE``."""
+    from edgeopt.errors import EdgeoptError
+
+    claim = claimed(manifest)
+    if claim is None:
+        return None
+    try:
+        result = measure_claim(artifact, model, claim, threads=threads, inputs=inputs)
+    except EdgeoptError as err:  # the artifact holds; only its measurement failed (e.g. synthetic inputs refused)
+        if warn:
+            warn(f"speed: the written artifact could not be measured here ({err.one_line()[:200]}): the speed-up "
+                 f"x{claim[1]:g} is the search's estimate only")
+        return None
+    if result.warning and warn:
+        warn(result.warning)
+    return result
+
+
+def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, str], *, threads: int | None,
+                  inputs: str | None) -> SpeedClaim:
+    """``artifact`` and its FP32 reference measured side by side the way ``edgeopt bench`` does."""
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    from edgeopt.host import cpu_facts
+
+    source, estimate, runtime = claim
+    with fp32_reference(model, runtime) as ref:
+        out = bench_artifacts([str(artifact), str(ref)], BenchOptions(
+            threads=threads, min_seconds=CLAIM_S, min_runs=CLAIM_MIN_RUNS, store=False, inputs=inputs))
+    art, refrow = out["rows"][0], out["rows"][1]
+    art_ms, ref_ms = float(art["latency_ms"]["p50"]), float(refrow["latency_ms"]["p50"])
+    measured = round(ref_ms / art_ms, 3) if art_ms > 0 else 0.0
+    agree = measured > 0 and abs(estimate / measured - 1.0) <= AGREE
+    warning = None if agree else (
+        f"speed: the search estimated x{estimate:g} over FP32 but the written artifact measures x{measured:g} "
+        f"({art_ms:.3g} ms vs {ref_ms:.3g} ms, bench's measuring): more than {AGREE:.0%} apart; the measured "
+        "figure is the one printed (confirm on a quiet machine with edgeopt bench)")
+    return SpeedClaim(source=source, reference=REFERENCE_IN[runtime], estimate=estimate, measured=measured,
+                      artifact_ms=round(art_ms, 4), reference_ms=round(ref_ms, 4),
+                      runs=min(int(art["runs"]), int(refrow["runs"])), agree=agree, threads=threads,
+                      machine=cpu_facts().get("model"), warning=warning)
+
+
+@contextmanager
+def fp32_reference(model: Path, runtime: str):
+    """The FP32 reference artifact of ``model`` in ``runtime``: bench's cached ONNX Runtime reference, or a
+    temporary OpenVINO one (the ONNX file read by OpenVINO at the f32 hint), removed on exit."""
+    from edgeopt.bench.api import reference_artifact, reference_manifest
+    from edgeopt.files import file_sha256
+
+    model, sha = Path(model), file_sha256(model)
+    if runtime == BackendName.ONNXRUNTIME.value:
+        yield reference_artifact(model, sha)
+        return
+    from edgeopt.artifact import write_manifest
+
+    tmp = Path(tempfile.mkdtemp(prefix="edgeopt-claim-ref-"))
+    try:
+        shutil.copyfile(model, tmp / "model.onnx")
+        manifest = reference_manifest(model, sha).model_copy(update={
+            "backend": runtime, "runtime": {"backend": runtime, "model": "model.onnx",
+                                            "settings": {"inference_precision": "f32"}}})
+        write_manifest(tmp, manifest)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def npz_inputs(o) -> str | None:
+    """The .npz the artifact is measured on (its first sample): ``--eval``, else ``--calib``; None: bench's
+    synthetic inputs."""
+    for data in (o.eval, o.calib):
+        if data is not None and str(data).endswith(".npz"):
+            return str(data)
+    return None

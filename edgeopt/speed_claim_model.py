@@ -1,0 +1,29 @@
+"""The manifest's ``speed_claim`` (:class:`SpeedClaim`): convert's speed-up, the search's estimate and the figure
+measured on the written artifact (:mod:`edgeopt.speed_claim` measures it; this module imports nothing that
+measures, so the manifest can hold it)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from edgeopt.enums import ClaimSource
+
+AGREE = 0.10  # the estimate and the measured speed-up agree when within this share of each other
+
+
+class SpeedClaim(BaseModel):
+    """A claimed speed-up and the same speed-up measured on the written artifact (the manifest's ``speed_claim``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: ClaimSource
+    reference: str  # the FP32 model measured beside the artifact, and in which runtime
+    estimate: float  # the search's speed-up over FP32 (its quick timing, before the artifact was written)
+    measured: float  # the written artifact's, by bench's measuring next to the reference: what convert prints
+    artifact_ms: float  # p50 of the written artifact
+    reference_ms: float  # p50 of the reference
+    runs: int  # timed calls of the side with fewer
+    agree: bool  # the two speed-ups within AGREE of each other
+    threads: int | None = None
+    machine: str | None = None  # the CPU model
+    warning: str | None = None  # said when they do not agree

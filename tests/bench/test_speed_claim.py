@@ -1,0 +1,185 @@
+"""One clock for every speed claim: convert's quick timings call bench's own measuring function, and the speed-up
+convert prints is the one measured on the written artifact (``edgeopt/speed_claim.py``), the estimate beside it.
+No assertion here depends on a timing: measurements are counted or replaced by fixed figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_convert import make_ort_artifact
+
+from edgeopt.enums import BackendName, ClaimSource
+
+REPO = Path(__file__).resolve().parents[2]
+MNIST = REPO / "fixtures" / "models" / "mnist_cnn.onnx"
+DIGITS = REPO / "fixtures" / "models" / "digits_cnn.onnx"
+MNIST_CALIB = REPO / "fixtures" / "data" / "mnist_calib.npz"
+MNIST_TEST = REPO / "fixtures" / "data" / "mnist_test.npz"
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every call of bench's measuring function (``measure_interleaved``), recorded, the real one still run."""
+    import edgeopt.runtime.measure as measure
+
+    real, seen = measure.measure_interleaved, []
+
+    def recording(fns, **kw):
+        seen.append({"n": len(fns), **kw})
+        return real(fns, **kw)
+
+    monkeypatch.setattr(measure, "measure_interleaved", recording)
+    return seen
+
+
+def test_search_timing_and_bench_call_the_same_function(calls, tmp_path):
+    """The search's timings (both helpers) and ``edgeopt bench`` go through one measuring function, with bench's
+    warm-up: the same clock for the estimate and for the benchmark."""
+    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    from edgeopt.converters.quantize.timing import blocked_latency_ms, interleaved_latency_ms
+
+    runs = {"a": lambda feed: np.sum(feed["x"]), "b": lambda feed: np.max(feed["x"])}
+    feed = {"x": np.ones(8, dtype=np.float32)}
+    blocked = blocked_latency_ms(runs, feed, calls=2, rounds=2, target_s=None)
+    interleaved = interleaved_latency_ms(runs, feed, repeats=3)
+    assert set(blocked) == set(interleaved) == {"a", "b"}
+    bench_artifacts([make_ort_artifact(tmp_path / "art")],
+                    BenchOptions(min_runs=3, min_seconds=0, warmup=BenchOptions().warmup, store=False))
+    assert len(calls) == 3
+    assert [c["n"] for c in calls] == [2, 2, 1]
+    assert {c["warmup"] for c in calls} == {BenchOptions().warmup}
+    assert calls[0]["min_runs"] == 4 and calls[1]["min_runs"] == 3
+
+
+def _fake_bench(art_ms: float, ref_ms: float, runs: int = 50):
+    def bench_artifacts(paths, options, **_kw):
+        assert options.store is False and len(paths) == 2
+        return {"rows": [{"latency_ms": {"p50": art_ms}, "runs": runs},
+                         {"latency_ms": {"p50": ref_ms}, "runs": runs + 7}]}
+    return bench_artifacts
+
+
+@pytest.mark.parametrize(("estimate", "agree"), [(1.3, False), (2.0 * 0.7, False), (1.95, True), (2.15, True)])
+def test_measured_figure_kept_and_warned_when_apart(monkeypatch, tmp_path, estimate, agree):
+    """The written artifact's figure (reference p50 / artifact p50) is kept beside the estimate; a warning when the
+    two are more than 10 % apart (an estimate 30 % off), none within."""
+    import edgeopt.bench.api as api
+    from edgeopt.speed_claim import measure_claim
+
+    monkeypatch.setattr(api, "bench_artifacts", _fake_bench(1.0, 2.0))
+    c = measure_claim(tmp_path, DIGITS, (ClaimSource.INT8_VERDICT, estimate, BackendName.ONNXRUNTIME.value),
+                      threads=None, inputs=None)
+    assert (c.estimate, c.measured, c.artifact_ms, c.reference_ms, c.runs) == (estimate, 2.0, 1.0, 2.0, 50)
+    assert c.agree is agree
+    assert (c.warning is None) is agree
+    if not agree:
+        assert f"x{estimate:g}" in c.warning and "x2" in c.warning
+
+
+def _manifest(**update):
+    from edgeopt.bench.api import reference_manifest
+    from edgeopt.files import file_sha256
+
+    return reference_manifest(DIGITS, file_sha256(DIGITS)).model_copy(update=update)
+
+
+def test_the_claim_read_from_the_manifest():
+    """--backend auto's chosen row is the claim (vs ONNX Runtime FP32); else the last speed verdict in the stage
+    reports, measured against FP32 in the artifact's runtime; a runtime with no reference here is not checked."""
+    from edgeopt.speed_claim import claimed
+
+    stages = [{"name": "quantize", "report": {"speed": {"speedup_vs_fp32": 0.9},
+                                              "mode_search": {"speed": {"speedup_vs_fp32": 1.4}}}}]
+    assert claimed(_manifest(stages=stages)) == (ClaimSource.INT8_VERDICT, 1.4, "onnxruntime")
+    assert claimed(_manifest(stages=stages, backend="tflite")) is None
+    assert claimed(_manifest()) is None
+    rows = [{"backend": "onnxruntime", "verdict": "dropped", "speedup_vs_onnxruntime_fp32": 1.1},
+            {"backend": "openvino", "verdict": "chosen", "speedup_vs_onnxruntime_fp32": 1.7}]
+    assert claimed(_manifest(stages=stages, backend="openvino", backend_search=rows)) == (
+        ClaimSource.BACKEND_AUTO, 1.7, "onnxruntime")
+
+
+def test_printed_speedup_is_the_measured_one():
+    """convert's lines print the measured speed-up first and the estimate beside it; the INT8 verdict uses it."""
+    from edgeopt.cli.artifact_text import backend_search_text, speed_claim_text
+    from edgeopt.int8_verdict import int8_verdict
+
+    claim = {"source": "backend_auto", "reference": "ref", "estimate": 0.93, "measured": 1.04, "artifact_ms": 1.0,
+             "reference_ms": 1.04, "runs": 50, "agree": False}
+    text = speed_claim_text(claim)
+    assert text.startswith("speed: x1.04") and "estimate x0.93" in text and "NOT within" in text
+    row = {"backend": "openvino", "verdict": "chosen", "why": "fastest", "latency_ms": 2.0,
+           "speedup_vs_onnxruntime_fp32": 0.93}
+    assert "x1.04 ONNX Runtime FP32 measured" in backend_search_text(row, claim)
+    assert "x0.93" in backend_search_text(row)
+    units = {"file": "model.onnx", "quantized": 1, "float": 9}
+    stages = [{"report": {"speed": {"speedup_vs_fp32": 0.93}}}]
+    assert int8_verdict("int8", units, stages, measured=1.2) is None
+    assert "x0.97" in int8_verdict("int8", units, stages, measured=0.97)
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_convert_records_both_figures_of_the_written_artifact(cli, tmp_path):
+    """A real convert with a speed verdict: the manifest keeps the search's estimate and the written artifact's
+    figure, and --json prints the same record (whatever the figures are on this machine)."""
+    out = tmp_path / "art"
+    p = cli("convert", str(MNIST), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+            "--max-accuracy-drop", "2", "--calib", str(MNIST_CALIB), "--eval", str(MNIST_TEST), "-o", str(out),
+            "--json")
+    assert p.returncode == 0, p.stderr
+    printed = json.loads(p.stdout)["speed_claim"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    claim = manifest["speed_claim"]
+    assert printed == claim and claim["source"] == "int8_verdict"
+    speeds = [s["report"] for s in manifest["stages"] if s["name"] == "quantize"]
+    from edgeopt.speed_claim import _last_speed
+
+    assert claim["estimate"] == _last_speed(speeds)["speedup_vs_fp32"]
+    assert claim["measured"] == pytest.approx(claim["reference_ms"] / claim["artifact_ms"], rel=2e-3)
+    assert claim["runs"] >= 20
+    assert (claim["warning"] is None) is claim["agree"]
+    assert (claim["warning"] in manifest["warnings"]) if claim["warning"] else True
+
+
+@pytest.mark.openvino
+def test_an_openvino_verdict_is_measured_beside_the_model_in_openvino(tmp_path):
+    """An OpenVINO verdict's FP32 is OpenVINO at the f32 hint: the reference is the source model read by OpenVINO,
+    measured by bench beside the artifact, and removed afterwards."""
+    from fixtures_convert import make_openvino_artifact
+
+    from edgeopt.speed_claim import measure_claim
+
+    art = make_openvino_artifact(tmp_path / "ov")
+    before = set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*"))
+    c = measure_claim(art, DIGITS, (ClaimSource.INT8_VERDICT, 1.0, BackendName.OPENVINO.value), threads=1, inputs=None)
+    assert "OpenVINO" in c.reference and c.runs >= 20 and c.threads == 1
+    assert c.measured == pytest.approx(c.reference_ms / c.artifact_ms, rel=2e-3)
+    assert set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*")) == before
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, tmp_path):
+    """The artifact holds; when bench can't measure it (inputs refused), convert keeps it and says the speed-up is
+    the search's estimate only."""
+    import edgeopt.bench.api as api
+    from edgeopt.errors import BadInputError
+    from edgeopt.speed_claim import check_speed_claim
+
+    def refuse(*_a, **_k):
+        raise BadInputError("failed to run on inputs")
+
+    monkeypatch.setattr(api, "bench_artifacts", refuse)
+    said = []
+    stages = [{"name": "quantize", "report": {"speed": {"speedup_vs_fp32": 1.4}}}]
+    assert check_speed_claim(tmp_path, _manifest(stages=stages), DIGITS, threads=None, inputs=None,
+                             warn=said.append) is None
+    assert len(said) == 1 and "x1.4 is the search's estimate only" in said[0]
