@@ -207,14 +207,8 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         warn(w)
     if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work
         verifier.check()
-    if o.dry_run:  # the checks the real run makes before its first stage (a torch source is not exported)
-        metric = None
-        if model is not None and o.from_torch is None:
-            from edgeopt.metric_choice import metric_choice
-
-            b = _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
-            metric = metric_choice(model, b[3], plan.options.bound.metric, b[5], plan.options.threads)
-        return ConvertResult(plan=plan, warnings=warnings, dry_run=True, metric=metric)
+    if o.dry_run:
+        return _dry_run(model, shapes, o, plan, warn, warnings)
     from edgeopt.outputs import check_output, publish
 
     recipe_path = o.recipe if isinstance(o.recipe, (str, os.PathLike)) else None
@@ -256,6 +250,20 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             raise
     return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest, plan=plan,
                          validation=manifest.validation, warnings=warnings)
+
+
+def _dry_run(model, shapes, o: ConvertOptions, plan, warn, warnings: list[str]) -> ConvertResult:
+    """The checks the real run makes before its first stage (a torch source is not exported), and the metric it
+    would judge by."""
+    from edgeopt.data import parse_preprocess
+
+    metric = None
+    if model is not None and o.from_torch is None:
+        from edgeopt.metric_choice import metric_choice
+
+        b = _before_work(Path(model), shapes, o, plan, parse_preprocess(o.preprocess), warn)
+        metric = metric_choice(model, b[3], plan.options.bound.metric, b[5], plan.options.threads)
+    return ConvertResult(plan=plan, warnings=warnings, dry_run=True, metric=metric)
 
 
 def _resolve_profile(profile, o: ConvertOptions, warn):

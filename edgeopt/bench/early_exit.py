@@ -24,7 +24,7 @@ def cascade_figures(x: dict, inputs: str | None) -> dict:
                       "above repeat one input, which leaves at one exit"
         return out
     n = min(npz_samples(x["manifest"]["inputs"], inputs), MAX_SAMPLES)
-    samples = _samples(x["manifest"]["inputs"], inputs, n)
+    samples = feeds_of_npz(x["manifest"]["inputs"], inputs, n)
     out.update(time_over_inputs(x["runner"], samples))
     out["inputs"] = Path(inputs).name
     if plain:
@@ -38,7 +38,7 @@ def cascade_figures(x: dict, inputs: str | None) -> dict:
     return out
 
 
-def _samples(specs: list[dict], npz_path: str, n: int) -> list[dict]:
+def feeds_of_npz(specs: list[dict], npz_path: str, n: int) -> list[dict]:
     """The first ``n`` feeds of ``npz_path`` (read once), each batch as the model's first dimension says."""
     import numpy as np
 

@@ -127,3 +127,37 @@ def dropped_why(c, winner, bound: float) -> str:
     if c is winner:
         return "chosen: the fastest within the bound"
     return f"slower: {c.p50_ms:.4f} ms vs {winner.p50_ms:.4f} ms ({winner.label})"
+
+
+def target_fields(c, **changes) -> dict:
+    """Candidate ``c``'s build fields (its target without name and profile), with ``changes``; None values dropped."""
+    f = {k: v for k, v in c.target.items() if k not in ("name", "profile")}
+    f.update(changes)
+    return {k: v for k, v in f.items() if v is not None}
+
+
+def target_label(f: dict) -> str:
+    """The waterfall's name of a build from its fields: backend, precision, mode, calibration, pruning, fusion."""
+    parts = [f.get("backend", "onnxruntime"), f.get("precision", "fp32")]
+    if f.get("quant_mode"):
+        parts.append(f["quant_mode"])
+    calibrated = f.get("quant_mode") not in ("dynamic", "weights")  # those modes calibrate nothing
+    if f.get("precision") == "int8" and calibrated and not _backend(parts[0]).quantizes_itself:  # the others: own
+        parts.append(f.get("calib_method", "minmax") + (" aa" if f.get("accuracy_aware") else ""))
+    elif f.get("accuracy_aware"):
+        parts.append("aa")
+    if f.get("prune") == "auto":
+        parts.append("prune auto" + (" no-recover" if f.get("recover") is False else ""))
+    elif f.get("prune"):
+        parts.append(f"prune {int(round(f['prune'] * 100))}%" + (" no-recover" if f.get("recover") is False else ""))
+    if (f.get("stages") or {}).get("normalize", {}).get("fold") is False:
+        parts.append("unfused")
+    if f.get("early_exit") == "auto":
+        parts.append("early-exit")
+    return " ".join(parts)
+
+
+def _backend(name: str):
+    from edgeopt.converters.registry import get_backend
+
+    return get_backend(name)

@@ -41,7 +41,7 @@ def _stageable(c) -> bool:
 def early_exit_step(s, inc, before_precision, trail: list):
     """Build and measure the early-exit candidates against the incumbent: exits on the fastest INT8 candidate within
     the bound and on the fastest float one (the incumbent among them); returns the new incumbent."""
-    from edgeopt.optimize.optimizer import _fields, _label
+    from edgeopt.optimize.candidates import target_fields, target_label
 
     why = _why_not(s)
     if why:
@@ -54,7 +54,7 @@ def early_exit_step(s, inc, before_precision, trail: list):
         s.skipped.append(f"{STEP}: {inc.label}: tflite INT8 stages can't be calibrated (a feature-map input)")
     bases = [c for c in (_best([c for c in int8 if _stageable(c)]), _best(floats)) if c is not None]
     bases.sort(key=lambda c: c is not inc)  # the incumbent's own exits first
-    options = [(_label(f), f) for f in (_fields(c, early_exit="auto") for c in bases)]
+    options = [(target_label(f), f) for f in (target_fields(c, early_exit="auto") for c in bases)]
     after = s.step(STEP, inc, options)
     for c in s.tried.get(STEP, []):
         if c.artifact and not (Path(c.artifact) / "cascade.json").is_file():  # the same model as its base
@@ -70,10 +70,10 @@ def early_exit_step(s, inc, before_precision, trail: list):
 def cycling_run(runner, inputs: list[dict], npz_path: str):
     """A call that runs the next of the first samples of ``npz_path`` each time (the same order for every
     candidate of a measurement)."""
-    from edgeopt.bench.early_exit import _samples
+    from edgeopt.bench.early_exit import feeds_of_npz
     from edgeopt.runtime.measure import npz_samples
 
-    samples = _samples(inputs, npz_path, min(MEASURE_SAMPLES, npz_samples(inputs, npz_path)))
+    samples = feeds_of_npz(inputs, npz_path, min(MEASURE_SAMPLES, npz_samples(inputs, npz_path)))
     turn = itertools.cycle(samples)
     return lambda: runner.run(next(turn))
 

@@ -45,11 +45,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from edgeopt.converters.registry import get_backend
 from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
-from edgeopt.optimize.candidates import dropped_why, folded
+from edgeopt.optimize.candidates import dropped_why, folded, target_fields, target_label
 from edgeopt.pipeline.recipe import Gates, Target
 from edgeopt.run_tmp import run_temp_dir
 
@@ -223,37 +222,11 @@ class _Search:
                 close()
 
 
-def _fields(c: Candidate, **changes) -> dict:
-    f = {k: v for k, v in c.target.items() if k not in ("name", "profile")}
-    f.update(changes)
-    return {k: v for k, v in f.items() if v is not None}
-
-
-def _label(f: dict) -> str:
-    parts = [f.get("backend", "onnxruntime"), f.get("precision", "fp32")]
-    if f.get("quant_mode"):
-        parts.append(f["quant_mode"])
-    calibrated = f.get("quant_mode") not in ("dynamic", "weights")  # those modes calibrate nothing
-    if f.get("precision") == "int8" and calibrated and not get_backend(parts[0]).quantizes_itself:  # the others: own
-        parts.append(f.get("calib_method", "minmax") + (" aa" if f.get("accuracy_aware") else ""))
-    elif f.get("accuracy_aware"):
-        parts.append("aa")
-    if f.get("prune") == "auto":
-        parts.append("prune auto" + (" no-recover" if f.get("recover") is False else ""))
-    elif f.get("prune"):
-        parts.append(f"prune {int(round(f['prune'] * 100))}%" + (" no-recover" if f.get("recover") is False else ""))
-    if (f.get("stages") or {}).get("normalize", {}).get("fold") is False:
-        parts.append("unfused")
-    if f.get("early_exit") == "auto":
-        parts.append("early-exit")
-    return " ".join(parts)
-
-
 def _search(s: _Search, backends: list[str]) -> list[dict]:
     """Run the steps; returns the incumbent after each step (for the waterfall)."""
     trail = []
     base_f = {"backend": "onnxruntime", "precision": "fp32", "stages": {"normalize": {"fold": False}}}
-    inc = s.build("baseline", _label(base_f), **base_f)
+    inc = s.build("baseline", target_label(base_f), **base_f)
     if inc.error:  # the baseline's own error, with its exit code and hint (bad data is not a model problem)
         err = getattr(s, "last_error", None)
         if isinstance(err, EdgeoptError):
@@ -265,7 +238,7 @@ def _search(s: _Search, backends: list[str]) -> list[dict]:
     s.measure([inc], STEP_MEASURE)
     trail.append(("baseline", inc))
     f = {"backend": "onnxruntime", "precision": "fp32"}
-    inc = s.step("fusion", inc, [(_label(f), f)], prefer_new=FUSION_TIE)
+    inc = s.step("fusion", inc, [(target_label(f), f)], prefer_new=FUSION_TIE)
     trail.extend(("fusion", c, c is inc) for c in s.tried.get("fusion", []))  # the fused build, kept or not
     inc = _prune_steps(s, inc, trail)
     before_precision = inc
@@ -282,17 +255,17 @@ def _precision_steps(s: _Search, inc: Candidate, backends: list[str], trail: lis
     from edgeopt.model import load_onnx
     from edgeopt.optimize.candidates import accuracy_aware_option, base_fields, float_options, int8_options
 
-    base = base_fields(_fields(inc, **_fixed_ratio(inc)))  # a recovered student: its ratio, recovered again
+    base = base_fields(target_fields(inc, **_fixed_ratio(inc)))  # a recovered student: its ratio, recovered again
     options, notes = int8_options(load_onnx(s.model), backends, base)
     s.skipped.extend(notes)
-    best = s.step("int8", inc, [(_label(f), f) for f in options])
+    best = s.step("int8", inc, [(target_label(f), f) for f in options])
     near = [c for c in s.tried.get("int8", []) if c.accuracy_drop is not None]
     if not any(c.feasible for c in near):  # none met the bound: accuracy-aware on the nearest backend
         if near:
             aa = accuracy_aware_option(min(near, key=lambda c: c.accuracy_drop).target, base)
-            best = s.step("int8", best, [(_label(aa), aa)])
+            best = s.step("int8", best, [(target_label(aa), aa)])
     have = (inc.target.get("backend", "onnxruntime"), inc.target.get("precision", "fp32"))
-    after = s.step("float", best, [(_label(f), f) for f in float_options(s.profile, backends, base, have=have)])
+    after = s.step("float", best, [(target_label(f), f) for f in float_options(s.profile, backends, base, have=have)])
     for step, kept in (("int8", best), ("float", after)):
         trail.extend((step, c, c is kept) for c in s.tried.get(step, []))
     return after
@@ -331,16 +304,16 @@ def _prune_steps(s: _Search, inc: Candidate, trail: list) -> Candidate:
         s.skipped.append(f"recover: {missing} is not installed (pip install 'edgeopt[train]'): pruning is searched "
                          "without recovery")
     budget = max(RECOVER_BUDGET_MIN_S, min(RECOVER_BUDGET_MAX_S, RECOVER_BUDGET_SHARE * s.left_s()))
-    auto = folded(_fields(inc, prune="auto", recover=not missing, search_budget=round(budget)))
+    auto = folded(target_fields(inc, prune="auto", recover=not missing, search_budget=round(budget)))
     if s.left_s() <= 0:
         s.skipped.append("prune: time budget spent")
         return inc
-    searched = s.build("recovered" if not missing else "pruned", _label(auto), **auto)
+    searched = s.build("recovered" if not missing else "pruned", target_label(auto), **auto)
     ratio = _chosen_ratio(searched)
     cands = [searched]
     if ratio and not missing and s.left_s() > 0:
-        plain = folded(_fields(inc, prune=ratio, recover=False))
-        cands.insert(0, s.build("pruned", _label(plain), **plain))
+        plain = folded(target_fields(inc, prune=ratio, recover=False))
+        cands.insert(0, s.build("pruned", target_label(plain), **plain))
     elif not ratio and not searched.error:
         s.skipped.append("prune: no ratio stayed within the bound on the held-back calibration data")
     s.measure([inc, *cands], STEP_MEASURE)
