@@ -276,7 +276,7 @@ def _bad_inputs(tmp_path, repo):
     new = _model(relu, [_vi("x", [1, 4])], [_vi("y", [1, 4])])
     new.opset_import[0].version = 99
     (tmp_path / "opset99.onnx").write_bytes(new.SerializeToString())
-    _save(_model(relu, [_vi("x", ["n", 4])], [_vi("y", ["n", 4])]), tmp_path / "dynamic.onnx")
+    _save(_model(relu, [_vi("x", [1, "n"])], [_vi("y", [1, "n"])]), tmp_path / "dynamic.onnx")  # a length: no default
     return {
         "missing": (tmp_path / "nope.onnx", "not found"),
         "random": (tmp_path / "random.onnx", "not a readable ONNX"),
@@ -294,6 +294,15 @@ def test_cli_bad_inputs_exit_3_with_one_line(cli, tmp_path, profile_dir, repo):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in p.stderr, (case, p.stderr)
         assert expect in lines[0], (case, lines[0])
+
+
+def test_a_dynamic_batch_is_analyzed_at_batch_1(cli, tmp_path, profile_dir):
+    """A batch dim left dynamic ([n,4]) is analyzed at batch 1, as convert converts it."""
+    relu = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    path = _save(_model(relu, [_vi("x", ["n", 4])], [_vi("y", ["n", 4])]), tmp_path / "batch.onnx")
+    p = cli("analyze", str(path), "--profile", "toydev", "--profile-dir", str(profile_dir), "--no-preflight")
+    assert p.returncode == 0, p.stderr
+    assert "x[1, 4]" in p.stdout
 
 
 def test_cli_unknown_profile_and_wrong_input_name(cli, tmp_path, profile_dir):
