@@ -157,6 +157,20 @@ def target_label(f: dict) -> str:
     return " ".join(parts)
 
 
+NAME_MAX = 64  # a target name's length (edgeopt.pipeline.recipe: it names files in dist/)
+
+
+def target_name(label: str) -> str:
+    """The target name of a build labelled ``label``: its words joined by '-', '%' as 'pct'; a longer one than
+    ``NAME_MAX`` keeps its start and a short hash of the whole (pruned, INT8 and early exit together run over)."""
+    import hashlib
+
+    name = label.replace(" ", "-").replace("%", "pct")
+    if len(name) <= NAME_MAX:
+        return name
+    return name[:NAME_MAX - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
 def _backend(name: str):
     from edgeopt.converters.registry import get_backend
 

@@ -48,7 +48,7 @@ from pydantic import BaseModel
 from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.files import write_text_atomic
-from edgeopt.optimize.candidates import dropped_why, folded, target_fields, target_label
+from edgeopt.optimize.candidates import dropped_why, folded, target_fields, target_label, target_name
 from edgeopt.pipeline.recipe import Gates, Target
 from edgeopt.run_tmp import run_temp_dir
 
@@ -115,7 +115,7 @@ class _Search:
         from edgeopt.pipeline.cache import cached_convert
         from edgeopt.pipeline.run import plan_recipe
 
-        t = Target(name=label.replace(" ", "-").replace("%", "pct"), profile=self.profile.name, **fields)
+        t = Target(name=target_name(label), profile=self.profile.name, **fields)
         c = Candidate(step=step, label=label, target=t.model_dump(mode="json", exclude_defaults=True))
         self.say(f"[{step}] building {label}")
         t0 = time.perf_counter()

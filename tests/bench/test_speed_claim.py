@@ -157,7 +157,9 @@ def test_an_openvino_verdict_is_measured_beside_the_model_in_openvino(tmp_path):
     before = set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*"))
     c = measure_claim(art, DIGITS, (ClaimSource.INT8_VERDICT, 1.0, BackendName.OPENVINO.value), threads=1, inputs=None)
     assert "OpenVINO" in c.reference and c.runs >= 20 and c.threads == 1
-    assert c.measured == pytest.approx(c.reference_ms / c.artifact_ms, rel=2e-3)
+    # the figures are stored rounded (ms to 4 places, the ratio to 3): a fast CPU's 0.02 ms moves the ratio by 0.4 %
+    assert c.measured == pytest.approx(c.reference_ms / c.artifact_ms,
+                                       rel=1e-3 + 1e-4 / min(c.artifact_ms, c.reference_ms), abs=1e-3)
     assert set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*")) == before
 
 

@@ -102,3 +102,19 @@ def test_a_build_that_kept_no_exit_is_out_of_the_running_and_says_why(tmp_path):
     assert early_exit_step(s, inc, inc, trail) is inc
     (_, c, kept), = trail
     assert not kept and not c.feasible and "no exit kept" in c.label and "plain model" in c.note
+
+
+def test_the_longest_label_still_names_a_valid_target():
+    """Pruned, INT8 with its calibration and early exit together make a label over the 64 characters a target name
+    may have (optimize crashed with a ValidationError on digits): the name keeps its start and a hash of the whole,
+    so two such labels still name two targets."""
+    from edgeopt.optimize.candidates import NAME_MAX, target_name
+    from edgeopt.pipeline.recipe import Target
+
+    long = "onnxruntime int8 static percentile prune 20% no-recover early-exit"
+    other = long.replace("percentile", "percentile aa")
+    assert len(long.replace(" ", "-").replace("%", "pct")) > NAME_MAX and len(other) > len(long)
+    names = {target_name(long), target_name(other)}
+    assert len(names) == 2 and all(len(n) <= NAME_MAX for n in names)
+    assert all(Target(name=n).name == n for n in names)
+    assert target_name("onnxruntime fp32") == "onnxruntime-fp32"
