@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docs_render_firmware as render_firmware  # noqa: E402
 import docs_renderers as render  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +34,7 @@ class Table:
     sources: tuple[str, ...]
     renderer: str
     note: str = ""
+    environment: bool = True  # False: the block is the rendered text alone (a console block inside a page's steps)
 
 
 MATRIX_NOTE = ("The JSON's machine block is its first run's (an Intel Xeon with AMX); most cells were built again "
@@ -73,6 +75,10 @@ TABLES: tuple[Table, ...] = (
     Table("memory_fit", "docs/benchmarks/memory.md", (f"{RESULTS}/2026-12-04/memory_fit.json",), "memory_fit",
           "Measured: peak RSS (VmHWM) of a child process over load, the first inference and the timed runs, minus its "
           "RSS before the runtime's import; TFLite Micro: its recording allocator at the smallest arena that runs."),
+    # the firmware walk-through: every figure of the guide from one run of its commands
+    *(Table(name, "docs/guide/firmware-microcontrollers.md", (f"{RESULTS}/2026-12-05/firmware_walkthrough.json",),
+            name, environment=name == "firmware_convert")
+      for name in ("firmware_analyze", "firmware_figures", "firmware_convert", "firmware_header", "firmware_int8_io")),
 )
 
 BEGIN = "<!-- generated: {name} -->"
@@ -87,7 +93,10 @@ def load(paths: tuple[str, ...], root: Path) -> list[tuple[str, dict]]:
 def block(table: Table, root: Path) -> str:
     """The text between one table's markers: the table, its environment, its sources and its note."""
     docs = load(table.sources, root)
-    body = getattr(render, table.renderer)(docs)
+    body = getattr(render, table.renderer, None) or getattr(render_firmware, table.renderer)
+    body = body(docs)
+    if not table.environment:
+        return body
     env = "\n".join(f"- {render.environment(path, data)}" for path, data in docs)
     note = f"\n\n{table.note}" if table.note else ""
     return f"{body}\n\nMeasured on (from the JSON):\n\n{env}{note}\n\n" \

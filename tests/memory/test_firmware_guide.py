@@ -1,0 +1,106 @@
+"""The firmware walk-through (docs/guide/firmware-microcontrollers.md) as written: its C file compiles for the
+Cortex-M7 with the header the walk-through's int8-io build writes, and its commands print the figures the guide
+shows (the arena to the bisection's 64 bytes, flash exactly with the same compiler)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GUIDE = REPO / "docs" / "guide" / "firmware-microcontrollers.md"
+M7_FLAGS = ["-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16"]
+ARENA_MARGIN = 64  # the arena bisection's resolution (edgeopt.micro.tflm.ARENA_RESOLUTION)
+
+
+def _bench(module: str):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return __import__(module)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def _walkthrough_json() -> dict:
+    """The JSON the guide's generated blocks come from (the source docs_tables names for them)."""
+    table = next(t for t in _bench("docs_tables").TABLES if t.name == "firmware_convert")
+    return json.loads((REPO / table.sources[0]).read_text())
+
+
+def _guide_c_file() -> str:
+    """The C block of the guide's "In your firmware" section."""
+    section = GUIDE.read_text().split("## 4. In your firmware", 1)[1]
+    return re.search(r"```c\n(.*?)```", section, re.S).group(1)
+
+
+def _compile(c_text: str, header: str, work: Path) -> subprocess.CompletedProcess:
+    (work / "model_data.h").write_text(header)
+    (work / "firmware.c").write_text(c_text)
+    return subprocess.run(["arm-none-eabi-gcc", *M7_FLAGS, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
+                           "-I", str(work), "-c", str(work / "firmware.c"), "-o", str(work / "firmware.o")],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _need_gcc() -> None:
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("arm-none-eabi-gcc is not installed (Debian: apt-get install gcc-arm-none-eabi)")
+
+
+def test_the_guides_c_file_compiles_for_the_cortex_m7(tmp_path):
+    _need_gcc()
+    header = _walkthrough_json()["builds"]["convert_int8_io"]["header"]
+    done = _compile(_guide_c_file(), header, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "EDGEOPT_ARENA_BYTES" in _guide_c_file() and "EDGEOPT_INPUT0_SCALE" in _guide_c_file()
+
+
+def _guide_commands() -> list[tuple[str, str]]:
+    """(command, the console block's text after it) for each ``$ edgeopt analyze|convert`` the guide shows."""
+    out = []
+    for block in re.findall(r"```console\n(.*?)```", GUIDE.read_text(), re.S):
+        m = re.match(r"\$ (edgeopt (?:analyze|convert) (?:[^\n]*\\\n)*[^\n]*)\n(.*)", block, re.S)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def _figure(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else None
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_the_walkthroughs_commands_print_the_guides_figures(tmp_path):
+    pytest.importorskip("tflite_micro", reason="the micro extra (tflite-micro) is not installed")
+    _need_gcc()
+    walk = _bench("firmware_walkthrough")
+    commands = _guide_commands()
+    assert [c.split()[1] for c, _ in commands] == ["analyze", "convert", "convert"]
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    compiler = subprocess.run(["arm-none-eabi-gcc", "--version"], capture_output=True, text=True,
+                              check=False).stdout.split("\n")[0]
+    same_compiler = compiler == _walkthrough_json()["builds"]["convert"]["firmware"]["compiler"]
+    for command, shown in commands:
+        run = walk.run_command(command, tmp_path)
+        printed = "\n".join(run["lines"])
+        assert run["returncode"] == 0, printed[-2000:]
+        for memory in (ln for ln in shown.splitlines() if ln.startswith("memory (estimate")):
+            assert memory in printed  # the prediction is arithmetic: the same everywhere
+        if "convert" not in command:
+            continue
+        arena, flash = r"arena: (\d+) bytes", r"flash (\d+) bytes"
+        assert abs(_figure(arena, printed) - _figure(arena, shown)) <= ARENA_MARGIN, (command, printed)
+        if same_compiler:
+            assert _figure(flash, printed) == _figure(flash, shown), (command, printed)
+    out = re.search(r"-o (\S+)$", commands[-1][0]).group(1)  # the int8-io build's header with the guide's C file
+    done = _compile(_guide_c_file(), (tmp_path / out / "model_data.h").read_text(), tmp_path)
+    assert done.returncode == 0, done.stderr
+    if not same_compiler:
+        pytest.skip(f"flash not compared: {compiler!r} is not the compiler the guide's figures come from")
