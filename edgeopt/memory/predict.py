@@ -18,9 +18,10 @@ TFLM = "tflite-micro"
 NOTES = (
     "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
     "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
-    "Micro's planner), INT8 activations at 1 byte; constants folded at load counted as weights; runtime: the base "
-    "cost measured once per runtime (its source and date in runtime_source) plus, where measured (ONNX Runtime, "
-    "LiteRT), the copies of the weights it holds at its peak (runtime_copies_bytes)."
+    "Micro's planner), INT8 activations at 1 byte; constants folded at load counted as weights (OpenVINO: identical "
+    "constants once); runtime: the base cost measured once per runtime (its source and date in runtime_source) "
+    "plus, where measured, the copies of the weights (and, ONNX Runtime, of the arena) it holds at its peak "
+    "(runtime_copies_bytes)."
 )
 
 
@@ -36,7 +37,7 @@ class MemoryPrediction(BaseModel):
     arena_bytes: int
     runtime_bytes: int  # the base cost plus runtime_copies_bytes
     total_bytes: int
-    runtime_copies_bytes: int = 0  # copies of the weights the runtime holds at its peak (edgeopt.memory.facts)
+    runtime_copies_bytes: int = 0  # copies of the weights and arena the runtime holds at its peak (memory.facts)
     weights_in_flash: bool = False
     flash_bytes: int | None = None
     runtime_source: str = ""
@@ -129,7 +130,8 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     """The prediction for an ONNX model (path or ``ModelProto``) built for ``backend`` at ``precision``
     (``microcontroller``: TFLite Micro, weights in flash)."""
     from edgeopt.analyze.shapes import resolve_shapes
-    from edgeopt.memory.facts import runtime_base, weight_copies
+    from edgeopt.memory.constants import constant_keys, distinct
+    from edgeopt.memory.facts import identical_constants_once, runtime_base, weight_copies
     from edgeopt.memory.plan import plan_arena
     from edgeopt.model import batch_defaults, fix_input_shapes, load_onnx
 
@@ -139,14 +141,16 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     fixed = fix_input_shapes(proto, {**batch_defaults(proto, given), **given}, origin="model")
     metas, _, _ = resolve_shapes(fixed, "model")
     kept = fold_constants(fixed.graph, metas)
+    runtime = TFLM if microcontroller else str(backend)
+    held = distinct(kept, constant_keys(fixed.graph, {n for n, m in metas.items() if m.is_param})) \
+        if identical_constants_once(runtime) else kept  # the model as read holds these; its kernels copy all kept
     act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
     sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}
     plan = plan_arena(fixed.graph, sizes)
-    weights = _weights(metas, precision, kept)
-    runtime = TFLM if microcontroller else str(backend)
+    weights = _weights(metas, precision, held)
     tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
     base, source = runtime_base(runtime, tensors=tensors, nodes=nodes)
-    copies = weight_copies(runtime, **_weight_kinds(fixed.graph, metas, precision, kept))
+    copies = weight_copies(runtime, arena=plan.arena_bytes, **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(
         backend=str(backend), precision=precision.value, weights_bytes=weights, arena_bytes=plan.arena_bytes,

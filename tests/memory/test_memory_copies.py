@@ -41,8 +41,9 @@ def test_a_weight_made_by_a_constant_node_is_a_weight_not_an_activation():
 def test_onnx_runtime_holds_copies_of_the_weights_that_grow_with_the_model():
     c = RUNTIME_BASE["onnxruntime"]["copies"]
     stored, folded = (predict_memory(_conv_model(f), "onnxruntime", "fp32") for f in (False, True))
-    assert stored.runtime_copies_bytes == int(c["stored"] * W + c["kept"] * W + c["conv"] * W)
-    assert folded.runtime_copies_bytes == int(c["kept"] * W + c["conv"] * W)  # nothing stored: no proto copy
+    arena = c["arena"] * stored.arena_bytes  # the memory pattern's block beside the first run's arena
+    assert stored.runtime_copies_bytes == int(c["stored"] * W + c["kept"] * W + c["conv"] * W + arena)
+    assert folded.runtime_copies_bytes == int(c["kept"] * W + c["conv"] * W + arena)  # nothing stored: no proto copy
     assert stored.runtime_bytes == RUNTIME_BASE["onnxruntime"]["bytes"] + stored.runtime_copies_bytes
     assert stored.total_bytes == stored.weights_bytes + stored.arena_bytes + stored.runtime_bytes
     assert predict_memory(_conv_model(False), "openvino", "fp32").runtime_copies_bytes == int(
@@ -52,3 +53,41 @@ def test_onnx_runtime_holds_copies_of_the_weights_that_grow_with_the_model():
     assert litert.runtime_copies_bytes == int(RUNTIME_BASE["tflite"]["copies"]["kept"] * W)
     int8 = predict_memory(_conv_model(False), "onnxruntime", "int8")
     assert int8.runtime_copies_bytes < stored.runtime_copies_bytes  # the copies are of INT8 weights
+
+
+def _twin_convs(same: bool) -> onnx.ModelProto:
+    """input [1,8,16,16] -> Conv -> Conv, both 8 x 8 x 3 x 3, their weights made by ConstantOfShape of one shape,
+    filled with the same value or with two."""
+    shape = numpy_helper.from_array(np.array([8, 8, 3, 3], dtype=np.int64), "w_shape")
+    fills = (0.1, 0.1) if same else (0.1, 0.2)
+    nodes = [helper.make_node("ConstantOfShape", ["w_shape"], [f"w{k}"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [v])) for k, v in enumerate(fills)]
+    nodes += [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+              helper.make_node("Conv", ["c0", "w1"], ["out"], pads=[1, 1, 1, 1])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8, 16, 16]) for n in ("input", "out")]
+    graph = helper.make_graph(nodes, "twins", io[:1], io[1:], [shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_openvino_holds_identical_constants_once_and_its_kernels_copy_each():
+    w = 8 * 8 * 3 * 3 * 4
+    same, differ = (predict_memory(_twin_convs(s), "openvino", "fp32") for s in (True, False))
+    assert same.weights_bytes == w and differ.weights_bytes == 2 * w  # the IR's .bin stores one blob of the twins
+    assert same.runtime_copies_bytes == differ.runtime_copies_bytes == int(
+        RUNTIME_BASE["openvino"]["copies"]["kept"] * 2 * w)  # each conv's kernel copies its weights
+    ort = predict_memory(_twin_convs(True), "onnxruntime", "fp32")
+    assert ort.weights_bytes == 2 * w  # ONNX Runtime keeps each initializer of its own
+
+
+def test_constant_keys_group_equal_bytes_and_the_same_op_on_equal_constants():
+    from edgeopt.memory.constants import constant_keys, distinct
+
+    model = _twin_convs(True)
+    extra = [numpy_helper.from_array(np.full((4,), 0.5, np.float32), n) for n in ("a", "b")]
+    extra.append(numpy_helper.from_array(np.full((4,), 0.25, np.float32), "c"))
+    model.graph.initializer.extend(extra)
+    keys = constant_keys(model.graph, {"w_shape", "w0", "w1", "a", "b", "c"})
+    assert keys["w0"] == keys["w1"] and keys["a"] == keys["b"] != keys["c"]
+    assert distinct({"w0", "w1", "a", "b", "c"}, keys) == {"w0", "a", "c"}
+    assert constant_keys(_twin_convs(False).graph, {"w_shape", "w0", "w1"})["w0"] != \
+        constant_keys(_twin_convs(False).graph, {"w_shape", "w0", "w1"})["w1"]
