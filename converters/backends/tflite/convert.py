@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.backends.tflite.layernorm import flatten_layernorm_params
+from edgeopt.converters.backends.tflite.names import scope_safe_node_names
 from edgeopt.enums import StrEnum
 from edgeopt.errors import StageError, UnsupportedOpError
 
@@ -224,6 +225,7 @@ def prepare_onnx(onnx_path: Path, dest: Path) -> dict:
     proto = onnx.load(str(onnx_path))
     made = {"slice_axes_sorted": sort_slice_axes(proto), "gather_of_concat": pick_from_concat(proto)}
     made["layernorm_params_flattened"] = flatten_layernorm_params(proto)
+    made["node_names_made_scope_safe"] = scope_safe_node_names(proto)
     if any(made.values()):
         onnx.save(proto, str(dest))
     else:
