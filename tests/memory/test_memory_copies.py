@@ -91,3 +91,13 @@ def test_constant_keys_group_equal_bytes_and_the_same_op_on_equal_constants():
     assert distinct({"w0", "w1", "a", "b", "c"}, keys) == {"w0", "a", "c"}
     assert constant_keys(_twin_convs(False).graph, {"w_shape", "w0", "w1"})["w0"] != \
         constant_keys(_twin_convs(False).graph, {"w_shape", "w0", "w1"})["w1"]
+
+
+def test_onnx_runtimes_second_arena_block_takes_a_power_of_two_region_past_the_first():
+    from edgeopt.memory.facts import arena_region
+
+    mib = RUNTIME_BASE["onnxruntime"]["arena_first_region_bytes"]
+    assert arena_region("onnxruntime", 500_000) == 500_000  # within the first region, which the base holds
+    assert arena_region("onnxruntime", 5_390_000) == 8 * mib  # BFCArena's kNextPowerOfTwo growth
+    assert arena_region("onnxruntime", 8 * mib) == 8 * mib
+    assert arena_region("openvino", 5_390_000) == 5_390_000  # no regions measured there
