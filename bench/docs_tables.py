@@ -72,7 +72,7 @@ TABLES: tuple[Table, ...] = (
            f"{RESULTS}/2026-12-01-avx512/real_models-gated-silero_vad.json"), "real_models",
           "Silero VAD's row comes from its own run (the first lacked espeak-ng for its speech data)."),
     # predicted vs measured peak memory: real models x ONNX Runtime, OpenVINO, LiteRT, and TFLite Micro
-    Table("memory_fit", "docs/benchmarks/memory.md", (f"{RESULTS}/2026-12-04/memory_fit.json",), "memory_fit",
+    Table("memory_fit", "docs/benchmarks/memory.md", (f"{RESULTS}/2026-12-05/memory_fit.json",), "memory_fit",
           "Measured: peak RSS (VmHWM) of a child process over load, the first inference and the timed runs, minus its "
           "RSS before the runtime's import; TFLite Micro: its recording allocator at the smallest arena that runs."),
     # the firmware walk-through: every figure of the guide from one run of its commands
