@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 import numpy as np
@@ -264,6 +264,8 @@ def run_onnx2tf(onnx_path: Path, work_dir: Path, log_path: Path, *, tflite_out: 
         _wait(proc, timeout_s, tick)
     if proc.returncode != 0 or not tflite_out.is_file():
         types = {n.name: n.op_type for n in onnx.load(str(onnx_path), load_external_data=False).graph.node}
+        with suppress(Exception):  # the prepared copy's node names are the ones onnx2tf's log gives
+            types.update({n.name: n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node})
         raise failure(log_path, proc.returncode, types)
     return work_dir / OUT_DIR
 
