@@ -99,6 +99,7 @@ class TFLiteBackend(Backend):
     quantizes_itself = True
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
     quantizer = "edgeopt.converters.backends.tflite.quantizer:TFLiteQuantizer"
+    hooks = "edgeopt.converters.backends.tflite.hooks:HOOKS"
 
     @classmethod
     def configure(cls, options: ChainOptions) -> TFLiteConfig:

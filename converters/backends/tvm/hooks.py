@@ -1,0 +1,40 @@
+"""What the core asks of the TVM backend besides converting (see ``converters/hooks.py``)."""
+
+from __future__ import annotations
+
+from edgeopt.converters.hooks import BackendHooks
+
+# apache-tvm-ffi from this version on segfaults when a MetaSchedule TuneContext is made
+BAD_FFI = (0, 1, 15)
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+class TVMHooks(BackendHooks):
+    host_rank = 30
+    loggers = ("tvm",)
+    tools = {
+        "aarch64-linux-gnu-g++": ("g++-aarch64-linux-gnu", "cross-compiling TVM libraries for aarch64 devices", ()),
+        "g++": ("g++", "compiling TVM libraries for this machine", ()),
+    }
+
+    def host_runtime(self, arch: str, cores: int) -> dict | None:
+        return {"name": "tvm", "settings": {"target": {"kind": "llvm", "mtriple": f"{arch}-linux-gnu",
+                                                       "num-cores": cores}}}
+
+    def doctor_warnings(self, runtimes: list[dict]) -> list[str]:
+        ffi = next((r for r in runtimes if r["module"] == "tvm_ffi"), None)
+        if ffi and ffi["version"] and _version_tuple(ffi["version"]) >= BAD_FFI:
+            return [f"apache-tvm-ffi {ffi['version']} segfaults when MetaSchedule tunes: pin 'apache-tvm-ffi<0.1.15'"]
+        return []
+
+
+HOOKS = TVMHooks()

@@ -1,0 +1,64 @@
+"""What the rest of edgeopt asks of a backend besides converting: its loggers, its ``edgeopt doctor`` rows, its
+entry in the ``host`` profile, how its model files count quantized units, its as-loaded graph and its placement
+report.
+
+Each backend's folder holds a ``hooks.py`` whose ``HOOKS`` is a :class:`BackendHooks` (its class names it in
+``Backend.hooks``); the core asks :func:`edgeopt.converters.registry.backend_hooks` for them, so no central module
+keeps a table keyed by backend name. Importing a hooks module imports no heavy library: each hook imports what it
+needs when it is called. The defaults here say "nothing to add".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class BackendHooks:
+    # the Python loggers its libraries log under: kept at ERROR unless --verbose
+    loggers: ClassVar[tuple[str, ...]] = ()
+    # import names ``edgeopt doctor`` tries to import by default (each well under a second)
+    fast_imports: ClassVar[frozenset[str]] = frozenset()
+    # command-line tools it uses: name -> (apt package, what edgeopt uses it for, other places to look)
+    tools: ClassVar[dict[str, tuple[str, str, tuple[str, ...]]]] = {}
+    # suffixes of the model files whose compute units :meth:`units` counts (``edgeopt.quant_units``)
+    unit_suffixes: ClassVar[tuple[str, ...]] = ()
+    # suffix of the as-loaded graph written beside an artifact directory; None: no as-loaded view
+    as_loaded_suffix: ClassVar[str | None] = None
+    # its place in the ``host`` profile's backend list (lower first; the first is the profile's default backend)
+    host_rank: ClassVar[int] = 100
+    # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)
+    places: ClassVar[bool] = False
+
+    def host_runtime(self, arch: str, cores: int) -> dict | None:
+        """The ``host`` profile's backend entry (``name``, ``settings``) on this machine; None: not offered here."""
+        return None
+
+    def library_facts(self, module: str, imported: Any) -> dict:
+        """What ``edgeopt doctor`` adds about one of its libraries once imported (providers, devices)."""
+        return {}
+
+    def doctor_warnings(self, runtimes: list[dict]) -> list[str]:
+        """``edgeopt doctor``'s warnings about its installed libraries (``runtimes``: the doctor's rows)."""
+        return []
+
+    def units(self, model: Any) -> tuple[int, int] | None:
+        """(quantized, total) compute units of a model file with one of ``unit_suffixes``, or of an in-memory model
+        of its runtime; None: not one of its models."""
+        return None
+
+    def as_loaded(self, artifact_dir: Path, manifest: dict, out: Path) -> dict:
+        """Write the artifact's graph as its runtime loads it to ``out``; its summary (``edgeopt inspect``)."""
+        raise NotImplementedError
+
+    def as_loaded_lines(self, facts: dict) -> list[str]:
+        """The as-loaded summary's lines after its op types."""
+        return []
+
+    def runtime_settings(self, settings: dict) -> dict:
+        """The runtime settings its artifact will have for a profile's ``settings`` (placement before converting)."""
+        return dict(settings)
+
+    def placement(self, model_path: Path, settings: dict, unit: str, bandwidth_gbps: float | None) -> dict | None:
+        """The placement report of ``model_path`` under ``settings`` on a unit of kind ``unit``; None: not placed."""
+        return None
