@@ -25,6 +25,9 @@ class BackendHooks:
     unit_suffixes: ClassVar[tuple[str, ...]] = ()
     # suffix of the as-loaded graph written beside an artifact directory; None: no as-loaded view
     as_loaded_suffix: ClassVar[str | None] = None
+    # suffixes of its own model files a user may hand over as they are (``edgeopt bench model.tflite``): wrapped
+    # as an artifact by :mod:`edgeopt.wrapped_artifact` with :meth:`wrapped`
+    model_file_suffixes: ClassVar[tuple[str, ...]] = ()
     # its place in the ``host`` profile's backend list (lower first; the first is the profile's default backend)
     host_rank: ClassVar[int] = 100
     # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)
@@ -41,6 +44,12 @@ class BackendHooks:
     def doctor_warnings(self, runtimes: list[dict]) -> list[str]:
         """``edgeopt doctor``'s warnings about its installed libraries (``runtimes``: the doctor's rows)."""
         return []
+
+    def wrapped(self, path: Path, threads: int | None) -> dict:
+        """What an artifact wrapping the model file ``path`` says of it: ``inputs``/``outputs`` (manifest tensor
+        entries), ``precision``, ``model_file`` (its name in the artifact), the runner's ``settings`` and the
+        runtime's ``versions``."""
+        raise NotImplementedError
 
     def units(self, model: Any) -> tuple[int, int] | None:
         """(quantized, total) compute units of a model file with one of ``unit_suffixes``, or of an in-memory model

@@ -104,6 +104,14 @@ def hooks_of(name: BackendName | str):
     return resolve(cls.hooks) if cls.hooks else BackendHooks()
 
 
+def model_file_backend(path) -> BackendName | None:
+    """The backend whose own model files have ``path``'s suffix (its hooks' ``model_file_suffixes``), or None."""
+    from pathlib import Path
+
+    suffix = Path(path).suffix.lower()
+    return next((b for b, h in backend_hooks().items() if suffix in h.model_file_suffixes), None)
+
+
 # Libraries the chain uses whatever the backend (import name, distribution, extra).
 CORE_LIBRARIES = (("numpy", "numpy", None), ("onnx", "onnx", None), ("onnxruntime", "onnxruntime", None),
                   ("onnxslim", "onnxslim", None))

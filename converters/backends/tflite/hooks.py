@@ -14,9 +14,15 @@ class TFLiteHooks(BackendHooks):
     loggers = ("tensorflow", "onnx2tf", "absl", "h5py", "jax")
     fast_imports = frozenset({"ai_edge_litert"})
     unit_suffixes = (".tflite",)
+    model_file_suffixes = (".tflite",)
 
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "tflite", "settings": {"delegate": "xnnpack", "threads": cores}}
+
+    def wrapped(self, path: Path, threads: int | None) -> dict:
+        from .wrapped import wrapped_facts
+
+        return wrapped_facts(path, threads)
 
     def units(self, model: Any) -> tuple[int, int] | None:
         if not isinstance(model, (str, Path)) or Path(model).suffix.lower() not in self.unit_suffixes:
