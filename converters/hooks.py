@@ -28,6 +28,8 @@ class BackendHooks:
     # suffixes of its own model files a user may hand over as they are (``edgeopt bench model.tflite``): wrapped
     # as an artifact by :mod:`edgeopt.wrapped_artifact` with :meth:`wrapped`
     model_file_suffixes: ClassVar[tuple[str, ...]] = ()
+    # whether its artifact's model file is what firmware embeds as a C array (``pipeline`` dist's ``c_array``)
+    firmware_c_array: ClassVar[bool] = False
     # its place in the ``host`` profile's backend list (lower first; the first is the profile's default backend)
     host_rank: ClassVar[int] = 100
     # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)

@@ -15,6 +15,7 @@ class TFLiteHooks(BackendHooks):
     fast_imports = frozenset({"ai_edge_litert"})
     unit_suffixes = (".tflite",)
     model_file_suffixes = (".tflite",)
+    firmware_c_array = True  # TFLite Micro runs the .tflite flatbuffer linked into the firmware
 
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "tflite", "settings": {"delegate": "xnnpack", "threads": cores}}
