@@ -14,6 +14,7 @@ class OnnxRuntimeHooks(BackendHooks):
     host_rank = 10
     loggers = ("onnxruntime",)
     fast_imports = frozenset({"onnxruntime"})
+    fp32_reference = "the source model in ONNX Runtime FP32 (bench's reference)"
     as_loaded_suffix = ".as-loaded.onnx"
     places = True
 
