@@ -33,6 +33,10 @@ class BackendHooks:
     fp32_reference: ClassVar[str | None] = None
     # whether its artifact's model file is what firmware embeds as a C array (``pipeline`` dist's ``c_array``)
     firmware_c_array: ClassVar[bool] = False
+    # whether ``edgeopt tune`` tunes its kernels (a search whose database its next build reads), and the import names
+    # the search needs (checked before the chain's stages run)
+    tunes: ClassVar[bool] = False
+    tune_requires: ClassVar[tuple[str, ...]] = ()
     # its place in the ``host`` profile's backend list (lower first; the first is the profile's default backend)
     host_rank: ClassVar[int] = 100
     # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)
@@ -54,6 +58,13 @@ class BackendHooks:
         """What an artifact wrapping the model file ``path`` says of it: ``inputs``/``outputs`` (manifest tensor
         entries), ``precision``, ``model_file`` (its name in the artifact), the runner's ``settings`` and the
         runtime's ``versions``."""
+        raise NotImplementedError
+
+    def tune(self, proto: Any, config: Any, tuning_db: str | Path | None, **how: Any) -> dict:
+        """Tune the kernels of ``proto`` (the ONNX graph its stage gets) for its stage ``config``, into ``tuning_db``
+        (None: its cache); ``how``: the search's budget and runner (``edgeopt.tune.tune``'s keywords). Returns
+        ``edgeopt.tune.TuneResult``'s fields about the search: ``target``, ``key``, ``database``, ``runner``,
+        ``tasks``, ``trials_measured``, ``trials_failed``, ``records``, ``stopped_by``, ``cost_model``, ``best_ms``."""
         raise NotImplementedError
 
     def units(self, model: Any) -> tuple[int, int] | None:
