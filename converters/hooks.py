@@ -37,6 +37,9 @@ class BackendHooks:
     # the search needs (checked before the chain's stages run)
     tunes: ClassVar[bool] = False
     tune_requires: ClassVar[tuple[str, ...]] = ()
+    # whether its device runtime (``Backend.device_runtime``) is installed in the emulated aarch64 board's site
+    # (``remote/emulate``): an aarch64 wheel that runs under qemu-user
+    emulated: ClassVar[bool] = False
     # its place in the ``host`` profile's backend list (lower first; the first is the profile's default backend)
     host_rank: ClassVar[int] = 100
     # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)

@@ -12,6 +12,7 @@ TENSORRT = "TensorrtExecutionProvider"
 
 class OnnxRuntimeHooks(BackendHooks):
     host_rank = 10
+    emulated = True
     loggers = ("onnxruntime",)
     fast_imports = frozenset({"onnxruntime"})
     fp32_reference = "the source model in ONNX Runtime FP32 (bench's reference)"

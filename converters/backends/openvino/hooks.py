@@ -12,6 +12,7 @@ DEVICE_UNITS = {"NPU": "npu", "GPU": "gpu", "CPU": "cpu"}  # OpenVINO device -> 
 
 class OpenVINOHooks(BackendHooks):
     host_rank = 0
+    emulated = True
     loggers = ("openvino", "nncf")
     fast_imports = frozenset({"openvino"})
     unit_suffixes = (".xml",)

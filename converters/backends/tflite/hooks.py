@@ -11,6 +11,7 @@ from edgeopt.converters.hooks import BackendHooks
 class TFLiteHooks(BackendHooks):
     # TensorFlow and onnx2tf log under their own names and those of what they import (absl, h5py, jax)
     host_rank = 20
+    emulated = True
     loggers = ("tensorflow", "onnx2tf", "absl", "h5py", "jax")
     fast_imports = frozenset({"ai_edge_litert"})
     unit_suffixes = (".tflite",)
