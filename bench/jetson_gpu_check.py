@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from edgeopt.placement.onnxruntime import ort_placement
+from edgeopt.converters.backends.onnxruntime.placement import ort_placement
 from edgeopt.runtime.runners import open_runner
 
 ART = Path(sys.argv[1])  # a folder of artifacts, each with check_inputs.npz and check_cpu_outputs.npz

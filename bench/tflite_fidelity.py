@@ -41,7 +41,7 @@ def _audio() -> dict[str, np.ndarray]:
 def fidelity(work: Path) -> dict:
     from edgeopt.convert import convert
     from edgeopt.runtime.runners import open_runner
-    from edgeopt.tflite_artifact import wrap_tflite
+    from edgeopt.wrapped_artifact import wrap_model_file as wrap_tflite
     from fixtures.real_models import real_model
 
     onnx_path, shipped = real_model("basic_pitch_onnx"), real_model("basic_pitch_tflite")

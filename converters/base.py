@@ -19,14 +19,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
-from edgeopt.enums import BackendName, Precision, QuantMode, StrEnum
-
-
-class Format(StrEnum):
-    ONNX = "onnx"
-    OPENVINO_IR = "openvino-ir"
-    TFLITE = "tflite"
-    TVM_LIB = "tvm-lib"
+from edgeopt.enums import BackendName, Format, Precision, QuantMode, StrEnum
 
 
 class StageConfig(BaseModel):
@@ -260,6 +253,9 @@ class Backend(Stage):
     # "module:Class" of its 8-bit quantizer (a ``converters.quantize.modes.Quantizer``: the modes it offers and
     # how it quantizes one model file in one mode), imported only when used; None: it does not quantize
     quantizer: ClassVar[str | None] = None
+    # "module:attribute" of its ``converters.hooks.BackendHooks`` (doctor rows, host entry, unit counts, as-loaded
+    # graph, placement); None: the defaults
+    hooks: ClassVar[str | None] = None
 
     @classmethod
     def available(cls) -> bool:

@@ -5,7 +5,7 @@ listed here by name and module so that importing the registry imports nothing
 heavy. Adding a backend is adding one module (a ``Backend`` subclass, its descriptor in class attributes),
 its runner (``edgeopt/runtime/runners/<name>.py``) and one line in ``BACKEND_MODULES``; the tables keyed by
 backend (extras, library versions, device runtimes, determinism, pre-flight checks, per-layer profilers)
-are read from the classes here.
+are read from the classes here, and the rest of what the core asks of a backend from its hooks (``converters/hooks.py``).
 """
 
 from __future__ import annotations
@@ -87,6 +87,29 @@ def get_backend(name: BackendName | str):
 def backend_classes() -> dict[BackendName, type]:
     """Every registered backend's class (its module imports no heavy library)."""
     return {b: get_backend(b) for b in BACKEND_MODULES}
+
+
+def backend_hooks() -> dict[BackendName, object]:
+    """Every registered backend's :class:`edgeopt.converters.hooks.BackendHooks` (imported, nothing heavy)."""
+    from edgeopt.converters.hooks import BackendHooks
+
+    return {b: resolve(cls.hooks) if cls.hooks else BackendHooks() for b, cls in backend_classes().items()}
+
+
+def hooks_of(name: BackendName | str):
+    """One backend's hooks (see :func:`backend_hooks`)."""
+    from edgeopt.converters.hooks import BackendHooks
+
+    cls = get_backend(name)
+    return resolve(cls.hooks) if cls.hooks else BackendHooks()
+
+
+def model_file_backend(path) -> BackendName | None:
+    """The backend whose own model files have ``path``'s suffix (its hooks' ``model_file_suffixes``), or None."""
+    from pathlib import Path
+
+    suffix = Path(path).suffix.lower()
+    return next((b for b, h in backend_hooks().items() if suffix in h.model_file_suffixes), None)
 
 
 # Libraries the chain uses whatever the backend (import name, distribution, extra).

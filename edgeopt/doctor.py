@@ -21,17 +21,32 @@ def runtime_libraries() -> list[tuple[str, str, str | None]]:
     from edgeopt.converters.registry import libraries
 
     return [lib for lib in libraries() if lib[0] != "numpy"] + list(OTHER_RUNTIMES)
-FAST_IMPORTS = frozenset({"onnxruntime", "openvino", "ai_edge_litert", "paramiko"})
+OTHER_FAST_IMPORTS = frozenset({"paramiko"})  # with every backend's hooks' ``fast_imports``
 
-# Command-line tools: name -> (apt package, what edgeopt uses it for, other places to look)
-TOOLS = {
-    "aarch64-linux-gnu-g++": ("g++-aarch64-linux-gnu", "cross-compiling TVM libraries for aarch64 devices", ()),
+# Command-line tools: name -> (apt package, what edgeopt uses it for, other places to look); a backend's own tools
+# come from its hooks (``tools``)
+OTHER_TOOLS = {
     "qemu-aarch64-static": ("qemu-user-static", "running aarch64 artifacts here under emulation", ()),
     "mmdebstrap": ("mmdebstrap", "building the aarch64 sysroot used for emulation", ()),
     "sshd": ("openssh-server", "the loopback SSH device used by remote tests", ("/usr/sbin/sshd",)),
-    "g++": ("g++", "compiling TVM libraries for this machine", ()),
     "arm-none-eabi-gcc": ("gcc-arm-none-eabi", "compiling a microcontroller profile's C array for its Cortex-M core", ()),
 }
+
+
+def _hooks() -> list:
+    from edgeopt.converters.registry import backend_hooks
+
+    return list(backend_hooks().values())
+
+
+def fast_imports() -> frozenset[str]:
+    """The import names ``doctor`` tries by default (each well under a second)."""
+    return OTHER_FAST_IMPORTS.union(*(h.fast_imports for h in _hooks()))
+
+
+def tools() -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """Every tool ``doctor`` looks for: the backends' own, then the others."""
+    return {k: v for h in _hooks() for k, v in h.tools.items()} | OTHER_TOOLS
 
 
 def _runtime_entry(mod: str, dist: str, extra: str | None, try_import: bool) -> dict:
@@ -56,13 +71,8 @@ def _runtime_entry(mod: str, dist: str, extra: str | None, try_import: bool) -> 
         entry["imports"] = False
         entry["import_error"] = f"{type(err).__name__}: {str(err)[:160]}"
         return entry
-    if mod == "onnxruntime":
-        entry["providers"] = list(module.get_available_providers())
-    elif mod == "openvino":
-        try:
-            entry["devices"] = list(module.Core().available_devices)
-        except Exception as err:  # noqa: BLE001
-            entry["devices_error"] = f"{type(err).__name__}: {str(err)[:160]}"
+    for hooks in _hooks():
+        entry.update(hooks.library_facts(mod, module))
     return entry
 
 
@@ -71,7 +81,7 @@ def toolchain_facts() -> dict[str, dict]:
     import shutil
 
     out = {}
-    for tool, (apt, purpose, extra_paths) in TOOLS.items():
+    for tool, (apt, purpose, extra_paths) in tools().items():
         path = shutil.which(tool) or next((p for p in extra_paths if os.access(p, os.X_OK)), None)
         out[tool] = {
             "found": path is not None,
@@ -101,11 +111,9 @@ def doctor_report(full: bool = False) -> dict:
 
     if full:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    runtimes = [_runtime_entry(m, d, e, full or m in FAST_IMPORTS) for m, d, e in runtime_libraries()]
-    warnings = []
-    ffi = next(r for r in runtimes if r["module"] == "tvm_ffi")
-    if ffi["version"] and _version_tuple(ffi["version"]) >= (0, 1, 15):
-        warnings.append(f"apache-tvm-ffi {ffi['version']} segfaults when MetaSchedule tunes: pin 'apache-tvm-ffi<0.1.15'")
+    fast = fast_imports()
+    runtimes = [_runtime_entry(m, d, e, full or m in fast) for m, d, e in runtime_libraries()]
+    warnings = [w for h in _hooks() for w in h.doctor_warnings(runtimes)]
     tools = toolchain_facts()
     warnings += [f"{t} not found ({v['purpose']}): {v['install']}" for t, v in tools.items() if not v["found"]]
     return {
@@ -116,16 +124,7 @@ def doctor_report(full: bool = False) -> dict:
         "memory": memory_facts(),
         "runtimes": runtimes,
         "tools": tools,
-        "imports_checked": "all" if full else sorted(FAST_IMPORTS),
+        "imports_checked": "all" if full else sorted(fast),
         "warnings": warnings,
     }
 
-
-def _version_tuple(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)

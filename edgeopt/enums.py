@@ -27,6 +27,15 @@ class QuantMode(StrEnum):
     WEIGHTS = "weights"
 
 
+class Format(StrEnum):
+    """The file format of a chain intermediate or of an artifact's model (a stage's ``accepts``/``produces``)."""
+
+    ONNX = "onnx"
+    OPENVINO_IR = "openvino-ir"
+    TFLITE = "tflite"
+    TVM_LIB = "tvm-lib"
+
+
 class UnitKind(StrEnum):
     CPU = "cpu"
     GPU = "gpu"

@@ -179,6 +179,15 @@ def _flops_per_cycle(isa: set[str], arch: str, vendor: str | None = None) -> dic
     return {"fp32": fp32, "int8": int8}
 
 
+def _host_backends(arch: str, cores: int) -> list[dict]:
+    """Each backend's entry for this machine (its hooks' ``host_runtime``), ordered by the hooks' ``host_rank``:
+    the profile's first backend is the one plans and analyze use by default."""
+    from edgeopt.converters.registry import backend_hooks
+
+    ranked = sorted(backend_hooks().values(), key=lambda h: h.host_rank)
+    return [e for h in ranked if (e := h.host_runtime(arch, cores)) is not None]
+
+
 def host_profile_data() -> dict:
     """The ``host`` profile's data, read from this machine (numbers labelled derived/measured);
     ``edgeopt.profiles`` parses it like any profile YAML."""
@@ -192,15 +201,7 @@ def host_profile_data() -> dict:
         peak["bf16"] = peak["fp32"] * 2
     arch = "aarch64" if f["arch"] in ("aarch64", "arm64") else f["arch"]
     bw = measure_memory_bandwidth_gbps()
-    backends = [
-        {"name": "openvino", "settings": {"device": "CPU", "threads": cores}} if arch == "x86_64" else None,
-        {"name": "onnxruntime", "settings": {"provider": "CPUExecutionProvider", "threads": cores}},
-        {"name": "tflite", "settings": {"delegate": "xnnpack", "threads": cores}},
-        {
-            "name": "tvm",
-            "settings": {"target": {"kind": "llvm", "mtriple": f"{arch}-linux-gnu", "num-cores": cores}},
-        },
-    ]
+    backends = _host_backends(arch, cores)
     data = {
         "name": "host",
         "description": f"this machine: {f['model']}, {cores} cores (detected at run time)",
@@ -218,7 +219,7 @@ def host_profile_data() -> dict:
         ],
         "memory": {"size_gb": f["memory_gb"] or 1.0, "bandwidth_gbps": bw, "type": "measured"},
         "tdp_w": 15.0 * cores,
-        "backends": [b for b in backends if b],
+        "backends": backends,
         "default_chain": {"precision": "int8", "prune": 0.0},
         "remote": {"python": "python3", "arch": arch},
         "sources": {

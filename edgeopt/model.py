@@ -50,6 +50,15 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _refuse_backend_model_file(p: Path) -> None:
+    """A backend's own model file (a ``.tflite``) is not ONNX: say so rather than fail parsing it."""
+    from edgeopt.converters.registry import model_file_backend
+
+    backend = model_file_backend(p)
+    if backend is not None:
+        raise BadModelError(f"'{p}' is a {backend.value} model; this command needs ONNX", "convert from the ONNX original")
+
+
 def load_onnx(path: str | Path, *, check: bool = True):
     """Read and check an ONNX model; every failure is a one-line :class:`BadModelError`."""
     import onnx
@@ -59,8 +68,7 @@ def load_onnx(path: str | Path, *, check: bool = True):
         raise BadModelError(f"model file '{p}' not found", "check the path")
     if p.is_dir():
         raise BadModelError(f"'{p}' is a directory, not an ONNX file", "pass the .onnx file itself")
-    if p.suffix.lower() == ".tflite":
-        raise BadModelError(f"'{p}' is a TFLite model; this command needs ONNX", "convert from the ONNX original")
+    _refuse_backend_model_file(p)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as err:  # DecodeError, truncated protobuf, wrong file

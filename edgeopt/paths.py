@@ -24,7 +24,6 @@ CACHE_ENV = "EDGEOPT_CACHE_DIR"
 class CacheArea(str, Enum):
     ARTIFACTS = "artifacts"  # bench MODEL --backends: converted artifacts, keyed by model + plan + tools
     PIPELINE = "pipeline"  # pipeline run: built targets, keyed likewise
-    TVM_TUNING = "tvm-tuning"  # MetaSchedule databases, keyed by graph + target
     WHEELS = "wheels"  # device wheels (a runtime-only TVM per architecture)
     EMULATE = "emulate"  # emulator sysroots and aarch64 wheels
     HOST = "host"  # facts measured once per machine (memory bandwidth)
@@ -54,6 +53,11 @@ def cache_dir() -> Path:
 
 def cache_subdir(area: CacheArea) -> Path:
     return cache_dir() / CacheArea(area).value
+
+
+def backend_cache_subdir(backend: str, what: str) -> Path:
+    """A backend's own cache area, ``<cache>/<backend>-<what>`` (TVM's MetaSchedule databases: ``tvm-tuning``)."""
+    return cache_dir() / f"{backend}-{what}"
 
 
 def default_devices_file() -> Path:

@@ -21,8 +21,13 @@ from edgeopt.speed_claim_model import AGREE, SpeedClaim
 
 CLAIM_S = 1.5  # seconds of timed calls for each side (artifact, reference)
 CLAIM_MIN_RUNS = 20
-REFERENCE_IN = {BackendName.ONNXRUNTIME.value: "the source model in ONNX Runtime FP32 (bench's reference)",
-                BackendName.OPENVINO.value: "the source model in OpenVINO at INFERENCE_PRECISION_HINT f32"}
+
+
+def reference_in() -> dict[str, str]:
+    """backend -> what a speed claim's FP32 reference is in that backend (its hooks' ``fp32_reference``)."""
+    from edgeopt.converters.registry import backend_hooks
+
+    return {b.value: h.fp32_reference for b, h in backend_hooks().items() if h.fp32_reference}
 
 
 def claimed(manifest) -> tuple[ClaimSource, float, str] | None:
@@ -31,7 +36,7 @@ def claimed(manifest) -> tuple[ClaimSource, float, str] | None:
         if row.get("verdict") == "chosen" and row.get("speedup_vs_onnxruntime_fp32"):
             return ClaimSource.BACKEND_AUTO, float(row["speedup_vs_onnxruntime_fp32"]), BackendName.ONNXRUNTIME.value
     speed = _last_speed([s.get("report") or {} for s in manifest.stages])
-    if speed is None or manifest.backend not in REFERENCE_IN:
+    if speed is None or manifest.backend not in reference_in():
         return None
     return ClaimSource.INT8_VERDICT, float(speed["speedup_vs_fp32"]), manifest.backend
 
@@ -90,7 +95,7 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
         f"speed: the search estimated x{estimate:g} over FP32 but the written artifact measures x{measured:g} "
         f"({art_ms:.3g} ms vs {ref_ms:.3g} ms, bench's measuring): more than {AGREE:.0%} apart; the measured "
         "figure is the one printed (confirm on a quiet machine with edgeopt bench)")
-    return SpeedClaim(source=source, reference=REFERENCE_IN[runtime], estimate=estimate, measured=measured,
+    return SpeedClaim(source=source, reference=reference_in()[runtime], estimate=estimate, measured=measured,
                       artifact_ms=round(art_ms, 4), reference_ms=round(ref_ms, 4),
                       runs=min(int(art["runs"]), int(refrow["runs"])), agree=agree, threads=threads,
                       machine=cpu_facts().get("model"), warning=warning)

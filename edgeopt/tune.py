@@ -1,4 +1,5 @@
-"""``edgeopt tune MODEL --profile P --trials N | --time-budget MIN``: MetaSchedule tuning for the TVM backend.
+"""``edgeopt tune MODEL --profile P --trials N | --time-budget MIN``: kernel tuning for the backend whose hooks
+tune (``BackendHooks.tunes``: TVM's MetaSchedule).
 
 The plan is the one ``convert --backend tvm`` makes for the same options, recipe and profile
 (:func:`tune_plan`: the same ``make_plan`` call on the same :class:`edgeopt.options.ConvertOptions`), and the
@@ -6,8 +7,8 @@ model goes through that plan's stages before the backend (normalize, prune, reco
 data and task metric, so the graph tuned is the graph ``convert`` builds and the database's content-hash key
 (:func:`edgeopt.converters.backends.tvm.build.tuning_key`) is the one ``convert`` finds again in
 ``$EDGEOPT_CACHE_DIR/tvm-tuning/<key>``. ``tuning_db`` (``--tuning-db DIR``, else the recipe's
-``stages: {tvm: {tuning_db: DIR}}``) puts it elsewhere. The search itself, TVM's alone, is
-:func:`edgeopt.converters.backends.tvm.tune.tune_database`. A tuned database changes the next plan's hash
+``stages: {tvm: {tuning_db: DIR}}``) puts it elsewhere. The search itself, the backend's alone, is its hooks'
+``tune`` (TVM's :func:`edgeopt.converters.backends.tvm.tune.tune_database`). A tuned database changes the next plan's hash
 (the TVM config's ``tuning_db_sha256``), so cached builds made before it are not served after it.
 """
 
@@ -19,7 +20,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from edgeopt.enums import BackendName
 from edgeopt.errors import UsageError
 from edgeopt.options import ConvertOptions
 
@@ -46,14 +46,22 @@ class TuneResult(BaseModel):
     warnings: list[str] = []
 
 
+def tuned_backend():
+    """The backend ``tune`` tunes (its ``BackendName``, the one whose hooks tune) and its hooks."""
+    from edgeopt.converters.registry import backend_hooks
+
+    return next((b, h) for b, h in backend_hooks().items() if h.tunes)
+
+
 def _options(options: ConvertOptions | None, keywords: dict, where: str) -> ConvertOptions:
     from edgeopt.options import from_keywords
 
     if options is not None and keywords:
         raise UsageError(f"{where}: give the options as ConvertOptions or as keywords, not both ({', '.join(keywords)})")
     o = options if options is not None else from_keywords(ConvertOptions, keywords, where=where)
-    if o.backend not in (None, BackendName.TVM.value):
-        raise UsageError(f"{where} tunes the TVM backend, not '{o.backend}'", "drop the backend option")
+    tuned = tuned_backend()[0].value
+    if o.backend not in (None, tuned):
+        raise UsageError(f"{where} tunes the {tuned} backend, not '{o.backend}'", "drop the backend option")
     if o.from_torch:
         raise UsageError(f"{where} takes an ONNX model", "export it first: edgeopt convert --from-torch ... --dry-run "
                          "shows the plan; tune the exported .onnx")
@@ -61,19 +69,19 @@ def _options(options: ConvertOptions | None, keywords: dict, where: str) -> Conv
 
 
 def tune_plan(profile, options: ConvertOptions | None = None, **keywords):
-    """The :class:`edgeopt.plan.Plan` ``tune`` runs: the one ``convert`` makes with ``backend="tvm"`` and the
+    """The :class:`edgeopt.plan.Plan` ``tune`` runs: the one ``convert`` makes with the tuned backend and the
     same options (``options`` or the same fields as keywords; recipe, prune, data and metric included)."""
     from edgeopt.plan import make_plan
     from edgeopt.profiles import DeviceProfile, load_profile
 
     o = _options(options, keywords, "tune")
     prof = profile if isinstance(profile, DeviceProfile) else load_profile(str(profile), o.profile_dirs or None)
-    request = o.chain_request().model_copy(update={"backend": BackendName.TVM.value})
+    request = o.chain_request().model_copy(update={"backend": tuned_backend()[0].value})
     return make_plan(prof, request, recipe=o.recipe, input_shapes=dict(o.input_shapes))
 
 
 def backend_input(model, plan, options: ConvertOptions, *, work_dir: Path, warn=None):
-    """The ONNX proto the TVM backend sees: ``plan``'s stages before the backend, on ``options``' data."""
+    """The ONNX proto the tuned backend sees: ``plan``'s stages before the backend, on ``options``' data."""
 
     from edgeopt.chain import check_samples, execute, load_datasets
     from edgeopt.converters.base import ChainContext, Intermediate
@@ -110,10 +118,8 @@ def tune(model, profile, options: ConvertOptions | None = None, *, trials: int |
          time_budget_min: float | None = None, tuning_db: str | Path | None = None, rpc_tracker: str | None = None,
          rpc_key: str | None = None, trials_per_iter: int = 16, progress=None, on_warning=None, seed: int = 0,
          **keywords) -> TuneResult:
-    """Tune ``model``'s TVM kernels for ``profile`` with MetaSchedule (see the module doc). ``options``: what
-    ``convert`` takes (:class:`edgeopt.options.ConvertOptions`), or the same fields as keywords."""
-    from edgeopt.converters.backends.tvm import build as tb
-    from edgeopt.converters.backends.tvm.tune import tune_database
+    """Tune ``model``'s kernels for ``profile`` with the tuned backend's search (see the module doc). ``options``:
+    what ``convert`` takes (:class:`edgeopt.options.ConvertOptions`), or the same fields as keywords."""
     from edgeopt.deps import require
 
     _check_budget(trials, time_budget_min)
@@ -128,24 +134,17 @@ def tune(model, profile, options: ConvertOptions | None = None, *, trials: int |
     plan = tune_plan(profile, o)
     for w in plan.warnings:
         warn(w)
-    require("tvm", "MetaSchedule tuning")
-    require("psutil", "MetaSchedule tuning")
+    backend, hooks = tuned_backend()
+    for module in hooks.tune_requires:
+        require(module, f"{backend.value} tuning")
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="edgeopt-tune-") as work:
         proto = backend_input(model, plan, o, work_dir=Path(work), warn=warn)
-    config = plan.stages[-1].config
-    target_dict = tb.resolve_target(config.target)
-    key = tb.tuning_key(proto, target_dict)
-    given = tuning_db or config.tuning_db
-    db_dir = Path(given).expanduser() if given else tb.tuning_dir(key)
-    run = tune_database(proto, target_dict, db_dir, trials=trials, time_budget_min=time_budget_min,
-                        rpc_tracker=rpc_tracker, rpc_key=rpc_key, trials_per_iter=trials_per_iter, progress=progress,
-                        warn=warn, seed=seed)
+    facts = hooks.tune(proto, plan.stages[-1].config, tuning_db, trials=trials, time_budget_min=time_budget_min,
+                       rpc_tracker=rpc_tracker, rpc_key=rpc_key, trials_per_iter=trials_per_iter, progress=progress,
+                       warn=warn, seed=seed)
     return TuneResult(
         model=str(model), profile=plan.profile, precision=plan.precision.value, plan_hash=plan.hash,
-        target=target_dict, key=key, database=str(db_dir), runner=run.runner, tasks=run.tasks,
-        trials_requested=trials, time_budget_min=time_budget_min, trials_measured=run.trials_measured,
-        trials_failed=run.trials_failed, records=tb.database_records(db_dir),
-        seconds=round(time.perf_counter() - t_start, 1), stopped_by=run.stopped_by, cost_model=run.cost_model,
-        best_ms=run.best_ms, warnings=warnings,
+        trials_requested=trials, time_budget_min=time_budget_min, seconds=round(time.perf_counter() - t_start, 1),
+        warnings=warnings, **facts,
     )

@@ -4,7 +4,8 @@ A module names a backend when it imports one of the backend's libraries, when an
 attribute, a function, class or keyword name) has the backend's name as one of its words (``check_openvino``,
 ``BackendName.TFLITE``, ``OnnxRuntimeQuantizer``), or when a string constant other than a docstring is the
 backend's name or a module path naming it (``"openvino"``, ``"edgeopt.converters.backends.tvm"``).
-``python tests/backend_mentions.py`` prints, for each backend, how many modules outside its own code name it.
+``python tests/backend_mentions.py [ROOT] [--list]`` prints, for each backend, how many modules outside its own code
+name it; ``--list`` (or ``-v``) then lists those modules, one ``backend: path`` a line.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ if __name__ == "__main__":
     import json
     import sys
 
-    found = mentions(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else REPO)
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    found = mentions(Path(args[0]).resolve() if args else REPO)
     print(json.dumps({b: len(v) for b, v in found.items()}))
-    if "-v" in sys.argv:
-        print(json.dumps(found, indent=1))
+    if {"--list", "-v"} & set(sys.argv):
+        print("\n".join(f"{b}: {m}" for b, modules in found.items() for m in modules))

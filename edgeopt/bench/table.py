@@ -61,8 +61,10 @@ def describe_throughput(block: dict | None) -> tuple[str, str, str]:
         return "-", "-", (block.get("error") or (block.get("reason") or "").split(" (")[0])[:70]
     if block["mode"] == "batched":
         how = f"batch {block['batch']}"
-    elif block["mode"] == "openvino_throughput_hint":
-        how = f"{block['streams']} OpenVINO streams, {block['infer_requests']} requests"
+    elif block.get("how"):  # a runtime's own throughput mode says how it ran
+        how = block["how"]
+    elif "infer_requests" in block:
+        how = f"{block['streams']} streams, {block['infer_requests']} requests"
     else:
         how = f"{block['streams']} streams x {block['threads_per_stream']} threads"
     return _fmt(block.get("throughput_qps"), ".1f"), _fmt(block.get("speedup_vs_single_stream"), ".2f"), how

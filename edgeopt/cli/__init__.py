@@ -76,7 +76,11 @@ def _print_interrupted(json_mode: bool) -> None:
                   "message": "interrupted (Ctrl-C): no output was left half-written"}, "interrupted", json_mode)
 
 
-QUIET_LOGGERS = ("nncf", "tensorflow", "absl", "onnx2tf", "openvino", "tvm", "onnxruntime", "h5py", "jax")
+def library_loggers() -> list[str]:
+    """The Python loggers of every backend's libraries (each backend's hooks name them)."""
+    from edgeopt.converters.registry import backend_hooks
+
+    return [name for hooks in backend_hooks().values() for name in hooks.loggers]
 
 
 def quiet_libraries() -> None:
@@ -103,7 +107,7 @@ def quiet_libraries() -> None:
 
     quiet_library_output()
     logging.getLogger().setLevel(logging.ERROR)
-    for name in QUIET_LOGGERS:
+    for name in library_loggers():
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     try:  # NNCF's progress bars draw on rich's global console; edgeopt's own consoles are separate

@@ -82,10 +82,11 @@ def bench(
         if json_out:
             sys.stderr.write(_json.dumps({"progress": frac}) + "\n")
 
-    if any(t.suffix.lower() == ".tflite" for t in targets):  # a .tflite file is wrapped as a tflite artifact
-        from edgeopt.tflite_artifact import wrapped_tflite
+    from edgeopt.converters.registry import model_file_backend
+    from edgeopt.wrapped_artifact import wrapped_model_file
 
-        targets = [wrapped_tflite(t) if t.suffix.lower() == ".tflite" else t for t in targets]
+    # a backend's own model file (a .tflite) is wrapped as an artifact of that backend
+    targets = [wrapped_model_file(t) if not t.is_dir() and model_file_backend(t) else t for t in targets]
     is_model = len(targets) == 1 and targets[0].suffix.lower() == ".onnx" and not targets[0].is_dir()
     if is_model:
         if not profile:

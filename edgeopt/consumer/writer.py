@@ -17,7 +17,6 @@ from .cc import cc_source
 
 TEMPLATES = Path(__file__).with_name("templates")
 LOAD_PY, LOAD_CC = "load.py", "load.cc"
-BACKENDS = ("openvino", "onnxruntime", "tflite", "tvm")
 _FILLED = re.compile(r"^(MODEL|SETTINGS|IO|INPUTS)\b[^=]*= .*$")
 _IMPORT = re.compile(r"^(import |from \S+ import )")
 
@@ -67,7 +66,7 @@ def write_loaders(artifact_dir: Path | str, manifest: dict, version: str = "") -
     """Write ``load.py`` and ``load.cc`` into ``artifact_dir`` (atomically); the file names written (none for a
     backend without templates, e.g. one registered from outside edgeopt)."""
     backend = manifest["runtime"].get("backend")
-    if backend not in BACKENDS or manifest["runtime"].get("runner"):
+    if not (TEMPLATES / f"load_{backend}.py").is_file() or manifest["runtime"].get("runner"):
         return []
     d = Path(artifact_dir)
     write_text_atomic(d / LOAD_PY, load_py_source(manifest, version))

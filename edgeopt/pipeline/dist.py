@@ -95,8 +95,12 @@ def write_tarball(artifact_dir: Path, out: Path, name: str, extra_dirs: dict[str
 
 
 def c_array(artifact_dir: Path, manifest: dict, out_dir: Path, name: str) -> tuple[dict | None, str | None]:
-    """(files, note): the TFLite model as a C array for firmware, when ``converters.c_export`` exists."""
-    if manifest.get("backend") != "tflite":
+    """(files, note): the model as a C array for firmware, for a backend whose model file firmware embeds (TFLite),
+    when ``converters.c_export`` exists."""
+    from edgeopt.converters.registry import backend_hooks
+
+    embeds = {b.value for b, h in backend_hooks().items() if h.firmware_c_array}
+    if manifest.get("backend") not in embeds:
         return None, None
     try:
         from edgeopt.converters.c_export import write_c_array

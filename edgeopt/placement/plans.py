@@ -7,8 +7,12 @@ from pathlib import Path
 
 from edgeopt.errors import EdgeoptError
 
-OV_UNITS = {"NPU": "npu", "GPU": "gpu", "CPU": "cpu"}
-PLACED = ("onnxruntime", "openvino")  # the backends whose placement is asked or predicted
+
+def _placed() -> dict:
+    """backend name -> hooks, for the backends whose placement is asked or predicted."""
+    from edgeopt.converters.registry import backend_hooks
+
+    return {b.value: h for b, h in backend_hooks().items() if h.places}
 
 
 def _bandwidth(profile) -> float | None:
@@ -16,34 +20,24 @@ def _bandwidth(profile) -> float | None:
 
 
 def settings_for(backend: str, settings: dict) -> dict:
-    """The runtime settings a backend's artifact will have: TensorRT gets WeightBiasQuantization left off."""
-    from edgeopt.converters.backends.onnxruntime.as_loaded_check import WEIGHT_BIAS_QUANTIZATION
+    """The runtime settings a backend's artifact will have for a profile's ``settings`` (its hooks say)."""
+    from edgeopt.converters.registry import hooks_of
 
-    if backend == "onnxruntime" and settings.get("provider") == "TensorrtExecutionProvider":
-        return {**settings, "disabled_optimizers": [WEIGHT_BIAS_QUANTIZATION]}
-    return dict(settings)
+    return hooks_of(backend).runtime_settings(settings)
 
 
 def placement_of(model_path: str | Path, backend: str, settings: dict, unit: str, profile=None) -> dict | None:
-    """The report for ``model_path`` (ONNX, or an IR for OpenVINO) under ``backend`` with ``settings`` on ``unit``."""
-    if backend == "onnxruntime":
-        from edgeopt.placement.onnxruntime import ort_placement
-
-        return ort_placement(model_path, settings, target_unit=unit, bandwidth_gbps=_bandwidth(profile))
-    if backend == "openvino":
-        from edgeopt.placement.openvino import ov_placement
-
-        device = settings.get("device") or "CPU"
-        return ov_placement(model_path, device, target_unit=OV_UNITS.get(device, unit),
-                            bandwidth_gbps=_bandwidth(profile))
-    return None
+    """The report for ``model_path`` (ONNX, or the backend's own model file) under ``backend`` with ``settings`` on
+    ``unit``; None for a backend that reports no placement."""
+    hooks = _placed().get(backend)
+    return hooks.placement(Path(model_path), settings, unit, _bandwidth(profile)) if hooks else None
 
 
 def model_placement(model_path: str | Path, profile) -> dict | None:
     """Before converting: the placement of the source model on the profile's first backend (None where that
-    backend is neither ONNX Runtime nor OpenVINO, or the runtime is not installed)."""
+    backend reports no placement, or the runtime is not installed)."""
     target = profile.backends[0]
-    if target.name.value not in PLACED:
+    if target.name.value not in _placed():
         return None
     settings = settings_for(target.name.value, target.settings)
     try:
@@ -53,9 +47,9 @@ def model_placement(model_path: str | Path, profile) -> dict | None:
 
 
 def artifact_placement(artifact_dir: str | Path, manifest: dict) -> dict | None:
-    """An ONNX Runtime or OpenVINO artifact's placement (None for the other backends)."""
+    """An artifact's placement (None for a backend that reports none)."""
     backend = manifest.get("backend")
-    if backend not in PLACED:
+    if backend not in _placed():
         return None
     runtime = manifest["runtime"]
     settings = runtime.get("settings") or {}

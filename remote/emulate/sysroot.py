@@ -28,7 +28,6 @@ from edgeopt.paths import CacheArea, cache_subdir
 SUITE = "bookworm"
 PACKAGES = "python3,python3-venv,libpython3.11,ca-certificates,libstdc++6,libgomp1,zlib1g"
 PYTHON_IN_ROOT = "usr/bin/python3.11"
-WHEELS = ("numpy", "ai-edge-litert", "onnxruntime", "openvino")
 FIRST_WHEELS = ("numpy", "ai-edge-litert", "onnxruntime")  # what a site whose marker lists none holds
 # openvino's aarch64 wheel is manylinux_2_35 (the sysroot is bookworm: glibc 2.36); both older tags are needed too
 PIP_PLATFORM = ["--platform", "manylinux_2_35_aarch64", "--platform", "manylinux_2_28_aarch64",
@@ -42,6 +41,15 @@ CPUINFO_A76 = "".join(
     "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\nCPU part\t: 0xd0b\nCPU revision\t: 1\n\n"
     for i in range(4)
 )
+
+
+def device_wheels() -> tuple[str, ...]:
+    """numpy and the device runtime (``Backend.device_runtime``) of every backend whose hooks say it runs in the
+    emulated sysroot (``emulated``): what the aarch64 site holds."""
+    from edgeopt.converters.registry import backend_classes, hooks_of
+
+    return ("numpy", *(cls.device_runtime[1] for b, cls in backend_classes().items()
+                       if cls.device_runtime and hooks_of(b).emulated))
 
 
 def emulate_cache() -> Path:
@@ -113,28 +121,29 @@ def ensure_site(notify=None) -> Path:
     cache = emulate_cache()
     wheels = cache / "wheels-cp311-aarch64"
     site = cache / "site-cp311-aarch64"
+    wheels_wanted = device_wheels()
     with _locked("site"):
         have = installed_wheels(site)
-        if have is not None and set(WHEELS) <= have:
+        if have is not None and set(wheels_wanted) <= have:
             return site
         if have is not None:  # built before a wheel was added: add the missing ones in place (a running board keeps going)
-            missing = [w for w in WHEELS if w not in have]
+            missing = [w for w in wheels_wanted if w not in have]
             if notify:
                 notify(f"adding aarch64 wheels ({', '.join(missing)}) to {site} (once)")
             _run([*PIP, "download", "--no-deps", "-d", str(wheels), *PIP_PLATFORM, *missing],
                  "pip download (aarch64 wheels)")
             _run([*PIP, "install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(site),
                   *PIP_PLATFORM, *missing], "pip install --target (aarch64 site)")
-            (site / COMPLETE).write_text("\n".join(WHEELS) + "\n")
+            (site / COMPLETE).write_text("\n".join(wheels_wanted) + "\n")
             return site
         if notify:
-            notify(f"fetching aarch64 wheels ({', '.join(WHEELS)}) into {wheels} (once)")
-        _run([*PIP, "download", "-d", str(wheels), *PIP_PLATFORM, *WHEELS], "pip download (aarch64 wheels)")
+            notify(f"fetching aarch64 wheels ({', '.join(wheels_wanted)}) into {wheels} (once)")
+        _run([*PIP, "download", "-d", str(wheels), *PIP_PLATFORM, *wheels_wanted], "pip download (aarch64 wheels)")
         tmp = site.with_name(site.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         _run([*PIP, "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp), *PIP_PLATFORM,
-              *WHEELS], "pip install --target (aarch64 site)")
-        (tmp / COMPLETE).write_text("\n".join(WHEELS) + "\n")
+              *wheels_wanted], "pip install --target (aarch64 site)")
+        (tmp / COMPLETE).write_text("\n".join(wheels_wanted) + "\n")
         shutil.rmtree(site, ignore_errors=True)
         os.replace(tmp, site)
     return site

@@ -105,20 +105,21 @@ def test_bench_reference_artifact_is_a_manifest_from_the_one_builder(tmp_path, m
 def test_a_wrapped_tflite_file_gets_its_manifest_from_the_one_builder(tmp_path, monkeypatch):
     """An existing .tflite taken as an artifact: the manifest ``build_manifest`` makes, with what wrapping it always
     said (no profile, no plan, not validated, edgeopt's and LiteRT's versions, the inputs' layout guessed)."""
-    from edgeopt import artifact, tflite_artifact
+    from edgeopt import artifact, wrapped_artifact
+    from edgeopt.converters.backends.tflite import wrapped as tflite_wrapped
 
     built, real_builder = [], artifact.build_manifest
     monkeypatch.setattr(artifact, "build_manifest", lambda **kw: built.append(kw) or real_builder(**kw))
     src = tmp_path / "m.tflite"
     src.write_bytes(b"not read: LiteRT's view of it is faked")
     spec = {"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}
-    monkeypatch.setattr(tflite_artifact, "tflite_specs",
+    monkeypatch.setattr(tflite_wrapped, "tflite_specs",
                         lambda path: ([spec], [dict(spec, name="y", shape=[1, 8, 8, 3])], "fp32"))
-    m = load_artifact(tflite_artifact.wrap_tflite(src, tmp_path / "art", threads=2))
+    m = load_artifact(wrapped_artifact.wrap_model_file(src, tmp_path / "art", threads=2))
     assert len(built) == 1 and built[0]["backend"] == "tflite"
     assert (m.backend, m.precision, m.profile, m.validation, m.stages) == ("tflite", "fp32", "none", None, [])
-    assert m.plan == {"note": tflite_artifact.WRAPPED_NOTE} and m.plan_hash == ""
-    assert m.warnings == [tflite_artifact.WRAPPED_WARNING] and set(m.versions) == {"edgeopt", "ai-edge-litert"}
+    assert m.plan == {"note": wrapped_artifact.WRAPPED_NOTE} and m.plan_hash == ""
+    assert m.warnings == [wrapped_artifact.WRAPPED_WARNING] and set(m.versions) == {"edgeopt", "ai-edge-litert"}
     assert (m.inputs[0].layout, m.outputs[0].layout) == ("NCHW", None) and set(m.files) == {"model.tflite"}
     assert m.source_model.sha256 == file_sha256(src)
     assert m.runtime == {"backend": "tflite", "model": "model.tflite", "settings": {"threads": 2, "delegate": "xnnpack"},

@@ -34,9 +34,10 @@ def check_as_loaded(model_path: str | Path, settings: dict) -> dict:
     naming the int32 DQs or other violations."""
     import tempfile
 
-    from edgeopt.as_loaded.onnxruntime import loaded_level, optimized_model, qdq_dtypes
     from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.errors import GateFailedError
+
+    from .as_loaded import loaded_level, optimized_model, qdq_dtypes
 
     disabled = list(settings.get("disabled_optimizers") or ())
     with tempfile.TemporaryDirectory(prefix="edgeopt-loaded-") as tmp:

@@ -106,6 +106,7 @@ class OnnxRuntimeBackend(Backend):
     per_layer_profiler = "edgeopt.converters.backends.onnxruntime.per_layer:profile_onnxruntime"
     quantizes_itself = False
     quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"
+    hooks = "edgeopt.converters.backends.onnxruntime.hooks:HOOKS"
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 
     @classmethod

@@ -87,6 +87,7 @@ class OpenVINOBackend(Backend):
     onnx_timer = "edgeopt.converters.backends.openvino.runs:onnx_timer"
     quantizes_itself = True
     quantizer = "edgeopt.converters.backends.openvino.quantizer:OpenVINOQuantizer"
+    hooks = "edgeopt.converters.backends.openvino.hooks:HOOKS"
     precisions = (Precision.FP32, Precision.FP16, Precision.BF16, Precision.INT8)
 
     @classmethod

@@ -1,6 +1,6 @@
 """A ``.tflite``'s ops read from its flatbuffer (with ai-edge-quantizer's reader), each judged quantized, float
-or quantize/dequantize: what :func:`edgeopt.quant_units.units_of` counts a TFLite model's units with, and the
-TFLite quantizer's per-op breakdown."""
+or quantize/dequantize: what ``unit_count.py`` counts a TFLite model's units with (for
+:func:`edgeopt.quant_units.units_of`), and the TFLite quantizer's per-op breakdown."""
 
 from __future__ import annotations
 

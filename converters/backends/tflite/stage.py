@@ -14,7 +14,7 @@ the ONNX model (the transposes are read from the TFLite shapes and, where a shap
 by agreement with ONNX Runtime on the check samples). Inputs that already look channel-last (e.g. from
 tf2onnx) get onnx2tf's ``-kt`` hint. ``export_c`` also writes ``model_data.h``/``.c`` (firmware C array).
 
-:func:`edgeopt.tflite_artifact.wrap_tflite` turns an existing ``.tflite`` file into an artifact (for bench/validation).
+:func:`edgeopt.wrapped_artifact.wrap_model_file` turns an existing ``.tflite`` file into an artifact (for bench/validation).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class TFLiteBackend(Backend):
     quantizes_itself = True
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
     quantizer = "edgeopt.converters.backends.tflite.quantizer:TFLiteQuantizer"
+    hooks = "edgeopt.converters.backends.tflite.hooks:HOOKS"
 
     @classmethod
     def configure(cls, options: ChainOptions) -> TFLiteConfig:

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.deps import require, version_of
+from edgeopt.enums import BackendName
 from edgeopt.errors import BadProfileError, MissingDependencyError, UnsupportedOpError
 from edgeopt.files import atomic_path
 from edgeopt.outputs import publish
-from edgeopt.paths import CacheArea, cache_subdir
+from edgeopt.paths import CacheArea, backend_cache_subdir, cache_subdir
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -259,7 +260,7 @@ def tuning_key(proto, target: dict) -> str:
 
 
 def tuning_dir(key: str) -> Path:
-    return cache_subdir(CacheArea.TVM_TUNING) / key
+    return backend_cache_subdir(BackendName.TVM.value, "tuning") / key
 
 
 NO_DATABASE = "none"
@@ -286,7 +287,7 @@ def tuning_cache_sha256() -> str:
     the stages before the backend have run; the planner hashes them all, so any ``edgeopt tune`` that writes
     to the cache changes the plan (and the cache keys) of every TVM build that might use it.
     """
-    root = cache_subdir(CacheArea.TVM_TUNING)
+    root = backend_cache_subdir(BackendName.TVM.value, "tuning")
     parts = [f"{d.name}\0{sha}" for d in sorted(root.iterdir()) if d.is_dir()
              and (sha := database_sha256(d)) != NO_DATABASE] if root.is_dir() else []
     return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else NO_DATABASE

@@ -72,6 +72,7 @@ class TVMBackend(Backend):
     quantizes_itself = False
     pays_only_tuned = True  # untuned, slower than the others: built only when named (edgeopt tune first)
     quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"  # the quantize stage's QDQ
+    hooks = "edgeopt.converters.backends.tvm.hooks:HOOKS"
     precisions = (Precision.FP32, Precision.INT8)
 
     @classmethod

@@ -139,7 +139,8 @@ class Runner(base.Runner):
         del queue, compiled, kept
         return {"mode": "openvino_throughput_hint", "streams": int(compiled_streams),
                 "streams_requested": int(streams) if streams else "auto",
-                "infer_requests": n_req, "runs": runs, "seconds": round(elapsed, 4),
+                "infer_requests": n_req, "how": f"{int(compiled_streams)} OpenVINO streams, {n_req} requests",
+                "runs": runs, "seconds": round(elapsed, 4),
                 "throughput_qps": round(runs / elapsed, 3) if elapsed > 0 else None,
                 "threads": self._config.get("INFERENCE_NUM_THREADS")}
 

@@ -28,7 +28,7 @@ class FakeAssignment:
         self.on_cpu = on_cpu
 
     def __call__(self, model_path, settings, tmp):
-        from edgeopt.as_loaded.onnxruntime import optimized_model
+        from edgeopt.converters.backends.onnxruntime.as_loaded import optimized_model
 
         model, _ = optimized_model(model_path, settings, Path(tmp) / "fake.onnx")
         rows = {TRT: [], CPU: []}
@@ -42,7 +42,7 @@ JETSON_SETTINGS = {"provider": TRT, "fallback_providers": ["CUDAExecutionProvide
 
 
 def test_on_a_cpu_only_profile_everything_is_on_the_cpu_with_no_islands():
-    from edgeopt.placement.onnxruntime import ort_placement
+    from edgeopt.converters.backends.onnxruntime.placement import ort_placement
     from edgeopt.placement.plans import model_placement
     from edgeopt.profiles import load_profile
 
@@ -56,8 +56,8 @@ def test_on_a_cpu_only_profile_everything_is_on_the_cpu_with_no_islands():
 def test_a_gpu_profile_counts_islands_copies_and_bytes_from_a_fake_assignment():
     import onnx
 
+    from edgeopt.converters.backends.onnxruntime.placement import ort_placement
     from edgeopt.placement import placement_line
-    from edgeopt.placement.onnxruntime import ort_placement
 
     # FAKE: the first MaxPool on the CPU, between two GPU convolutions (MNIST CNN, float, the graph as loaded)
     pool = next(n.name for n in onnx.load(str(MNIST)).graph.node if n.op_type == "MaxPool")
@@ -74,7 +74,7 @@ def test_a_gpu_profile_counts_islands_copies_and_bytes_from_a_fake_assignment():
 
 def test_predicted_on_jetson_int32_dqs_are_cpu_islands_unless_the_optimizer_is_off(tmp_path):
     from edgeopt import convert
-    from edgeopt.placement.onnxruntime import ort_placement
+    from edgeopt.converters.backends.onnxruntime.placement import ort_placement
 
     art = tmp_path / "orin"
     convert(MNIST, "jetson-orin-nano", art, calib=DATA / "mnist_calib.npz")
@@ -92,8 +92,8 @@ def test_max_fallback_ops_fails_convert_naming_the_op(tmp_path, monkeypatch):
     import onnx
 
     from edgeopt import convert
+    from edgeopt.converters.backends.onnxruntime import placement as placement_ort
     from edgeopt.errors import GateFailedError
-    from edgeopt.placement import onnxruntime as placement_ort
 
     pool = next(n.name for n in onnx.load(str(DIGITS)).graph.node if n.op_type in ("MaxPool", "Relu"))
     monkeypatch.setattr(placement_ort, "provider_assignment", FakeAssignment({pool}))  # FAKE: one op on the CPU

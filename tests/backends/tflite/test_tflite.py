@@ -232,7 +232,7 @@ def _real(name: str) -> Path:
 def test_blazeface_wrapped_finds_faces_on_lfw(tmp_path):
     """BlazeFace as shipped, wrapped as an artifact: faces vs non-faces of lfw_subset (person-labelled)."""
     from edgeopt.runtime.runners import open_runner
-    from edgeopt.tflite_artifact import wrap_tflite
+    from edgeopt.wrapped_artifact import wrap_model_file as wrap_tflite
     from fixtures.datasets import lfw_faces
 
     art = wrap_tflite(_real("blazeface"), tmp_path / "bf")
@@ -269,7 +269,7 @@ def test_custom_op_tflite_exit_3(cli, tmp_path):
 def test_basic_pitch_fp32_matches_shipped_tflite(tmp_path, cli):
     """basic-pitch's nmp.onnx converted by edgeopt agrees with the nmp.tflite it ships (synthetic chord input)."""
     from edgeopt.runtime.runners import open_runner
-    from edgeopt.tflite_artifact import wrap_tflite
+    from edgeopt.wrapped_artifact import wrap_model_file as wrap_tflite
 
     onnx_path, shipped = _real("basic_pitch_onnx"), _real("basic_pitch_tflite")
     out = tmp_path / "bp"

@@ -346,7 +346,8 @@ def test_cli_module_keeps_tensorflow_out():
 def test_wrap_tflite_keeps_old_output_until_new_is_complete(tmp_path, monkeypatch):
     """The new artifact failing to move into place leaves the earlier one as it was (it used to be deleted
     before the rename)."""
-    from edgeopt import tflite_artifact as tflite
+    from edgeopt import wrapped_artifact
+    from edgeopt.converters.backends.tflite import wrapped as tflite
 
     src = tmp_path / "m.tflite"
     src.write_bytes(b"not read: specs are faked")
@@ -365,10 +366,10 @@ def test_wrap_tflite_keeps_old_output_until_new_is_complete(tmp_path, monkeypatc
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError):
-        tflite.wrap_tflite(src, out)
+        wrapped_artifact.wrap_model_file(src, out)
     assert (out / "manifest.json").read_text() == old and not list(tmp_path.glob("*.tmp-*"))
     monkeypatch.setattr(os, "replace", real_replace)
-    tflite.wrap_tflite(src, out)
+    wrapped_artifact.wrap_model_file(src, out)
     assert (out / "model.tflite").read_bytes() == src.read_bytes() and not list(tmp_path.glob("art.old-*"))
 
 

@@ -27,8 +27,9 @@ def provider_assignment(model_path: str | Path, settings: dict, tmp: str) -> tup
     wanted = settings.get("provider") or CPU
     if wanted != CPU and wanted not in ort.get_available_providers():
         return None
-    from edgeopt.as_loaded.onnxruntime import assignment, loaded_level
     from edgeopt.runtime.runners.onnxruntime import open_session, session_options, session_providers
+
+    from .as_loaded import assignment, loaded_level
 
     so = session_options(ort, {**settings, "graph_optimization_level": loaded_level(settings)})
     so.optimized_model_filepath = str(Path(tmp) / "placed.onnx")
@@ -54,7 +55,7 @@ def predict_node(node, dq_dtype: str | None, settings: dict, table: dict) -> tup
 
 def predicted(model, settings: dict) -> list[dict]:
     """Each node's predicted provider under TensorRT (the artifact's provider) from the published tables."""
-    from edgeopt.as_loaded.onnxruntime import qdq_dtypes
+    from .as_loaded import qdq_dtypes
 
     _, int32 = qdq_dtypes(model)
     table = op_support()
@@ -77,7 +78,7 @@ def ort_placement(model_path: str | Path, settings: dict, *, target_unit: str, b
                   assigned_by=None) -> dict:
     """The placement report of ``model_path`` loaded with ``settings`` (an artifact's ``runtime.settings``).
     ``assigned_by``: a stand-in for :func:`provider_assignment` (tests)."""
-    from edgeopt.as_loaded.onnxruntime import optimized_model
+    from .as_loaded import optimized_model
 
     wanted = settings.get("provider") or CPU
     with tempfile.TemporaryDirectory(prefix="edgeopt-place-") as tmp:

@@ -1,0 +1,92 @@
+"""What the rest of edgeopt asks of a backend besides converting: its loggers, its ``edgeopt doctor`` rows, its
+entry in the ``host`` profile, how its model files count quantized units, its as-loaded graph and its placement
+report.
+
+Each backend's folder holds a ``hooks.py`` whose ``HOOKS`` is a :class:`BackendHooks` (its class names it in
+``Backend.hooks``); the core asks :func:`edgeopt.converters.registry.backend_hooks` for them, so no central module
+keeps a table keyed by backend name. Importing a hooks module imports no heavy library: each hook imports what it
+needs when it is called. The defaults here say "nothing to add".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class BackendHooks:
+    # the Python loggers its libraries log under: kept at ERROR unless --verbose
+    loggers: ClassVar[tuple[str, ...]] = ()
+    # import names ``edgeopt doctor`` tries to import by default (each well under a second)
+    fast_imports: ClassVar[frozenset[str]] = frozenset()
+    # command-line tools it uses: name -> (apt package, what edgeopt uses it for, other places to look)
+    tools: ClassVar[dict[str, tuple[str, str, tuple[str, ...]]]] = {}
+    # suffixes of the model files whose compute units :meth:`units` counts (``edgeopt.quant_units``)
+    unit_suffixes: ClassVar[tuple[str, ...]] = ()
+    # suffix of the as-loaded graph written beside an artifact directory; None: no as-loaded view
+    as_loaded_suffix: ClassVar[str | None] = None
+    # suffixes of its own model files a user may hand over as they are (``edgeopt bench model.tflite``): wrapped
+    # as an artifact by :mod:`edgeopt.wrapped_artifact` with :meth:`wrapped`
+    model_file_suffixes: ClassVar[tuple[str, ...]] = ()
+    # what a speed claim's FP32 reference is in this backend (``edgeopt.speed_claim``); None: its INT8 verdict's
+    # speed-up is not claimed
+    fp32_reference: ClassVar[str | None] = None
+    # whether its artifact's model file is what firmware embeds as a C array (``pipeline`` dist's ``c_array``)
+    firmware_c_array: ClassVar[bool] = False
+    # whether ``edgeopt tune`` tunes its kernels (a search whose database its next build reads), and the import names
+    # the search needs (checked before the chain's stages run)
+    tunes: ClassVar[bool] = False
+    tune_requires: ClassVar[tuple[str, ...]] = ()
+    # whether its device runtime (``Backend.device_runtime``) is installed in the emulated aarch64 board's site
+    # (``remote/emulate``): an aarch64 wheel that runs under qemu-user
+    emulated: ClassVar[bool] = False
+    # its place in the ``host`` profile's backend list (lower first; the first is the profile's default backend)
+    host_rank: ClassVar[int] = 100
+    # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)
+    places: ClassVar[bool] = False
+
+    def host_runtime(self, arch: str, cores: int) -> dict | None:
+        """The ``host`` profile's backend entry (``name``, ``settings``) on this machine; None: not offered here."""
+        return None
+
+    def library_facts(self, module: str, imported: Any) -> dict:
+        """What ``edgeopt doctor`` adds about one of its libraries once imported (providers, devices)."""
+        return {}
+
+    def doctor_warnings(self, runtimes: list[dict]) -> list[str]:
+        """``edgeopt doctor``'s warnings about its installed libraries (``runtimes``: the doctor's rows)."""
+        return []
+
+    def wrapped(self, path: Path, threads: int | None) -> dict:
+        """What an artifact wrapping the model file ``path`` says of it: ``inputs``/``outputs`` (manifest tensor
+        entries), ``precision``, ``model_file`` (its name in the artifact), the runner's ``settings`` and the
+        runtime's ``versions``."""
+        raise NotImplementedError
+
+    def tune(self, proto: Any, config: Any, tuning_db: str | Path | None, **how: Any) -> dict:
+        """Tune the kernels of ``proto`` (the ONNX graph its stage gets) for its stage ``config``, into ``tuning_db``
+        (None: its cache); ``how``: the search's budget and runner (``edgeopt.tune.tune``'s keywords). Returns
+        ``edgeopt.tune.TuneResult``'s fields about the search: ``target``, ``key``, ``database``, ``runner``,
+        ``tasks``, ``trials_measured``, ``trials_failed``, ``records``, ``stopped_by``, ``cost_model``, ``best_ms``."""
+        raise NotImplementedError
+
+    def units(self, model: Any) -> tuple[int, int] | None:
+        """(quantized, total) compute units of a model file with one of ``unit_suffixes``, or of an in-memory model
+        of its runtime; None: not one of its models."""
+        return None
+
+    def as_loaded(self, artifact_dir: Path, manifest: dict, out: Path) -> dict:
+        """Write the artifact's graph as its runtime loads it to ``out``; its summary (``edgeopt inspect``)."""
+        raise NotImplementedError
+
+    def as_loaded_lines(self, facts: dict) -> list[str]:
+        """The as-loaded summary's lines after its op types."""
+        return []
+
+    def runtime_settings(self, settings: dict) -> dict:
+        """The runtime settings its artifact will have for a profile's ``settings`` (placement before converting)."""
+        return dict(settings)
+
+    def placement(self, model_path: Path, settings: dict, unit: str, bandwidth_gbps: float | None) -> dict | None:
+        """The placement report of ``model_path`` under ``settings`` on a unit of kind ``unit``; None: not placed."""
+        return None
