@@ -131,8 +131,17 @@ def describe_artifact(art: Path, prep: dict) -> dict:
            "run_metric": {k: v.get(k) for k in ("metric", "metric_unit", "metric_basis", "metric_reference",
                                                 "metric_value", "metric_drop", "samples", "data_source",
                                                 "metric_kind", "sample_points")}}
+    row["gate"] = gate_bound(v)
     row["held_back"] = held_back_metric(art, prep, v.get("metric_kind"))
     return row
+
+
+def gate_bound(validation: dict) -> dict:
+    """How the run's gate judged the written artifact: its drop on the run's eval samples and the drop's upper
+    confidence limit (``drop_upper`` at ``confidence``; None where the gate had no confidence bound, e.g. a user's
+    metric without per-sample scores). A float written in INT8's stead is judged by this gate too."""
+    return {"drop": validation.get("metric_drop"), "drop_upper": validation.get("drop_upper"),
+            "confidence": validation.get("confidence"), "samples": validation.get("samples")}
 
 
 def held_back_metric(art: Path, prep: dict, run_kind: str | None = None) -> dict:
@@ -231,7 +240,11 @@ def written(cell: dict) -> str:
     text = f"{cell['backend']} {cell['precision']}"
     fb = cell.get("precision_fallback")
     if fb:
-        text += f" (fallback: {fb.get('requested', 'int8')} held on no mode)"
+        gate = cell.get("gate") or {}
+        upper, conf = gate.get("drop_upper"), gate.get("confidence")
+        judged = (f"; drop up to {upper:.2f} at {conf:.3g} confidence" if upper is not None and conf is not None
+                  else "; no confidence bound on the drop")
+        text += f" (fallback: {fb.get('requested', 'int8')} held on no mode{judged})"
     return text
 
 

@@ -10,8 +10,9 @@ tried and why it was left (``backend_fallback``). TVM is never a fallback: untun
 never replaced.
 
 For now this is the ARM boards' rule (profiles with ``arch: aarch64``: pi5, rpi4, the Jetsons), where the first
-backend (TFLite, TensorRT) fails on models the next one holds; the x86 profiles keep their one backend until the
-same is measured there.
+backend (TFLite, TensorRT) fails on models the next one holds. The other profiles (host, x86-avx512, intel-npu)
+keep their first backend when it only misses the bound, but when its converter fails on the model (exit 3: a
+crash inside NNCF, an op it can't take) the next installed backend is tried the same way (:func:`next_on_crash`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from edgeopt.errors import GateFailedError, StageError, UnsupportedOpError
 # the failures a next backend may not have: the gate, and the converter failing on this model
 FALLBACK_ON = (GateFailedError, StageError, UnsupportedOpError)
 FALLBACK_ARCHES = ("aarch64",)
+# the failures that send the other profiles on to their next backend: the converter failing, not the gate
+CRASH_ONLY = (StageError, UnsupportedOpError)
 
 
 def backend_order(profile, profile_dirs=None) -> list[BackendName]:
@@ -71,3 +74,31 @@ def left_because(backend: BackendName, err: Exception):
 
     message = getattr(err, "message", str(err))
     return BackendLeft(backend=backend.value, exit_code=int(getattr(err, "exit_code", 1)), reason=message)
+
+
+def next_on_crash(build, profile, profile_dirs=None, on_warning=None):
+    """``build(backend, left)`` with the profile's own first backend (``backend`` None: the plain path); when that
+    converter fails on the model (:data:`CRASH_ONLY`), with each next installed backend of the profile (TVM
+    never), ``left`` holding the :class:`~edgeopt.artifact.BackendLeft` of each one left, for the manifest's
+    ``backend_fallback``. The last failure is raised when none builds it; a gate failure is raised at once."""
+    from edgeopt.profiles import DeviceProfile, resolve_profile
+
+    prof = profile if isinstance(profile, DeviceProfile) else resolve_profile(str(profile), profile_dirs or None)[0]
+    first = prof.preferred_backend.name if prof.backends else None
+    rest = [b for b in fallbacks(installed_backends(prof)) if b != first] if first is not None else []
+    left: list = []
+    current = None
+    for nxt in [*rest, None]:
+        try:
+            return build(current, tuple(left))
+        except CRASH_ONLY as err:
+            if nxt is None:
+                if left:
+                    err.message += " (also tried: " + "; ".join(f"{e.backend}: exit {e.exit_code}" for e in left) + ")"
+                raise
+            left.append(left_because(current or first, err))
+            if on_warning:
+                on_warning(f"convert: {(current or first).value} could not hold this model ({err.message}); trying "
+                           f"{nxt.value}, the profile's next backend")
+            current = nxt
+    raise AssertionError("unreachable")

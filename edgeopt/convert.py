@@ -111,8 +111,13 @@ def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> Conver
     from edgeopt.backend_fallback import FALLBACK_ON, another_backend_may_hold, backend_order
 
     order = backend_order(profile, o.profile_dirs) if o.fallback else []
-    if not order:  # none installed (the plain path says which extra to install), or --no-fallback
+    if not order and not o.fallback:
         return _convert(model, profile, output, o, plan=None, **kw)
+    if not order:  # a profile that keeps its first backend unless its converter fails on the model
+        from edgeopt.backend_fallback import next_on_crash
+
+        return next_on_crash(lambda b, left: _convert(model, profile, output, o if b is None else o.model_copy(
+            update={"backend": b.value}), plan=None, fallback=left, **kw), profile, o.profile_dirs, kw.get("on_warning"))
     try:
         return _try_backends(model, profile, output, o, order, **kw)
     except FALLBACK_ON as err:

@@ -23,6 +23,7 @@ class StaticSettings(QuantizerOptions):
     """One complete set of quantizer options (a preset plus overrides)."""
 
     moving_average: bool = False
+    equalize: bool = False  # depthwise -> pointwise pairs equalized before calibration (:mod:`.equalize`)
     percentile: float = 99.999
     op_types_to_quantize: tuple[str, ...] | None = None
     nodes_to_exclude: tuple[str, ...] = ()
@@ -39,6 +40,8 @@ class StaticSettings(QuantizerOptions):
             parts.append("act-symmetric")
         if self.moving_average:
             parts.append("moving-average")
+        if self.equalize:
+            parts.append("equalized")
         if not self.quantize_bias:
             parts.append("float-bias")
         if self.op_types_to_quantize:
@@ -108,10 +111,13 @@ def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input
     (named in ``notes['per_tensor_retry']``), else with every weight per-tensor; any other library failure
     becomes a StageError. ``calib_cache``: a folder where the calibrated tensor ranges are kept
     (:func:`calibration_cache`), so a search's candidates that differ only in what they quantize (excluded nodes,
-    a retry) calibrate once."""
+    a retry) calibrate once. ``settings.equalize``: the model's depthwise -> pointwise pairs are equalized first
+    (:mod:`.equalize`, written once beside ``dst`` for all the candidates of a search) and that copy is quantized."""
     overrides: dict[str, list] = {}
     retried: list[dict] = []
     current = settings
+    if settings.equalize:  # the same function with balanced channel ranges: quantized in the source's stead
+        src = _equalized(Path(src), Path(dst).parent, calib, input_names)
     cache = calibration_cache(calib_cache, src, settings, calib, calib_samples) if calib_cache is not None else None
     for _ in range(16):
         try:
@@ -134,6 +140,31 @@ def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input
     if notes is not None and retried:
         notes["per_tensor_retry"] = retried
     return dst
+
+
+def equalized_path(src: Path, folder: Path, calib) -> Path:
+    """Where :func:`quantize_static` keeps ``src`` equalized with ``calib`` for the candidates quantized into
+    ``folder``: the FP32 model those candidates' Q/DQ models are compared with. Named by what decides it (the
+    source file's path, size and time, the calibration data), so a later run never reads an earlier one's."""
+    import hashlib
+
+    st = Path(src).stat()
+    h = hashlib.sha256(json.dumps([str(Path(src).resolve()), st.st_size, st.st_mtime_ns]).encode())
+    for name, arr in sorted(getattr(calib, "arrays", {}).items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return Path(folder) / f"{Path(src).stem}.{h.hexdigest()[:12]}.equalized.onnx"
+
+
+def _equalized(src: Path, folder: Path, calib, input_names: list[str]) -> Path:
+    from .equalize import equalize
+
+    out = equalized_path(src, folder, calib)
+    if not out.is_file():
+        tmp = out.with_name(out.stem + ".tmp.onnx")
+        equalize(src, tmp, calib, input_names)
+        tmp.replace(out)
+    return out
 
 
 def _first_line(err: Exception) -> str:
@@ -162,6 +193,7 @@ def calibration_cache(folder: Path, src: Path, settings: StaticSettings, calib, 
     import hashlib
 
     h = hashlib.sha256(json.dumps([str(Path(src).resolve()), CalibMethod(settings.calib_method).value, settings.moving_average,
+                                   settings.equalize,
                                    settings.percentile if settings.calib_method == CalibMethod.PERCENTILE else None,
                                    sorted(settings.op_types_to_quantize or ()), calib_samples]).encode())
     for name, arr in sorted(getattr(calib, "arrays", {}).items()):

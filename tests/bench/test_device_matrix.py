@@ -38,7 +38,16 @@ def test_table_shows_the_precision_written_and_marks_a_float_fallback(matrix):
     rows = matrix.table({"cells": cells, "verify_on": "pi5-emu"}).splitlines()
     assert "| written |" in rows[0] and "| board check |" in rows[0]
     assert "| onnxruntime int8 |" in rows[2] and "fallback" not in rows[2]
-    assert "| tflite fp16 (fallback: int8 held on no mode) |" in rows[3]
+    assert "| tflite fp16 (fallback: int8 held on no mode; no confidence bound on the drop) |" in rows[3]
+
+
+def test_a_float_fallback_shows_the_gates_drop_upper_bound(matrix):
+    gate = matrix.gate_bound({"metric_drop": 0.4, "drop_upper": 1.25, "confidence": 0.95, "samples": 70})
+    assert gate == {"drop": 0.4, "drop_upper": 1.25, "confidence": 0.95, "samples": 70}
+    cell = _cell(precision="fp16", backend="tflite", gate=gate,
+                 precision_fallback={"requested": "int8", "reason": "no INT8 mode held the bound"})
+    row = matrix.table({"cells": [cell]}).splitlines()[2]
+    assert "| tflite fp16 (fallback: int8 held on no mode; drop up to 1.25 at 0.95 confidence) |" in row
 
 
 def test_table_shows_the_board_check_and_a_metric_outside_the_bound(matrix):

@@ -185,7 +185,6 @@ def local_error_ranking(units: FloatUnits, feeds: list[dict], in_names: list[str
     big channels dominate the norm, and so does a reader whose INT8 weights lose a channel."""
     qc = units.q.clone()
     fqs = [op for op in qc.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
-    n0 = len(qc.outputs)
     for fq in fqs:
         qc.add_outputs([fq.input_value(0), fq.output(0)])
     weights = {fq.get_friendly_name(): units.weights_of(qc, [fq.get_friendly_name()]) for fq in fqs}
@@ -194,8 +193,9 @@ def local_error_ranking(units: FloatUnits, feeds: list[dict], in_names: list[str
         for op, k, _ in entries:
             key = (op.get_friendly_name(), k)
             if key not in w_slot:
-                w_slot[key] = len(qc.outputs)
                 qc.add_outputs([op.input_value(k)])
+                w_slot[key] = _port(op.input_value(k))
+    slot = result_slots(qc)
     config = {"INFERENCE_PRECISION_HINT": "f32"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
@@ -205,8 +205,8 @@ def local_error_ranking(units: FloatUnits, feeds: list[dict], in_names: list[str
     for f in feeds:
         res = compiled({k: v for k, v in f.items() if k in in_names})
         for j in range(len(fqs)):
-            x = np.asarray(res[n0 + 2 * j], np.float64)
-            y = np.asarray(res[n0 + 2 * j + 1], np.float64)
+            x = np.asarray(res[slot[_port(fqs[j].input_value(0))]], np.float64)
+            y = np.asarray(res[slot[_port(fqs[j].output(0))]], np.float64)
             errs[j] += _channel_error(x, y) / len(feeds)
         if not w_err:
             for entries in weights.values():
@@ -214,12 +214,26 @@ def local_error_ranking(units: FloatUnits, feeds: list[dict], in_names: list[str
                     key = (op.get_friendly_name(), k)
                     if key not in w_err:
                         w_err[key] = _channel_error(np.asarray(const.get_data(), np.float64),
-                                                    np.asarray(res[w_slot[key]], np.float64), axes=(0,))
+                                                    np.asarray(res[slot[w_slot[key]]], np.float64), axes=(0,))
     scores = [(fq.get_friendly_name(), float(e + sum(w_err.get((op.get_friendly_name(), k), 0.0)
                                                      for op, k, _ in weights[fq.get_friendly_name()])))
               for fq, e in zip(fqs, errs, strict=True)]
     scores.sort(key=lambda t: -t[1])
     return scores
+
+
+def _port(out) -> tuple[str, int]:
+    return out.get_node().get_friendly_name(), out.get_index()
+
+
+def result_slots(model) -> dict[tuple[str, int], int]:
+    """Each tensor the model returns (its producer's name and port) -> its position among the results. A tensor
+    that already is a result (a model output, or one FakeQuantize's input that is another's output too) is not
+    added twice by ``add_outputs``, so positions can't be counted from the calls."""
+    slots: dict[tuple[str, int], int] = {}
+    for i, r in enumerate(model.get_results()):
+        slots.setdefault(_port(r.input_value(0)), i)
+    return slots
 
 
 def _channel_error(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...] = (1,)) -> float:
