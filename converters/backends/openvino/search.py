@@ -23,8 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
-from edgeopt.converters.quantize.search import SearchResult, gate_failure, run_search
+from edgeopt.converters.quantize.candidate import SearchResult
 from edgeopt.converters.quantize.sensitivity import UNRANKED
+from edgeopt.converters.quantize.strategy import run_search
+from edgeopt.converters.quantize.verdict import gate_failure
 
 from .float_cost import cheaper_float
 from .runs import compiled_run, judged_at

@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.quantize.modes import Granularity, QuantMode
-from edgeopt.converters.quantize.search import gate_failure, run_search
 from edgeopt.converters.quantize.sensitivity import UNRANKED
+from edgeopt.converters.quantize.strategy import run_search
 from edgeopt.converters.quantize.timing import QUICK_S, interleaved_latency_ms, speed_verdict
+from edgeopt.converters.quantize.verdict import gate_failure
 from edgeopt.errors import StageError, UsageError
 
 from .quantizer import read_ops
