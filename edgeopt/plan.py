@@ -400,7 +400,7 @@ def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str
     if pruning or options.prune_mode == PruneMode.SPARSE_2_4:
         wanted.append("prune")
     if options.prune_mode == PruneMode.SPARSE_2_4:
-        from edgeopt.converters.prune import SPARSE_2_4_WARNING
+        from edgeopt.converters.prune_config import SPARSE_2_4_WARNING
 
         warnings.append(SPARSE_2_4_WARNING)
     if pruning and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
