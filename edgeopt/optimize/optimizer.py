@@ -56,7 +56,7 @@ TVM_TUNE_MIN_BUDGET_MIN = 15.0
 
 
 def _installed_backends(profile) -> tuple[list[str], list[str]]:
-    from edgeopt.plan import backend_class
+    from edgeopt.backend_choice import backend_class
 
     ok, skipped = [], []
     for b in profile.backends:
