@@ -61,7 +61,8 @@ def _latency(sessions: dict, feed: dict, runs: int, rounds: int = 10) -> dict:
 
 def bench_model(name, path, ratios, runs, work, x=None, y=None, calib=None, round8=(0.3,)) -> dict:
     from edgeopt.converters.base import ChainContext, Intermediate, PruneMode
-    from edgeopt.converters.prune import Prune, PruneConfig
+    from edgeopt.converters.prune import Prune
+    from edgeopt.converters.prune_config import PruneConfig
     from edgeopt.data import Dataset
     from edgeopt.model import graph_inputs, load_onnx
 

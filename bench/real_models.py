@@ -239,7 +239,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     from edgeopt.converters.normalize import Normalize, NormalizeConfig
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
     from edgeopt.converters.quantize.bound import ort_runner
-    from edgeopt.converters.quantize.search import make_task_metric, metric_name, metric_unit
+    from edgeopt.converters.quantize.task_metric import make_task_metric, metric_name, metric_unit
     from edgeopt.errors import EdgeoptError
     from edgeopt.metrics import MetricSpec
     from edgeopt.runtime.measure import measure_interleaved

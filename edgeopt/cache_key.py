@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 # Source that decides an artifact's bytes: the chain, the plan, the manifest writer, the runners.
-_CODE_GLOBS = (("converters", "**/*.py"), ("edgeopt", "convert.py"), ("edgeopt", "chain.py"), ("edgeopt", "plan.py"),
+_CODE_GLOBS = (("converters", "**/*.py"), ("edgeopt", "convert.py"), ("edgeopt", "convert_build.py"),
+               ("edgeopt", "chain.py"), ("edgeopt", "plan.py"), ("edgeopt", "option_resolution.py"),
+               ("edgeopt", "backend_choice.py"), ("edgeopt", "config_errors.py"),
                ("edgeopt", "metrics/**/*.py"), ("edgeopt", "options.py"),
                ("edgeopt", "artifact.py"), ("edgeopt", "validate.py"), ("edgeopt", "data.py"),
                ("edgeopt", "model.py"), ("edgeopt", "runtime/**/*.py"))
@@ -36,20 +38,28 @@ def tool_versions() -> dict[str, str | None]:
     return {"edgeopt": __version__, **{d: version_of(d) for d in dists}}
 
 
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """sha256 over edgeopt's conversion source files (a code change is a cache miss)."""
+def code_files() -> list[tuple[str, Path]]:
+    """edgeopt's conversion source files, in hashing order: (name relative to its root, path)."""
     import edgeopt
     import edgeopt.converters
 
     roots = {"edgeopt": Path(edgeopt.__file__).parent, "converters": Path(edgeopt.converters.__file__).parent}
-    h = hashlib.sha256()
+    out = []
     for root_name, pattern in _CODE_GLOBS:
         root = roots[root_name]
         for p in sorted(root.glob(pattern)):
             if p.is_file() and "__pycache__" not in p.parts:
-                h.update(f"{root_name}/{p.relative_to(root).as_posix()}\0".encode())
-                h.update(p.read_bytes())
+                out.append((f"{root_name}/{p.relative_to(root).as_posix()}", p))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 over edgeopt's conversion source files (a code change is a cache miss)."""
+    h = hashlib.sha256()
+    for name, p in code_files():
+        h.update(f"{name}\0".encode())
+        h.update(p.read_bytes())
     return h.hexdigest()
 
 

@@ -18,8 +18,8 @@ CHECK_SAMPLES = 8  # samples each stage checks its output on against its input
 
 
 def stage_class(name: str, plan):
+    from edgeopt.backend_choice import backend_class
     from edgeopt.converters.registry import get_stage
-    from edgeopt.plan import backend_class
 
     return backend_class(plan.backend) if name == plan.backend.value else get_stage(name)
 

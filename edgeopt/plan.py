@@ -4,22 +4,25 @@
 ``default_chain``), then applies a recipe file, then the command line flags. Each stage's config
 comes from ``StageClass.configure(options)`` and then the recipe's ``stages: {name: {...}}``
 overrides (unknown keys are errors with "did you mean"). A plan hashes to the sha256 of its
-canonical JSON (the cache key of a conversion).
+canonical JSON (the cache key of a conversion). The request is resolved over the profile in
+:mod:`edgeopt.option_resolution`, the backend chosen and checked in :mod:`edgeopt.backend_choice`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError
 
+from edgeopt.backend_choice import backend_class
+from edgeopt.config_errors import validation_message
 from edgeopt.converters.base import ChainOptions, PruneMode, StageConfig
-from edgeopt.enums import BackendName, Precision, QuantMode, UnitKind
-from edgeopt.errors import BadInputError, MissingDependencyError, UsageError, did_you_mean
+from edgeopt.enums import BackendName, Precision
+from edgeopt.errors import BadInputError, UsageError
 from edgeopt.files import read_text_file
+from edgeopt.option_resolution import resolve_options
 from edgeopt.options import ChainRequest
 
 
@@ -80,29 +83,6 @@ class Recipe(ChainRequest):
     profile's defaults; CLI flags override it in turn."""
 
 
-def _nested_fields(model: type[BaseModel], path) -> list[str]:
-    """The field names of the sub-config at ``path`` inside ``model`` (``bound`` -> AccuracyBound's)."""
-    for part in path:
-        info = model.model_fields.get(str(part))
-        subs = [a for a in (info.annotation, *getattr(info.annotation, "__args__", ())) if info is not None
-                and isinstance(a, type) and issubclass(a, BaseModel)]
-        if not subs:
-            return []
-        model = subs[0]
-    return list(model.model_fields)
-
-
-def _validation_message(err: ValidationError, origin: str, fields: list[str] | type[BaseModel]) -> BadInputError:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    if not isinstance(fields, list):
-        fields = _nested_fields(fields, first["loc"][:-1])
-    if first["type"] == "extra_forbidden":
-        key = str(first["loc"][-1])
-        return BadInputError(f"{origin}: unknown key '{loc}'", did_you_mean(key, fields) or f"known keys: {', '.join(fields)}")
-    return BadInputError(f"{origin}: '{loc}': {first['msg']}", "fix the value")
-
-
 def load_recipe(path: str | Path) -> Recipe:
     import yaml
 
@@ -118,63 +98,7 @@ def load_recipe(path: str | Path) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as err:
-        raise _validation_message(err, str(p), list(Recipe.model_fields)) from err
-
-
-# --------------------------------------------------------------------------- backends
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def backend_class(name: BackendName):
-    """The Backend class for ``name``; exit 4 (naming the extra) when its libraries are missing. Backend
-    modules import nothing heavy, so the class's ``requires`` is checked (find_spec) before any library is."""
-    from edgeopt.converters.registry import BACKEND_MODULES, get_backend
-
-    try:
-        cls = get_backend(name)
-    except ModuleNotFoundError as e:
-        if e.name and BACKEND_MODULES[name].startswith(e.name):
-            raise UsageError(f"backend '{name.value}' is not available in this edgeopt build", "use --backend onnxruntime") from e
-        raise MissingDependencyError(f"backend '{name.value}' needs {e.name}, which is not installed",
-                                     f"install it with: pip install 'edgeopt[{name.value}]'") from e
-    absent = [m for m in cls.requires if not _importable(m)]
-    if absent:
-        how = f"pip install 'edgeopt[{cls.extra}]'" if cls.extra else f"pip install {absent[0]}"
-        raise MissingDependencyError(
-            f"backend '{name.value}' needs {', '.join(absent)}, which is not installed",
-            f"install it with: {how}" + (f" (the '{cls.extra}' extra)" if cls.extra else ""),
-        )
-    return cls
-
-
-def choose_backend(profile, requested: str | None, warnings: list[str]) -> BackendName:
-    if requested:
-        from edgeopt.converters.registry import parse_backend
-
-        name = parse_backend(requested)
-        if profile.backend(name) is None:
-            listed = ", ".join(b.name.value for b in profile.backends)
-            warnings.append(f"profile '{profile.name}' does not list backend '{name.value}' (it lists {listed}); using it anyway")
-        backend_class(name)
-        return name
-    first_error = None
-    for target in profile.backends:
-        try:
-            backend_class(target.name)
-            return target.name
-        except (MissingDependencyError, UsageError) as err:
-            first_error = first_error or err
-    assert first_error is not None
-    raise MissingDependencyError(f"none of profile '{profile.name}''s backends is installed: {first_error.message}", first_error.hint)
-
-
-# --------------------------------------------------------------------------- stages
+        raise validation_message(err, str(p), list(Recipe.model_fields)) from err
 
 
 def _stage_class(name: str):
@@ -202,58 +126,9 @@ def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
         try:
             config = type(config).model_validate(_deep_merge(config.model_dump(), override))
         except ValidationError as err:
-            raise _validation_message(err, f"recipe stages.{name}", type(config)) from err
+            raise validation_message(err, f"recipe stages.{name}", type(config)) from err
     settle = getattr(cls, "settle_config", None)  # after the overrides: what they name (TVM: its database's hash)
     return settle(config) if config is not None and settle is not None else config
-
-
-def _quant_preset(profile, target) -> tuple[str, str]:
-    """The INT8 preset for the engine that runs the model (TensorRT's execution provider: ``tensorrt``), else for the
-    profile's ISA (x86 VNNI or AVX2, Arm dot-product...), and why."""
-    from edgeopt.converters.quantize.presets import preset_for_profile
-
-    provider = dict(target.settings).get("provider") if target is not None else None
-    preset, why = preset_for_profile(profile, provider)
-    return preset.name, why
-
-
-def _channel_multiple(profile, target, precision) -> tuple[int, str]:
-    """The channel multiple the profile's unit running this backend likes (prune's round_to), and why."""
-    from edgeopt.converters.prune import channel_multiple
-
-    return channel_multiple(profile, dict(target.settings) if target else {}, precision)
-
-
-def _enum(cls, value, flag: str):
-    try:
-        return cls(value)
-    except ValueError as err:
-        names = [m.value for m in cls]
-        raise UsageError(f"{flag} '{value}' is not one of {', '.join(names)}",
-                         did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
-
-
-def _check_quant_mode(bcls, backend_name, prec: Precision, mode: QuantMode, warnings: list[str]) -> None:
-    """A pinned ``--quant-mode`` must be one the backend's quantizer offers (and only means something for INT8)."""
-    if mode == QuantMode.AUTO:
-        return
-    if prec != Precision.INT8:
-        warnings.append(f"--quant-mode {mode.value} does nothing at --precision {prec.value} (it picks the kind of INT8)")
-        return
-    from edgeopt.converters.registry import resolve
-
-    offered = resolve(bcls.quantizer).modes if bcls.quantizer else ()
-    if mode not in offered:
-        names = [m.value for m in QuantMode if m in offered] + [QuantMode.AUTO.value]  # in the enum's order
-        raise UsageError(f"--quant-mode {mode.value}: backend '{backend_name.value}' does not offer {mode.value} INT8 "
-                         f"(it offers {', '.join(names)})",
-                         f"use --quant-mode {' or '.join(names)}, or another --backend")
-
-
-def _prune_value(value) -> tuple[float, bool]:
-    """(ratio, auto) from the request's ``prune`` (already 'auto' or a number: ChainRequest parses it) or the
-    profile's default ratio."""
-    return (0.0, True) if value == "auto" else (float(value), False)
 
 
 def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequest | str | Path | None = None,
@@ -263,7 +138,7 @@ def make_plan(profile, request: ChainRequest | None = None, *, recipe: ChainRequ
     an unknown keyword is exit 2 with "did you mean")."""
     r = _request(request, recipe, options)
     warnings: list[str] = []
-    resolved = _resolve_options(profile, r, input_shapes, warnings)
+    resolved = resolve_options(profile, r, input_shapes, warnings)
     bcls = backend_class(resolved.backend)
     specs = []
     for name in _stages_wanted(resolved, bcls, warnings):
@@ -291,65 +166,6 @@ def _request(request: ChainRequest | None, recipe, keywords: dict) -> ChainReque
     return request.over(recipe)
 
 
-def _pick(value, default):
-    return value if value is not None else default
-
-
-def _resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]) -> ChainOptions:
-    """The request resolved over the profile's defaults into :class:`ChainOptions` (the backend chosen, every
-    profile-dependent choice settled), with the checks that need the profile or several options together."""
-    backend_name = choose_backend(profile, _pick(r.backend, None), warnings)
-    bcls = backend_class(backend_name)
-    chain = profile.default_chain
-    prec = _enum(Precision, _pick(r.precision, chain.precision), "--precision")
-    if prec not in bcls.precisions:
-        raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
-                         f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
-    from edgeopt.float_precisions import check_native, native_float_precisions
-
-    check_native(profile, backend_name, prec)  # bf16 only where the profile's unit runs it natively
-    quant_mode = _enum(QuantMode, _pick(r.quant_mode, QuantMode.AUTO), "--quant-mode")
-    _check_quant_mode(bcls, backend_name, prec, quant_mode, warnings)
-    # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
-    mode = _enum(PruneMode, _pick(r.prune_mode, PruneMode.CHANNELS), "--prune-mode")
-    _check_stage_names(r, backend_name)
-    prune_value, prune_auto = _prune_value(_pick(r.prune, chain.prune))
-    _check_prune_auto(prune_auto, mode, r.max_accuracy_drop)
-    if r.export_c and "export_c" not in bcls.Config.model_fields:
-        raise UsageError(f"--export-c writes the model as a C array for firmware; backend '{backend_name.value}' "
-                         "has no such output", "use --backend tflite, or drop --export-c")
-    if r.c_name and not r.export_c:
-        raise UsageError("c_name names the C array of export_c, which is off", "give export_c too, or drop c_name")
-    target = profile.backend(backend_name)
-    try:
-        options = ChainOptions(
-            backend=backend_name,
-            precision=prec,
-            quant_mode=quant_mode,
-            prune=prune_value,
-            prune_auto=prune_auto,
-            prune_mode=mode,
-            recover=_pick(r.recover, None),
-            bound=r.accuracy_bound(),
-            given=r.stage_options(),
-            threads=r.threads,
-            backend_settings=_settings_with_memory(profile, target),
-            stage_overrides=dict(r.stages),
-            input_shapes=dict(input_shapes or {}),
-            prune_channel_multiple=_channel_multiple(profile, target, prec),
-            quant_preset=_quant_preset(profile, target),
-            profile_name=profile.name,
-            profile_has_gpu=profile.unit(UnitKind.GPU) is not None,
-            sparse_units=tuple(u.kind.value for u in profile.compute_units if u.sparse_peak_gops is not None),
-            native_floats=tuple(p.value for p in native_float_precisions(profile, backend_name)),
-        )
-    except ValidationError as err:
-        raise _validation_message(err, "options", list(ChainOptions.model_fields)) from err
-    if not 0.0 <= options.prune < 1.0:
-        raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
-    return options
-
-
 def _check_unplanned_overrides(options: ChainOptions, planned: set[str], warnings: list[str]) -> None:
     """Overrides of a stage this plan does not run are still checked (an unknown key is an error, never dropped)
     and named in a warning: they do nothing here."""
@@ -360,25 +176,8 @@ def _check_unplanned_overrides(options: ChainOptions, planned: set[str], warning
         try:
             config_cls.model_validate(_deep_merge(config_cls().model_dump(), override))
         except ValidationError as err:
-            raise _validation_message(err, f"recipe stages.{name}", config_cls) from err
+            raise validation_message(err, f"recipe stages.{name}", config_cls) from err
         warnings.append(f"stages.{name} ({', '.join(override)}) does nothing: this plan runs no {name} stage")
-
-
-def _check_stage_names(r: ChainRequest, backend_name: BackendName) -> None:
-    stage_names = ["normalize", "prune", "recover", "quantize", "early_exit", backend_name.value]
-    for key in r.stages:
-        if key not in stage_names:
-            raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
-                                did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
-
-
-def _check_prune_auto(prune_auto: bool, mode: PruneMode, bound: float | None) -> None:
-    if prune_auto and mode != PruneMode.CHANNELS:
-        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {mode.value}",
-                         "use --prune-mode channels, or give no --prune")
-    if prune_auto and bound is None:
-        raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
-                         "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
 
 
 def _with_planned_auto_recovery(specs: list[StageSpec]) -> list[StageSpec]:
@@ -400,7 +199,7 @@ def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str
     if pruning or options.prune_mode == PruneMode.SPARSE_2_4:
         wanted.append("prune")
     if options.prune_mode == PruneMode.SPARSE_2_4:
-        from edgeopt.converters.prune import SPARSE_2_4_WARNING
+        from edgeopt.converters.prune_config import SPARSE_2_4_WARNING
 
         warnings.append(SPARSE_2_4_WARNING)
     if pruning and options.prune_mode == PruneMode.CHANNELS and options.recover is not False:
@@ -417,13 +216,3 @@ def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str
         wanted.append("quantize")
     wanted.append("early_exit")  # its configure says whether it runs (--early-exit)
     return wanted
-
-
-def _settings_with_memory(profile, target) -> dict:
-    """The profile's settings for the backend; a microcontroller target (``micro``) gets the profile's flash and
-    RAM, so the firmware step checks against them (and the plan hash follows an edit of them)."""
-    settings = dict(target.settings) if target else {}
-    if isinstance(settings.get("micro"), dict):
-        settings["micro"] = {**settings["micro"], "flash_bytes": profile.memory.flash_bytes,
-                             "ram_bytes": profile.memory.budget_bytes}
-    return settings

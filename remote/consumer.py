@@ -72,7 +72,7 @@ def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, ins
     runtime or numpy is missing there."""
     from edgeopt.artifact import verify_artifact
 
-    from .bench import fetch_atomic, with_work_dir
+    from .device_run import fetch_atomic, with_work_dir
 
     listed = verify_artifact(artifact)
     manifest = json.loads((artifact / "manifest.json").read_text())

@@ -1,6 +1,6 @@
 """Accuracy-aware INT8 for ONNX Runtime: meet ``--max-accuracy-drop`` by the quantizer's options
 first, then by keeping the most sensitive nodes in float (ranked once, grown then bisected, within
-``--search-budget``: :mod:`.search`), then say whether the result is faster than FP32.
+``--search-budget``: :mod:`.strategy`), then say whether the result is faster than FP32.
 
 The search only ever sees one part of the eval data; the bound is then confirmed on the other
 part, and both figures are reported (tuning on the same samples that judge the result is how
@@ -19,10 +19,12 @@ from edgeopt.quant_units import units_of
 
 from . import sensitivity
 from .bound import ort_runner, warn_small_eval
+from .fallback import FloatPrefix
 from .ort_static import WEIGHTED_OPS, StaticSettings, equalized_path, quantize_static
 from .presets import TENSORRT
-from .search import FloatPrefix, gate_failure, run_search
+from .strategy import run_search
 from .timing import QUICK_S, interleaved_latency_ms, speed_verdict
+from .verdict import gate_failure
 
 MATMUL_OPS = ("MatMul", "Gemm")
 
@@ -136,7 +138,7 @@ def skip_all_ops_option(bound: float, base: str = "preset"):
 def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bound, input_names: list[str],
                    calib_samples: int | None, fp16_hint: bool = False, preset: str | None = None) -> tuple[Path, dict]:
     """Quantize ``src`` (FP32 ONNX) so the metric drop stays within ``accuracy_bound`` (the stage's
-    :class:`AccuracyBound`) on data the search never saw, within its search budget (:mod:`.search`); returns
+    :class:`AccuracyBound`) on data the search never saw, within its search budget (:mod:`.strategy`); returns
     (path, report). ``preset``: the hardware preset's name (``tensorrt`` adds the graph-order float fallback)."""
     import onnx
 

@@ -6,7 +6,7 @@ held back, and the FP32 reference run. :func:`choose_mode` is the first level of
 (confirmed on the held-back part when within the bound), the ones within the bound are timed on the backend
 against FP32 in blocks, and the fastest is kept. Every other candidate is reported with why it was dropped
 (over the bound, slower, or failed to build), with its figures. When no mode holds the bound as it is, the
-caller goes on with its options and per-op float search (:mod:`.search`) on the static mode.
+caller goes on with its options and per-op float search (:mod:`.strategy`) on the static mode.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
 
-from .search import BudgetedSearch
+from .budget import BudgetedSearch
 from .timing import blocked_latency_ms
 
 Build = Callable[[], tuple[Any, Callable, Any]]  # () -> (artifact, run function, QuantizedModel)
@@ -183,9 +183,9 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
 
 
 def _confirmed(s: BudgetedSearch, c, row: dict, report: dict) -> bool:
-    """The chosen mode confirmed once on the held-back part (:func:`.search.confirmed`), its row updated (and the
+    """The chosen mode confirmed once on the held-back part (:func:`.verdict.confirmed`), its row updated (and the
     ``report``'s ``not_confirmed`` when it is not)."""
-    from .search import confirmed
+    from .verdict import confirmed
 
     ok = confirmed(s, c)
     row.update(confirm_value=round(c.confirm_value, 4), confirm_drop_points=round(s.drop(c.confirm_value, True), 3),

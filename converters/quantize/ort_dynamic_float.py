@@ -1,7 +1,7 @@
 """Dynamic INT8 with its most sensitive ops kept in float (ONNX Runtime): the per-op float fallback of the dynamic mode.
 
 Where every dynamic mode misses the bound as built, the search goes on over dynamic per-channel (then per-tensor)
-with the ops that lose the most kept in float, as the static search does with its Q/DQ (:mod:`.search`: ranked
+with the ops that lose the most kept in float, as the static search does with its Q/DQ (:mod:`.strategy`: ranked
 once, k grown 1, 2, 4, … then bisected, each candidate confirmed on the held-back part). A recurrent model's layers
 are few and each carries much of the time, so one of them in float still leaves most of the gain: resemblyzer's
 speaker encoder (3 LSTM + Linear) is 2.14 points of 100 − EER over on unseen speech with all four dynamic
@@ -20,11 +20,12 @@ from pathlib import Path
 from edgeopt.quant_units import units_of
 
 from .bound import Bounded, ort_runner
+from .candidate import SearchResult
 from .dynamic import DYNAMIC_OPS
 from .modes import DynamicMode, Granularity
 from .onnxruntime_quantizer import OnnxRuntimeQuantizer
-from .search import SearchResult, run_search
 from .sensitivity import UNRANKED, output_error
+from .strategy import run_search
 
 RANK_SAMPLES = 8
 
@@ -41,7 +42,7 @@ def weighted_dynamic_nodes(model_path: Path) -> list[str]:
 
 def search_dynamic_with_float(model_path: Path, work: Path, b: Bounded, *, bound: float, budget_s: float,
                               grains: tuple[Granularity, ...], progress=None) -> SearchResult:
-    """The budgeted search (:func:`.search.run_search`) over the dynamic modes ``grains`` as its options, then the
+    """The budgeted search (:func:`.strategy.run_search`) over the dynamic modes ``grains`` as its options, then the
     most sensitive of :func:`weighted_dynamic_nodes` kept in float."""
     quantizer = OnnxRuntimeQuantizer()
     nodes = weighted_dynamic_nodes(model_path)

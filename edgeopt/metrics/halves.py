@@ -1,7 +1,7 @@
 """The halves rule, for a metric without per-sample scores (a user's ``MODULE:FUNCTION``), which the confidence bound
 (:mod:`edgeopt.metrics.confidence`) can't judge: the drop must hold on ``HALVES_PERCENTILE`` % of ``HALVES`` random
 halves of the eval samples, the spread over the halves standing in for a confidence limit. One declaration, used by every INT8 search's confirmation
-(:mod:`edgeopt.converters.quantize.search`) and by the validation of every artifact (:mod:`edgeopt.validate`), so
+(:mod:`edgeopt.converters.quantize.budget`) and by the validation of every artifact (:mod:`edgeopt.validate`), so
 the convert gate, the pipeline's gate and ``optimize`` judge a candidate as the search that built it did.
 
 Half-sampling (the delete-n/2 jackknife): the drop on each half spreads as the drop on all the samples would over

@@ -105,7 +105,7 @@ def folded(fields: dict) -> dict:
 
 
 def dropped_why(c, winner, bound: float) -> str:
-    """Why candidate ``c`` (an ``optimize.optimizer.Candidate``) was not the winner (or that it was), from the final
+    """Why candidate ``c`` (an ``optimize.result.Candidate``) was not the winner (or that it was), from the final
     figures."""
     from edgeopt.metrics.halves import one_in
 

@@ -128,3 +128,14 @@ def test_a_tvm_tuning_database_is_in_the_plan_and_so_in_the_key(tmp_path, monkey
     (named / "database_tuning_record.json").write_text("[8]\n")
     assert plan(recipe).hash != before.hash
     assert plan(Recipe(stages={"tvm": {"use_tuning_cache": False}})).stages[-1].config.tuning_db_sha256 == "none"
+
+
+def test_the_code_the_key_hashes_includes_what_convert_and_plan_hand_their_work_to():
+    """A change in one build's work or in the plan's resolution is a cache miss, as it was when that code sat in
+    convert.py and plan.py."""
+    from edgeopt.cache_key import code_files
+
+    names = {name for name, _ in code_files()}
+    assert {"edgeopt/convert.py", "edgeopt/convert_build.py", "edgeopt/plan.py", "edgeopt/option_resolution.py",
+            "edgeopt/backend_choice.py", "edgeopt/config_errors.py", "edgeopt/chain.py"} <= names
+    assert "converters/quantize/strategy.py" in names and "converters/prune_channels.py" in names

@@ -91,10 +91,10 @@ def test_backend_not_in_profile_warns(tmp_path):
 
 def test_simulated_missing_backend_skipped_then_named(tmp_path, monkeypatch):
     """Simulated: openvino's libraries 'missing' (find_spec patched): the default falls through, a named one exits 4."""
-    import edgeopt.plan as plan_mod
+    import edgeopt.backend_choice as choice_mod
 
-    real = plan_mod._importable
-    monkeypatch.setattr(plan_mod, "_importable", lambda m: False if m in ("openvino", "nncf") else real(m))
+    real = choice_mod._importable
+    monkeypatch.setattr(choice_mod, "_importable", lambda m: False if m in ("openvino", "nncf") else real(m))
     prof = _profile(tmp_path, backends=[{"name": "openvino"}, {"name": "onnxruntime"}])
     assert make_plan(prof).backend == BackendName.ONNXRUNTIME
     with pytest.raises(MissingDependencyError) as e:

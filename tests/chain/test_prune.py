@@ -17,8 +17,9 @@ from pydantic import ValidationError
 
 from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, PruneMode
 from edgeopt.converters.checks import ort_run_fn
-from edgeopt.converters.prune import Prune, PruneConfig
+from edgeopt.converters.prune import Prune
 from edgeopt.converters.prune_apply import kept_count
+from edgeopt.converters.prune_config import PruneConfig
 from edgeopt.converters.registry import get_stage
 from edgeopt.data import Dataset
 from edgeopt.enums import BackendName, Precision

@@ -112,8 +112,9 @@ def test_prune_auto_picks_a_ratio_within_the_bound_on_the_digits_cnn(cli, tmp_pa
 def test_ratios_that_prune_the_same_channels_are_tried_once():
     """At AVX-512's 16-channel rounding the digits CNN's ratios 0.1-0.3 make one model: the auto search's grid keeps
     the smallest ratio of each distinct pruning, and says why each other ratio was left out."""
-    from edgeopt.converters.prune import PruneConfig, kept_channels_at, prune_channels
     from edgeopt.converters.prune_auto import effective_grid
+    from edgeopt.converters.prune_channels import kept_channels_at, prune_channels
+    from edgeopt.converters.prune_config import PruneConfig
     from edgeopt.model import load_onnx
 
     model = load_onnx(fixture_model("digits_cnn"))

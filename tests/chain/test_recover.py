@@ -15,7 +15,8 @@ import pytest
 
 from edgeopt.converters.base import ChainContext, Intermediate
 from edgeopt.converters.checks import ort_run_fn
-from edgeopt.converters.prune import PruneConfig, prune_channels
+from edgeopt.converters.prune_channels import prune_channels
+from edgeopt.converters.prune_config import PruneConfig
 from edgeopt.converters.recover import Recover, RecoverConfig, train_extra_missing
 from edgeopt.converters.registry import get_stage
 from edgeopt.data import load_data

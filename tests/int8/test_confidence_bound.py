@@ -64,7 +64,7 @@ def test_every_built_in_metric_gives_per_sample_scores_that_average_to_its_figur
 
 
 def test_a_small_eval_set_is_refused_with_the_samples_it_needs_before_any_candidate_is_built():
-    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.converters.quantize.strategy import run_search
     from edgeopt.data import Dataset
     from edgeopt.errors import GateFailedError
 

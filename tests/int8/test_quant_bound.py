@@ -57,7 +57,8 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
     within a 2-point bound as a point (and with one sample of room, the old rule), but up to 2.81 points at the
     held-back look's confidence. The held-back part confirms the search's choice once: not confirmed, the search
     ends without a result, and the gate failure says why. One flip held back (up to 1.37) is confirmed."""
-    from edgeopt.converters.quantize.search import gate_failure, run_search
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.converters.quantize.verdict import gate_failure
 
     search, confirm, fp32, lucky = _parts(0, 4)
     result = run_search(options=[("lucky", lambda: ("lucky", lucky))], rank=None, with_float=None, fp32_run=fp32,
@@ -137,7 +138,7 @@ def test_the_metric_kind_is_chosen_once_for_both_parts():
     """A CTC-like output whose blank share is 75 % on the searched samples and 12.5 % on the held-back ones: chosen
     on each part alone, the search was judged by CTC exact match and the held-back part by per-position
     agreement. Chosen once (on the eval as given), all three metrics are one kind."""
-    from edgeopt.converters.quantize.search import part_metrics
+    from edgeopt.converters.quantize.eval_parts import part_metrics
     from edgeopt.metrics import make_metric
 
     rng = np.random.default_rng(1)

@@ -347,7 +347,7 @@ def test_an_npu_int8_miss_names_the_precision_it_was_judged_at_and_the_cpu_build
     """No INT8 within the bound on an NPU profile: the message says the CPU here ran the NPU's f16 hint as another
     precision, and the hint names the build for the laptop's CPU (the NPU has no fp32 to keep)."""
     from edgeopt.converters.backends.openvino.search import no_int8_holds
-    from edgeopt.converters.quantize.search import Candidate, SearchResult
+    from edgeopt.converters.quantize.candidate import Candidate, SearchResult
 
     report = {"metric": "top1_agreement_with_fp32", "metric_unit": "%", "budget_s": 60, "candidates": 6,
               "fp32": {"search": 100.0, "confirm": 100.0}, "tried": [], "judged_at_hint": "f16",
@@ -516,7 +516,7 @@ def test_the_fallback_hit_is_judged_with_bf16_activations_where_the_cpu_runs_bf1
     import openvino as ov
 
     from edgeopt.converters.backends.openvino.stage import OpenVINOConfig, _hit_with_bf16_activations
-    from edgeopt.converters.quantize.search import Candidate
+    from edgeopt.converters.quantize.candidate import Candidate
 
     q = ov.convert_model(str(tiny_lstm(tmp_path / "lstm.onnx")))
     judged = []

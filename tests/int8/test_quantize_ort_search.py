@@ -224,7 +224,7 @@ def test_options_quantizing_every_op_are_skipped_once_the_placement_is_shown_to_
     op with another calibration (or float biases) are skipped, with why: each costs a calibration (a percentile one
     took half the search's share on magika) and scored 0-60 % there against 98 % for the placement."""
     from edgeopt.converters.quantize.accuracy_aware import skip_all_ops_option
-    from edgeopt.converters.quantize.search import Candidate
+    from edgeopt.converters.quantize.candidate import Candidate
 
     skip = skip_all_ops_option(2.0)
     preset = Candidate("preset", search_value=4.8)

@@ -1,4 +1,4 @@
-"""The accuracy-aware INT8 search (converters/quantize/search.py): it finishes within its budget, ranks
+"""The accuracy-aware INT8 search (converters/quantize/strategy.py and its modules): it finishes within its budget, ranks
 the ops once, recovers a per-position (sequence) model whose naive INT8 breaks, and says whether the
 result is faster than FP32.
 
@@ -264,7 +264,8 @@ def _linear_model_search_data(n: int = 480):
 def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     """Only keeping all ranked ops in float meets the bound: that candidate bounds the bisection, but the search
     ends without a result and the gate failure says that only the FP32 model met it."""
-    from edgeopt.converters.quantize.search import gate_failure, run_search
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.converters.quantize.verdict import gate_failure
 
     rng, w, search, confirm, fp32_run = _linear_model_search_data()
 
@@ -293,7 +294,7 @@ def test_a_hit_with_no_quantized_compute_op_left_is_fp32_too(meets_from, quantiz
     no compute op quantized (magika's search wrote such a model as "int8"). With ``quantizes``, that candidate is the
     FP32 model: it bounds the bisection, which looks below it for a hit that still quantizes, else the search fails
     saying only the FP32 model met the bound."""
-    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.converters.quantize.strategy import run_search
 
     _, w, search, confirm, fp32_run = _linear_model_search_data()
 
@@ -320,7 +321,7 @@ def test_float_fallback_goes_on_to_the_next_option_when_the_closest_one_has_no_h
     """The option closest to the bound can be the wrong base (magika on pi5: percentile calibration scored higher as
     built, but only min-max calibration holds once its Conv and Gemm are float): when the fallback on it ends without
     an INT8 hit and time is left, it runs on the next option, with the same ranking, and that option is the chosen."""
-    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.converters.quantize.strategy import run_search
 
     _, w, search, confirm, fp32_run = _linear_model_search_data()
 
@@ -349,7 +350,7 @@ def test_float_fallback_goes_on_to_the_next_option_when_the_closest_one_has_no_h
 def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
     """One option's build raises the quantizer's StageError (a library crash on a valid model): the search
     reports it under options_skipped and goes on to the next option, which meets the bound (#23)."""
-    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.converters.quantize.strategy import run_search
     from edgeopt.errors import StageError
 
     _, _, search, confirm, fp32_run = _linear_model_search_data()
@@ -373,7 +374,7 @@ def test_full_bias_correction_runs_on_the_better_preset_only(mixed_scale, built_
     `mixed`) only the one on the preset that scored better is built (on a tie, the plain one's); the other is
     reported as skipped, and the float fallback still builds on the right option index."""
     from edgeopt.converters.backends.openvino.search import bias_correction_on_the_better_preset
-    from edgeopt.converters.quantize.search import run_search
+    from edgeopt.converters.quantize.strategy import run_search
 
     rng, w, search, confirm, fp32_run = _linear_model_search_data()
     labels = ["nncf defaults", "preset mixed (asymmetric activations)", "fast_bias_correction=False",
@@ -434,7 +435,7 @@ def test_openvino_search_through_the_cli_keeps_nncf_logs_off_stderr(tagger, tmp_
 
 
 def _failed_search(stopped_by_budget: bool):
-    from edgeopt.converters.quantize.search import Candidate, SearchResult
+    from edgeopt.converters.quantize.candidate import Candidate, SearchResult
 
     tried = [{"what": "plain", "kept_in_float": 0}, {"what": "+1 float", "kept_in_float": 1},
              {"what": "+2 float", "kept_in_float": 2}, {"what": "+4 float", "kept_in_float": 4}]
@@ -448,7 +449,7 @@ def _failed_search(stopped_by_budget: bool):
 def test_a_gate_failure_says_what_was_tried_and_names_the_budget_only_when_it_stopped_the_search(stopped_by_budget):
     """Issue 26: '0 of 358 ops kept in float' was printed after candidates with 1, 2 and 4 float ops were tried,
     and 'raise --search-budget' was suggested when the budget was not what stopped the search."""
-    from edgeopt.converters.quantize.search import gate_failure
+    from edgeopt.converters.quantize.verdict import gate_failure
 
     err = gate_failure("quantize", _failed_search(stopped_by_budget), 1.0)
     assert "0 of 358 ops kept in float; candidates with up to 4 ops in float were tried and scored lower" in err.message
@@ -466,7 +467,7 @@ def test_a_metric_that_does_not_count_samples_is_judged_by_a_bootstrap_of_its_dr
     search part, within a bound of 2.5, but the bootstrap's upper limit of that drop is over it: the eval data can't
     show the bound holds, so the candidate is not selected, and the reason says so. One sample in each part at
     cosine 0.95 is selected and confirmed. Neither kind of metric draws random halves any more."""
-    from edgeopt.converters.quantize.search import BudgetedSearch
+    from edgeopt.converters.quantize.budget import BudgetedSearch
     from edgeopt.metrics import MetricName, MetricSpec
 
     _, _, search, confirm, fp32_run = _linear_model_search_data(40)
@@ -498,7 +499,7 @@ def test_the_gate_and_the_search_judge_all_the_samples_alike():
     """The search judges over its two shuffled parts, the artifact's validation (the convert gate, optimize) over
     the eval data as given: the same upper limit (the bootstrap drawn on the data as given), so a choice the
     search confirmed is not refused by the gate for a different draw."""
-    from edgeopt.converters.quantize.search import BudgetedSearch
+    from edgeopt.converters.quantize.budget import BudgetedSearch
     from edgeopt.metrics import MetricName, MetricSpec, metric_for_outputs
     from edgeopt.metrics.confidence import drop_upper
 
@@ -593,7 +594,8 @@ def _counting_metric(tmp_path):
 def test_a_user_metric_scores_the_halves_only_for_a_choice_to_confirm(tmp_path):
     """The halves rule's 20 FP32 halves are scored at the first confirmation, not before the search starts (a
     metric of 2 s a call spent 40 s there under a 5 s budget); the search reports its metric calls."""
-    from edgeopt.converters.quantize.search import BudgetedSearch, _finish
+    from edgeopt.converters.quantize.budget import BudgetedSearch
+    from edgeopt.converters.quantize.verdict import finish
     from edgeopt.metrics import MetricSpec
     from edgeopt.metrics.custom import clock
 
@@ -606,7 +608,7 @@ def test_a_user_metric_scores_the_halves_only_for_a_choice_to_confirm(tmp_path):
     c = s.judge(fp32_run)
     assert c.met and s.halves.scored and c.halves_p90 == 0.0
     assert clock(path).calls - before == 1 + 2 + 2 * 20  # search part; held-back part and all; FP32 and c per half
-    report = _finish(s, c, c, None).report
+    report = finish(s, c, c, None).report
     assert report["metric_time"]["calls"] >= clock(path).calls - before and "halves_rule" not in report
 
 
@@ -614,7 +616,7 @@ def test_a_slow_user_metric_leaves_the_halves_rule_to_the_validation(tmp_path):
     """When the halves rule's metric calls don't fit what is left of --search-budget, the search confirms by the
     point drops and leaves the halves to the final validation (which applies them to the written artifact),
     saying so; a metric fast enough for them (under 2 s in all) is always halved in the search."""
-    from edgeopt.converters.quantize.search import BudgetedSearch
+    from edgeopt.converters.quantize.budget import BudgetedSearch
     from edgeopt.metrics import MetricSpec
 
     _, _, search, confirm, fp32_run = _linear_model_search_data(40)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgeopt.optimize.candidate_bench import CandidateBench
 from edgeopt.optimize.early_exit import STEP, cycling_run, early_exit_step
-from edgeopt.optimize.optimizer import Candidate, _Search
+from edgeopt.optimize.result import Candidate
 from edgeopt.profiles import load_profile
 from fixtures import fixture_data, fixture_model
 
 
 def _search(calib=True, eval=True):
-    s = _Search(fixture_model("digits_cnn"), load_profile("host"), 1.0,
+    s = CandidateBench(fixture_model("digits_cnn"), load_profile("host"), 1.0,
                 str(fixture_data("digits_calib")) if calib else None,
                 str(fixture_data("digits_test")) if eval else None, {}, 0.0, lambda _m: None)
     s.asked = []

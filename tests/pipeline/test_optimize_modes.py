@@ -62,7 +62,7 @@ def test_native_float_precisions_are_candidates_on_each_backend_but_the_incumben
 
 def test_why_a_candidate_was_dropped_names_its_figures():
     from edgeopt.optimize.candidates import dropped_why
-    from edgeopt.optimize.optimizer import Candidate
+    from edgeopt.optimize.result import Candidate
 
     win = Candidate(step="int8", label="onnxruntime int8 dynamic", target={}, p50_ms=1.0, accuracy_drop=0.2,
                     feasible=True)
@@ -120,12 +120,12 @@ def test_optimize_on_a_recurrent_model_tries_each_mode_x_backend_and_shows_each_
 @pytest.mark.onnxruntime
 def test_optimize_times_onnx_runtime_candidates_with_their_pool_threads_asleep_between_calls(tmp_path):
     from edgeopt.convert import convert
-    from edgeopt.optimize.optimizer import _Search
+    from edgeopt.optimize.candidate_bench import CandidateBench
     from edgeopt.runtime.runners import open_runner
 
     art = tmp_path / "ort"
     convert(DIGITS, "host", art, backend="onnxruntime", precision="fp32")
-    s = _Search(DIGITS, load_profile("host"), 1.0, None, None, {}, 0.0, lambda _m: None)
+    s = CandidateBench(DIGITS, load_profile("host"), 1.0, None, None, {}, 0.0, lambda _m: None)
     assert _spinning(s._runner(str(art)).session) == "0"  # the runner optimize times: pool threads sleep
     with open_runner(str(art)) as shipped:  # the artifact itself is unchanged: it runs as ONNX Runtime defaults
         assert "allow_spinning" not in json.loads((art / "manifest.json").read_text())["runtime"]["settings"]

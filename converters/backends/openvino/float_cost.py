@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgeopt.converters.quantize.search import Candidate, SearchResult
+from edgeopt.converters.quantize.candidate import Candidate, SearchResult
 
 COST = ("multiply-accumulates of the unit's weighted ops (Convolution, MatMul, ...) at the model's static shapes, "
         "its weights' size where a shape is dynamic: an estimate of what keeping it float costs")

@@ -1,4 +1,4 @@
-"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`edgeopt.converters.quantize.search` over
+"""Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`edgeopt.converters.quantize.strategy` over
 ``nncf.quantize``.
 
 Options first (NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
@@ -23,8 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
-from edgeopt.converters.quantize.search import SearchResult, gate_failure, run_search
+from edgeopt.converters.quantize.candidate import SearchResult
 from edgeopt.converters.quantize.sensitivity import UNRANKED
+from edgeopt.converters.quantize.strategy import run_search
+from edgeopt.converters.quantize.verdict import gate_failure
 
 from .float_cost import cheaper_float
 from .runs import compiled_run, judged_at
@@ -303,7 +305,7 @@ def _final_build(result: SearchResult, build: Callable, search, confirm, bound: 
         return
     t = time.perf_counter()
     q, run = build()
-    judged = result.judge(run)  # the one confirmation (converters/quantize/search.py BudgetedSearch.judge)
+    judged = result.judge(run)  # the one confirmation (converters/quantize/budget.py BudgetedSearch.judge)
     s_val, c_val = judged.search_value, judged.confirm_value
     s_drop = result.m_search.fp32_value - s_val
     c_drop = None if c_val is None else round(result.m_confirm.fp32_value - c_val, 3)  # None: not confirmed

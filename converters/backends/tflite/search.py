@@ -1,6 +1,6 @@
 """Accuracy-aware INT8 for TFLite: the float ``.tflite`` quantized by ai-edge-quantizer, within ``--search-budget``.
 
-The search of :mod:`edgeopt.converters.quantize.search` over :class:`.quantizer.TFLiteQuantizer`:
+The search of :mod:`edgeopt.converters.quantize.strategy` over :class:`.quantizer.TFLiteQuantizer`:
 
 1. the quantizer's options: static INT8 with the configured weight granularity, then dynamic-range INT8
    (INT8 weights, activations quantized at run time: what recurrent, MatMul-heavy and normalisation-heavy
@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.converters.quantize.modes import Granularity, QuantMode
-from edgeopt.converters.quantize.search import gate_failure, run_search
 from edgeopt.converters.quantize.sensitivity import UNRANKED
+from edgeopt.converters.quantize.strategy import run_search
 from edgeopt.converters.quantize.timing import QUICK_S, interleaved_latency_ms, speed_verdict
+from edgeopt.converters.quantize.verdict import gate_failure
 from edgeopt.errors import StageError, UsageError
 
 from .quantizer import read_ops

@@ -46,7 +46,7 @@ def test_jetson_plans_prune_nothing_unless_asked(profile):
 
 @pytest.mark.parametrize("how", ["flag", "recipe"])
 def test_2_4_when_asked_is_shown_plainly_and_warns(tmp_path, how):
-    from edgeopt.converters.prune import SPARSE_2_4_WARNING
+    from edgeopt.converters.prune_config import SPARSE_2_4_WARNING
 
     prof = load_profile("jetson-orin-nano")
     if how == "flag":

@@ -127,9 +127,9 @@ def test_another_preset_has_no_graph_order_fallback():
     """The graph-order prefix is the TensorRT preset's (its Q/DQ sit at the weighted ops only); the CPU presets
     keep the ranking by sensitivity alone."""
     from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, _variants, tensorrt_prefix
+    from edgeopt.converters.quantize.candidate import Candidate
     from edgeopt.converters.quantize.ort_static import StaticSettings
     from edgeopt.converters.quantize.presets import PRESETS, TENSORRT
-    from edgeopt.converters.quantize.search import Candidate
 
     variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]), tensorrt=True)
     assert tensorrt_prefix("x86-vnni", variants) is None and tensorrt_prefix(None, variants) is None
