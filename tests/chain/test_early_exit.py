@@ -64,6 +64,56 @@ def test_exit_confidence_is_stricter_than_the_count():
     assert judge(s, bounded, 1.0, 1.0, 0.95).disagreement_bound <= 1.0
 
 
+def _bins(peaks, n_bins=60, width=2.0):
+    """Rows of sigmoid-like activations over ordered bins, one smooth peak each (a pitch estimator's output)."""
+    cols = np.arange(n_bins)[None, :]
+    return np.exp(-0.5 * ((cols - np.asarray(peaks, np.float64)[:, None]) / width) ** 2)
+
+
+def test_ordered_bins_exits_are_judged_by_peak_position_not_the_exact_bin():
+    from edgeopt.converters.early_exit.answers import answers
+    from edgeopt.metrics.base import MetricName
+
+    rng = np.random.default_rng(0)
+    full_peaks = rng.integers(10, 50, 400)
+    exit_peaks = full_peaks + rng.choice([-1, 0, 1], 400)  # one 20-cent bin off: the pitch holds
+    conf = rng.uniform(0.5, 1.0, 400)
+    by_bins = ExitScores([conf], [answers(MetricName.ORDERED_BINS, _bins(exit_peaks))],
+                         answers(MetricName.ORDERED_BINS, _bins(full_peaks)), None, MetricName.ORDERED_BINS)
+    by_class = ExitScores([conf], [answers(MetricName.TOP1, _bins(exit_peaks))],
+                          answers(MetricName.TOP1, _bins(full_peaks)), None, MetricName.TOP1)
+    assert judge(by_bins, [0.0], 1.0, 2.0, None).holds  # every sample leaves, every position within 2 bins
+    assert not judge(by_class, [0.0], 1.0, 2.0, None).holds  # a third change their exact bin
+    assert choose_thresholds(by_bins, (0,), 1.0, 2.0, None)[0] == pytest.approx(conf.min())
+    far = ExitScores([conf], [answers(MetricName.ORDERED_BINS, _bins(full_peaks + 3))], by_bins.full, None,
+                     MetricName.ORDERED_BINS)
+    assert judge(far, [0.0], 1.0, 2.0, None).disagreement == 100.0  # 3 bins (60 cents) off: the pitch is wrong
+
+
+def test_sigmoid_bins_teach_the_heads_their_normalised_rows():
+    from edgeopt.converters.early_exit.heads import as_probabilities
+
+    rows = _bins([20, 30])
+    teacher, is_prob = as_probabilities(rows)
+    assert is_prob and np.allclose(teacher.sum(axis=1), 1.0)
+    assert teacher.max() > 0.1  # a softmax of values in [0, 1] would be nearly flat (< 3/60 at its peak)
+    _, logits_prob = as_probabilities(np.array([[2.0, -1.0, 0.5]]))
+    assert not logits_prob
+
+
+def test_the_exit_metric_is_the_runs_metric_where_an_exit_can_be_judged_by_it():
+    from edgeopt.converters.early_exit.answers import exit_metric
+    from edgeopt.metrics.base import MetricName, MetricSpec
+
+    rows = _bins(np.linspace(10, 50, 40), n_bins=60)
+    assert exit_metric(MetricSpec(name=MetricName.ORDERED_BINS), "y", rows, None) == MetricName.ORDERED_BINS
+    assert exit_metric(MetricSpec(kinds={"y": MetricName.ORDERED_BINS}), "y", rows, None) == MetricName.ORDERED_BINS
+    assert exit_metric(None, "y", rows, None) == MetricName.ORDERED_BINS  # chosen from what the output means
+    assert exit_metric(MetricSpec(name=MetricName.COSINE), "y", rows, None) == MetricName.TOP1
+    logits = np.random.default_rng(0).normal(size=(40, 10)).astype(np.float32)
+    assert exit_metric(None, "y", logits, np.arange(40) % 10) == MetricName.TOP1
+
+
 def _map_model(path):
     from onnx import TensorProto, helper, numpy_helper
 
