@@ -117,7 +117,8 @@ def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts
     drop, dis, level = config.drop(), config.max_disagreement(), config.exit_confidence
     search, held = _split(len(scores.full), config.bound.search_fraction, config.seed)
     aim = config.search_target
-    best = best_cascade(scores.subset(search), seg_ms, head_ms, drop * aim, dis * aim, level)
+    best = best_cascade(scores.subset(search), seg_ms, head_ms, drop * aim, dis * aim, level,
+                        exit_cost_ms=config.exit_cost * plain_ms)
     held_j = judge(scores.subset(held), best["thresholds"], drop, dis, level)
     report["search"] = _judged_json(best["judged"], len(search))
     report["held_back"] = _judged_json(held_j, len(held))

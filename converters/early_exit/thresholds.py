@@ -129,10 +129,14 @@ def mean_ms(shares: list[float], segment_ms: list[float], head_ms: list[float], 
     return total
 
 
-def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement, level) -> dict:
+def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement, level,
+                 exit_cost_ms: float = 0.0) -> dict:
     """Every subset of the exits, thresholds chosen for each: the one with the lowest predicted mean latency on
-    ``s`` (the empty subset is the plain model). Returns {enabled, thresholds, mean_ms, judged}."""
-    best = None
+    ``s`` plus ``exit_cost_ms`` for each exit it keeps (the empty subset is the plain model). The charge stands for
+    what each extra stage call costs in a runtime other than the one the stages were timed in (LiteRT, OpenVINO pay
+    more per call than ONNX Runtime): an exit few samples take saves less than that and is left out. Returns
+    {enabled, thresholds, mean_ms (the prediction, without the charge), judged}."""
+    best, best_cost = None, math.inf
     exits = range(len(s.conf))
     for r in range(len(s.conf) + 1):
         for enabled in itertools.combinations(exits, r):
@@ -140,6 +144,7 @@ def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement,
             on = tuple(k for k in enabled if th[k] != NEVER)
             j = judge(s, th, max_drop, max_disagreement, level)
             mean = mean_ms(j.exit_shares, segment_ms, head_ms, on)
-            if best is None or mean < best["mean_ms"] - 1e-9:
-                best = {"enabled": on, "thresholds": th, "mean_ms": mean, "judged": j}
+            cost = mean + exit_cost_ms * len(on)
+            if cost < best_cost - 1e-9:
+                best, best_cost = {"enabled": on, "thresholds": th, "mean_ms": mean, "judged": j}, cost
     return best

@@ -13,6 +13,7 @@ import pytest
 from edgeopt.converters.early_exit.cuts import cut_candidates
 from edgeopt.converters.early_exit.thresholds import (
     ExitScores,
+    best_cascade,
     choose_thresholds,
     clopper_pearson_upper,
     judge,
@@ -62,6 +63,20 @@ def test_exit_confidence_is_stricter_than_the_count():
     bounded = choose_thresholds(s, (0,), 1.0, 1.0, 0.95)
     assert bounded[0] >= counted[0]
     assert judge(s, bounded, 1.0, 1.0, 0.95).disagreement_bound <= 1.0
+
+
+def test_an_exit_few_samples_take_is_left_out_when_each_exit_is_charged_its_call():
+    n = 1000
+    full = np.arange(n) % 4
+    first = np.where(np.arange(n) < 800, 1.0, 0.3)  # 80 % leave at the first exit, all right
+    second = np.where((np.arange(n) >= 800) & (np.arange(n) < 810), 1.0, 0.3)  # 1 % more at the second
+    wrong = (full + 1) % 4
+    s = ExitScores([first, second], [np.where(first > 0.5, full, wrong), np.where(second > 0.5, full, wrong)],
+                   full, None)
+    free = best_cascade(s, [1.0, 1.0, 1.0], [0.0, 0.0], 1.0, 2.0, None)
+    charged = best_cascade(s, [1.0, 1.0, 1.0], [0.0, 0.0], 1.0, 2.0, None, exit_cost_ms=0.09)
+    assert free["enabled"] == (0, 1) and charged["enabled"] == (0,)
+    assert charged["mean_ms"] == pytest.approx(0.8 * 1.0 + 0.2 * 3.0)  # the prediction itself is not charged
 
 
 def _bins(peaks, n_bins=60, width=2.0):
