@@ -317,3 +317,13 @@ def test_analyze_predicts_the_mean_and_worst_case_from_the_exit_shares(cli_in_pr
         dev["plain_estimate_ms"] * ee["mean_vs_plain"], rel=1e-2)
     r = cli_in_process("analyze", _fake_cascade(tmp_path / "b", repo, None), "--profile", "pi5")
     assert r.returncode == 0 and "predicted mean 0.900 ms" in r.stdout and "worst case 2.400 ms" in r.stdout
+
+
+def test_bench_compares_the_cascade_with_the_backends_plain_model_where_convert_measured_it():
+    from edgeopt.bench.early_exit import _plain_at_convert
+
+    onnx_only = {"plain_ms_at_convert": 2.0, "timed_with": "ONNX Runtime, 1 thread"}
+    assert _plain_at_convert(onnx_only) == (2.0, "ONNX Runtime, 1 thread")
+    measured = {**onnx_only, "measured_at_convert": {"plain_ms": 0.8, "timed_with": "tflite (the artifacts as written)"}}
+    plain, how = _plain_at_convert(measured)
+    assert plain == 0.8 and "tflite" in how
