@@ -327,3 +327,38 @@ def test_bench_compares_the_cascade_with_the_backends_plain_model_where_convert_
     measured = {**onnx_only, "measured_at_convert": {"plain_ms": 0.8, "timed_with": "tflite (the artifacts as written)"}}
     plain, how = _plain_at_convert(measured)
     assert plain == 0.8 and "tflite" in how
+
+
+def _sigmoid_outputs(src, dst):
+    """``src`` with its logits through a Sigmoid: independent activations in [0, 1], as a pitch model's bins."""
+    from onnx import helper
+
+    proto = onnx.load(str(src))
+    out = proto.graph.output[0]
+    proto.graph.node.append(helper.make_node("Sigmoid", [out.name], ["activation"]))
+    out.name = "activation"
+    onnx.save(proto, str(dst))
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_exits_are_judged_by_the_runs_metric_end_to_end(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    # plumbing, not a pitch model: the digits' classes are not ordered, so the bound is loose
+    _sigmoid_outputs(repo / MNIST[0], tmp_path / "sig.onnx")
+    out = tmp_path / "ee"
+    r = cli("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime", "--precision",
+            "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib", str(repo / MNIST[1]), "--eval",
+            str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST, "--set", "early_exit.min_gain=-9", "--set",
+            "early_exit.search_target=0.2", "-o",
+            str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    assert report["judged_by"] == "ordered_bins", report
+    assert report["verdict"]["early_exit"] is True, (report["verdict"], report["search"], report["held_back"])
+    cascade = json.loads((out / "cascade.json").read_text())
+    assert cascade["scores"] == "probabilities"  # sigmoid rows taught normalised: the exits answer with probabilities
+    written = report["held_back_as_written"]
+    assert written["samples"] > 0 and 0 <= written["agreement"] <= 100
+    assert manifest["validation"]["metric_kind"] == "ordered_bins"
