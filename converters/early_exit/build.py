@@ -10,8 +10,10 @@ import numpy as np
 from edgeopt.converters.base import ChainContext, Intermediate
 from edgeopt.converters.early_exit import cuts as C
 from edgeopt.converters.early_exit import heads as H
+from edgeopt.converters.early_exit.answers import answers, exit_metric
 from edgeopt.converters.early_exit.thresholds import ExitScores, best_cascade, judge
 from edgeopt.errors import BadInputError
+from edgeopt.metrics.base import MetricName
 
 CHECK_SAMPLES = 8  # samples of each stage model's input kept for the backend's checks
 
@@ -32,13 +34,16 @@ def _inputs_of(path: Path) -> tuple[list[str], str, object]:
     return names, proto.graph.output[0].name, proto
 
 
-def _scores(feats: H.Features, heads, labels) -> ExitScores:
+def _scores(feats: H.Features, heads, labels, kind: MetricName) -> ExitScores:
+    """Each exit's confidence (its head's max softmax) and answer by the run's metric (``kind``). Ordered bins are
+    judged against the full model's positions, as their metric is: the labels are not used."""
     conf, pred = [], []
     for (w, b), pooled in zip(heads, feats.pooled, strict=True):
         p = H.softmax(H.head_logits(pooled, w, b))
         conf.append(p.max(axis=1))
-        pred.append(p.argmax(axis=1))
-    return ExitScores(conf, pred, feats.scores.argmax(axis=1), None if labels is None else np.asarray(labels).ravel())
+        pred.append(answers(kind, p))
+    judged = None if labels is None or kind == MetricName.ORDERED_BINS else np.asarray(labels).ravel()
+    return ExitScores(conf, pred, answers(kind, feats.scores), judged, kind)
 
 
 def _segments(model: Path, inputs, cut_names, output, heads, ranks, raw, first_feed, work, runs):
@@ -83,13 +88,15 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
     teacher, is_prob = H.as_probabilities(calib_f.scores)
     heads = [H.train_head(p, teacher, config.epochs, config.seed) for p in calib_f.pooled]
     eval_f, raw = H.compute(tapped, ctx.eval, cut_names, output, ctx.threads, keep_raw=CHECK_SAMPLES)
-    scores = _scores(eval_f, heads, ctx.eval.labels)
+    kind = exit_metric(config.bound.metric, output, eval_f.scores, ctx.eval.labels)
+    report["judged_by"] = kind.value
+    scores = _scores(eval_f, heads, ctx.eval.labels, kind)
     seg_ms, head_ms = _segments(model.path, inputs, cut_names, output, heads, ranks, raw, ctx.eval.feed(0), work,
                                 config.timing_runs)
     report.update(segment_ms=[round(t, 4) for t in seg_ms], head_ms=[round(t, 4) for t in head_ms])
     return _decide(model, config, ctx, report, scores, seg_ms, head_ms, times["full"],
                    dict(tapped=tapped, cut_names=cut_names, heads=heads, ranks=ranks, inputs=inputs, output=output,
-                        probabilities=is_prob, work=work))
+                        probabilities=is_prob, work=work, kind=kind))
 
 
 def _refuse_embedding(scores: np.ndarray) -> None:
@@ -110,7 +117,8 @@ def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts
     drop, dis, level = config.drop(), config.max_disagreement(), config.exit_confidence
     search, held = _split(len(scores.full), config.bound.search_fraction, config.seed)
     aim = config.search_target
-    best = best_cascade(scores.subset(search), seg_ms, head_ms, drop * aim, dis * aim, level)
+    best = best_cascade(scores.subset(search), seg_ms, head_ms, drop * aim, dis * aim, level,
+                        exit_cost_ms=config.exit_cost * plain_ms)
     held_j = judge(scores.subset(held), best["thresholds"], drop, dis, level)
     report["search"] = _judged_json(best["judged"], len(search))
     report["held_back"] = _judged_json(held_j, len(held))

@@ -62,10 +62,14 @@ def compute(tapped: Path, dataset, cuts: list[str], output: str, threads=None, k
 
 def as_probabilities(scores: np.ndarray) -> tuple[np.ndarray, bool]:
     """(probabilities, whether the scores already were): rows that are non-negative and sum to 1 are taken as
-    they are, anything else goes through a softmax."""
+    they are; rows of independent activations in [0, 1] (sigmoids: CREPE's pitch bins) are divided by their sums,
+    since a softmax of values in [0, 1] is nearly flat and would teach the heads nothing; anything else (logits)
+    goes through a softmax. Probabilities or activations: the exits then answer with probabilities."""
     s = scores.astype(np.float64)
     if (s >= -1e-6).all() and np.allclose(s.sum(axis=1), 1.0, atol=1e-3):
         return s, True
+    if (s >= -1e-6).all() and (s <= 1 + 1e-6).all() and (s.sum(axis=1) > 0).all():
+        return s / s.sum(axis=1, keepdims=True), True
     return softmax(s), False
 
 

@@ -50,7 +50,7 @@ def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresh
     report["exits"] = [{"tensor": c, "threshold": round(float(t), 6), "share_search": round(s, 4)}
                        for c, t, s in zip(cut_names, thresholds, shares_on, strict=False)]
     return {"stages": stages, "output": parts["output"], "scores": "probabilities" if parts["probabilities"]
-            else "logits", "exit_shares": shares_on, "plain_ms": report.get("plain_ms"),
+            else "logits", "kind": parts["kind"], "exit_shares": shares_on, "plain_ms": report.get("plain_ms"),
             "predicted_mean_ms": report.get("predicted_mean_ms")}
 
 

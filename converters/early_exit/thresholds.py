@@ -2,8 +2,9 @@
 
 Each exit's confidence is its head's max softmax. A sample leaves at the first exit whose confidence reaches that
 exit's threshold, else runs the whole model. The thresholds are chosen on the search half of ``--eval`` so that
-the cascade stays within ``--max-accuracy-drop`` of the model without exits (top-1 against the labels, or its
-agreement with the full model when there are none) AND its disagreement with the full model stays within
+the cascade stays within ``--max-accuracy-drop`` of the model without exits (by the run's metric, :mod:`.answers`:
+top-1 against the labels, or agreement with the full model when there are none; for ordered bins the peak
+position within the metric's tolerance of the full model's) AND its disagreement with the full model stays within
 ``--exit-max-disagreement``: top-1 alone can hold while errors swap, an exit at chance level hidden by it.
 With ``--exit-confidence L`` the disagreement is bounded by its one-sided Clopper-Pearson upper bound at level L
 (distribution-free: it assumes only that the samples are drawn independently from the data the model will see),
@@ -19,22 +20,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeopt.converters.early_exit.answers import agrees
+from edgeopt.metrics.base import MetricName
+
 GRID = 64  # candidate thresholds per exit (quantiles of its confidences)
 NEVER = math.inf
 
 
 @dataclass
 class ExitScores:
-    """On one data set: each exit's confidence and top-1 [exits][n], the full model's top-1 and the labels."""
+    """On one data set: each exit's confidence and answer [exits][n] (top-1 class, or peak position for ordered
+    bins: ``kind``, :mod:`.answers`), the full model's answer and the labels."""
 
     conf: list[np.ndarray]
     pred: list[np.ndarray]
     full: np.ndarray
     labels: np.ndarray | None
+    kind: MetricName = MetricName.TOP1
 
     def subset(self, idx) -> ExitScores:
         return ExitScores([c[idx] for c in self.conf], [p[idx] for p in self.pred], self.full[idx],
-                          None if self.labels is None else self.labels[idx])
+                          None if self.labels is None else self.labels[idx], self.kind)
 
 
 @dataclass
@@ -75,17 +81,16 @@ def clopper_pearson_upper(k: int, n: int, level: float) -> float:
 
 def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, level: float | None) -> Judged:
     """The cascade with ``thresholds`` on ``s`` against the bound (one sample of room, as every search)."""
-    from edgeopt.metrics.base import MetricName
     from edgeopt.validation_model import sample_points, within_bound
 
     n = len(s.full)
     taken = exits_taken(s, thresholds)
     stacked = np.stack([*s.pred, s.full])
     pred = stacked[taken, np.arange(n)]
-    k_dis = int((pred != s.full).sum())
+    k_dis = int((~agrees(s.kind, pred, s.full)).sum())
     disagreement = 100.0 * k_dis / max(n, 1)
     if s.labels is not None:
-        drop = 100.0 * (float((s.full == s.labels).mean()) - float((pred == s.labels).mean()))
+        drop = 100.0 * (float(agrees(s.kind, s.full, s.labels).mean()) - float(agrees(s.kind, pred, s.labels).mean()))
     else:
         drop = disagreement
     points = sample_points(MetricName.TOP1, "%", n)
@@ -124,10 +129,14 @@ def mean_ms(shares: list[float], segment_ms: list[float], head_ms: list[float], 
     return total
 
 
-def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement, level) -> dict:
+def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement, level,
+                 exit_cost_ms: float = 0.0) -> dict:
     """Every subset of the exits, thresholds chosen for each: the one with the lowest predicted mean latency on
-    ``s`` (the empty subset is the plain model). Returns {enabled, thresholds, mean_ms, judged}."""
-    best = None
+    ``s`` plus ``exit_cost_ms`` for each exit it keeps (the empty subset is the plain model). The charge stands for
+    what each extra stage call costs in a runtime other than the one the stages were timed in (LiteRT, OpenVINO pay
+    more per call than ONNX Runtime): an exit few samples take saves less than that and is left out. Returns
+    {enabled, thresholds, mean_ms (the prediction, without the charge), judged}."""
+    best, best_cost = None, math.inf
     exits = range(len(s.conf))
     for r in range(len(s.conf) + 1):
         for enabled in itertools.combinations(exits, r):
@@ -135,6 +144,7 @@ def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement,
             on = tuple(k for k in enabled if th[k] != NEVER)
             j = judge(s, th, max_drop, max_disagreement, level)
             mean = mean_ms(j.exit_shares, segment_ms, head_ms, on)
-            if best is None or mean < best["mean_ms"] - 1e-9:
-                best = {"enabled": on, "thresholds": th, "mean_ms": mean, "judged": j}
+            cost = mean + exit_cost_ms * len(on)
+            if cost < best_cost - 1e-9:
+                best, best_cost = {"enabled": on, "thresholds": th, "mean_ms": mean, "judged": j}, cost
     return best

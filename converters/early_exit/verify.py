@@ -115,14 +115,17 @@ def _plain(root: Path, draft: dict, plain, ctx, work: Path, why: str):
 
 def judge_as_written(root: Path, draft: dict) -> dict:
     """The cascade as the backend wrote it (INT8 stages shift the exits' confidences) on the held-back half of
-    ``--eval``, against the model without exits in ONNX (labels; the model's own class without them): the drop
-    and its upper confidence limit (Tango's, as the convert gate)."""
+    ``--eval``, against the model without exits in ONNX, by the run's metric (:mod:`.answers`: labels for top-1;
+    the model's own answer without them, and always for ordered bins): the drop and its upper confidence limit
+    (Tango's, as the convert gate)."""
+    from edgeopt.converters.early_exit.answers import agrees, answers
     from edgeopt.converters.early_exit.heads import session
+    from edgeopt.metrics.base import MetricName
     from edgeopt.metrics.confidence import paired_upper
     from edgeopt.runtime.cascade import CASCADE_FILE
     from edgeopt.runtime.runners import open_runner
 
-    data, output = draft["measure_data"], draft["output"]
+    data, output, kind = draft["measure_data"], draft["output"], draft.get("kind", MetricName.TOP1)
     reference = session(draft["model"], 1)
     cascade = open_runner(str(root), threads=1, manifest={"runtime": {"cascade": CASCADE_FILE}, "inputs": [],
                                                           "outputs": []})
@@ -130,18 +133,20 @@ def judge_as_written(root: Path, draft: dict) -> dict:
     try:
         for i in range(len(data)):
             feeds = data.feed(i)
-            ref.append(np.asarray(reference.run([output], feeds)[0]).reshape(-1).argmax())
-            got.append(np.asarray(cascade.run(feeds)[output]).reshape(-1).argmax())
+            ref.append(np.asarray(reference.run([output], feeds)[0]).reshape(1, -1))
+            got.append(np.asarray(cascade.run(feeds)[output]).reshape(1, -1))
     finally:
         cascade.close()
-    ref, got = np.asarray(ref), np.asarray(got)
-    truth = ref if data.labels is None else np.asarray(data.labels).ravel()[: len(ref)]
-    lost, gained = int(((ref == truth) & (got != truth)).sum()), int(((ref != truth) & (got == truth)).sum())
+    ref, got = answers(kind, np.concatenate(ref)), answers(kind, np.concatenate(got))
+    labelled = data.labels is not None and kind != MetricName.ORDERED_BINS
+    truth = np.asarray(data.labels).ravel()[: len(ref)] if labelled else ref
+    ref_ok, got_ok = agrees(kind, ref, truth), agrees(kind, got, truth)
+    lost, gained = int((ref_ok & ~got_ok).sum()), int((~ref_ok & got_ok).sum())
     n, bound, level = len(ref), draft["max_drop"], draft["confidence"]
     upper = paired_upper(lost, gained, n, level)
     return {"samples": n, "drop_points": round(100.0 * (lost - gained) / max(n, 1), 3),
             "drop_upper_points": round(upper, 3), "confidence": level, "max_accuracy_drop": bound,
-            "agreement": round(100.0 * float((ref == got).mean()), 2), "holds": bool(upper <= bound + 1e-9)}
+            "agreement": round(100.0 * float(agrees(kind, ref, got).mean()), 2), "holds": bool(upper <= bound + 1e-9)}
 
 
 def _timed(fn) -> float:

@@ -13,6 +13,7 @@ import pytest
 from edgeopt.converters.early_exit.cuts import cut_candidates
 from edgeopt.converters.early_exit.thresholds import (
     ExitScores,
+    best_cascade,
     choose_thresholds,
     clopper_pearson_upper,
     judge,
@@ -62,6 +63,70 @@ def test_exit_confidence_is_stricter_than_the_count():
     bounded = choose_thresholds(s, (0,), 1.0, 1.0, 0.95)
     assert bounded[0] >= counted[0]
     assert judge(s, bounded, 1.0, 1.0, 0.95).disagreement_bound <= 1.0
+
+
+def test_an_exit_few_samples_take_is_left_out_when_each_exit_is_charged_its_call():
+    n = 1000
+    full = np.arange(n) % 4
+    first = np.where(np.arange(n) < 800, 1.0, 0.3)  # 80 % leave at the first exit, all right
+    second = np.where((np.arange(n) >= 800) & (np.arange(n) < 810), 1.0, 0.3)  # 1 % more at the second
+    wrong = (full + 1) % 4
+    s = ExitScores([first, second], [np.where(first > 0.5, full, wrong), np.where(second > 0.5, full, wrong)],
+                   full, None)
+    free = best_cascade(s, [1.0, 1.0, 1.0], [0.0, 0.0], 1.0, 2.0, None)
+    charged = best_cascade(s, [1.0, 1.0, 1.0], [0.0, 0.0], 1.0, 2.0, None, exit_cost_ms=0.09)
+    assert free["enabled"] == (0, 1) and charged["enabled"] == (0,)
+    assert charged["mean_ms"] == pytest.approx(0.8 * 1.0 + 0.2 * 3.0)  # the prediction itself is not charged
+
+
+def _bins(peaks, n_bins=60, width=2.0):
+    """Rows of sigmoid-like activations over ordered bins, one smooth peak each (a pitch estimator's output)."""
+    cols = np.arange(n_bins)[None, :]
+    return np.exp(-0.5 * ((cols - np.asarray(peaks, np.float64)[:, None]) / width) ** 2)
+
+
+def test_ordered_bins_exits_are_judged_by_peak_position_not_the_exact_bin():
+    from edgeopt.converters.early_exit.answers import answers
+    from edgeopt.metrics.base import MetricName
+
+    rng = np.random.default_rng(0)
+    full_peaks = rng.integers(10, 50, 400)
+    exit_peaks = full_peaks + rng.choice([-1, 0, 1], 400)  # one 20-cent bin off: the pitch holds
+    conf = rng.uniform(0.5, 1.0, 400)
+    by_bins = ExitScores([conf], [answers(MetricName.ORDERED_BINS, _bins(exit_peaks))],
+                         answers(MetricName.ORDERED_BINS, _bins(full_peaks)), None, MetricName.ORDERED_BINS)
+    by_class = ExitScores([conf], [answers(MetricName.TOP1, _bins(exit_peaks))],
+                          answers(MetricName.TOP1, _bins(full_peaks)), None, MetricName.TOP1)
+    assert judge(by_bins, [0.0], 1.0, 2.0, None).holds  # every sample leaves, every position within 2 bins
+    assert not judge(by_class, [0.0], 1.0, 2.0, None).holds  # a third change their exact bin
+    assert choose_thresholds(by_bins, (0,), 1.0, 2.0, None)[0] == pytest.approx(conf.min())
+    far = ExitScores([conf], [answers(MetricName.ORDERED_BINS, _bins(full_peaks + 3))], by_bins.full, None,
+                     MetricName.ORDERED_BINS)
+    assert judge(far, [0.0], 1.0, 2.0, None).disagreement == 100.0  # 3 bins (60 cents) off: the pitch is wrong
+
+
+def test_sigmoid_bins_teach_the_heads_their_normalised_rows():
+    from edgeopt.converters.early_exit.heads import as_probabilities
+
+    rows = _bins([20, 30])
+    teacher, is_prob = as_probabilities(rows)
+    assert is_prob and np.allclose(teacher.sum(axis=1), 1.0)
+    assert teacher.max() > 0.1  # a softmax of values in [0, 1] would be nearly flat (< 3/60 at its peak)
+    _, logits_prob = as_probabilities(np.array([[2.0, -1.0, 0.5]]))
+    assert not logits_prob
+
+
+def test_the_exit_metric_is_the_runs_metric_where_an_exit_can_be_judged_by_it():
+    from edgeopt.converters.early_exit.answers import exit_metric
+    from edgeopt.metrics.base import MetricName, MetricSpec
+
+    rows = _bins(np.linspace(10, 50, 40), n_bins=60)
+    assert exit_metric(MetricSpec(name=MetricName.ORDERED_BINS), "y", rows, None) == MetricName.ORDERED_BINS
+    assert exit_metric(MetricSpec(kinds={"y": MetricName.ORDERED_BINS}), "y", rows, None) == MetricName.ORDERED_BINS
+    assert exit_metric(None, "y", rows, None) == MetricName.ORDERED_BINS  # chosen from what the output means
+    assert exit_metric(MetricSpec(name=MetricName.COSINE), "y", rows, None) == MetricName.TOP1
+    logits = np.random.default_rng(0).normal(size=(40, 10)).astype(np.float32)
+    assert exit_metric(None, "y", logits, np.arange(40) % 10) == MetricName.TOP1
 
 
 def _map_model(path):
@@ -252,3 +317,48 @@ def test_analyze_predicts_the_mean_and_worst_case_from_the_exit_shares(cli_in_pr
         dev["plain_estimate_ms"] * ee["mean_vs_plain"], rel=1e-2)
     r = cli_in_process("analyze", _fake_cascade(tmp_path / "b", repo, None), "--profile", "pi5")
     assert r.returncode == 0 and "predicted mean 0.900 ms" in r.stdout and "worst case 2.400 ms" in r.stdout
+
+
+def test_bench_compares_the_cascade_with_the_backends_plain_model_where_convert_measured_it():
+    from edgeopt.bench.early_exit import _plain_at_convert
+
+    onnx_only = {"plain_ms_at_convert": 2.0, "timed_with": "ONNX Runtime, 1 thread"}
+    assert _plain_at_convert(onnx_only) == (2.0, "ONNX Runtime, 1 thread")
+    measured = {**onnx_only, "measured_at_convert": {"plain_ms": 0.8, "timed_with": "tflite (the artifacts as written)"}}
+    plain, how = _plain_at_convert(measured)
+    assert plain == 0.8 and "tflite" in how
+
+
+def _sigmoid_outputs(src, dst):
+    """``src`` with its logits through a Sigmoid: independent activations in [0, 1], as a pitch model's bins."""
+    from onnx import helper
+
+    proto = onnx.load(str(src))
+    out = proto.graph.output[0]
+    proto.graph.node.append(helper.make_node("Sigmoid", [out.name], ["activation"]))
+    out.name = "activation"
+    onnx.save(proto, str(dst))
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_exits_are_judged_by_the_runs_metric_end_to_end(cli, repo, tmp_path):
+    pytest.importorskip("torch")
+    # plumbing, not a pitch model: the digits' classes are not ordered, so the bound is loose
+    _sigmoid_outputs(repo / MNIST[0], tmp_path / "sig.onnx")
+    out = tmp_path / "ee"
+    r = cli("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime", "--precision",
+            "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib", str(repo / MNIST[1]), "--eval",
+            str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST, "--set", "early_exit.min_gain=-9", "--set",
+            "early_exit.search_target=0.2", "-o",
+            str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    assert report["judged_by"] == "ordered_bins", report
+    assert report["verdict"]["early_exit"] is True, (report["verdict"], report["search"], report["held_back"])
+    cascade = json.loads((out / "cascade.json").read_text())
+    assert cascade["scores"] == "probabilities"  # sigmoid rows taught normalised: the exits answer with probabilities
+    written = report["held_back_as_written"]
+    assert written["samples"] > 0 and 0 <= written["agreement"] <= 100
+    assert manifest["validation"]["metric_kind"] == "ordered_bins"
