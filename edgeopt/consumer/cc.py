@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .cc_io import DTYPES, HELPERS, INCLUDES, inputs_table
+
 _OV_TYPES = {"f32": "f32", "bf16": "bf16", "f16": "f16", "i8": "i8"}
 _MAIN = """
 int main(int argc, char** argv) {
@@ -40,7 +42,7 @@ def _openvino(runtime: dict) -> str:
             "#include <openvino/openvino.hpp>\n#include <iostream>\n#include <string>\n" + _MAIN % body)
 
 
-def _onnxruntime(runtime: dict) -> str:
+def _onnxruntime(runtime: dict, manifest: dict) -> str:
     s = runtime.get("settings") or {}
     lines = ["    Ort::Env env(ORT_LOGGING_LEVEL_WARNING, \"edgeopt\");", "    Ort::SessionOptions so;",
              f"    so.SetGraphOptimizationLevel(GraphOptimizationLevel::"
@@ -57,11 +59,57 @@ def _onnxruntime(runtime: dict) -> str:
     for name in dict.fromkeys([provider, *(s.get("fallback_providers") or [])]):
         if name != "CPUExecutionProvider":  # the CPU takes what the providers before it leave
             lines += _ort_provider(name, (s.get("provider_options") or {}) if name == provider else {})
-    lines += [f"    Ort::Session session(env, (dir + \"/{runtime['model']}\").c_str(), so);",
-              "    // session.Run(...) with inputs named and laid out as in the ONNX model"]
+    lines += [f"    Ort::Session session(env, (dir + \"/{runtime['model']}\").c_str(), so);", _ORT_RUN]
+    types = ", ".join(f"ONNX_TENSOR_ELEMENT_DATA_TYPE_{DTYPES[str(t['dtype'])][1]}" for t in manifest["inputs"])
     return ("// Build: g++ -std=c++17 load.cc -I$ORT/include -L$ORT/lib -lonnxruntime\n"
-            "#include <onnxruntime_cxx_api.h>\n#include <string>\n#include <unordered_map>\n#include <vector>\n"
-            + _MAIN % "\n".join(lines))
+            "// Run: ./load MODEL_DIR [INPUT.bin ...] (one raw C-order file per input, ONNX layout; zeros without)\n"
+            "#include <onnxruntime_cxx_api.h>\n" + INCLUDES + HELPERS + inputs_table(manifest)
+            + f"static const std::vector<ONNXTensorElementDataType> INPUT_TYPES = {{{types}}};\n"
+            + _ORT_PRINT + _MAIN % "\n".join(lines))
+
+
+_ORT_RUN = """    Ort::MemoryInfo memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+    std::vector<std::vector<char>> data;
+    std::vector<Ort::Value> values;
+    std::vector<const char*> in_names;
+    data.reserve(INPUTS.size());
+    for (size_t i = 0; i < INPUTS.size(); ++i) {
+        data.push_back(input_bytes(INPUTS[i], i, argc, argv));
+        values.push_back(Ort::Value::CreateTensor(memory, data.back().data(), data.back().size(),
+                                                  INPUTS[i].shape.data(), INPUTS[i].shape.size(), INPUT_TYPES[i]));
+        in_names.push_back(INPUTS[i].name);
+    }
+    Ort::AllocatorWithDefaultOptions allocator;
+    std::vector<Ort::AllocatedStringPtr> held;
+    std::vector<const char*> out_names;
+    for (size_t i = 0; i < session.GetOutputCount(); ++i) {
+        held.push_back(session.GetOutputNameAllocated(i, allocator));
+        out_names.push_back(held.back().get());
+    }
+    std::vector<Ort::Value> outputs = session.Run(Ort::RunOptions{nullptr}, in_names.data(), values.data(),
+                                                  values.size(), out_names.data(), out_names.size());
+    std::cout.precision(9);
+    for (size_t i = 0; i < outputs.size(); ++i) print_ort(out_names[i], outputs[i]);"""
+
+_ORT_PRINT = """
+static void print_ort(const std::string& name, const Ort::Value& value) {
+    auto info = value.GetTensorTypeAndShapeInfo();
+    print_output(name, info.GetShape());
+    const void* p = value.GetTensorRawData();
+    const size_t n = info.GetElementCount();
+    switch (info.GetElementType()) {
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: print_values<float>(p, n); break;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: print_values<double>(p, n); break;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: print_values<int64_t>(p, n); break;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: print_values<int32_t>(p, n); break;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: print_values<int8_t>(p, n); break;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: print_values<uint8_t>(p, n); break;
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: print_values<bool>(p, n); break;
+        default: std::cout << " (element type " << info.GetElementType() << " not printed)";
+    }
+    std::cout << std::endl;
+}
+"""
 
 
 def _ort_value(value) -> str:
@@ -120,7 +168,14 @@ def _tvm(runtime: dict) -> str:
 
 def cc_source(manifest: dict) -> str:
     runtime = manifest["runtime"]
-    make = {"openvino": _openvino, "onnxruntime": _onnxruntime, "tflite": _tflite, "tvm": _tvm}[runtime["backend"]]
-    head = (f"// Load {runtime['model']} with the settings edgeopt judged it at ({runtime['backend']}, "
+    backend = runtime["backend"]
+    if backend == "onnxruntime":
+        return _head(manifest) + _onnxruntime(runtime, manifest)
+    make = {"openvino": _openvino, "tflite": _tflite, "tvm": _tvm}[backend]
+    return _head(manifest) + make(runtime)
+
+
+def _head(manifest: dict) -> str:
+    runtime = manifest["runtime"]
+    return (f"// Load {runtime['model']} with the settings edgeopt judged it at ({runtime['backend']}, "
             f"{manifest.get('precision')}, profile {manifest.get('profile')}); generated from manifest.json.\n")
-    return head + make(runtime)

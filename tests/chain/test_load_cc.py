@@ -1,0 +1,115 @@
+"""A generated ``load.cc`` compiled with g++ against the runtime's own headers and library and run the way a C++
+consumer runs it: its printed outputs are edgeopt's runner's within the consumer check's tolerance.
+
+Where the headers or library can't be had here the test is skipped with what was looked for:
+- ONNX Runtime: the onnxruntime wheel's ``libonnxruntime.so.1.x`` and ONNX Runtime's C/C++ headers (Debian's
+  ``libonnxruntime-dev``, which bookworm lacks: ``make ort-headers`` unpacks trixie's into
+  /usr/local/include/onnxruntime; an older header runs on a newer library through the versioned C API).
+- LiteRT: neither the ai-edge-litert wheel (its libLiteRt.so exports the LiteRt* C API, without headers) nor the
+  tensorflow wheel (no tensorflow/lite headers, no library exporting TfLiteInterpreterCreate) nor Debian ships a
+  TensorFlow Lite C/C++ SDK: its ``load.cc`` is not compiled here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.artifact import load_artifact
+from edgeopt.consumer.cc_io import parse_outputs
+from edgeopt.convert import convert
+from edgeopt.runtime.runners import open_runner
+
+REPO = Path(__file__).resolve().parents[2]
+MNIST = REPO / "fixtures" / "models" / "mnist_cnn.onnx"
+MNIST_TEST = REPO / "fixtures" / "data" / "mnist_test.npz"
+MNIST_CALIB = REPO / "fixtures" / "data" / "mnist_calib.npz"
+ORT_INCLUDES = ("/usr/local/include/onnxruntime", "/usr/include/onnxruntime")
+
+
+def _ort_include() -> Path | None:
+    for d in [os.environ.get("EDGEOPT_ORT_INCLUDE"), *ORT_INCLUDES]:
+        if d and (Path(d) / "onnxruntime_cxx_api.h").is_file():
+            return Path(d)
+    return None
+
+
+def _ort_library() -> Path | None:
+    import onnxruntime
+
+    libs = sorted((Path(onnxruntime.__file__).parent / "capi").glob("libonnxruntime.so.1.*"))
+    return libs[0] if libs else None
+
+
+def _build_ort(source: Path, work: Path) -> Path:
+    """``source`` compiled and linked as a consumer does (``-lonnxruntime``, the wheel's library under its
+    soname in a folder of links)."""
+    include, lib = _ort_include(), _ort_library()
+    if shutil.which("g++") is None or include is None or lib is None:
+        pytest.skip("needs g++, ONNX Runtime's C++ headers (make ort-headers: Debian trixie's libonnxruntime-dev "
+                    "headers into /usr/local/include/onnxruntime, or EDGEOPT_ORT_INCLUDE) and the onnxruntime wheel")
+    links = work / "lib"
+    links.mkdir(exist_ok=True)
+    for name in ("libonnxruntime.so.1", "libonnxruntime.so"):
+        (links / name).unlink(missing_ok=True)
+        (links / name).symlink_to(lib)
+    exe = work / "load"
+    subprocess.run(["g++", "-std=c++17", "-O1", str(source), f"-I{include}", f"-L{links}", "-lonnxruntime",
+                    f"-Wl,-rpath,{links}", "-o", str(exe)], check=True, timeout=300, capture_output=True)
+    return exe
+
+
+def _feeds(n: int) -> list[dict]:
+    with np.load(MNIST_TEST) as f:
+        return [{"input": np.ascontiguousarray(f["input"][i:i + 1], dtype=np.float32)} for i in range(n)]
+
+
+def _assert_cc_matches(exe: Path, artifact: Path, work: Path, samples: int = 3) -> None:
+    m = load_artifact(artifact)
+    tolerance = m.consumer_check.relative_tolerance
+    assert tolerance
+    with open_runner(str(artifact)) as runner:
+        for i, feed in enumerate(_feeds(samples)):
+            files = []
+            for spec in m.inputs:
+                path = work / f"{spec.name}-{i}.bin"
+                np.asarray(feed[spec.name], dtype=spec.dtype).tofile(path)
+                files.append(str(path))
+            done = subprocess.run([str(exe), str(artifact), *files], capture_output=True, text=True, check=True,
+                                  timeout=120)
+            got, want = parse_outputs(done.stdout), runner.run(feed)
+            assert set(got) == set(want)
+            for name, ref in want.items():
+                assert got[name].shape == ref.shape
+                np.testing.assert_allclose(got[name], ref, rtol=0, atol=tolerance * float(np.max(np.abs(ref))))
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_onnxruntime_load_cc_compiles_runs_and_matches_the_runner(tmp_path, precision):
+    out = tmp_path / "ort"
+    convert(str(MNIST), "host", out, backend="onnxruntime", precision=precision, eval=str(MNIST_TEST),
+            calib=str(MNIST_CALIB) if precision == "int8" else None)
+    exe = _build_ort(out / "load.cc", tmp_path)
+    _assert_cc_matches(exe, out, tmp_path)
+    zeros = parse_outputs(subprocess.run([str(exe), str(out)], capture_output=True, text=True, check=True,
+                                         timeout=120).stdout)
+    assert set(zeros) == {o.name for o in load_artifact(out).outputs}  # no input files: zeros in, outputs out
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_onnxruntime_load_cc_refuses_an_input_file_of_the_wrong_size(tmp_path):
+    out = tmp_path / "ort"
+    convert(str(MNIST), "host", out, backend="onnxruntime", precision="fp32", eval=str(MNIST_TEST))
+    exe = _build_ort(out / "load.cc", tmp_path)
+    short = tmp_path / "short.bin"
+    np.zeros(10, np.float32).tofile(short)
+    done = subprocess.run([str(exe), str(out), str(short)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "expected 3136" in done.stderr
