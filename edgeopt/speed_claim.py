@@ -4,9 +4,12 @@ A claim is the INT8 search's speed verdict (the artifact against FP32 in its run
 (the artifact against ONNX Runtime FP32). Both are quick estimates timed before the artifact was written. Once it
 is written, and only on this machine's profile (the claim is about this machine), the artifact and its FP32
 reference (the source ONNX model in ONNX Runtime, bench's reference row; or, for an OpenVINO verdict, in OpenVINO
-at the f32 hint) are measured side by side by :func:`edgeopt.bench.api.bench_artifacts`, about ``CLAIM_S`` of
-timed calls each. The manifest's ``speed_claim`` keeps both figures; convert prints the measured one with the
-estimate beside it, and one warning line when they differ by more than ``AGREE``.
+at the f32 hint) are measured side by side by :func:`edgeopt.bench.api.bench_artifacts` with ``edgeopt bench``'s
+own defaults (warm-up, block length, timed seconds and calls), so that the printed figure is the one bench gives.
+The manifest's ``speed_claim`` keeps both figures and, where other processes took a share of the CPUs during the
+measurement, bench's line saying so (a small model run on several threads of a shared CPU moves with the load:
+its median is only as steady as the machine). convert prints the measured one with the estimate beside it, and
+one warning line when they differ by more than ``AGREE``.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ from pathlib import Path
 from edgeopt.enums import BackendName, ClaimSource
 from edgeopt.speed_claim_model import AGREE, SpeedClaim
 
-CLAIM_S = 1.5  # seconds of timed calls for each side (artifact, reference)
-CLAIM_MIN_RUNS = 20
 REFERENCE_IN = {BackendName.ONNXRUNTIME.value: "the source model in ONNX Runtime FP32 (bench's reference)",
                 BackendName.OPENVINO.value: "the source model in OpenVINO at INFERENCE_PRECISION_HINT f32"}
 
@@ -77,11 +78,12 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
     """``artifact`` and its FP32 reference measured side by side the way ``edgeopt bench`` does."""
     from edgeopt.bench.api import BenchOptions, bench_artifacts
     from edgeopt.host import cpu_facts
+    from edgeopt.runtime.environment import interference_warning
 
     source, estimate, runtime = claim
-    with fp32_reference(model, runtime) as ref:
-        out = bench_artifacts([str(artifact), str(ref)], BenchOptions(
-            threads=threads, min_seconds=CLAIM_S, min_runs=CLAIM_MIN_RUNS, store=False, inputs=inputs))
+    with fp32_reference(model, runtime) as ref:  # bench's defaults: the clock of `edgeopt bench ARTIFACT REF`
+        out = bench_artifacts([str(artifact), str(ref)], BenchOptions(threads=threads, store=False, inputs=inputs))
+    busy = interference_warning(out.get("environment") or {})
     art, refrow = out["rows"][0], out["rows"][1]
     art_ms, ref_ms = float(art["latency_ms"]["p50"]), float(refrow["latency_ms"]["p50"])
     measured = round(ref_ms / art_ms, 3) if art_ms > 0 else 0.0
@@ -89,11 +91,11 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
     warning = None if agree else (
         f"speed: the search estimated x{estimate:g} over FP32 but the written artifact measures x{measured:g} "
         f"({art_ms:.3g} ms vs {ref_ms:.3g} ms, bench's measuring): more than {AGREE:.0%} apart; the measured "
-        "figure is the one printed (confirm on a quiet machine with edgeopt bench)")
+        "figure is the one printed (confirm on a quiet machine with edgeopt bench)" + (f"; {busy}" if busy else ""))
     return SpeedClaim(source=source, reference=REFERENCE_IN[runtime], estimate=estimate, measured=measured,
                       artifact_ms=round(art_ms, 4), reference_ms=round(ref_ms, 4),
                       runs=min(int(art["runs"]), int(refrow["runs"])), agree=agree, threads=threads,
-                      machine=cpu_facts().get("model"), warning=warning)
+                      machine=cpu_facts().get("model"), busy=busy, warning=warning)
 
 
 @contextmanager

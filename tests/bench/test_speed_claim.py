@@ -79,6 +79,29 @@ def test_measured_figure_kept_and_warned_when_apart(monkeypatch, tmp_path, estim
         assert f"x{estimate:g}" in c.warning and "x2" in c.warning
 
 
+def test_the_claim_is_measured_with_bench_defaults_and_says_when_the_machine_was_busy(monkeypatch, tmp_path):
+    """The claim's measuring options are ``edgeopt bench``'s defaults (warm-up, timed seconds and calls): the printed
+    figure is the one bench gives; bench's line about other processes on the CPUs travels with the claim."""
+    import edgeopt.bench.api as api
+    from edgeopt.bench.api import BenchOptions
+    from edgeopt.speed_claim import measure_claim
+
+    seen = []
+
+    def bench_artifacts(paths, options, **_kw):
+        seen.append(options)
+        env = {"interference": {"other_busy_pct": 60.0, "steal_pct": 0.0}}
+        return {**_fake_bench(1.0, 2.0)(paths, options), "environment": env}
+
+    monkeypatch.setattr(api, "bench_artifacts", bench_artifacts)
+    c = measure_claim(tmp_path, DIGITS, (ClaimSource.INT8_VERDICT, 1.2, BackendName.ONNXRUNTIME.value),
+                      threads=None, inputs=None)
+    defaults = BenchOptions()
+    assert [(o.min_seconds, o.min_runs, o.warmup, o.block_seconds) for o in seen] == [
+        (defaults.min_seconds, defaults.min_runs, defaults.warmup, defaults.block_seconds)]
+    assert c.busy and "other processes used 60 %" in c.busy and c.busy in c.warning
+
+
 def _manifest(**update):
     from edgeopt.bench.api import reference_manifest
     from edgeopt.files import file_sha256
