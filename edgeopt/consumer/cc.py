@@ -51,19 +51,24 @@ def _onnxruntime(runtime: dict, manifest: dict) -> str:
         lines.append(f"    so.SetIntraOpNumThreads({int(s['threads'])});")
     if s.get("allow_spinning") is False:
         lines.append("    so.AddConfigEntry(\"session.intra_op.allow_spinning\", \"0\");")
-    if s.get("disabled_optimizers"):
-        names = ";".join(s["disabled_optimizers"])
-        lines.append("    // with the TensorRT/CUDA provider below (on the CPU alone edgeopt's runner leaves this out)")
-        lines.append(f"    so.AddConfigEntry(\"optimization.disable_specified_optimizers\", {_q(names)});")
     provider = s.get("provider") or "CPUExecutionProvider"
-    for name in dict.fromkeys([provider, *(s.get("fallback_providers") or [])]):
-        if name != "CPUExecutionProvider":  # the CPU takes what the providers before it leave
-            lines += _ort_provider(name, (s.get("provider_options") or {}) if name == provider else {})
+    extra = [n for n in dict.fromkeys([provider, *(s.get("fallback_providers") or [])]) if n != "CPUExecutionProvider"]
+    if extra:  # each where this ONNX Runtime has it (as load.py); the CPU takes what the providers before it leave
+        lines += ["    const std::vector<std::string> available = Ort::GetAvailableProviders();",
+                  "    auto has = [&](const char* name) {",
+                  "        return std::find(available.begin(), available.end(), name) != available.end(); };",
+                  "    bool accelerated = false;"]
+    for name in extra:
+        lines += _ort_provider(name, (s.get("provider_options") or {}) if name == provider else {})
+    if extra and s.get("disabled_optimizers"):
+        names = ";".join(s["disabled_optimizers"])
+        lines += ["    if (accelerated)  // with a provider other than the CPU only, as edgeopt's runner",
+                  f"        so.AddConfigEntry(\"optimization.disable_specified_optimizers\", {_q(names)});"]
     lines += [f"    Ort::Session session(env, (dir + \"/{runtime['model']}\").c_str(), so);", _ORT_RUN]
     types = ", ".join(f"ONNX_TENSOR_ELEMENT_DATA_TYPE_{DTYPES[str(t['dtype'])][1]}" for t in manifest["inputs"])
     return ("// Build: g++ -std=c++17 load.cc -I$ORT/include -L$ORT/lib -lonnxruntime\n"
             "// Run: ./load MODEL_DIR [INPUT.bin ...] (one raw C-order file per input, ONNX layout; zeros without)\n"
-            "#include <onnxruntime_cxx_api.h>\n" + INCLUDES + HELPERS + inputs_table(manifest)
+            "#include <onnxruntime_cxx_api.h>\n#include <algorithm>\n" + INCLUDES + HELPERS + inputs_table(manifest)
             + f"static const std::vector<ONNXTensorElementDataType> INPUT_TYPES = {{{types}}};\n"
             + _ORT_PRINT + _MAIN % "\n".join(lines))
 
@@ -118,14 +123,17 @@ def _ort_value(value) -> str:
 
 
 def _ort_provider(name: str, options: dict) -> list[str]:
-    """C++ lines appending provider ``name`` with ``options`` (TensorRT and CUDA through their V2 options)."""
+    """C++ lines appending provider ``name`` with ``options`` where this ONNX Runtime has it (TensorRT and CUDA
+    through their V2 options)."""
     keys = ", ".join(_q(k) for k in options)
     values = ", ".join(_q(_ort_value(v)) for v in options.values())
     short = {"TensorrtExecutionProvider": "TensorRT", "CUDAExecutionProvider": "CUDA"}.get(name)
     if short is None:
         pairs = ", ".join(f"{{{_q(k)}, {_q(_ort_value(v))}}}" for k, v in options.items())
-        return [f"    so.AppendExecutionProvider({_q(name.replace('ExecutionProvider', ''))}, {{{pairs}}});"]
-    return [f"    {{  // {name}: needs an ONNX Runtime built with it (the board's); set /path/to/work_dir",
+        return [f"    if (has({_q(name)})) {{",
+                f"        so.AppendExecutionProvider({_q(name.replace('ExecutionProvider', ''))}, {{{pairs}}});",
+                "        accelerated = true;", "    }"]
+    return [f"    if (has({_q(name)})) {{  // an ONNX Runtime built with it (the board's); set /path/to/work_dir",
             "        const OrtApi& api = Ort::GetApi();",
             f"        Ort{short}ProviderOptionsV2* opts = nullptr;",
             f"        Ort::ThrowOnError(api.Create{short}ProviderOptions(&opts));",
@@ -133,6 +141,7 @@ def _ort_provider(name: str, options: dict) -> list[str]:
             f"        Ort::ThrowOnError(api.Update{short}ProviderOptions(opts, keys.data(), values.data(), keys.size()));",
             f"        so.AppendExecutionProvider_{short}_V2(*opts);",
             f"        api.Release{short}ProviderOptions(opts);",
+            "        accelerated = true;",
             "    }"]
 
 

@@ -126,8 +126,13 @@ def test_disabled_optimizers_travel_to_load_py_and_load_cc(tmp_path):
     manifest["runtime"]["settings"]["disabled_optimizers"] = ["ConstantFolding"]
     from edgeopt.consumer.writer import write_loaders
 
+    write_loaders(out, manifest)  # on the CPU alone load.cc leaves them out too
+    assert "disable_specified_optimizers" not in (out / "load.cc").read_text()
+    manifest["runtime"]["settings"]["fallback_providers"] = ["CUDAExecutionProvider"]
     write_loaders(out, manifest)
-    assert '"optimization.disable_specified_optimizers", "ConstantFolding"' in (out / "load.cc").read_text()
+    cc = (out / "load.cc").read_text()
+    assert 'if (has("CUDAExecutionProvider"))' in cc and "if (accelerated)" in cc
+    assert '"optimization.disable_specified_optimizers", "ConstantFolding"' in cc
     snippet = _import_load(out)
     # as edgeopt's runner: applied where a provider other than the CPU is in the session, left out on the CPU alone
     assert snippet.load(str(out)).applied["disabled_optimizers"] == []
