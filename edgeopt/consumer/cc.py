@@ -1,4 +1,9 @@
-"""``load.cc``: the artifact's model loaded in C++ with the settings edgeopt judged it at (the runtime's C++ API)."""
+"""``load.cc``: the artifact's model loaded in C++ with the settings edgeopt judged it at (the runtime's C++ API).
+
+ONNX Runtime's and TVM's run the model on raw input files and print its outputs (:mod:`.cc_io`); OpenVINO's
+compiles the model and prints the precision it compiled at; LiteRT's makes the interpreter with the judged threads
+and signature (a sketch: no TensorFlow Lite C++ SDK can be had from pip or Debian to build it against).
+"""
 
 from __future__ import annotations
 
@@ -163,24 +168,74 @@ def _tflite(runtime: dict) -> str:
             + _MAIN % body)
 
 
-def _tvm(runtime: dict) -> str:
+def _tvm(runtime: dict, manifest: dict) -> str:
     s = runtime.get("settings") or {}
     threads = f"    setenv(\"TVM_NUM_THREADS\", \"{int(s['threads'])}\", 0);\n" if s.get("threads") else ""
-    body = (threads +
-            f"    tvm::ffi::Module lib = tvm::ffi::Module::LoadFromFile(dir + \"/{runtime['model']}\");\n"
-            "    // run its \"main\" in the Relax VirtualMachine (vm_load_executable, vm_initialization on kDLCPU),\n"
-            "    // inputs in ONNX order, as load.py does\n"
-            "    (void)lib;")
-    return ("// Build against the TVM runtime (include/, ffi/include, libtvm_runtime)\n"
-            "#include <cstdlib>\n#include <string>\n#include <tvm/ffi/extra/module.h>\n" + _MAIN % body)
+    codes = ", ".join(f"{{{DTYPES[str(t['dtype'])][2]}, 1}}" for t in manifest["inputs"])
+    outs = ", ".join(_q(io["name"]) for io in (runtime.get("io") or {}).get("outputs") or manifest["outputs"])
+    body = (threads + "    setenv(\"TVM_BIND_THREADS\", \"0\", 0);  // as load.py: a 1-thread pool would pin the caller\n"
+            f"    ffi::Module lib = ffi::Module::LoadFromFile(dir + \"/{runtime['model']}\");\n" + _TVM_RUN)
+    return ("// Build: g++ -std=c++17 load.cc -I$TVM_FFI/include -L$TVM/lib -L$TVM_FFI/lib "
+            "-ltvm_runtime -ltvm_ffi\n"
+            "// Run: ./load MODEL_DIR [INPUT.bin ...] (one raw C-order file per input, ONNX layout; zeros without)\n"
+            "#include <tvm/ffi/container/tensor.h>\n#include <tvm/ffi/extra/module.h>\n#include <tvm/ffi/function.h>\n"
+            + INCLUDES + "#include <cstring>\nusing namespace tvm;\n" + HELPERS + inputs_table(manifest)
+            + f"static const std::vector<DLDataType> INPUT_TYPES = {{{codes}}};\n"
+            + f"static const std::vector<std::string> OUTPUT_NAMES = {{{outs}}};\n" + _TVM_PRINT + _MAIN % body)
+
+
+_TVM_RUN = """    // the Relax VirtualMachine on the CPU (device type, id, pooled allocator), as tvm.runtime.vm does
+    ffi::Module vm = lib->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
+    vm->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, 2);
+    const DLDevice cpu{kDLCPU, 0};
+    std::vector<ffi::AnyView> args;
+    std::vector<ffi::Tensor> tensors;
+    for (size_t i = 0; i < INPUTS.size(); ++i) {
+        std::vector<char> data = input_bytes(INPUTS[i], i, argc, argv);
+        tensors.push_back(ffi::Tensor::FromNDAlloc(AlignedCPU(), ffi::Shape(INPUTS[i].shape), INPUT_TYPES[i], cpu));
+        if (!data.empty()) std::memcpy(tensors.back().data_ptr(), data.data(), data.size());
+    }
+    for (const auto& t : tensors) args.push_back(t);
+    ffi::Any result;
+    vm->GetFunction("main").value().CallPacked(args.data(), static_cast<int32_t>(args.size()), &result);
+    std::cout.precision(9);
+    if (auto one = result.as<ffi::Tensor>()) {
+        print_tvm(OUTPUT_NAMES.at(0), *one);
+    } else {
+        auto many = result.cast<ffi::Array<ffi::Tensor>>();
+        for (size_t i = 0; i < many.size(); ++i) print_tvm(OUTPUT_NAMES.at(i), many[i]);
+    }"""
+
+_TVM_PRINT = """
+struct AlignedCPU {  // TVM's kernels expect 64-byte aligned buffers
+    void AllocData(DLTensor* t) { t->data = std::aligned_alloc(64, (ffi::GetDataSize(*t) + 63) / 64 * 64 + 64); }
+    void FreeData(DLTensor* t) { std::free(t->data); }
+};
+
+static void print_tvm(const std::string& name, const ffi::Tensor& t) {
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    print_output(name, shape);
+    const size_t n = element_count(shape);
+    const void* p = t.data_ptr();
+    const int code = t.dtype().code, bits = t.dtype().bits;
+    if (code == kDLFloat && bits == 32) print_values<float>(p, n);
+    else if (code == kDLFloat && bits == 64) print_values<double>(p, n);
+    else if (code == kDLInt && bits == 64) print_values<int64_t>(p, n);
+    else if (code == kDLInt && bits == 32) print_values<int32_t>(p, n);
+    else if (code == kDLInt && bits == 8) print_values<int8_t>(p, n);
+    else if ((code == kDLUInt || code == kDLBool) && bits == 8) print_values<uint8_t>(p, n);
+    else std::cout << " (dtype " << code << ":" << bits << " not printed)";
+    std::cout << std::endl;
+}
+"""
 
 
 def cc_source(manifest: dict) -> str:
     runtime = manifest["runtime"]
     backend = runtime["backend"]
-    if backend == "onnxruntime":
-        return _head(manifest) + _onnxruntime(runtime, manifest)
-    make = {"openvino": _openvino, "tflite": _tflite, "tvm": _tvm}[backend]
+    if backend in ("onnxruntime", "tvm"):  # these two run the model on input files and print its outputs
+        return _head(manifest) + {"onnxruntime": _onnxruntime, "tvm": _tvm}[backend](runtime, manifest)
+    make = {"openvino": _openvino, "tflite": _tflite}[backend]
     return _head(manifest) + make(runtime)
 
 

@@ -5,6 +5,8 @@ Where the headers or library can't be had here the test is skipped with what was
 - ONNX Runtime: the onnxruntime wheel's ``libonnxruntime.so.1.x`` and ONNX Runtime's C/C++ headers (Debian's
   ``libonnxruntime-dev``, which bookworm lacks: ``make ort-headers`` unpacks trixie's into
   /usr/local/include/onnxruntime; an older header runs on a newer library through the versioned C API).
+- TVM: the apache-tvm and apache-tvm-ffi wheels' headers (tvm-ffi's; the wheel's tvm/runtime/tensor.h needs a
+  tvm/support/io.h it does not ship, so load.cc uses tvm-ffi's Tensor) and libtvm_runtime.so + libtvm_ffi.so.
 - LiteRT: neither the ai-edge-litert wheel (its libLiteRt.so exports the LiteRt* C API, without headers) nor the
   tensorflow wheel (no tensorflow/lite headers, no library exporting TfLiteInterpreterCreate) nor Debian ships a
   TensorFlow Lite C/C++ SDK: its ``load.cc`` is not compiled here.
@@ -115,3 +117,28 @@ def test_onnxruntime_load_cc_refuses_an_input_file_of_the_wrong_size(tmp_path):
     np.zeros(10, np.float32).tofile(short)
     done = subprocess.run([str(exe), str(out), str(short)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "expected 3136" in done.stderr
+
+
+def _build_tvm(source: Path, work: Path) -> Path:
+    import tvm
+    import tvm_ffi
+
+    tvm_root, ffi_root = Path(tvm.__file__).parent, Path(tvm_ffi.__file__).parent
+    libs = [tvm_root / "lib" / "libtvm_runtime.so", ffi_root / "lib" / "libtvm_ffi.so"]
+    if shutil.which("g++") is None or not (ffi_root / "include" / "tvm" / "ffi" / "extra" / "module.h").is_file() \
+            or not all(lib.is_file() for lib in libs):
+        pytest.skip("needs g++ and the apache-tvm-ffi wheel's headers, libtvm_runtime.so and libtvm_ffi.so")
+    exe = work / "load"
+    subprocess.run(["g++", "-std=c++17", "-O1", str(source), f"-I{ffi_root / 'include'}", f"-L{libs[0].parent}",
+                    f"-L{libs[1].parent}", "-ltvm_runtime", "-ltvm_ffi", f"-Wl,-rpath,{libs[0].parent}",
+                    f"-Wl,-rpath,{libs[1].parent}", "-o", str(exe)], check=True, timeout=300, capture_output=True)
+    return exe
+
+
+@pytest.mark.slow
+@pytest.mark.tvm
+def test_tvm_load_cc_compiles_runs_the_relax_vm_and_matches_the_runner(tmp_path):
+    out = tmp_path / "tvm"
+    convert(str(MNIST), "host", out, backend="tvm", precision="fp32", eval=str(MNIST_TEST))
+    exe = _build_tvm(out / "load.cc", tmp_path)
+    _assert_cc_matches(exe, out, tmp_path, samples=2)
