@@ -208,3 +208,20 @@ def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, 
     assert check_speed_claim(tmp_path, _manifest(stages=stages), DIGITS, threads=None, inputs=None,
                              warn=said.append) is None
     assert len(said) == 1 and "x1.4 is the search's estimate only" in said[0]
+
+
+def test_the_search_speed_warning_says_it_is_an_estimate_and_that_the_printed_figure_is_measured():
+    """The INT8 search's "no faster" line is labelled a quick estimate timed before the artifact was written, and
+    points at the measured figure convert prints."""
+    from edgeopt.converters.quantize.timing import speed_verdict
+
+    warned = []
+
+    class Ctx:
+        def warn(self, msg):
+            warned.append(msg)
+
+    entry = speed_verdict({"fp32": 1.0, "int8": 1.25}, final_key="int8", runtime="onnxruntime", min_speedup=None,
+                          ctx=Ctx(), prefix="onnxruntime")
+    assert entry["speedup_vs_fp32"] == 0.8 and warned == [entry["warning"]]
+    assert "quick estimate before the artifact was written" in warned[0] and "measured on the written" in warned[0]
