@@ -4,8 +4,8 @@ A claim is the INT8 search's speed verdict (the artifact against FP32 in its run
 (the artifact against ONNX Runtime FP32). Both are quick estimates timed before the artifact was written. Once it
 is written, and only on this machine's profile (the claim is about this machine), the artifact and its FP32
 reference (the source ONNX model in ONNX Runtime, bench's reference row; or, for an OpenVINO verdict, in OpenVINO
-at the f32 hint) are measured side by side by :func:`edgeopt.bench.api.bench_artifacts` with ``edgeopt bench``'s
-own defaults (warm-up, block length, timed seconds and calls), so that the printed figure is the one bench gives.
+at the f32 hint) are measured side by side by ``edgeopt bench ARTIFACT REFERENCE`` itself, in its own process with
+its own defaults (:func:`run_bench`), so that the printed figure is the one bench gives.
 The manifest's ``speed_claim`` keeps both figures and, where other processes took a share of the CPUs during the
 measurement, bench's line saying so (a small model run on several threads of a shared CPU moves with the load:
 its median is only as steady as the machine). convert prints the measured one with the estimate beside it, and
@@ -75,14 +75,13 @@ def check_speed_claim(artifact: Path, manifest, model: Path, *, threads: int | N
 
 def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, str], *, threads: int | None,
                   inputs: str | None) -> SpeedClaim:
-    """``artifact`` and its FP32 reference measured side by side the way ``edgeopt bench`` does."""
-    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    """``artifact`` and its FP32 reference measured side by side by ``edgeopt bench`` (:func:`run_bench`)."""
     from edgeopt.host import cpu_facts
     from edgeopt.runtime.environment import interference_warning
 
     source, estimate, runtime = claim
-    with fp32_reference(model, runtime) as ref:  # bench's defaults: the clock of `edgeopt bench ARTIFACT REF`
-        out = bench_artifacts([str(artifact), str(ref)], BenchOptions(threads=threads, store=False, inputs=inputs))
+    with fp32_reference(model, runtime) as ref:
+        out = run_bench([str(artifact), str(ref)], threads=threads, inputs=inputs)
     busy = interference_warning(out.get("environment") or {})
     art, refrow = out["rows"][0], out["rows"][1]
     art_ms, ref_ms = float(art["latency_ms"]["p50"]), float(refrow["latency_ms"]["p50"])
@@ -96,6 +95,33 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
                       artifact_ms=round(art_ms, 4), reference_ms=round(ref_ms, 4),
                       runs=min(int(art["runs"]), int(refrow["runs"])), agree=agree, threads=threads,
                       machine=cpu_facts().get("model"), busy=busy, warning=warning)
+
+
+def run_bench(paths: list[str], *, threads: int | None, inputs: str | None) -> dict:
+    """``edgeopt bench PATHS --no-store --json`` in its own Python process, as a user runs it (bench's defaults);
+    its JSON object. Not in convert's process: there, what the search left behind (other runtimes' thread pools, a
+    large heap) slowed one artifact 3x against bench and not its reference."""
+    import json
+    import subprocess
+    import sys
+
+    from edgeopt.errors import BadInputError
+
+    argv = [sys.executable, "-m", "edgeopt", "bench", *paths, "--no-store", "--json"]
+    argv += ["--threads", str(threads)] if threads else []
+    argv += ["--inputs", inputs] if inputs else []
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    lines = done.stdout.strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        out = {}
+    if done.returncode != 0 or "rows" not in out or any(r.get("status") == "failed" for r in out["rows"]):
+        why = ((out.get("error") or {}).get("message") if isinstance(out.get("error"), dict) else None) or \
+            (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BadInputError(f"edgeopt bench of the written artifact failed: {why}"[:300],
+                                "run edgeopt bench ARTIFACT REFERENCE --json to see why")
+    return out
 
 
 @contextmanager
