@@ -142,3 +142,35 @@ def test_tvm_load_cc_compiles_runs_the_relax_vm_and_matches_the_runner(tmp_path)
     convert(str(MNIST), "host", out, backend="tvm", precision="fp32", eval=str(MNIST_TEST))
     exe = _build_tvm(out / "load.cc", tmp_path)
     _assert_cc_matches(exe, out, tmp_path, samples=2)
+
+
+def _tflite_sdk() -> tuple[Path, Path] | None:
+    """(include dir with tensorflow/lite/interpreter.h, a library exporting TfLiteInterpreterCreate), looked for in
+    the tensorflow and ai-edge-litert wheels; None where neither ships them (the case on PyPI's 2.21 / 2.3.0)."""
+    import importlib.util
+
+    roots = [Path(spec.origin).parent for name in ("tensorflow", "ai_edge_litert")
+             if (spec := importlib.util.find_spec(name)) and spec.origin]
+    include = next((r / "include" for r in roots if (r / "include/tensorflow/lite/interpreter.h").is_file()), None)
+    if include is None or shutil.which("nm") is None:
+        return None
+    for root in roots:
+        for lib in root.rglob("*.so*"):
+            done = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True)
+            if " TfLiteInterpreterCreate" in done.stdout:
+                return include, lib
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_litert_load_cc_compiles_where_a_tensorflow_lite_sdk_is_installed(tmp_path):
+    sdk = _tflite_sdk()
+    if sdk is None or shutil.which("g++") is None:
+        pytest.skip("no TensorFlow Lite C++ SDK here: the tensorflow wheel ships no tensorflow/lite headers beyond "
+                    "kernels/shim, ai-edge-litert's libLiteRt.so exports only the LiteRt* C API without headers, no "
+                    "library exports TfLiteInterpreterCreate, and Debian (bookworm, trixie) packages none")
+    out = tmp_path / "tfl"
+    convert(str(MNIST), "pi5", out, precision="fp32", eval=str(MNIST_TEST))
+    subprocess.run(["g++", "-std=c++17", "-fsyntax-only", str(out / "load.cc"), f"-I{sdk[0]}"], check=True,
+                   timeout=300)
