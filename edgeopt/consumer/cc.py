@@ -25,7 +25,7 @@ def _q(text) -> str:
     return json.dumps(str(text))
 
 
-def _openvino(runtime: dict) -> str:
+def _openvino(runtime: dict, manifest: dict) -> str:
     s = runtime.get("settings") or {}
     hint = _OV_TYPES.get(s.get("inference_precision") or "f32", "f32")
     props = [f"ov::hint::inference_precision(ov::element::{hint})"]
@@ -40,11 +40,42 @@ def _openvino(runtime: dict) -> str:
             f"{_q(s.get('device') or 'CPU')},\n        {args});\n"
             "    std::cout << \"INFERENCE_PRECISION_HINT \" << compiled.get_property(ov::hint::inference_precision)"
             " << std::endl;\n"
-            "    ov::InferRequest request = compiled.create_infer_request();\n"
-            "    // fill request.get_input_tensor(i) (ONNX layout), then:\n"
-            "    request.infer();")
+            + _OV_RUN)
     return ("// Build: g++ -std=c++17 load.cc -I$OPENVINO/runtime/include -L$OPENVINO/runtime/lib/intel64 -lopenvino\n"
-            "#include <openvino/openvino.hpp>\n#include <iostream>\n#include <string>\n" + _MAIN % body)
+            "// Run: ./load MODEL_DIR [INPUT.bin ...] (one raw C-order file per input, ONNX layout; zeros without)\n"
+            "#include <openvino/openvino.hpp>\n#include <cstring>\n" + INCLUDES + HELPERS + inputs_table(manifest)
+            + _OV_PRINT + _MAIN % body)
+
+
+_OV_RUN = """    ov::InferRequest request = compiled.create_infer_request();
+    for (size_t i = 0; i < INPUTS.size(); ++i) {  // by the ONNX input names, which the IR keeps
+        std::vector<char> data = input_bytes(INPUTS[i], i, argc, argv);
+        const ov::Output<const ov::Node> port = compiled.input(INPUTS[i].name);
+        ov::Tensor tensor(port.get_element_type(), ov::Shape(INPUTS[i].shape.begin(), INPUTS[i].shape.end()));
+        if (!data.empty()) std::memcpy(tensor.data(), data.data(), data.size());
+        request.set_tensor(port, tensor);
+    }
+    request.infer();
+    std::cout.precision(9);
+    for (const auto& port : compiled.outputs()) print_ov(port.get_any_name(), request.get_tensor(port));"""
+
+_OV_PRINT = """
+static void print_ov(const std::string& name, const ov::Tensor& t) {
+    const ov::Shape s = t.get_shape();
+    print_output(name, std::vector<int64_t>(s.begin(), s.end()));
+    const void* p = t.data();
+    const size_t n = t.get_size();
+    const ov::element::Type type = t.get_element_type();
+    if (type == ov::element::f32) print_values<float>(p, n);
+    else if (type == ov::element::f64) print_values<double>(p, n);
+    else if (type == ov::element::i64) print_values<int64_t>(p, n);
+    else if (type == ov::element::i32) print_values<int32_t>(p, n);
+    else if (type == ov::element::i8) print_values<int8_t>(p, n);
+    else if (type == ov::element::u8 || type == ov::element::boolean) print_values<uint8_t>(p, n);
+    else std::cout << " (element type " << type << " not printed)";
+    std::cout << std::endl;
+}
+"""
 
 
 def _onnxruntime(runtime: dict, manifest: dict) -> str:
@@ -233,9 +264,10 @@ static void print_tvm(const std::string& name, const ffi::Tensor& t) {
 def cc_source(manifest: dict) -> str:
     runtime = manifest["runtime"]
     backend = runtime["backend"]
-    if backend in ("onnxruntime", "tvm"):  # these two run the model on input files and print its outputs
-        return _head(manifest) + {"onnxruntime": _onnxruntime, "tvm": _tvm}[backend](runtime, manifest)
-    make = {"openvino": _openvino, "tflite": _tflite}[backend]
+    if backend != "tflite":  # these run the model on input files and print its outputs
+        return _head(manifest) + {"onnxruntime": _onnxruntime, "tvm": _tvm, "openvino": _openvino}[backend](
+            runtime, manifest)
+    make = {"tflite": _tflite}[backend]
     return _head(manifest) + make(runtime)
 
 

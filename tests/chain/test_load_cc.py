@@ -5,6 +5,7 @@ Where the headers or library can't be had here the test is skipped with what was
 - ONNX Runtime: the onnxruntime wheel's ``libonnxruntime.so.1.x`` and ONNX Runtime's C/C++ headers (Debian's
   ``libonnxruntime-dev``, which bookworm lacks: ``make ort-headers`` unpacks trixie's into
   /usr/local/include/onnxruntime; an older header runs on a newer library through the versioned C API).
+- OpenVINO: the openvino wheel's include/ and libs/.
 - TVM: the apache-tvm and apache-tvm-ffi wheels' headers (tvm-ffi's; the wheel's tvm/runtime/tensor.h needs a
   tvm/support/io.h it does not ship, so load.cc uses tvm-ffi's Tensor) and libtvm_runtime.so + libtvm_ffi.so.
 - LiteRT: neither the ai-edge-litert wheel (its libLiteRt.so exports the LiteRt* C API, without headers) nor the
@@ -142,6 +143,25 @@ def test_tvm_load_cc_compiles_runs_the_relax_vm_and_matches_the_runner(tmp_path)
     convert(str(MNIST), "host", out, backend="tvm", precision="fp32", eval=str(MNIST_TEST))
     exe = _build_tvm(out / "load.cc", tmp_path)
     _assert_cc_matches(exe, out, tmp_path, samples=2)
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_openvino_load_cc_compiles_at_the_judged_hint_and_matches_the_runner(tmp_path):
+    import openvino
+
+    root = Path(openvino.__file__).parent
+    libs = sorted((root / "libs").glob("libopenvino.so.*"))
+    if shutil.which("g++") is None or not (root / "include" / "openvino" / "openvino.hpp").is_file() or not libs:
+        pytest.skip("needs g++ and the OpenVINO wheel's C++ headers")
+    out = tmp_path / "ov"
+    convert(str(MNIST), "host", out, backend="openvino", precision="int8", eval=str(MNIST_TEST), calib=str(MNIST_CALIB))
+    exe = tmp_path / "load"
+    subprocess.run(["g++", "-std=c++17", "-O1", str(out / "load.cc"), f"-I{root / 'include'}", f"-L{root / 'libs'}",
+                    f"-l:{libs[0].name}", f"-Wl,-rpath,{root / 'libs'}", "-o", str(exe)], check=True, timeout=600)
+    done = subprocess.run([str(exe), str(out)], capture_output=True, text=True, check=True, timeout=120)
+    assert f"INFERENCE_PRECISION_HINT {load_artifact(out).runtime['settings']['inference_precision']}" in done.stdout
+    _assert_cc_matches(exe, out, tmp_path)
 
 
 def _tflite_sdk() -> tuple[Path, Path] | None:
