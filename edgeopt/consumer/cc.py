@@ -1,7 +1,7 @@
 """``load.cc``: the artifact's model loaded in C++ with the settings edgeopt judged it at (the runtime's C++ API).
 
-ONNX Runtime's and TVM's run the model on raw input files and print its outputs (:mod:`.cc_io`); OpenVINO's
-compiles the model and prints the precision it compiled at; LiteRT's makes the interpreter with the judged threads
+ONNX Runtime's, OpenVINO's and TVM's run the model on raw input files and print its outputs (:mod:`.cc_io`),
+OpenVINO's also the precision it compiled at; LiteRT's makes the interpreter with the judged threads
 and signature (a sketch: no TensorFlow Lite C++ SDK can be had from pip or Debian to build it against).
 """
 
