@@ -99,8 +99,8 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
 
 def run_bench(paths: list[str], *, threads: int | None, inputs: str | None) -> dict:
     """``edgeopt bench PATHS --no-store --json`` in its own Python process, as a user runs it (bench's defaults);
-    its JSON object. Not in convert's process: there, what the search left behind (other runtimes' thread pools, a
-    large heap) slowed one artifact 3x against bench and not its reference."""
+    its JSON object. Not in convert's process, so that nothing the search left there (other runtimes' thread pools,
+    a large heap) can make the claim differ from what bench gives."""
     import json
     import subprocess
     import sys
