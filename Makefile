@@ -10,8 +10,12 @@ DEMO_OUT ?= demo-out
 # System tools some tests and features use (sshd for remote tests, qemu-user and a
 # sysroot builder for the emulated pi5, the aarch64 cross compiler for TVM, espeak-ng for VAD data).
 APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu espeak-ng gcc-arm-none-eabi
+# ONNX Runtime's C/C++ headers, for compiling a generated load.cc against the onnxruntime wheel's library: Debian
+# bookworm has no libonnxruntime-dev, so its trixie package (headers of 1.21, the C API is versioned) is fetched
+# with a private apt list (the system's sources untouched) and only its include/ unpacked.
+ORT_INCLUDE := /usr/local/include/onnxruntime
 
-.PHONY: demo test test-fast setup system-deps fixtures-models lint docs bench clean
+.PHONY: demo test test-fast setup system-deps ort-headers fixtures-models lint docs bench clean
 
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +37,16 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "note: missing system packages:$$missing (sudo apt-get install$$missing); tests needing them are skipped"; fi; \
 	fi
+	@[ -f $(ORT_INCLUDE)/onnxruntime_cxx_api.h ] || [ "$$(id -u)" != 0 ] || $(MAKE) -s ort-headers
+
+ort-headers:
+	@t=$$(mktemp -d); a="-o Dir::Etc::sourcelist=$$t/sources.list -o Dir::Etc::sourceparts=/nonexistent \
+	  -o Dir::State::Lists=$$t/lists -o Dir::Cache=$$t/cache -o APT::Sandbox::User=root"; mkdir -p $$t/lists/partial $$t/cache/archives/partial; \
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+	  > $$t/sources.list; \
+	(apt-get $$a update -qq && cd $$t && apt-get $$a download -qq libonnxruntime-dev && dpkg-deb -x $$t/*.deb $$t/x \
+	  && mkdir -p $(ORT_INCLUDE) && cp -r $$t/x/usr/include/onnxruntime/. $(ORT_INCLUDE)/) \
+	  || echo "note: ONNX Runtime headers not fetched; the load.cc compile test is skipped"; rm -rf $$t
 
 demo: setup system-deps
 	$(EDGEOPT) doctor

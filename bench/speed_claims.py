@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ def convert(prep: dict, out: Path, budget: float) -> tuple[list[str], subprocess
 
 
 def bench(art: Path, ref: Path, inputs: Path) -> dict:
+    load = round(os.getloadavg()[0], 2)
     p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", str(art), str(ref), "--inputs", str(inputs),
                         "--no-store", "--json"], capture_output=True, text=True, timeout=1800)
     out = _json(p.stdout)
@@ -59,7 +61,8 @@ def bench(art: Path, ref: Path, inputs: Path) -> dict:
     art_row, ref_row = out["rows"][0], out["rows"][1]
     a, r = art_row["latency_ms"]["p50"], ref_row["latency_ms"]["p50"]
     return {"artifact_p50_ms": round(a, 4), "reference_p50_ms": round(r, 4), "speedup": round(r / a, 3),
-            "runs": [art_row["runs"], ref_row["runs"]]}
+            "runs": [art_row["runs"], ref_row["runs"]], "load_1min_at_start": load,
+            "artifact_p90_ms": round(art_row["latency_ms"]["p90"], 4), "warnings": art_row.get("warnings") or []}
 
 
 def one(name: str, budget: float) -> dict:
@@ -73,7 +76,8 @@ def one(name: str, budget: float) -> dict:
                 "eval": device_matrix._npz(case.eval, work / "eval.npz")}
         argv, p, seconds = convert(prep, work / "art", budget)
         payload = _json(p.stdout)
-        row = {"model": name, "exit_code": p.returncode, "convert_seconds": round(seconds, 1)}
+        row = {"model": name, "exit_code": p.returncode, "convert_seconds": round(seconds, 1),
+               "load_1min_after_convert": round(os.getloadavg()[0], 2)}
         claim = payload.get("speed_claim")
         if p.returncode != 0 or not claim:
             row["error"] = (payload.get("error") or {}).get("message") or (p.stderr.strip().splitlines() or ["?"])[-1]
@@ -82,7 +86,8 @@ def one(name: str, budget: float) -> dict:
         measured = bench(work / "art", reference_artifact(model, file_sha256(model)), prep["eval"])
         row.update(backend=payload["backend"], precision=payload["precision"], claimed=claim["measured"],
                    estimate=claim["estimate"], claim_agreed_with_estimate=claim["agree"], bench=measured,
-                   claim_ms={"artifact": claim["artifact_ms"], "reference": claim["reference_ms"], "runs": claim["runs"]},
+                   claim_ms={"artifact": claim["artifact_ms"], "reference": claim["reference_ms"], "runs": claim["runs"],
+                             "busy": claim.get("busy")},
                    backends={r["backend"]: {k: r.get(k) for k in ("verdict", "latency_ms", "speedup_vs_onnxruntime_fp32")}
                              for r in payload.get("backend_search") or []})
         if "speedup" in measured:

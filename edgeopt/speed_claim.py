@@ -4,9 +4,12 @@ A claim is the INT8 search's speed verdict (the artifact against FP32 in its run
 (the artifact against ONNX Runtime FP32). Both are quick estimates timed before the artifact was written. Once it
 is written, and only on this machine's profile (the claim is about this machine), the artifact and its FP32
 reference (the source ONNX model in ONNX Runtime, bench's reference row; or, for an OpenVINO verdict, in OpenVINO
-at the f32 hint) are measured side by side by :func:`edgeopt.bench.api.bench_artifacts`, about ``CLAIM_S`` of
-timed calls each. The manifest's ``speed_claim`` keeps both figures; convert prints the measured one with the
-estimate beside it, and one warning line when they differ by more than ``AGREE``.
+at the f32 hint) are measured side by side by ``edgeopt bench ARTIFACT REFERENCE`` itself, in its own process with
+its own defaults (:func:`run_bench`), so that the printed figure is the one bench gives.
+The manifest's ``speed_claim`` keeps both figures and, where other processes took a share of the CPUs during the
+measurement, bench's line saying so (a small model run on several threads of a shared CPU moves with the load:
+its median is only as steady as the machine). convert prints the measured one with the estimate beside it, and
+one warning line when they differ by more than ``AGREE``.
 """
 
 from __future__ import annotations
@@ -18,9 +21,6 @@ from pathlib import Path
 
 from edgeopt.enums import BackendName, ClaimSource
 from edgeopt.speed_claim_model import AGREE, SpeedClaim
-
-CLAIM_S = 1.5  # seconds of timed calls for each side (artifact, reference)
-CLAIM_MIN_RUNS = 20
 
 
 def reference_in() -> dict[str, str]:
@@ -79,14 +79,14 @@ def check_speed_claim(artifact: Path, manifest, model: Path, *, threads: int | N
 
 def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, str], *, threads: int | None,
                   inputs: str | None) -> SpeedClaim:
-    """``artifact`` and its FP32 reference measured side by side the way ``edgeopt bench`` does."""
-    from edgeopt.bench.api import BenchOptions, bench_artifacts
+    """``artifact`` and its FP32 reference measured side by side by ``edgeopt bench`` (:func:`run_bench`)."""
     from edgeopt.host import cpu_facts
+    from edgeopt.runtime.environment import interference_warning
 
     source, estimate, runtime = claim
     with fp32_reference(model, runtime) as ref:
-        out = bench_artifacts([str(artifact), str(ref)], BenchOptions(
-            threads=threads, min_seconds=CLAIM_S, min_runs=CLAIM_MIN_RUNS, store=False, inputs=inputs))
+        out = run_bench([str(artifact), str(ref)], threads=threads, inputs=inputs)
+    busy = interference_warning(out.get("environment") or {})
     art, refrow = out["rows"][0], out["rows"][1]
     art_ms, ref_ms = float(art["latency_ms"]["p50"]), float(refrow["latency_ms"]["p50"])
     measured = round(ref_ms / art_ms, 3) if art_ms > 0 else 0.0
@@ -94,11 +94,38 @@ def measure_claim(artifact: Path, model: Path, claim: tuple[ClaimSource, float, 
     warning = None if agree else (
         f"speed: the search estimated x{estimate:g} over FP32 but the written artifact measures x{measured:g} "
         f"({art_ms:.3g} ms vs {ref_ms:.3g} ms, bench's measuring): more than {AGREE:.0%} apart; the measured "
-        "figure is the one printed (confirm on a quiet machine with edgeopt bench)")
+        "figure is the one printed (confirm on a quiet machine with edgeopt bench)" + (f"; {busy}" if busy else ""))
     return SpeedClaim(source=source, reference=reference_in()[runtime], estimate=estimate, measured=measured,
                       artifact_ms=round(art_ms, 4), reference_ms=round(ref_ms, 4),
                       runs=min(int(art["runs"]), int(refrow["runs"])), agree=agree, threads=threads,
-                      machine=cpu_facts().get("model"), warning=warning)
+                      machine=cpu_facts().get("model"), busy=busy, warning=warning)
+
+
+def run_bench(paths: list[str], *, threads: int | None, inputs: str | None) -> dict:
+    """``edgeopt bench PATHS --no-store --json`` in its own Python process, as a user runs it (bench's defaults);
+    its JSON object. Not in convert's process, so that nothing the search left there (other runtimes' thread pools,
+    a large heap) can make the claim differ from what bench gives."""
+    import json
+    import subprocess
+    import sys
+
+    from edgeopt.errors import BadInputError
+
+    argv = [sys.executable, "-m", "edgeopt", "bench", *paths, "--no-store", "--json"]
+    argv += ["--threads", str(threads)] if threads else []
+    argv += ["--inputs", inputs] if inputs else []
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    lines = done.stdout.strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        out = {}
+    if done.returncode != 0 or "rows" not in out or any(r.get("status") == "failed" for r in out["rows"]):
+        why = ((out.get("error") or {}).get("message") if isinstance(out.get("error"), dict) else None) or \
+            (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BadInputError(f"edgeopt bench of the written artifact failed: {why}"[:300],
+                                "run edgeopt bench ARTIFACT REFERENCE --json to see why")
+    return out
 
 
 @contextmanager

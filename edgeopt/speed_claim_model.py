@@ -26,4 +26,5 @@ class SpeedClaim(BaseModel):
     agree: bool  # the two speed-ups within AGREE of each other
     threads: int | None = None
     machine: str | None = None  # the CPU model
+    busy: str | None = None  # bench's line when other processes took a share of the CPUs while it was measured
     warning: str | None = None  # said when they do not agree

@@ -81,7 +81,8 @@ def speed_verdict(latency: dict, *, final_key: str, runtime: str, min_speedup: f
         entry["alternatives"] = alternatives
     if speedup is not None and speedup < 1.05:
         msg = (f"{prefix}: the INT8 result is no faster than FP32 here ({final:.3g} ms vs {fp32:.3g} ms, "
-               f"x{speedup:g}; quick estimate)")
+               f"x{speedup:g}; quick estimate before the artifact was written: on this machine's profile the "
+               "speed-up convert prints is measured on the written artifact)")
         if faster:
             msg += "; faster: " + ", ".join(faster)
         else:

@@ -55,21 +55,21 @@ def test_search_timing_and_bench_call_the_same_function(calls, tmp_path):
 
 
 def _fake_bench(art_ms: float, ref_ms: float, runs: int = 50):
-    def bench_artifacts(paths, options, **_kw):
-        assert options.store is False and len(paths) == 2
+    def run_bench(paths, **_kw):
+        assert len(paths) == 2
         return {"rows": [{"latency_ms": {"p50": art_ms}, "runs": runs},
                          {"latency_ms": {"p50": ref_ms}, "runs": runs + 7}]}
-    return bench_artifacts
+    return run_bench
 
 
 @pytest.mark.parametrize(("estimate", "agree"), [(1.3, False), (2.0 * 0.7, False), (1.95, True), (2.15, True)])
 def test_measured_figure_kept_and_warned_when_apart(monkeypatch, tmp_path, estimate, agree):
     """The written artifact's figure (reference p50 / artifact p50) is kept beside the estimate; a warning when the
     two are more than 10 % apart (an estimate 30 % off), none within."""
-    import edgeopt.bench.api as api
+    import edgeopt.speed_claim as sc
     from edgeopt.speed_claim import measure_claim
 
-    monkeypatch.setattr(api, "bench_artifacts", _fake_bench(1.0, 2.0))
+    monkeypatch.setattr(sc, "run_bench", _fake_bench(1.0, 2.0))
     c = measure_claim(tmp_path, DIGITS, (ClaimSource.INT8_VERDICT, estimate, BackendName.ONNXRUNTIME.value),
                       threads=None, inputs=None)
     assert (c.estimate, c.measured, c.artifact_ms, c.reference_ms, c.runs) == (estimate, 2.0, 1.0, 2.0, 50)
@@ -77,6 +77,39 @@ def test_measured_figure_kept_and_warned_when_apart(monkeypatch, tmp_path, estim
     assert (c.warning is None) is agree
     if not agree:
         assert f"x{estimate:g}" in c.warning and "x2" in c.warning
+
+
+def test_the_claim_is_edgeopt_bench_in_its_own_process_and_says_when_the_machine_was_busy(monkeypatch, tmp_path):
+    """The claim is ``edgeopt bench ARTIFACT REFERENCE --no-store --json`` run as a user runs it (its own process,
+    bench's defaults), ``--threads`` and ``--inputs`` passed on; bench's line about other processes on the CPUs
+    travels with the claim; a bench that fails is an error (convert then keeps the estimate, said as such)."""
+    import subprocess
+
+    import edgeopt.speed_claim as sc
+    from edgeopt.errors import EdgeoptError
+
+    seen = []
+
+    def fake_run(argv, **_kw):
+        seen.append(argv)
+        rows = [{"latency_ms": {"p50": 1.0}, "runs": 60}, {"latency_ms": {"p50": 2.0}, "runs": 70}]
+        env = {"interference": {"other_busy_pct": 60.0, "steal_pct": 0.0}}
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"rows": rows, "environment": env}) + "\n", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    c = sc.measure_claim(tmp_path, DIGITS, (ClaimSource.INT8_VERDICT, 1.2, BackendName.ONNXRUNTIME.value),
+                         threads=3, inputs="x.npz")
+    argv = seen[0]
+    assert argv[1:4] == ["-m", "edgeopt", "bench"] and str(tmp_path) == argv[4]
+    assert {"--no-store", "--json"} <= set(argv) and "--min-seconds" not in argv and "--warmup" not in argv
+    assert argv[argv.index("--threads") + 1] == "3" and argv[argv.index("--inputs") + 1] == "x.npz"
+    assert (c.measured, c.runs) == (2.0, 60)
+    assert c.busy and "other processes used 60 %" in c.busy and c.busy in c.warning
+    monkeypatch.setattr(subprocess, "run", lambda argv, **_kw: subprocess.CompletedProcess(
+        argv, 3, json.dumps({"error": {"message": "inputs refused"}}), ""))
+    with pytest.raises(EdgeoptError) as err:
+        sc.run_bench(["a", "b"], threads=None, inputs=None)
+    assert "inputs refused" in err.value.message
 
 
 def _manifest(**update):
@@ -172,16 +205,33 @@ def tempfile_dir() -> str:
 def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, tmp_path):
     """The artifact holds; when bench can't measure it (inputs refused), convert keeps it and says the speed-up is
     the search's estimate only."""
-    import edgeopt.bench.api as api
+    import edgeopt.speed_claim as sc
     from edgeopt.errors import BadInputError
     from edgeopt.speed_claim import check_speed_claim
 
     def refuse(*_a, **_k):
         raise BadInputError("failed to run on inputs")
 
-    monkeypatch.setattr(api, "bench_artifacts", refuse)
+    monkeypatch.setattr(sc, "run_bench", refuse)
     said = []
     stages = [{"name": "quantize", "report": {"speed": {"speedup_vs_fp32": 1.4}}}]
     assert check_speed_claim(tmp_path, _manifest(stages=stages), DIGITS, threads=None, inputs=None,
                              warn=said.append) is None
     assert len(said) == 1 and "x1.4 is the search's estimate only" in said[0]
+
+
+def test_the_search_speed_warning_says_it_is_an_estimate_and_that_the_printed_figure_is_measured():
+    """The INT8 search's "no faster" line is labelled a quick estimate timed before the artifact was written, and
+    points at the measured figure convert prints."""
+    from edgeopt.converters.quantize.timing import speed_verdict
+
+    warned = []
+
+    class Ctx:
+        def warn(self, msg):
+            warned.append(msg)
+
+    entry = speed_verdict({"fp32": 1.0, "int8": 1.25}, final_key="int8", runtime="onnxruntime", min_speedup=None,
+                          ctx=Ctx(), prefix="onnxruntime")
+    assert entry["speedup_vs_fp32"] == 0.8 and warned == [entry["warning"]]
+    assert "quick estimate before the artifact was written" in warned[0] and "measured on the written" in warned[0]
