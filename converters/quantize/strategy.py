@@ -115,7 +115,11 @@ def _options(s: BudgetedSearch, options, must: int | None = None) -> tuple[dict[
     results: dict[int, Candidate] = {}  # option index -> its candidate (skipped options have none)
     for i, (label, build) in enumerate(options):
         if i > 0 and not s.can_afford(share=1.0 if i == must else OPTIONS_SHARE):
-            if must is None or i >= must:
+            last = must is None or i >= must
+            passed = [lb for lb, _ in options[i:]] if last else [label]
+            report.setdefault("options_skipped", []).extend(
+                {"what": lb, "why": "not scored: the options' share of --search-budget was spent"} for lb in passed)
+            if last:
                 break
             continue
         why = getattr(build, "skip_when", lambda _: None)({results[j].label: results[j] for j in results})

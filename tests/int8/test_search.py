@@ -625,3 +625,21 @@ def test_a_slow_user_metric_leaves_the_halves_rule_to_the_validation(tmp_path):
     assert not s.halves_deferred(per_call_s=1e-3) and "halves_rule" not in s.report  # 40 calls, 0.04 s
     assert s.halves_deferred(per_call_s=2.0)  # 80 s: over the budget
     assert "left to the final validation" in s.report["halves_rule"] and "--search-budget" in s.report["halves_rule"]
+
+
+def test_options_passed_over_for_the_budget_are_reported():
+    """When the options' share of --search-budget is spent, the options not scored are listed under
+    options_skipped with that reason, not dropped without a word."""
+    from edgeopt.converters.quantize.strategy import run_search
+
+    _, _, search, confirm, fp32_run = _linear_model_search_data()
+
+    def far_off():
+        return None, lambda feed: {k: -v for k, v in fp32_run(feed).items()}  # every top-1 flipped
+
+    result = run_search(options=[("preset", far_off), ("per-tensor", lambda: (None, fp32_run)),
+                                 ("percentile", lambda: (None, fp32_run))], rank=None, with_float=None,
+                        fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=0)
+    skipped = {s["what"]: s["why"] for s in result.report.get("options_skipped", [])}
+    assert set(skipped) == {"per-tensor", "percentile"}
+    assert all("--search-budget" in why for why in skipped.values())
