@@ -23,7 +23,7 @@ DEFAULT_WAIT_S = 300.0
 LOCK_FILE = "board.lock"
 NO_LOCK_ENV = "EDGEOPT_NO_BOARD_LOCK"
 
-__all__ = ["DEFAULT_WAIT_S", "EXIT_BOARD_BUSY", "busy_error", "runner_args", "waiting_message"]
+__all__ = ["DEFAULT_WAIT_S", "EXIT_BOARD_BUSY", "busy_error", "guard_args", "runner_args", "waiting_message"]
 
 
 def runner_args(tr: Transport, dev: Device, wait: float) -> list[str]:
@@ -33,6 +33,15 @@ def runner_args(tr: Transport, dev: Device, wait: float) -> list[str]:
     owner = {"host": socket.gethostname(), "pid": os.getpid(), "device": dev.name}
     return ["--board-lock", tr.confine(LOCK_FILE), "--lock-wait", f"{max(0.0, wait):g}",
             "--lock-owner", json.dumps(owner, separators=(",", ":"))]
+
+
+def guard_args(tr: Transport, dev: Device, wait: float) -> list[str]:
+    """The consumer guard's lock arguments (``remote/consumer.py`` GUARD): the same lock file, wait and owner as
+    :func:`runner_args`, none with ``EDGEOPT_NO_BOARD_LOCK=1``."""
+    if os.environ.get(NO_LOCK_ENV) == "1":
+        return []
+    owner = {"host": socket.gethostname(), "pid": os.getpid(), "device": dev.name}
+    return ["--board-lock", tr.confine(LOCK_FILE), f"{max(0.0, wait):g}", json.dumps(owner, separators=(",", ":"))]
 
 
 def waiting_message(dev: Device, line: str, wait: float) -> str | None:

@@ -24,16 +24,47 @@ import numpy as np
 from edgeopt.consumer.check import CASCADE_FILE
 from edgeopt.consumer.writer import LOAD_PY
 from edgeopt.errors import EdgeoptError, GateFailedError, RemoteError
+from edgeopt.runtime.board_lock import EXIT_BOARD_BUSY
 
-from . import deploy
+from . import board_lock, deploy
 from .inventory import Device
 from .probe import open_transport, python_argv, quick_facts
 
 INPUTS, OUTPUTS = "inputs.npz", "load_outputs.npz"
 BLOCKED = ("edgeopt", "edgeopt_runtime")
-# Constant code run as ``python -c GUARD artifact/load.py ARGS``: edgeopt blocked, then load.py as its own script.
+# Constant code run as ``python -c GUARD [--board-lock PATH WAIT OWNER] artifact/load.py ARGS``: first, with
+# --board-lock, the board lock the runner takes for a measurement (an exclusive flock on PATH, waiting at most WAIT
+# seconds, else the holder on stdout and exit EXIT_BOARD_BUSY; the holder's JSON written in the file as the runner
+# writes it); then edgeopt blocked, then load.py as its own script.
 GUARD = (
     "import os, runpy, sys\n"
+    "if sys.argv[1:2] == ['--board-lock']:\n"
+    "    import fcntl, json, socket, time\n"
+    "    _lock, _wait, _owner = sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])\n"
+    "    del sys.argv[1:5]\n"
+    "    _fd, _t0 = os.open(_lock, os.O_RDWR | os.O_CREAT, 0o644), time.monotonic()\n"
+    "    while True:\n"
+    "        try:\n"
+    "            fcntl.flock(_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+    "            break\n"
+    "        except BlockingIOError:\n"
+    "            if time.monotonic() - _t0 >= _wait:\n"
+    "                os.lseek(_fd, 0, 0)\n"
+    "                try:\n"
+    "                    _held = json.loads(os.read(_fd, 65536).decode('utf-8', 'replace'))\n"
+    "                except ValueError:\n"
+    "                    _held = None\n"
+    "                print(json.dumps({'error': {'holder': _held}}))\n"
+    f"                sys.exit({EXIT_BOARD_BUSY})\n"
+    "            time.sleep(0.5)\n"
+    "    _now = time.time()\n"
+    "    _me = {**_owner, 'runner_pid': os.getpid(), 'runner_host': socket.gethostname(), 'since_unix': _now,\n"
+    "           'since': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(_now))}\n"
+    "    os.ftruncate(_fd, 0)\n"
+    "    os.write(_fd, (json.dumps(_me) + '\\n').encode())\n"
+    "    import atexit\n"
+    "    atexit.register(lambda: (os.ftruncate(_fd, 0), os.lseek(_fd, 0, 0),\n"
+    "                             os.write(_fd, (json.dumps({**_me, 'released': True}) + '\\n').encode())))\n"
     f"for name in {BLOCKED!r}:\n"
     "    sys.modules[name] = None\n"
     "sys.argv = sys.argv[1:]\n"
@@ -66,10 +97,11 @@ def stacked(samples) -> dict[str, np.ndarray]:
 
 
 def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, install_hint: str | None = None,
-                notify=None, timeout: float = TIMEOUT_S) -> dict:
+                notify=None, timeout: float = TIMEOUT_S, wait: float = board_lock.DEFAULT_WAIT_S) -> dict:
     """Send ``artifact`` and ``inputs`` to ``dev``, run its ``load.py`` there (through :data:`GUARD`) and fetch its
     outputs to ``outputs``; returns what ``load.py`` said it applied. ``install_hint``: what to say when the
-    runtime or numpy is missing there."""
+    runtime or numpy is missing there. The run holds the board lock, as a measurement does (waiting at most
+    ``wait`` seconds for another holder, then exit 6 naming it)."""
     from edgeopt.artifact import verify_artifact
 
     from .device_run import fetch_atomic, with_work_dir
@@ -86,8 +118,11 @@ def run_load_py(dev: Device, artifact: Path, inputs: Path, outputs: Path, *, ins
         deploy.upload(tr, deploy.bundle_files(artifact, inputs=inputs, with_runtime=False), run_dir)
         deploy.verify_uploaded(tr, run_dir, listed)
         python = with_work_dir([facts["venv"]] if facts.get("venv") else python_argv(dev), tr, manifest)
-        argv = [*python, "-c", GUARD, f"artifact/{LOAD_PY}", "--inputs", INPUTS, "--outputs", OUTPUTS]
+        argv = [*python, "-c", GUARD, *board_lock.guard_args(tr, dev, wait), f"artifact/{LOAD_PY}", "--inputs",
+                INPUTS, "--outputs", OUTPUTS]
         res = tr.run(["sh", "-c", deploy.RUN_WRAPPER, "edgeopt-run", tr.confine(run_dir), *argv], timeout=timeout)
+        if res.rc == EXIT_BOARD_BUSY:
+            raise board_lock.busy_error(dev, res.stdout, wait)
         _check_exit(dev, res, python, install_hint)
         fetch_atomic(tr, f"{run_dir}/{OUTPUTS}", outputs)
     finally:

@@ -168,3 +168,49 @@ def test_load_py_keeps_a_0d_input_0d(backend):
     feeds = space["sample"](stacked, 1)
     assert space["contiguous"](feeds["sr"]).shape == () and feeds["sr"].dtype == np.int64
     assert space["contiguous"](np.zeros((3, 4)).T).flags.c_contiguous
+
+
+def test_the_guard_holds_the_board_lock_a_measurement_takes(tmp_path):
+    """With --board-lock the guard takes the runner's lock (an flock on the same file) before load.py runs: held by
+    a measurement, it waits its seconds and exits EXIT_BOARD_BUSY naming the holder; free, it runs load.py and
+    leaves the lock released, so the next measurement finds no stale holder."""
+    from edgeopt.remote.consumer import GUARD
+    from edgeopt.runtime.board_lock import EXIT_BOARD_BUSY, BoardLock
+
+    lock = tmp_path / "board.lock"
+    good = tmp_path / "good.py"
+    good.write_text("import sys\nprint(sys.argv[1:])\n")
+    owner = json.dumps({"host": "me", "pid": 1, "device": "board"})
+    argv = [sys.executable, "-c", GUARD, "--board-lock", str(lock), "0.5", owner, str(good), "--x", "1"]
+    with BoardLock(str(lock), {"host": "ci-7", "pid": 4242, "device": "board"}).acquire(0):
+        busy = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert busy.returncode == EXIT_BOARD_BUSY, busy.stderr
+    assert json.loads(busy.stdout.strip().splitlines()[-1])["error"]["holder"]["host"] == "ci-7"
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "['--x', '1']", done.stderr
+    left = json.loads(lock.read_text())
+    assert left["released"] is True and left["device"] == "board"
+    again = BoardLock(str(lock)).acquire(0)
+    assert again.info["broke_stale_lock_of"] is None
+    again.release()
+
+
+@pytest.mark.remote
+def test_load_py_on_a_busy_board_waits_then_names_the_holder(emulated_x86, tiny_artifact, tmp_path):
+    """The consumer check on the board takes the board lock as remote-bench does: a board held by another
+    measurement is exit 6 naming the holder after the wait, and load.py does not run beside it."""
+    from edgeopt.errors import RemoteError
+    from edgeopt.remote.consumer import run_load_py
+    from edgeopt.remote.probe import open_transport
+    from edgeopt.runtime.board_lock import BoardLock
+
+    dev = emulated_x86["device"]
+    with open_transport(dev) as tr:  # the loopback device's work dir is on this machine
+        lock = Path(tr.work_dir) / "board.lock"
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, x=np.zeros((1, 4), np.float32))
+    with BoardLock(str(lock), {"host": "ci-7", "pid": 4242, "device": "x86-emu"}).acquire(0):
+        with pytest.raises(RemoteError) as e:
+            run_load_py(dev, tiny_artifact, inputs, tmp_path / "out.npz", wait=0.5)
+    assert e.value.exit_code == 6 and "the board is busy: held by host ci-7 pid 4242" in e.value.message
+    assert not (tmp_path / "out.npz").exists()
