@@ -165,7 +165,8 @@ def _convert(cli, repo, tmp_path, files, backend, *extra):
 def _check_staged(out, manifest, report, repo, bound=2.0):
     from edgeopt.runtime.runners import open_runner
 
-    assert report["verdict"]["early_exit"] is True, report
+    assert report["verdict"]["early_exit"] is True, (report["verdict"], report.get("held_back"),
+                                                     report.get("held_back_as_written"), report.get("measured"))
     assert report["held_back"]["holds"] and report["held_back"]["drop_points"] <= bound
     cascade = json.loads((out / "cascade.json").read_text())
     assert len(cascade["stages"]) == report["verdict"]["exits"] + 1
