@@ -30,9 +30,7 @@ def runner_args(tr: Transport, dev: Device, wait: float) -> list[str]:
     """The runner's lock arguments: the lock file in the device's work dir, the wait, who we are."""
     if os.environ.get(NO_LOCK_ENV) == "1":
         return ["--no-board-lock"]
-    owner = {"host": socket.gethostname(), "pid": os.getpid(), "device": dev.name}
-    return ["--board-lock", tr.confine(LOCK_FILE), "--lock-wait", f"{max(0.0, wait):g}",
-            "--lock-owner", json.dumps(owner, separators=(",", ":"))]
+    return ["--board-lock", tr.confine(LOCK_FILE), "--lock-wait", f"{max(0.0, wait):g}", "--lock-owner", _owner(dev)]
 
 
 def guard_args(tr: Transport, dev: Device, wait: float) -> list[str]:
@@ -40,8 +38,12 @@ def guard_args(tr: Transport, dev: Device, wait: float) -> list[str]:
     :func:`runner_args`, none with ``EDGEOPT_NO_BOARD_LOCK=1``."""
     if os.environ.get(NO_LOCK_ENV) == "1":
         return []
-    owner = {"host": socket.gethostname(), "pid": os.getpid(), "device": dev.name}
-    return ["--board-lock", tr.confine(LOCK_FILE), f"{max(0.0, wait):g}", json.dumps(owner, separators=(",", ":"))]
+    return ["--board-lock", tr.confine(LOCK_FILE), f"{max(0.0, wait):g}", _owner(dev)]
+
+
+def _owner(dev: Device) -> str:
+    """Who holds the lock, as the holder's JSON the waiting side names: this host, this process, the device."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "device": dev.name}, separators=(",", ":"))
 
 
 def waiting_message(dev: Device, line: str, wait: float) -> str | None:
