@@ -447,7 +447,7 @@ def _failed_search(stopped_by_budget: bool):
 
 @pytest.mark.parametrize("stopped_by_budget", [False, True])
 def test_a_gate_failure_says_what_was_tried_and_names_the_budget_only_when_it_stopped_the_search(stopped_by_budget):
-    """Issue 26: '0 of 358 ops kept in float' was printed after candidates with 1, 2 and 4 float ops were tried,
+    """'0 of 358 ops kept in float' was printed after candidates with 1, 2 and 4 float ops were tried,
     and 'raise --search-budget' was suggested when the budget was not what stopped the search."""
     from edgeopt.converters.quantize.verdict import gate_failure
 

@@ -147,7 +147,7 @@ def test_another_preset_has_no_graph_order_fallback():
 @pytest.mark.slow
 @pytest.mark.realmodels
 def test_dbnet_tensorrt_int8_holds_the_bound_with_a_float_prefix(tmp_path):
-    """Issue 23's text detector (rapidocr's PP-OCRv4 DBNet) on rendered pages, judged by map IoU against FP32 at
+    """The text detector (rapidocr's PP-OCRv4 DBNet) on rendered pages, judged by map IoU against FP32 at
     the detector's 0.3: every option loses ~30 points (activation tails of the early HardSwish blocks); the
     graph-order prefix holds --max-accuracy-drop 2 on the part the search never saw, keeps convs quantized and
     passes TensorRT's Q/DQ rules."""
