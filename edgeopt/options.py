@@ -85,15 +85,15 @@ class _ChainRequestBase(_ChainLevelRequest):
         """Only the chain options of a model that derives from this one (a recipe, a target, convert's options)."""
         return ChainRequest.model_validate({k: getattr(self, k) for k in ChainRequest.model_fields})
 
-    def over(self, base: ChainRequest | None) -> ChainRequest:
-        """These options over ``base``'s: a value given here wins, per-stage overrides merge key by key."""
+    def over(self, base: ChainRequest | None) -> _ChainRequestBase:
+        """These options over ``base``'s: a value given here wins, per-stage overrides merge key by key (no base:
+        these options as they are, a convert's options included: the planner reads only the request's fields)."""
         if base is None:
-            return self.chain_request()
-        mine, theirs = self.chain_request(), base.chain_request()
-        merged = {k: getattr(mine, k) if getattr(mine, k) is not None else getattr(theirs, k)
+            return self
+        merged = {k: getattr(self, k) if getattr(self, k) is not None else getattr(base, k)
                   for k in ChainRequest.model_fields if k != "stages"}
-        stages = {name: {**theirs.stages.get(name, {}), **mine.stages.get(name, {})}
-                  for name in dict.fromkeys([*theirs.stages, *mine.stages])}
+        stages = {name: {**base.stages.get(name, {}), **self.stages.get(name, {})}
+                  for name in dict.fromkeys([*base.stages, *self.stages])}
         return ChainRequest.model_validate({**merged, "stages": stages})
 
 

@@ -126,8 +126,7 @@ class QuantizeStage(Stage):
             from .ort_modes import search_ort_modes
 
             static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
-            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, requested=mode,
-                                    static=static):
+            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, static=static):
                 report["mode_reason"] += ("; none held the bound as built, nor dynamic with ops in float: static INT8 "
                                           "with its options and ops in float")
                 self._static(model, config, ctx, fp32, out, work, report, setup=static)

@@ -61,7 +61,8 @@ class DataSpec(_Strict):
 
 
 class Gates(_Strict):
-    max_accuracy_drop: float | None = Field(default=None, ge=0)  # top-1 points, needs labelled eval data
+    # the bound's own declaration (type, check, default), a gate here: points of the task metric
+    max_accuracy_drop: float | None = ChainRequest.model_fields["max_accuracy_drop"]
     max_p99_latency_ms: float | None = Field(default=None, gt=0)
     latency_source: LatencySource = LatencySource.AUTO
     max_artifact_kb: float | None = Field(default=None, gt=0)  # sum of the artifact's files, KiB
