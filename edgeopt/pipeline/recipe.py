@@ -75,8 +75,8 @@ class Gates(_Strict):
 
 
 class Target(ChainRequest):
-    """One build: a name, a profile, gate overrides, and the chain options (declared once, in
-    :class:`edgeopt.options.ChainRequest`: backend, precision, prune, recover, calib_method, threads,
+    """One build: a name, a profile, gate overrides, and the chain options (:class:`edgeopt.options.ChainRequest`,
+    generated from their declarations: backend, precision, prune, recover, calib_method, threads,
     metric, stages...). ``max_accuracy_drop`` given here is the target's own quantization target and gate;
     ``accuracy_aware`` makes the gates' ``max_accuracy_drop`` that target instead."""
 
