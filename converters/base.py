@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,10 +37,27 @@ def user_option(default: Any, description: str, *, name: str | None = None, **ch
                  **checks)
 
 
-def from_option(name: str, default: Any = None, **checks: Any) -> Any:
+def from_option(name: str, default: Any = ..., **checks: Any) -> Any:
     """A stage config field the planner fills from a user option declared elsewhere (a chain-level option such as
-    ``threads``, or another stage's, such as ``per_channel``): no description here, the declaration has it."""
+    ``threads``, or another stage's, such as ``per_channel``): no description here, the declaration has it. Without
+    ``default``, a chain-level option's field takes the declaration's default (``quant_mode``: auto), another's None."""
+    if default is ...:
+        declared = ChainOptions.model_fields.get(name)
+        default = declared.default if declared is not None and is_chain_option(declared) else None
     return Field(default=default, json_schema_extra={"option": name, "declares": False}, **checks)
+
+
+def chain_option(default: Any, description: str, **checks: Any) -> Any:
+    """A chain-level option (it chooses the plan's stages and backend, so no one stage declares it): a field of
+    :class:`ChainOptions` and its one declaration (type, default, checks, description). The request
+    (:class:`edgeopt.options.ChainRequest`, where None is "not given") and the CLI flags are generated from it; the
+    request's type is the field's unless ``ChainOptions.asked_as`` names the one the user asks in (``auto``)."""
+    return Field(default, description=description, json_schema_extra={"chain": True}, **checks)
+
+
+def is_chain_option(info: Any) -> bool:
+    """Whether a field is a chain-level option's declaration (:func:`chain_option`)."""
+    return isinstance(info.json_schema_extra, dict) and bool(info.json_schema_extra.get("chain"))
 
 
 def option_name(field_name: str, info: Any) -> str | None:
@@ -49,17 +66,6 @@ def option_name(field_name: str, info: Any) -> str | None:
     if "option" not in extra:
         return None
     return str(extra["option"] or field_name)
-
-
-def options_for(config_cls: type[StageConfig], given: dict[str, Any]) -> dict[str, Any]:
-    """The options the user gave (``ChainOptions.given``, by option name) that ``config_cls`` declares or takes,
-    by its field names: what ``configure`` passes on, so a value not given keeps the declaration's default."""
-    out = {}
-    for field_name, info in config_cls.model_fields.items():
-        name = option_name(field_name, info)
-        if name is not None and given.get(name) is not None:
-            out[field_name] = given[name]
-    return out
 
 
 class CalibMethod(StrEnum):
@@ -73,30 +79,51 @@ class PruneMode(StrEnum):
 
 
 class ChainOptions(StageConfig):
-    """What the user asked for (:class:`edgeopt.options.ChainRequest`, where the options are declared), after
-    ``make_plan`` applied the recipe and the profile's defaults: resolved values, no None for "not given".
+    """The chain options as the planner resolved them: what each stage's ``configure(options)`` reads.
 
-    The planner asks each stage ``configure(options)`` for its typed config (or None to skip it);
-    ``stage_overrides`` (from a recipe) then update that config, and unknown keys are errors.
+    The fields made with :func:`chain_option` are the chain-level options' one declaration (``--backend``,
+    ``--precision``, ``--quant-mode``…: :class:`edgeopt.options.ChainRequest` and the flags are generated from them);
+    ``make_plan`` fills them from the request over the recipe, a value not given from the profile (backend,
+    precision, prune) or the declaration's default. The other fields are what the planner settles for the stages
+    (the bound, the stage options given, the profile's facts), so that the plan alone decides the artifact.
+    ``stages`` (a recipe's per-stage overrides) then update each stage's config; unknown keys are errors.
     """
 
-    backend: BackendName
-    precision: Precision
-    quant_mode: QuantMode = QuantMode.AUTO  # --quant-mode: the kind of 8-bit (converters/quantize/modes.py)
-    prune: float = 0.0  # fraction of channels (mode channels) to remove
+    backend: BackendName = chain_option(
+        ..., "onnxruntime | openvino | tflite | tvm (default: the profile's first installed), or auto: on the host "
+        "profile, build with each installed backend and keep the fastest that holds.")
+    precision: Precision = chain_option(
+        ..., "int8 | bf16 | fp16 | fp32 (default: the profile's; bf16 where the CPU has AMX/AVX512-BF16).")
+    quant_mode: QuantMode = chain_option(
+        QuantMode.AUTO, "static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
+        "--max-accuracy-drop the fastest that fits the graph and holds the bound).")
+    prune: float = chain_option(
+        0.0, "Fraction of channels to remove (0-1), or 'auto': the largest ratio whose recovered model stays within "
+        "--max-accuracy-drop (needs it and --calib).")
+    prune_mode: PruneMode = chain_option(
+        PruneMode.CHANNELS, "channels | 2:4 (2:4 zeroes 2 of every 4 weights for sparse tensor cores; only when "
+        "asked for).")
+    # None: when pruning channels and the train extra is installed (converters/recover.py)
+    recover: bool | None = chain_option(
+        None, "Distil the pruned model from FP32 on --calib (default: when the train extra is installed).")
+    threads: int | None = chain_option(None, "Runtime threads (and the searches').", gt=0)
+    stages: dict[str, dict[str, Any]] = chain_option(
+        {}, "Per-stage config overrides, {quantize: {calib_samples: 64}, ...}; on the command line --set "
+        "STAGE.FIELD=VALUE.")
+    # what the user asks in, where it is not the resolved type: the request's type of these chain-level options
+    asked_as: ClassVar[dict[str, Any]] = {
+        "backend": str,  # a name (any case) or auto, chosen by edgeopt/backend_choice.py
+        "prune": Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"],  # resolved to prune and prune_auto
+    }
+
     prune_auto: bool = False  # --prune auto: the largest ratio within max_accuracy_drop (converters/prune_auto.py)
-    prune_mode: PruneMode = PruneMode.CHANNELS
-    # distil the pruned model from FP32 (converters/recover.py): None = when pruning channels and the train extra is installed
-    recover: bool | None = None
     # (multiple, why): kept channel counts rounded to what the profile's unit for this backend likes (the planner's)
     prune_channel_multiple: tuple[int, str] = (1, "")
     bound: AccuracyBound = AccuracyBound()  # --max-accuracy-drop, --metric, --search-budget…: every searching stage's
     # the stage-declared options the user gave (by option name: per_channel, recover_budget…); each stage takes its
-    # own with ``options_for`` and keeps its declaration's default for the others
+    # own with ``for_config`` and keeps its declaration's default for the others
     given: dict[str, Any] = {}
-    threads: int | None = None
     backend_settings: dict[str, Any] = {}  # the profile's settings for this backend (target, device…)
-    stage_overrides: dict[str, dict[str, Any]] = {}
     input_shapes: dict[str, tuple[int, ...]] = {}  # --input-shape: fixed by the normalize stage
     # (INT8 preset, why) for the profile's ISA, settled by the planner so the plan alone decides the artifact
     quant_preset: tuple[str | None, str | None] = (None, None)
@@ -107,6 +134,22 @@ class ChainOptions(StageConfig):
     sparse_units: tuple[str, ...] | None = None  # the profile's units with 2:4 sparse tensor cores
     # the float precisions the profile's unit runs natively on the chosen backend (edgeopt.float_precisions)
     native_floats: tuple[str, ...] | None = None
+
+    def for_config(self, config_cls: type[StageConfig]) -> dict[str, Any]:
+        """The fields of ``config_cls`` these options fill, by its field names: a field that takes an option
+        (``from_option``, ``user_option``) gets the chain-level value (``quant_mode``, ``precision``…) or the stage
+        option the user gave (``per_channel``…), a field of type :class:`AccuracyBound` the bound. An option with no
+        value (None: not given) is left out, so the field keeps its declaration's default."""
+        out: dict[str, Any] = {}
+        for field_name, info in config_cls.model_fields.items():
+            name = option_name(field_name, info)
+            if info.annotation is AccuracyBound:
+                out[field_name] = self.bound
+            elif name is not None:
+                value = getattr(self, name) if name in type(self).model_fields else self.given.get(name)
+                if value is not None:
+                    out[field_name] = value
+        return out
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
-from edgeopt.converters.base import PruneMode, StageConfig
+from edgeopt.converters.base import PruneMode, StageConfig, from_option
 from edgeopt.converters.recover import RecoverConfig
 from edgeopt.enums import StrEnum
 
@@ -20,7 +20,7 @@ class PruneCriterion(StrEnum):
 
 
 class PruneConfig(StageConfig):
-    mode: PruneMode = PruneMode.CHANNELS
+    mode: PruneMode = from_option("prune_mode")
     ratio: float = Field(default=0.0, ge=0.0, lt=1.0)  # fraction of output channels removed per prunable Conv
     criterion: PruneCriterion = PruneCriterion.L1
     min_channels: int = Field(default=4, ge=1)  # never keep fewer channels than this

@@ -31,7 +31,6 @@ from edgeopt.converters.base import (
     Stage,
     StageConfig,
     StageRecord,
-    options_for,
     user_option,
 )
 from edgeopt.converters.registry import register_stage
@@ -111,8 +110,7 @@ class Recover(Stage):
             return None  # auto: the plan says why (make_plan's warning)
         if options.recover:
             require_train()
-        return RecoverConfig(required=bool(options.recover), bound=options.bound,
-                             **options_for(RecoverConfig, options.given))
+        return RecoverConfig(required=bool(options.recover), **options.for_config(RecoverConfig))
 
     @classmethod
     def check_before_work(cls, config: StageConfig, facts: RunFacts) -> None:

@@ -196,14 +196,14 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
     o = _at_batch_one(model, o, warn)
     shapes = dict(o.input_shapes)
     planned = plan is None
-    plan = plan or make_plan(prof, o.chain_request(), recipe=o.recipe, input_shapes=shapes)
+    plan = plan or make_plan(prof, o, recipe=o.recipe, input_shapes=shapes)
     fit = None
     if not o.dry_run and model is not None and o.from_torch is None:  # the memory gate, before any work
         from edgeopt.memory.gate import fit_before_work
 
         o, plan, fit = fit_before_work(
             Path(model), prof, o, plan, shapes, warn,
-            lambda new: make_plan(prof, new.chain_request(), recipe=new.recipe, input_shapes=shapes) if planned
+            lambda new: make_plan(prof, new, recipe=new.recipe, input_shapes=shapes) if planned
             else plan)
     if model is not None and o.from_torch is None and "micro" in plan.options.backend_settings:
         from edgeopt.micro.onnx_ops import check_onnx_for_tflm

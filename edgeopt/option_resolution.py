@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from edgeopt.backend_choice import backend_class, choose_backend
 from edgeopt.config_errors import validation_message
-from edgeopt.converters.base import ChainOptions, PruneMode
+from edgeopt.converters.base import ChainOptions, PruneMode, is_chain_option
 from edgeopt.enums import BackendName, Precision, QuantMode, UnitKind
 from edgeopt.errors import BadInputError, UsageError, did_you_mean
 from edgeopt.options import ChainRequest
@@ -23,8 +23,9 @@ def _enum(cls, value, flag: str):
                          did_you_mean(str(value), names) or f"use one of: {', '.join(names)}") from err
 
 
-def _check_quant_mode(bcls, backend_name, prec: Precision, mode: QuantMode, warnings: list[str]) -> None:
+def _check_quant_mode(bcls, options: ChainOptions, warnings: list[str]) -> None:
     """A pinned ``--quant-mode`` must be one the backend's quantizer offers (and only means something for INT8)."""
+    mode, prec, backend_name = options.quant_mode, options.precision, options.backend
     if mode == QuantMode.AUTO:
         return
     if prec != Precision.INT8:
@@ -40,56 +41,38 @@ def _check_quant_mode(bcls, backend_name, prec: Precision, mode: QuantMode, warn
                          f"use --quant-mode {' or '.join(names)}, or another --backend")
 
 
-def _prune_value(value) -> tuple[float, bool]:
-    """(ratio, auto) from the request's ``prune`` (already 'auto' or a number: ChainRequest parses it) or the
-    profile's default ratio."""
-    return (0.0, True) if value == "auto" else (float(value), False)
-
-
-def _pick(value, default):
-    return value if value is not None else default
+def _asked(r: ChainRequest) -> dict:
+    """The chain-level options the request gives as such (None: not given, so the declaration's default holds);
+    backend, precision and prune are resolved over the profile below."""
+    return {name: getattr(r, name) for name, info in ChainOptions.model_fields.items()
+            if is_chain_option(info) and name not in ("backend", "precision", "prune") and getattr(r, name) is not None}
 
 
 def resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str]) -> ChainOptions:
     """The request resolved over the profile's defaults into :class:`ChainOptions` (the backend chosen, every
     profile-dependent choice settled), with the checks that need the profile or several options together."""
-    backend_name = choose_backend(profile, _pick(r.backend, None), warnings)
+    backend_name = choose_backend(profile, r.backend, warnings)
     bcls = backend_class(backend_name)
     chain = profile.default_chain
-    prec = _enum(Precision, _pick(r.precision, chain.precision), "--precision")
+    prec = _enum(Precision, r.precision if r.precision is not None else chain.precision, "--precision")
     if prec not in bcls.precisions:
         raise UsageError(f"backend '{backend_name.value}' cannot make {prec.value} models",
                          f"use --precision {' or '.join(p.value for p in bcls.precisions)}")
     from edgeopt.float_precisions import check_native, native_float_precisions
 
     check_native(profile, backend_name, prec)  # bf16 only where the profile's unit runs it natively
-    quant_mode = _enum(QuantMode, _pick(r.quant_mode, QuantMode.AUTO), "--quant-mode")
-    _check_quant_mode(bcls, backend_name, prec, quant_mode, warnings)
-    # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
-    mode = _enum(PruneMode, _pick(r.prune_mode, PruneMode.CHANNELS), "--prune-mode")
-    _check_stage_names(r, backend_name)
-    prune_value, prune_auto = _prune_value(_pick(r.prune, chain.prune))
-    _check_prune_auto(prune_auto, mode, r.max_accuracy_drop)
-    if r.export_c and "export_c" not in bcls.Config.model_fields:
-        raise UsageError(f"--export-c writes the model as a C array for firmware; backend '{backend_name.value}' "
-                         "has no such output", "use --backend tflite, or drop --export-c")
-    if r.c_name and not r.export_c:
-        raise UsageError("c_name names the C array of export_c, which is off", "give export_c too, or drop c_name")
+    prune = r.prune if r.prune is not None else chain.prune
     target = profile.backend(backend_name)
     try:
         options = ChainOptions(
+            **_asked(r),
             backend=backend_name,
             precision=prec,
-            quant_mode=quant_mode,
-            prune=prune_value,
-            prune_auto=prune_auto,
-            prune_mode=mode,
-            recover=_pick(r.recover, None),
+            prune=0.0 if prune == "auto" else float(prune),
+            prune_auto=prune == "auto",
             bound=r.accuracy_bound(),
             given=r.stage_options(),
-            threads=r.threads,
             backend_settings=_settings_with_memory(profile, target),
-            stage_overrides=dict(r.stages),
             input_shapes=dict(input_shapes or {}),
             prune_channel_multiple=_channel_multiple(profile, target, prec),
             quant_preset=_quant_preset(profile, target),
@@ -100,6 +83,15 @@ def resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str])
         )
     except ValidationError as err:
         raise validation_message(err, "options", list(ChainOptions.model_fields)) from err
+    _check_quant_mode(bcls, options, warnings)
+    # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
+    _check_stage_names(r, backend_name)
+    _check_prune_auto(options)
+    if r.export_c and "export_c" not in bcls.Config.model_fields:
+        raise UsageError(f"--export-c writes the model as a C array for firmware; backend '{backend_name.value}' "
+                         "has no such output", "use --backend tflite, or drop --export-c")
+    if r.c_name and not r.export_c:
+        raise UsageError("c_name names the C array of export_c, which is off", "give export_c too, or drop c_name")
     if not 0.0 <= options.prune < 1.0:
         raise UsageError(f"--prune {options.prune} is out of range", "give a fraction in [0, 1), e.g. --prune 0.3")
     return options
@@ -130,11 +122,11 @@ def _check_stage_names(r: ChainRequest, backend_name: BackendName) -> None:
                                 did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
 
 
-def _check_prune_auto(prune_auto: bool, mode: PruneMode, bound: float | None) -> None:
-    if prune_auto and mode != PruneMode.CHANNELS:
-        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {mode.value}",
+def _check_prune_auto(options: ChainOptions) -> None:
+    if options.prune_auto and options.prune_mode != PruneMode.CHANNELS:
+        raise UsageError(f"--prune auto searches a ratio of channel pruning, not --prune-mode {options.prune_mode.value}",
                          "use --prune-mode channels, or give no --prune")
-    if prune_auto and bound is None:
+    if options.prune_auto and options.bound.max_accuracy_drop is None:
         raise UsageError("--prune auto needs a bound: --max-accuracy-drop POINTS (the largest ratio within it is "
                          "kept)", "e.g. --max-accuracy-drop 1: points of the task metric (top-1, or agreement with FP32)")
 

@@ -1,12 +1,14 @@
-"""The chain options, declared once, and the typed options of ``convert``.
+"""The chain options as the user asks for them, generated from their declarations, and the typed options of
+``convert``.
 
 :class:`ChainRequest` is what a user may ask of the converter chain (backend, precision, pruning,
 recovery, calibration, gates, search budget, threads, task metric, per-stage overrides); every
-field is optional: None takes the recipe's value, then the profile's default. The recipe file
-(:class:`edgeopt.plan.Recipe`), the pipeline's target (:class:`edgeopt.pipeline.recipe.Target`)
-and :class:`ConvertOptions` derive from it, and the CLI's convert flags fill it; ``make_plan``
-resolves it against the profile into :class:`edgeopt.converters.base.ChainOptions` (the values
-the stages configure themselves from, hashed into the plan).
+field is optional: None takes the recipe's value, then the profile's default. Its fields are generated
+from the one declaration of each option: the chain-level ones in :class:`edgeopt.converters.base.ChainOptions`
+(``chain_option``), a stage's own in its config (``user_option``), the bound's in ``AccuracyBound``. The recipe
+file (:class:`edgeopt.plan.Recipe`), the pipeline's target (:class:`edgeopt.pipeline.recipe.Target`) and
+:class:`ConvertOptions` derive from it, and the CLI's convert flags fill it; ``make_plan`` resolves it against
+the profile into ``ChainOptions`` (the values the stages configure themselves from, hashed into the plan).
 
 The keyword forms of the API (``convert(..., precision="int8")``, ``make_plan(..., prune=0.3)``)
 build these objects with :func:`from_keywords`: an unknown keyword is a usage error with "did you
@@ -17,50 +19,46 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
-from edgeopt.converters.base import PruneMode
-from edgeopt.enums import Precision, QuantMode
+from edgeopt.converters.base import ChainOptions, is_chain_option
 from edgeopt.errors import UsageError, did_you_mean
 
 
-class _ChainRequestBase(BaseModel):
+def _chain_level_requested() -> dict[str, tuple[Any, FieldInfo]]:
+    """The chain-level options (declared in :class:`ChainOptions`, with ``chain_option``) as request fields: the
+    type the user asks in, the declaration's checks and description, None when not given ({} for ``stages``)."""
+    out = {}
+    for name, info in ChainOptions.model_fields.items():
+        if is_chain_option(info):
+            annotation = ChainOptions.asked_as.get(name, info.annotation)
+            out[name] = _as_requested(info, annotation, {} if isinstance(info.default, dict) else None)
+    return out
+
+
+def _as_requested(field: FieldInfo, annotation: Any = None, default: Any = None) -> tuple[Any, FieldInfo]:
+    """A declaration as a request field: the same type (or ``annotation``), checks and description, ``default``
+    (None: not given)."""
+    annotation = field.annotation if annotation is None else annotation
+    return (annotation if default is not None else annotation | None), FieldInfo.merge_field_infos(field, default=default)
+
+
+# The chain-level options, generated from their declaration (converters/base.py ChainOptions)
+_ChainLevelRequest = create_model("_ChainLevelRequest", __config__=ConfigDict(extra="forbid", frozen=True),
+                                  __module__=__name__, **_chain_level_requested())
+
+
+class _ChainRequestBase(_ChainLevelRequest):
     """What the user asks of the chain; None: the recipe's value, else the profile's default."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # The chain-level options (they choose the plan's stages and backend, so no one stage declares them); a stage's
-    # own options are declared in its config (user_option) and generated below.
-    backend: str | None = Field(
-        default=None, description="onnxruntime | openvino | tflite | tvm (default: the profile's first installed), "
-        "or auto: on the host profile, build with each installed backend and keep the fastest that holds.")
-    precision: Precision | None = Field(
-        default=None, description="int8 | bf16 | fp16 | fp32 (default: the profile's; bf16 where the CPU has "
-        "AMX/AVX512-BF16).")
-    quant_mode: QuantMode | None = Field(
-        default=None, description="static | dynamic | weights | auto: the kind of INT8 (auto, the default: with "
-        "--max-accuracy-drop the fastest that fits the graph and holds the bound).")
-    prune: Annotated[float, Field(ge=0.0, lt=1.0)] | Literal["auto"] | None = Field(
-        default=None, description="Fraction of channels to remove (0-1), or 'auto': the largest ratio whose "
-        "recovered model stays within --max-accuracy-drop (needs it and --calib).")
-    prune_mode: PruneMode | None = Field(
-        default=None, description="channels | 2:4 (2:4 zeroes 2 of every 4 weights for sparse tensor cores; only "
-        "when asked for).")
-    recover: bool | None = Field(
-        default=None, description="Distil the pruned model from FP32 on --calib (default: when the train extra is "
-        "installed).")
-    threads: int | None = Field(default=None, gt=0, description="Runtime threads (and the searches').")
     memory_budget: int | str | None = Field(
         default=None, description="Memory the model may take on the device (weights + arena + runtime), e.g. 300MB "
         "or 512KB (default: the profile's budget_mb, else its RAM). Over it, convert tries INT8 weights, then "
         "static INT8, and refuses (exit 5) when neither fits.")
-    stages: dict[str, dict[str, Any]] = Field(
-        default={}, description="Per-stage config overrides, {quantize: {calib_samples: 64}, ...}; on the command "
-        "line --set STAGE.FIELD=VALUE.")
 
     @field_validator("memory_budget", mode="before")
     @classmethod
@@ -87,21 +85,16 @@ class _ChainRequestBase(BaseModel):
         """Only the chain options of a model that derives from this one (a recipe, a target, convert's options)."""
         return ChainRequest.model_validate({k: getattr(self, k) for k in ChainRequest.model_fields})
 
-    def over(self, base: ChainRequest | None) -> ChainRequest:
-        """These options over ``base``'s: a value given here wins, per-stage overrides merge key by key."""
+    def over(self, base: ChainRequest | None) -> _ChainRequestBase:
+        """These options over ``base``'s: a value given here wins, per-stage overrides merge key by key (no base:
+        these options as they are, a convert's options included: the planner reads only the request's fields)."""
         if base is None:
-            return self.chain_request()
-        mine, theirs = self.chain_request(), base.chain_request()
-        merged = {k: getattr(mine, k) if getattr(mine, k) is not None else getattr(theirs, k)
+            return self
+        merged = {k: getattr(self, k) if getattr(self, k) is not None else getattr(base, k)
                   for k in ChainRequest.model_fields if k != "stages"}
-        stages = {name: {**theirs.stages.get(name, {}), **mine.stages.get(name, {})}
-                  for name in dict.fromkeys([*theirs.stages, *mine.stages])}
+        stages = {name: {**base.stages.get(name, {}), **self.stages.get(name, {})}
+                  for name in dict.fromkeys([*base.stages, *self.stages])}
         return ChainRequest.model_validate({**merged, "stages": stages})
-
-
-def _as_requested(field: FieldInfo) -> tuple[Any, FieldInfo]:
-    """A stage-side declaration as a request field: the same type, checks and description, None when not given."""
-    return field.annotation | None, FieldInfo.merge_field_infos(field, default=None)
 
 
 def stage_declared_options() -> dict[str, FieldInfo]:

@@ -121,7 +121,7 @@ def _deep_merge(base: dict, override: dict) -> dict:
 
 def _configure(name: str, cls, options: ChainOptions) -> StageConfig | None:
     config = cls.configure(options)
-    override = options.stage_overrides.get(name)
+    override = options.stages.get(name)
     if config is not None and override:
         try:
             config = type(config).model_validate(_deep_merge(config.model_dump(), override))
@@ -169,7 +169,7 @@ def _request(request: ChainRequest | None, recipe, keywords: dict) -> ChainReque
 def _check_unplanned_overrides(options: ChainOptions, planned: set[str], warnings: list[str]) -> None:
     """Overrides of a stage this plan does not run are still checked (an unknown key is an error, never dropped)
     and named in a warning: they do nothing here."""
-    for name, override in options.stage_overrides.items():
+    for name, override in options.stages.items():
         if name in planned or not override:
             continue
         config_cls = _stage_class(name).Config

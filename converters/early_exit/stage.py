@@ -19,7 +19,6 @@ from edgeopt.converters.base import (
     RunFacts,
     Stage,
     StageConfig,
-    options_for,
     user_option,
 )
 from edgeopt.converters.registry import register_stage
@@ -69,7 +68,7 @@ class EarlyExitStage(Stage):
 
     @classmethod
     def configure(cls, options: ChainOptions) -> EarlyExitConfig | None:
-        config = EarlyExitConfig(bound=options.bound, **options_for(EarlyExitConfig, options.given))
+        config = EarlyExitConfig(**options.for_config(EarlyExitConfig))
         if config.early_exit == EarlyExitMode.OFF:
             return None
         from edgeopt.enums import BackendName, Precision

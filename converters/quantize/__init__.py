@@ -20,7 +20,6 @@ from edgeopt.converters.base import (
     Stage,
     StageConfig,
     from_option,
-    options_for,
     user_option,
 )
 from edgeopt.converters.registry import register_stage
@@ -33,7 +32,7 @@ from .presets import PRESETS, TENSORRT, get_preset, preset_for_profile
 
 class QuantizeConfig(StageConfig):
     precision: Precision = from_option("precision", Precision.INT8)
-    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)  # the planner's
+    mode: QuantMode = from_option("quant_mode")
     backend: str | None = None  # the backend the result is for (named in the report)
     preset: str | None = None  # a name in presets.PRESETS, asked for; None: the profile's (below)
     # the planner's choice for the profile's ISA, and why: in the plan, its hash and --dry-run
@@ -82,16 +81,8 @@ class QuantizeStage(Stage):
         if get_backend(options.backend).quantizes_itself:
             return None
         preset, why = options.quant_preset
-        return QuantizeConfig(
-            mode=options.quant_mode,
-            backend=options.backend.value,
-            profile_preset=preset,
-            profile_preset_reason=why,
-            profile_has_gpu=options.profile_has_gpu,
-            precision=options.precision,
-            bound=options.bound,
-            **options_for(QuantizeConfig, options.given),
-        )
+        return QuantizeConfig(backend=options.backend.value, profile_preset=preset, profile_preset_reason=why,
+                              profile_has_gpu=options.profile_has_gpu, **options.for_config(QuantizeConfig))
 
     def run(self, model: Intermediate, config: QuantizeConfig, ctx: ChainContext) -> Intermediate:
         import onnx
@@ -135,8 +126,7 @@ class QuantizeStage(Stage):
             from .ort_modes import search_ort_modes
 
             static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
-            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, requested=mode,
-                                    static=static):
+            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, static=static):
                 report["mode_reason"] += ("; none held the bound as built, nor dynamic with ops in float: static INT8 "
                                           "with its options and ops in float")
                 self._static(model, config, ctx, fp32, out, work, report, setup=static)

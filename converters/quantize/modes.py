@@ -101,10 +101,10 @@ class Quantizer(ABC):
         return mode in cls.modes
 
     @classmethod
-    def search_modes(cls, requested: QuantMode = QuantMode.AUTO) -> list[StaticMode | DynamicMode | WeightsMode]:
+    def search_modes(cls, quant_mode: QuantMode) -> list[StaticMode | DynamicMode | WeightsMode]:
         """The mode configs a search builds: every kind in ``modes`` with ``--quant-mode auto``, else only the
-        ``requested`` kind (none when this quantizer does not offer it), each at its granularities."""
-        kinds = [k for k in cls.modes if requested == QuantMode.AUTO or k == requested]
+        ``quant_mode`` kind (none when this quantizer does not offer it), each at its granularities."""
+        kinds = [k for k in cls.modes if quant_mode == QuantMode.AUTO or k == quant_mode]
         return [MODE_TYPES[k](granularity=g) for k in kinds for g in cls.granularities.get(k, BOTH_GRAINS)]
 
     @abstractmethod

@@ -25,16 +25,16 @@ def _grain(per_channel: bool) -> Granularity:
     return Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
 
 
-def ort_search_modes(requested: QuantMode, per_channel: bool | None, static_settings=None) -> list:
+def ort_search_modes(quant_mode: QuantMode, per_channel: bool | None, static_settings=None) -> list:
     """The quantizer's modes this search builds (:meth:`.modes.Quantizer.search_modes`): static only with its
     setup, at the granularity its settings (the profile's preset) name; a kind asked for with ``--quant-mode``
     at the ``--per-channel`` granularity asked for (default per-channel)."""
     out = []
-    for mode in QUANTIZER.search_modes(requested):
+    for mode in QUANTIZER.search_modes(quant_mode):
         if mode.kind == QuantMode.STATIC:
             if static_settings is None or mode.granularity != _grain(static_settings.per_channel):
                 continue
-        elif requested != QuantMode.AUTO and mode.granularity != _grain(per_channel is not False):
+        elif quant_mode != QuantMode.AUTO and mode.granularity != _grain(per_channel is not False):
             continue
         out.append(mode)
     return out
@@ -65,15 +65,14 @@ def ort_candidates(src: Path, work: Path, threads: int, modes: list, static=None
     return out
 
 
-def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, requested: QuantMode,
-                     static=None) -> bool:
+def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, static=None) -> bool:
     """Choose among the modes into ``out``; True when one held the bound (``report['mode_search']`` says what
-    was tried and why each other was dropped). ``requested``: the ``--quant-mode`` asked for; a named one
+    was tried and why each other was dropped). ``config.mode``: the ``--quant-mode`` asked for; a named one
     (``dynamic``) is only that kind, at the requested granularity, and missing the bound is exit 5."""
     from .bound import ort_runner
 
     b = prepare(ctx, "quantize", model_path, config.bound)
-    modes = ort_search_modes(requested, config.per_channel, None if static is None else static[1])
+    modes = ort_search_modes(config.mode, config.per_channel, None if static is None else static[1])
     grains = tuple(m.granularity for m in modes if m.kind == QuantMode.DYNAMIC)
     choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, modes, static), b=b,
                          bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
@@ -89,10 +88,10 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
             _dynamic_with_float(Path(model_path), out, work, config, ctx, report, b, grains, rival):
         return True
     if choice.label is None:
-        if requested != QuantMode.AUTO:
+        if config.mode != QuantMode.AUTO:
             best = max((r for r in choice.report["candidates"] if "search_value" in r),
                        key=lambda r: r["search_value"], default=None)
-            raise GateFailedError(f"quantize: {MODE_TYPES[requested].what} INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
+            raise GateFailedError(f"quantize: {MODE_TYPES[config.mode].what} INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
                                   + (f": {best['why']}" if best else ""),
                                   "use --quant-mode auto (static INT8 with its search), relax the bound, or "
                                   "--precision fp32", details=choice.report)

@@ -61,7 +61,8 @@ class DataSpec(_Strict):
 
 
 class Gates(_Strict):
-    max_accuracy_drop: float | None = Field(default=None, ge=0)  # top-1 points, needs labelled eval data
+    # the bound's own declaration (type, check, default), a gate here: points of the task metric
+    max_accuracy_drop: float | None = ChainRequest.model_fields["max_accuracy_drop"]
     max_p99_latency_ms: float | None = Field(default=None, gt=0)
     latency_source: LatencySource = LatencySource.AUTO
     max_artifact_kb: float | None = Field(default=None, gt=0)  # sum of the artifact's files, KiB
@@ -74,8 +75,8 @@ class Gates(_Strict):
 
 
 class Target(ChainRequest):
-    """One build: a name, a profile, gate overrides, and the chain options (declared once, in
-    :class:`edgeopt.options.ChainRequest`: backend, precision, prune, recover, calib_method, threads,
+    """One build: a name, a profile, gate overrides, and the chain options (:class:`edgeopt.options.ChainRequest`,
+    generated from their declarations: backend, precision, prune, recover, calib_method, threads,
     metric, stages...). ``max_accuracy_drop`` given here is the target's own quantization target and gate;
     ``accuracy_aware`` makes the gates' ``max_accuracy_drop`` that target instead."""
 

@@ -1,10 +1,11 @@
 """Each option declared once, reachable from every door.
 
 A stage's options are declared in its config (``user_option``: type, default, checks, description); the chain-level
-ones (backend, precision, pruning, threads…) in ``ChainRequest`` itself; the accuracy bound's in ``AccuracyBound``.
-``ChainRequest`` (so the recipe, the pipeline's targets and the API's keywords) and the CLI flags are generated from
-those declarations. These tests walk every stage config and check that no option is declared twice and that every
-field can be set from the API, a recipe and the command line.
+ones (backend, precision, quant_mode, pruning, threads…) in ``ChainOptions`` (``chain_option``), which the stages read;
+the accuracy bound's in ``AccuracyBound``. ``ChainRequest`` (so the recipe, the pipeline's targets and the API's
+keywords) and the CLI flags are generated from those declarations. These tests walk every stage config and check
+that no option is declared twice, that no default is written twice, and that every field can be set from the API, a
+recipe and the command line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import yaml
 from pydantic import BaseModel
 
 from edgeopt.converters.accuracy_bound import AccuracyBound
-from edgeopt.converters.base import ChainOptions, StageConfig, option_name
+from edgeopt.converters.base import ChainOptions, StageConfig, is_chain_option, option_name
 from edgeopt.options import (
     ChainRequest,
     ConvertOptions,
@@ -28,6 +29,8 @@ from edgeopt.plan import Recipe, make_plan
 from edgeopt.profiles import load_profile
 
 CHAIN_LEVEL = set(_ChainRequestBase.model_fields)
+# the chain-level options declared in ChainOptions (all of CHAIN_LEVEL but the request-only memory_budget)
+DECLARED_IN_OPTIONS = {n for n, f in ChainOptions.model_fields.items() if is_chain_option(f)}
 
 
 def _all_stage_configs() -> dict[str, type[StageConfig]]:
@@ -62,6 +65,101 @@ def test_every_option_is_declared_once_and_the_request_is_generated_from_it():
         assert mine.metadata == theirs.metadata and mine.default is None
     for name in CHAIN_LEVEL:
         assert ChainRequest.model_fields[name].description, name
+
+
+def _redeclared(classes) -> dict[str, set[str]]:
+    """The chain-level options a class in ``classes`` declares itself (in its own body) besides ChainOptions."""
+    out = {}
+    for cls in classes:
+        own = set(vars(cls).get("__annotations__", {})) & (DECLARED_IN_OPTIONS | set(stage_declared_options()))
+        if own:
+            out[cls.__name__] = own
+    return out
+
+
+def _request_classes():
+    from edgeopt.pipeline.recipe import Target
+
+    return [_ChainRequestBase, ConvertOptions, Recipe, Target]  # (ChainRequest's own fields are the generated ones)
+
+
+def test_chain_level_options_are_declared_once_in_chain_options_and_the_request_is_generated():
+    assert DECLARED_IN_OPTIONS >= {"backend", "precision", "quant_mode", "prune", "prune_mode", "recover", "threads"}
+    assert CHAIN_LEVEL - DECLARED_IN_OPTIONS == {"memory_budget"}  # read by convert's memory gate, by no stage
+    for name in DECLARED_IN_OPTIONS:  # the request's field is the declaration's: description, checks, "not given"
+        mine, theirs = ChainRequest.model_fields[name], ChainOptions.model_fields[name]
+        assert mine.description == theirs.description and mine.description, name
+        assert mine.default == ({} if isinstance(theirs.default, dict) else None), name
+        if name not in ChainOptions.asked_as:
+            given = theirs.annotation if isinstance(theirs.default, dict) else theirs.annotation | None
+            assert mine.metadata == theirs.metadata and mine.annotation == given, name
+    assert not _redeclared(_request_classes())
+
+
+def test_a_chain_level_option_declared_a_second_time_is_caught():
+    from pydantic import Field
+
+    from edgeopt.enums import QuantMode
+
+    class Again(ConvertOptions):  # what a second declaration looks like
+        quant_mode: QuantMode | None = Field(default=None, description="the kind of INT8")
+
+    assert _redeclared([*_request_classes(), Again]) == {"Again": {"quant_mode"}}
+    for config in _all_stage_configs().values():  # a stage may take a chain-level option, never declare it
+        for field_name, info in config.model_fields.items():
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            assert not (extra.get("declares") and option_name(field_name, info) in DECLARED_IN_OPTIONS)
+            assert not is_chain_option(info), (config.__name__, field_name)
+
+
+def test_a_stage_field_taking_a_chain_level_option_has_the_declarations_default():
+    for config in _all_stage_configs().values():
+        for field_name, info in config.model_fields.items():
+            option = option_name(field_name, info)
+            declared = ChainOptions.model_fields.get(option or "")
+            if declared is not None and is_chain_option(declared) and not declared.is_required():
+                assert info.default == declared.default, (config.__name__, field_name, info.default)
+
+
+def _default_writes(text: str, default: str) -> list[str]:
+    """Lines of ``text`` that write ``default`` as a default: a field's or a parameter's (``x: T = D``,
+    ``from_option(name, D)``), a fallback (``_pick(v, D)``, ``.get(k, D)``, ``v or D``)."""
+    import re
+
+    d = re.escape(default)
+    pattern = re.compile(rf"(?<![=!<>])=\s*{d}\b|(?:_pick|from_option|\.get)\([^)]*,\s*{d}\)|\bor\s+{d}\b")
+    return [line.strip() for line in text.splitlines() if pattern.search(line)]
+
+
+def test_each_default_is_written_once():
+    """The quant-mode, prune-mode and budget defaults are written in their declarations only: nowhere in the
+    product is one given again as a field's or a parameter's default, or as a fallback for "not given"."""
+    from pathlib import Path
+
+    from edgeopt.converters.accuracy_bound import SEARCH_BUDGET_S
+
+    repo = Path(__file__).resolve().parents[2]
+    sources = {p: p.read_text() for d in ("edgeopt", "converters") for p in sorted((repo / d).rglob("*.py"))}
+    written = {}
+    for name in ("quant_mode", "prune_mode"):
+        d = ChainOptions.model_fields[name].default
+        written[name] = [(p.name, ln) for p, t in sources.items() for ln in _default_writes(t, f"{type(d).__name__}.{d.name}")]
+    written["search_budget"] = [(p.name, ln) for p, t in sources.items()
+                                for ln in _default_writes(t, repr(SEARCH_BUDGET_S)) if "budget" in ln.lower() and "recover" not in ln.lower()]
+    assert AccuracyBound.model_fields["search_budget"].default == SEARCH_BUDGET_S
+    assert written == {"quant_mode": [], "prune_mode": [], "search_budget": [("accuracy_bound.py", f"SEARCH_BUDGET_S = {SEARCH_BUDGET_S!r}")]}
+    # and the checker sees one: the lines the planner and the stage configs had before
+    assert _default_writes('q = _enum(QuantMode, _pick(r.quant_mode, QuantMode.AUTO), "--quant-mode")', "QuantMode.AUTO")
+    assert _default_writes('    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)', "QuantMode.AUTO")
+    assert _default_writes("    quant_mode: QuantMode = QuantMode.AUTO  # --quant-mode", "QuantMode.AUTO")
+    assert not _default_writes("if mode in (QuantMode.STATIC, QuantMode.AUTO) or mode == QuantMode.AUTO:", "QuantMode.AUTO")
+
+
+def test_the_pipelines_accuracy_gate_is_the_bounds_declaration():
+    from edgeopt.pipeline.recipe import Gates
+
+    mine, theirs = Gates.model_fields["max_accuracy_drop"], AccuracyBound.model_fields["max_accuracy_drop"]
+    assert (mine.description, mine.metadata, mine.default) == (theirs.description, theirs.metadata, theirs.default)
 
 
 def test_fields_filled_from_an_option_name_one_that_exists():

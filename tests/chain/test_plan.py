@@ -158,7 +158,7 @@ def test_export_c_is_a_chain_option_in_the_plan_not_a_recipe_rewrite(tmp_path, c
     planned = make_plan(load_profile("host"), backend="tflite", precision="fp32", export_c=True, c_name="digits_cnn")
     config = planned.stages[-1].config
     assert config.export_c and config.c_name == "digits_cnn" and not plain.stages[-1].config.export_c
-    assert planned.hash != plain.hash and planned.options.stage_overrides == {}  # no recipe override made for it
+    assert planned.hash != plain.hash and planned.options.stages == {}  # no recipe override made for it
     args = ("convert", str(digits), "--profile", "host", "--backend", "tflite", "--precision", "fp32", "--export-c",
             "--dry-run", "--json")
     r = cli(*args)

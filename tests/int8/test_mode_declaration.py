@@ -26,14 +26,14 @@ def test_each_backends_search_modes_come_from_its_quantizers_declaration():
     from edgeopt.converters.quantize.ort_modes import ort_search_modes
     from edgeopt.converters.quantize.ort_static import StaticSettings
 
-    assert labels(OnnxRuntimeQuantizer.search_modes()) == ["dynamic per-channel", "dynamic per-tensor",
+    assert labels(OnnxRuntimeQuantizer.search_modes(QuantMode.AUTO)) == ["dynamic per-channel", "dynamic per-tensor",
                                                            "static per-channel", "static per-tensor"]
     # the profile's static settings fix static's granularity; a requested kind is that kind at --per-channel's
     settings = StaticSettings(per_channel=True)
     assert labels(ort_search_modes(QuantMode.AUTO, None, settings)) == ["dynamic per-channel", "dynamic per-tensor",
                                                                         "static per-channel"]
     assert labels(ort_search_modes(QuantMode.DYNAMIC, False)) == ["dynamic per-tensor"]
-    assert labels(OpenVINOQuantizer.search_modes()) == ["weights per-channel", "static per-channel"]
+    assert labels(OpenVINOQuantizer.search_modes(QuantMode.AUTO)) == ["weights per-channel", "static per-channel"]
     assert labels(OpenVINOQuantizer.search_modes(QuantMode.WEIGHTS)) == ["weights per-channel"]
     assert OpenVINOQuantizer.search_modes(QuantMode.DYNAMIC) == []
     assert labels(TFLiteQuantizer.mode_configs(QuantMode.AUTO, Granularity.PER_TENSOR)) == [

@@ -29,7 +29,6 @@ from edgeopt.converters.base import (
     Intermediate,
     StageConfig,
     from_option,
-    options_for,
     user_option,
 )
 from edgeopt.converters.quantize.presets import TRT_PROVIDER
@@ -122,8 +121,7 @@ class OnnxRuntimeBackend(Backend):
             provider=provider,
             fallback_providers=tuple(s.get("fallback_providers") or ()),
             provider_options=provider_options,
-            threads=options.threads or s.get("threads"),
-            **options_for(OnnxRuntimeConfig, options.given),  # --max-fallback-ops
+            **{**options.for_config(OnnxRuntimeConfig), "threads": options.threads or s.get("threads")},
         )
 
     def run(self, model: Intermediate, config: OnnxRuntimeConfig, ctx: ChainContext) -> Intermediate:

@@ -53,7 +53,7 @@ class NNCFPreset(StrEnum):
 
 class OpenVINOConfig(StageConfig):
     precision: Precision = from_option("precision", Precision.FP32)
-    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)  # --quant-mode: static (nncf.quantize) or weights (nncf.compress_weights)
+    mode: QuantMode = from_option("quant_mode")  # --quant-mode: static (nncf.quantize) or weights (nncf.compress_weights)
     device: str = "CPU"
     inference_precision: InferencePrecision = InferencePrecision.F32
     threads: int | None = from_option("threads")
@@ -93,8 +93,7 @@ class OpenVINOBackend(Backend):
     @classmethod
     def configure(cls, options: ChainOptions) -> OpenVINOConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "mode": options.quant_mode, "bound": options.bound,
-              "threads": options.threads or s.get("threads")}
+        kw = {**options.for_config(OpenVINOConfig), "threads": options.threads or s.get("threads")}
         for key in ("device", "inference_precision", "performance_hint", "subset_size", "preset", "model_type"):
             if key in s:
                 kw[key] = s[key]
@@ -106,7 +105,6 @@ class OpenVINOBackend(Backend):
         elif options.precision == Precision.FP32 and kw.get("inference_precision") == InferencePrecision.BF16.value:
             raise UsageError("openvino: the profile's inference_precision bf16 would run an fp32 artifact in bf16",
                              "use --precision bf16 (the artifact then says bf16), or inference_precision f32")
-        kw["max_fallback_ops"] = options.given.get("max_fallback_ops")
         return OpenVINOConfig(**kw)
 
     def run(self, model: Intermediate, config: OpenVINOConfig, ctx: ChainContext) -> Intermediate:

@@ -44,7 +44,6 @@ from edgeopt.converters.base import (
     Intermediate,
     StageConfig,
     from_option,
-    options_for,
     user_option,
 )
 from edgeopt.converters.registry import register_stage
@@ -68,7 +67,7 @@ class TFLiteConfig(StageConfig):
     threads: int | None = from_option("threads")
     delegate: str = "xnnpack"  # LiteRT's default CPU delegate
     per_channel: bool = from_option("per_channel", True)
-    mode: QuantMode = from_option("quant_mode", QuantMode.AUTO)  # --quant-mode: static, dynamic-range or weight-only
+    mode: QuantMode = from_option("quant_mode")  # --quant-mode: static, dynamic-range or weight-only
     calib_samples: int = 200  # most calibration samples given to the quantizer
     keep_layout: tuple[str, ...] | None = None  # inputs onnx2tf must not transpose (None: those that look NHWC)
     export_c: bool = user_option(False, "Also write the model as a C array for firmware (model_data.h/.c); "
@@ -104,12 +103,9 @@ class TFLiteBackend(Backend):
     @classmethod
     def configure(cls, options: ChainOptions) -> TFLiteConfig:
         s = options.backend_settings
-        kw = {"precision": options.precision, "mode": options.quant_mode, "threads": options.threads or s.get("threads"),
-              "bound": options.bound}
-        for key in ("io_dtype", "delegate", "calib_samples", "export_c", "micro"):
-            if key in s:
-                kw[key] = s[key]
-        return TFLiteConfig(**{**kw, **options_for(TFLiteConfig, options.given)})  # --per-channel, --export-c…
+        kw = {key: s[key] for key in ("io_dtype", "delegate", "calib_samples", "export_c", "micro") if key in s}
+        # the options over the profile's settings (--export-c, --per-channel, --quant-mode…)
+        return TFLiteConfig(**{**kw, **options.for_config(TFLiteConfig), "threads": options.threads or s.get("threads")})
 
     def run(self, model: Intermediate, config: TFLiteConfig, ctx: ChainContext) -> Intermediate:
         """Convert, then quantize; any failure keeps onnx2tf's log beside the output and says where."""
