@@ -125,10 +125,11 @@ def _one_feed(manifest, o) -> dict:
 def _record(artifact: Path, result, rows: list[dict], model, o, on_warning):
     """``backend_search`` in the chosen artifact's manifest, and its speed-up measured on it (``speed_claim``)."""
     from edgeopt.artifact import write_manifest
+    from edgeopt.manifest_types import BackendSearchRow
     from edgeopt.speed_claim import check_speed_claim, npz_inputs
 
     manifest = result.manifest
-    manifest.backend_search = rows
+    manifest.backend_search = [BackendSearchRow.model_validate(r) for r in rows]
     manifest = write_manifest(artifact, manifest)
     manifest.speed_claim = check_speed_claim(artifact, manifest, Path(model), threads=o.threads,
                                              inputs=npz_inputs(o), warn=on_warning)

@@ -67,7 +67,7 @@ def test_an_old_manifest_loads_typed_and_is_written_back_byte_identical(tmp_path
     assert isinstance(v, Validation) and v.max_abs_err == float("inf") and v.passed
     assert v.checked_on == CheckedOn(provider="CPUExecutionProvider", target="CPUExecutionProvider")
     assert v.gates["int8_quantized_units"].value == 5.0 and v.units["quantized"] == 5
-    assert m.stages[0]["seconds"] == 0.5  # build.json's timing merged back
+    assert m.stages[0].seconds == 0.5  # build.json's timing merged back
     write_manifest(tmp_path / "art", m)
     assert (tmp_path / "art" / MANIFEST).read_bytes() == before
 
@@ -93,7 +93,7 @@ def test_bench_reference_artifact_is_a_manifest_from_the_one_builder(tmp_path, m
     ref = reference_artifact(DIGITS, file_sha256(DIGITS))
     m = load_artifact(ref)  # a Manifest, and its files' sha256 checked
     assert (m.backend, m.precision, m.profile, m.validation) == ("onnxruntime", "fp32", None, None)
-    assert m.plan == {"note": REFERENCE_NOTE} and set(m.files) == {"model.onnx"}
+    assert m.plan.note == REFERENCE_NOTE and set(m.files) == {"model.onnx"}
     assert m.versions["onnxruntime"] and m.source_model.sha256 == file_sha256(DIGITS)
     assert m.inputs[0].name == "input" and m.inputs[0].shape == [1, 1, 8, 8]
     assert reference_artifact(DIGITS, file_sha256(DIGITS)) == ref  # cached by content
@@ -118,11 +118,11 @@ def test_a_wrapped_tflite_file_gets_its_manifest_from_the_one_builder(tmp_path, 
     m = load_artifact(wrapped_artifact.wrap_model_file(src, tmp_path / "art", threads=2))
     assert len(built) == 1 and built[0]["backend"] == "tflite"
     assert (m.backend, m.precision, m.profile, m.validation, m.stages) == ("tflite", "fp32", "none", None, [])
-    assert m.plan == {"note": wrapped_artifact.WRAPPED_NOTE} and m.plan_hash == ""
+    assert m.plan.note == wrapped_artifact.WRAPPED_NOTE and m.plan_hash == ""
     assert m.warnings == [wrapped_artifact.WRAPPED_WARNING] and set(m.versions) == {"edgeopt", "ai-edge-litert"}
     assert (m.inputs[0].layout, m.outputs[0].layout) == ("NCHW", None) and set(m.files) == {"model.tflite"}
     assert m.source_model.sha256 == file_sha256(src)
-    assert m.runtime == {"backend": "tflite", "model": "model.tflite", "settings": {"threads": 2, "delegate": "xnnpack"},
+    assert m.runtime.model_dump(mode="json") == {"backend": "tflite", "model": "model.tflite", "settings": {"threads": 2, "delegate": "xnnpack"},
                          "io": {"inputs": [{"name": "x", "runtime_name": "x", "transpose": None}],
                                 "outputs": [{"name": "y", "runtime_name": "y", "transpose": None}]}}
 
