@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from edgeopt.consumer.model import ConsumerCheck
+from edgeopt.data import Preprocess
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
 from edgeopt.manifest_types import BackendSearchRow, PlanEntry, RuntimeEntry, StageEntry, VerifiedOn
@@ -45,7 +46,7 @@ class TensorInfo(BaseModel):
     shape: list[Any]
     dtype: str
     layout: str | None = None  # NCHW / NHWC for 4-D image-like inputs, else None
-    preprocessing: dict | None = None
+    preprocessing: Preprocess | None = None  # --preprocess: how an image file becomes this input
 
 
 class SourceModel(BaseModel):
@@ -138,7 +139,7 @@ def guess_layout(shape) -> str | None:
     return None
 
 
-def tensor_infos(specs, preprocessing: dict | None = None) -> list[TensorInfo]:
+def tensor_infos(specs, preprocessing: Preprocess | None = None) -> list[TensorInfo]:
     return [TensorInfo(name=t.name, shape=list(t.shape), dtype=t.dtype, layout=guess_layout(t.shape),
                        preprocessing=preprocessing) for t in specs]
 

@@ -140,7 +140,7 @@ def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds,
                               samples=used, synthetic=bool(quantized and calib_ds is not None and calib_ds.synthetic))
     return build_manifest(
         backend=plan.backend.value, precision=plan.precision.value, profile=prof.name, source=source,
-        inputs=tensor_infos(in_specs, pre.model_dump(mode="json") if pre else None), outputs=tensor_infos(out_specs),
+        inputs=tensor_infos(in_specs, pre), outputs=tensor_infos(out_specs),
         runtime=RuntimeEntry.model_validate(runtime),
         stages=[StageEntry(name=r.name, config=r.config, seconds=r.seconds, checks=r.checks, report=r.report)
                 for r in records],

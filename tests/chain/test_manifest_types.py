@@ -223,3 +223,15 @@ def test_an_entry_refuses_a_key_it_does_not_know():
 
     with pytest.raises(ValidationError):
         RuntimeEntry.model_validate({"backend": "onnxruntime", "model": "model.onnx", "settings": {}, "extra": 1})
+
+
+def test_an_inputs_preprocessing_is_the_typed_preprocess_and_reads_back_as_written():
+    from edgeopt.artifact import TensorInfo
+    from edgeopt.data import Preprocess, parse_preprocess
+
+    pre = parse_preprocess("resize=224x224,mean=0.485:0.456:0.406,std=0.229:0.224:0.225")
+    written = TensorInfo(name="x", shape=[1, 3, 224, 224], dtype="float32", layout="NCHW",
+                         preprocessing=pre).model_dump(mode="json")
+    read = TensorInfo.model_validate(json.loads(json.dumps(written)))
+    assert isinstance(read.preprocessing, Preprocess) and read.preprocessing.resize == (224, 224)
+    assert read.model_dump(mode="json") == written
