@@ -98,7 +98,7 @@ class PrecisionFallback(BaseModel):
 
 
 class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # a field set later is typed like the rest
 
     edgeopt_version: str
     backend: str

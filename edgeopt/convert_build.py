@@ -115,7 +115,7 @@ def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof
         if pd.unjudged_bf16_target(record, as_json, prof):
             warn(pd.unjudged_line(prof.name))
         return record
-    warn(pd.loud_line(*differs, as_json["runtime"]["model"]))
+    warn(pd.loud_line(*differs, manifest.runtime.model))
     bound = plan.options.bound.max_accuracy_drop
     judged = pd.judge_at_default(as_json, differs[1], lambda m: validate_artifact(
         tmp, ctx.reference_model, val, data_source=val_source, manifest=m, threads=plan.options.threads,

@@ -140,13 +140,14 @@ def fp32_reference(model: Path, runtime: str):
         yield reference_artifact(model, sha)
         return
     from edgeopt.artifact import write_manifest
+    from edgeopt.manifest_types import RuntimeEntry
 
     tmp = Path(tempfile.mkdtemp(prefix="edgeopt-claim-ref-"))
     try:
         shutil.copyfile(model, tmp / "model.onnx")
         manifest = reference_manifest(model, sha).model_copy(update={
-            "backend": runtime, "runtime": {"backend": runtime, "model": "model.onnx",
-                                            "settings": {"inference_precision": "f32"}}})
+            "backend": runtime, "runtime": RuntimeEntry(backend=runtime, model="model.onnx",
+                                                        settings={"inference_precision": "f32"})})
         write_manifest(tmp, manifest)
         yield tmp
     finally:
