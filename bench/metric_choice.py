@@ -41,10 +41,10 @@ def main() -> None:
     from test_metrics import rendered_lines_with_ctc_labels
 
     from edgeopt import api
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.data import Dataset
     from edgeopt.host import cpu_facts
     from edgeopt.metrics import MetricSpec, make_metric
+    from edgeopt.runtime.run_fn import run_fn
     from edgeopt.runtime.runners import open_runner
     from fixtures.real_models import package_dir
 
@@ -59,7 +59,7 @@ def main() -> None:
         res = api.convert(str(rec), "host", Path(d) / "int8", backend="onnxruntime", precision="int8",
                           calib=Path(d) / "calib.npz", eval=Path(d) / "eval.npz", input_shapes={"x": (1, 3, 48, 320)})
         convert_s = time.perf_counter() - t0
-        fp32 = ort_run_fn(rec, 2)
+        fp32 = run_fn(rec, 2)
         ds = Dataset({"x": x}, labels, "rendered lines (labels by construction)", True, {"x": 4})
         unlabelled = Dataset({"x": x}, None, ds.source, True, {"x": 4})
         with open_runner(str(Path(d) / "int8"), threads=2) as runner:

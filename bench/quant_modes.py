@@ -171,20 +171,20 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
     import openvino as ov
 
     from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer, read_model
-    from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
     from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
     from edgeopt.quant_units import units_of
+    from edgeopt.runtime.run_fn import run_fn
 
-    rows = [{"backend": "onnxruntime", "mode": "fp32", "run": ort_runner(shipped, threads, spinning=False),
+    rows = [{"backend": "onnxruntime", "mode": "fp32", "run": run_fn(shipped, threads, spinning=False),
              "units": units_of(shipped)},
-            {"backend": "onnxruntime", "mode": "fp32 (normalized)", "run": ort_runner(model, threads, spinning=False),
+            {"backend": "onnxruntime", "mode": "fp32 (normalized)", "run": run_fn(model, threads, spinning=False),
              "units": units_of(model)}]
     oq = OnnxRuntimeQuantizer()
 
     def ort(mode):
         q = oq.quantize(model, mode, work / f"ort-{mode.kind.value}-{mode.granularity.value}.onnx", calib=calib)
-        return ort_runner(q.path, threads, spinning=False), (q.quantized_units, q.float_units)
+        return run_fn(q.path, threads, spinning=False), (q.quantized_units, q.float_units)
 
     for mode in (StaticMode(), DynamicMode(), DynamicMode(granularity=Granularity.PER_TENSOR)):
         rows.append(_built("onnxruntime", mode.label(), lambda m=mode: ort(m)))

@@ -239,11 +239,11 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     from edgeopt.converters.base import Intermediate
     from edgeopt.converters.normalize import Normalize, NormalizeConfig
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
-    from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.task_metric import make_task_metric, metric_name, metric_unit
     from edgeopt.errors import EdgeoptError
     from edgeopt.metrics import MetricSpec
     from edgeopt.runtime.measure import measure_interleaved
+    from edgeopt.runtime.run_fn import run_fn
 
     spec = MetricSpec(**case.metric) if case.metric else None  # --metric for this model
     bound = AccuracyBound(max_accuracy_drop=case.bound, search_budget=budget, min_speedup=min_speedup, metric=spec)
@@ -251,7 +251,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     norm = Normalize().run(Intermediate(case.model), NormalizeConfig(input_shapes=case.shapes),
                            _ctx(work / "n", case.model, case.calib, case.eval, "normalize")).path
     if backend == "openvino":
-        from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig, ov_run_fn
+        from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
         from edgeopt.enums import Precision
 
         last_ctx: list = []  # the context of the last build, kept when it ends in a gate failure (its search report)
@@ -261,7 +261,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
             c = _ctx(work / tag, norm, case.calib, case.eval, "openvino")
             last_ctx[:] = [c]
             out = OpenVINOBackend().run(Intermediate(norm), OpenVINOConfig(threads=2, **kw), c)
-            return ov_run_fn(c.artifact_dir, out.notes["runtime"], threads=2), c
+            return run_fn(c.artifact_dir, 2, runtime=out.notes["runtime"]), c
 
         fp32_art, _ = build("fp32", precision=Precision.FP32)
         naive_run, _ = build("naive", precision=Precision.INT8)
@@ -281,14 +281,14 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
         (work / "naive").mkdir()
         naive = QuantizeStage().run(Intermediate(norm), QuantizeConfig(mode="static"),
                                     _ctx(work / "naive", norm, case.calib, case.eval, "quantize")).path
-        fp32_art, naive_run = ort_runner(norm, 2), ort_runner(naive, 2)
+        fp32_art, naive_run = run_fn(norm, 2), run_fn(naive, 2)
         (work / "aa").mkdir()
         ctx = _ctx(work / "aa", norm, case.calib, case.eval, "quantize")
         t0 = time.perf_counter()
         final_run = None
         try:
             final = QuantizeStage().run(Intermediate(norm), QuantizeConfig(bound=bound), ctx).path
-            final_run = ort_runner(final, 2)
+            final_run = run_fn(final, 2)
             row["outcome"] = "met"
         except EdgeoptError as err:
             row["outcome"] = f"exit {int(err.exit_code)}: {err.one_line()}"
@@ -306,7 +306,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     row["warnings"] = ctx.warnings if ctx is not None else []
     # the metric on the held-back half (the split the search made), for FP32, naive and searched INT8
     _, held = case.eval.split(0.5, seed=0)
-    metric = make_task_metric(ort_runner(norm, 2), held, spec)  # the reference: ONNX Runtime FP32, as the search's
+    metric = make_task_metric(run_fn(norm, 2), held, spec)  # the reference: ONNX Runtime FP32, as the search's
     runs = {"fp32": fp32_art, "int8_naive": naive_run}
     if final_run is not None:
         runs["int8_edgeopt"] = final_run

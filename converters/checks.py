@@ -1,4 +1,5 @@
-"""Numeric checks of one model against another (every stage uses these)."""
+"""Numeric checks of one model against another (every stage uses these); the run functions compared come from
+:func:`edgeopt.runtime.run_fn.run_fn`."""
 
 from __future__ import annotations
 
@@ -8,35 +9,6 @@ from pathlib import Path
 import numpy as np
 
 RunFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-
-
-def ort_run_fn(model_path: Path | str, threads: int | None = None) -> RunFn:
-    """A function running an ONNX file in ONNX Runtime (CPU), returning outputs by name."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    in_types = {i.name: i.type for i in sess.get_inputs()}
-
-    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cast = {k: _cast(v, in_types.get(k)) for k, v in feeds.items() if k in in_types}
-        return dict(zip(names, sess.run(names, cast), strict=True))
-
-    return run
-
-
-_ORT_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
-              "tensor(float16)": np.float16, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
-              "tensor(double)": np.float64, "tensor(bool)": np.bool_}
-
-
-def _cast(v: np.ndarray, ort_type: str | None) -> np.ndarray:
-    dt = _ORT_TYPES.get(ort_type or "")
-    return np.asarray(v, dtype=dt) if dt is not None else np.asarray(v)
 
 
 def compare(reference: RunFn, candidate: RunFn, feeds: list[dict[str, np.ndarray]]) -> dict:
@@ -72,4 +44,6 @@ def compare(reference: RunFn, candidate: RunFn, feeds: list[dict[str, np.ndarray
 
 def compare_onnx(before: Path | str, after: Path | str, feeds: list[dict[str, np.ndarray]]) -> dict:
     """``compare`` for two ONNX files run in ONNX Runtime."""
-    return compare(ort_run_fn(before), ort_run_fn(after), feeds)
+    from edgeopt.runtime.run_fn import run_fn
+
+    return compare(run_fn(before), run_fn(after), feeds)

@@ -101,13 +101,13 @@ def restore_output_names(model, names: list[str]) -> None:
 
 def set_static_output_dims(proto, path, feed) -> bool:
     """Give outputs with symbolic dims the static shape one run shows (inputs are static by now)."""
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
     dynamic = [o for o in proto.graph.output
                if any(not d.HasField("dim_value") for d in o.type.tensor_type.shape.dim) or not o.type.tensor_type.HasField("shape")]
     if not dynamic:
         return False
-    got = ort_run_fn(path)(feed)
+    got = run_fn(path)(feed)
     for o in dynamic:
         shape = o.type.tensor_type.shape
         shape.ClearField("dim")

@@ -126,9 +126,10 @@ def _numeric_check(before: Path, after: Path, ctx: ChainContext) -> dict:
     """Runs the pruned model in ONNX Runtime: output shapes must not change; cosine vs unpruned is a report."""
     import numpy as np
 
-    from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.converters.checks import compare
+    from edgeopt.runtime.run_fn import run_fn
 
-    ref, got = ort_run_fn(before, ctx.threads), ort_run_fn(after, ctx.threads)
+    ref, got = run_fn(before, ctx.threads), run_fn(after, ctx.threads)
     feeds = ctx.check_samples.feeds(8) if ctx.check_samples is not None and len(ctx.check_samples) else None
     synthetic = feeds is None
     if feeds is None:

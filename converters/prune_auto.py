@@ -121,8 +121,8 @@ class _RatioSearch:
     each probe found: ``attempt(i)`` prunes, recovers and judges the grid's i-th ratio."""
 
     def __init__(self, model: Intermediate, config, ctx: ChainContext, prune_at, save, kept_at):
-        from edgeopt.converters.checks import ort_run_fn
         from edgeopt.metrics import make_metric
+        from edgeopt.runtime.run_fn import run_fn
 
         self.model, self.config, self.ctx, self.prune_at, self.save = model, config, ctx, prune_at, save
         calib = ctx.calib
@@ -131,7 +131,7 @@ class _RatioSearch:
         self.held_n = max(MIN_HELD, int(round(len(calib) * config.auto_holdout)))
         idx = np.random.default_rng(SEARCH_SEED).permutation(len(calib))
         self.held, self.train = calib.subset(np.sort(idx[:self.held_n])), calib.subset(np.sort(idx[self.held_n:]))
-        self.metric = make_metric(ort_run_fn(ctx.reference_model, ctx.threads), self.held, config.bound.metric,
+        self.metric = make_metric(run_fn(ctx.reference_model, ctx.threads), self.held, config.bound.metric,
                                   search_path=list(ctx.metric_search_path), role="calib")
         self.grid, self.left_out = effective_grid(config.auto_ratios, kept_at) if kept_at is not None else \
             (tuple(sorted(config.auto_ratios)), {})
@@ -145,7 +145,7 @@ class _RatioSearch:
 
     def attempt(self, i: int) -> bool:
         """Whether the grid's i-th ratio, pruned (and recovered), stays within the bound on the held-back data."""
-        from edgeopt.converters.checks import ort_run_fn
+        from edgeopt.runtime.run_fn import run_fn
 
         config, model, ratio = self.config, self.model, self.grid[i]
         step_t0 = time.perf_counter()
@@ -164,7 +164,7 @@ class _RatioSearch:
             result, rrow = _recover(result, self.ctx, self.train, self.work / f"ratio-{ratio:g}",
                                     candidate_recover_config(config, share))
             row.update(rrow)
-        value = self.metric.score_outputs([ort_run_fn(result.path, self.ctx.threads)(f) for f in self.held.feeds()])
+        value = self.metric.score_outputs([run_fn(result.path, self.ctx.threads)(f) for f in self.held.feeds()])
         drop = self.metric.drop(value)
         row.update({"held_metric": round(value, 4), "drop": round(drop, 4),
                     "within": bool(drop <= config.bound.max_accuracy_drop), "seconds": round(time.perf_counter() - step_t0, 2)})

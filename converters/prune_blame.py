@@ -36,10 +36,10 @@ def what_pruned(options: ChainOptions) -> str:
 def pruning_drop(pruned_model: Path, reference_model: Path, data, *, metric=None, threads: int | None = None,
                  search_path=None) -> dict:
     """The pruned FP32 model scored against the unpruned one (the gate's metric, chosen from the unpruned outputs)."""
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.metrics import metric_for_outputs
+    from edgeopt.runtime.run_fn import run_fn
 
-    ref, pruned = ort_run_fn(Path(reference_model), threads), ort_run_fn(Path(pruned_model), threads)
+    ref, pruned = run_fn(Path(reference_model), threads), run_fn(Path(pruned_model), threads)
     feeds = list(data.feeds())
     m = metric_for_outputs([ref(f) for f in feeds], data.labels, metric, search_path=search_path)
     value = m.score_outputs([pruned(f) for f in feeds])

@@ -33,16 +33,16 @@ def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: i
 
 def _timing_runtime(backend: str, threads: int | None):
     """(path -> run function, what runs it, a note when it is not the plan's backend)."""
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
     ort = "onnxruntime (CPUExecutionProvider) on this machine"
     if backend == "onnxruntime":
-        return (lambda p: ort_run_fn(p, threads)), ort, None
+        return (lambda p: run_fn(p, threads)), ort, None
     timer = _backend_timer(backend)
     made = timer(threads) if timer is not None else None
     if made is not None:
         return (*made, None)
-    return ((lambda p: ort_run_fn(p, threads)), ort,
+    return ((lambda p: run_fn(p, threads)), ort,
             f"the plan's backend {backend} is timed only after conversion (edgeopt bench): ONNX Runtime stands in")
 
 

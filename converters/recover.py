@@ -260,9 +260,10 @@ def export_student(torch, student, job, source: Path, out: Path) -> None:
 
 def check_export(torch, student, job, path: Path) -> dict:
     """The exported student run by ONNX Runtime against the torch student on held-back samples: must match."""
-    from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.converters.checks import compare
+    from edgeopt.runtime.run_fn import run_fn
 
-    run = ort_run_fn(path)
+    run = run_fn(path)
     feeds = [{n: job.x[n][i : i + 1] for n in job.input_names} for i in job.held_idx[:8]]
 
     def torch_run(feed):

@@ -33,10 +33,11 @@ class Job:
     @classmethod
     def make(cls, torch, teacher, student, student_path: Path, reference: Path, calib, config,
              threads: int | None = None, search_path: tuple[str, ...] = ()) -> Job:
-        from edgeopt.converters.checks import compare, ort_run_fn
+        from edgeopt.converters.checks import compare
         from edgeopt.errors import StageError
         from edgeopt.metrics import MetricName, make_metric
         from edgeopt.model import graph_inputs, graph_outputs, load_onnx
+        from edgeopt.runtime.run_fn import run_fn
 
         m = load_onnx(student_path, check=False)
         inputs, outputs = [s.name for s in graph_inputs(m)], [s.name for s in graph_outputs(m)]
@@ -49,7 +50,7 @@ class Job:
         k = max(2, int(round(n * config.holdout)))
         held_idx, train_idx = np.sort(idx[:k]), np.sort(idx[k:])
         held = calib.subset(held_idx)
-        ort_teacher = ort_run_fn(reference, threads)
+        ort_teacher = run_fn(reference, threads)
         metric = make_metric(ort_teacher, held, config.bound.metric, search_path=list(search_path),
                              role="calib")  # held-back --calib samples, the bound's task metric (--metric)
         job_labels = None

@@ -26,8 +26,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from edgeopt.consumer.model import ConsumerCheck
+from edgeopt.data import Preprocess
 from edgeopt.errors import BadInputError
 from edgeopt.files import file_sha256, write_text_atomic
+from edgeopt.manifest_types import BackendSearchRow, PlanEntry, RuntimeEntry, StageEntry, VerifiedOn
 from edgeopt.memory.fit import MemoryFit
 from edgeopt.speed_claim_model import SpeedClaim
 from edgeopt.validation_model import Validation
@@ -44,7 +46,7 @@ class TensorInfo(BaseModel):
     shape: list[Any]
     dtype: str
     layout: str | None = None  # NCHW / NHWC for 4-D image-like inputs, else None
-    preprocessing: dict | None = None
+    preprocessing: Preprocess | None = None  # --preprocess: how an image file becomes this input
 
 
 class SourceModel(BaseModel):
@@ -96,7 +98,7 @@ class PrecisionFallback(BaseModel):
 
 
 class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # a field set later is typed like the rest
 
     edgeopt_version: str
     backend: str
@@ -106,22 +108,22 @@ class Manifest(BaseModel):
     source_model: SourceModel
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
-    runtime: dict
-    stages: list[dict]
+    runtime: RuntimeEntry
+    stages: list[StageEntry]
     versions: dict[str, str | None]
     files: dict[str, str] = {}
     validation: Validation | None = None  # the artifact against FP32 (edgeopt.validate); None: not validated
     calibration: Calibration
     plan_hash: str
-    plan: dict
+    plan: PlanEntry
     warnings: list[str] = []
     created: str = ""
     determinism: Determinism | None = None
     build_facts: str | None = None  # BUILD when the artifact has one: volatile facts, not in ``files``
     backend_fallback: list[BackendLeft] = []  # backends of the profile tried first that couldn't hold the model
-    backend_search: list[dict] = []  # --backend auto: each backend built, its figures, chosen or dropped and why
+    backend_search: list[BackendSearchRow] = []  # --backend auto: each backend built, its figures, chosen or dropped and why
     precision_fallback: PrecisionFallback | None = None  # INT8 asked, none held; precision is what holds
-    verified_on: dict | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
+    verified_on: VerifiedOn | None = None  # convert --verify-on: device, emulated, max_abs_diff, tolerance, passed
     memory: MemoryFit | None = None  # predicted peak memory against the profile's budget (edgeopt/memory/)
     consumer_check: ConsumerCheck | None = None  # the artifact through its runtime's plain API (edgeopt.consumer)
     speed_claim: SpeedClaim | None = None  # convert's speed-up: the search's estimate and the written artifact's
@@ -137,7 +139,7 @@ def guess_layout(shape) -> str | None:
     return None
 
 
-def tensor_infos(specs, preprocessing: dict | None = None) -> list[TensorInfo]:
+def tensor_infos(specs, preprocessing: Preprocess | None = None) -> list[TensorInfo]:
     return [TensorInfo(name=t.name, shape=list(t.shape), dtype=t.dtype, layout=guess_layout(t.shape),
                        preprocessing=preprocessing) for t in specs]
 
@@ -154,8 +156,8 @@ def library_versions(backend: str, with_torch: bool = False) -> dict[str, str | 
 
 
 def build_manifest(*, backend: str, precision: str, profile: str | None, source: dict, inputs: list[TensorInfo],
-                   outputs: list[TensorInfo], runtime: dict, plan_hash: str, plan: dict,
-                   stages: list[dict] | None = None, calibration: Calibration | None = None,
+                   outputs: list[TensorInfo], runtime: RuntimeEntry, plan_hash: str, plan: PlanEntry,
+                   stages: list[StageEntry] | None = None, calibration: Calibration | None = None,
                    warnings: list[str] | None = None, with_torch: bool = False,
                    versions: dict[str, str | None] | None = None) -> Manifest:
     """The one builder of a :class:`Manifest` (``convert``, ``bench``'s FP32 reference): this edgeopt's version,

@@ -82,14 +82,13 @@ def convert_fastest(model, prof, output, o, build, *, on_warning=None):
 
 def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
     """Each built artifact and ONNX Runtime FP32 timed in blocks on one real input; the rows filled in."""
-    from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.timing import blocked_latency_ms
-    from edgeopt.runtime.runners import open_runner
+    from edgeopt.runtime.run_fn import run_fn
 
     feed = _one_feed(next(iter(built.values())).manifest, o)
-    runs = {"onnxruntime-fp32": ort_runner(model, o.threads, spinning=False)}
+    runs = {"onnxruntime-fp32": run_fn(model, o.threads, spinning=False)}
     for backend, res in built.items():
-        runs[backend.value] = open_runner(res.artifact_dir, threads=o.threads).run
+        runs[backend.value] = run_fn(res.artifact_dir, o.threads)
     latency = blocked_latency_ms(runs, feed)
     chosen = min(built, key=lambda b: latency[b.value])
     for row in rows:
@@ -125,10 +124,11 @@ def _one_feed(manifest, o) -> dict:
 def _record(artifact: Path, result, rows: list[dict], model, o, on_warning):
     """``backend_search`` in the chosen artifact's manifest, and its speed-up measured on it (``speed_claim``)."""
     from edgeopt.artifact import write_manifest
+    from edgeopt.manifest_types import BackendSearchRow
     from edgeopt.speed_claim import check_speed_claim, npz_inputs
 
     manifest = result.manifest
-    manifest.backend_search = rows
+    manifest.backend_search = [BackendSearchRow.model_validate(r) for r in rows]
     manifest = write_manifest(artifact, manifest)
     manifest.speed_claim = check_speed_claim(artifact, manifest, Path(model), threads=o.threads,
                                              inputs=npz_inputs(o), warn=on_warning)

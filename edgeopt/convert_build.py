@@ -88,9 +88,11 @@ def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings
     manifest.consumer_check = _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn)
     manifest.warnings = list(warnings)
     if verifier is not None:  # on the device before the rename: a mismatch publishes nothing (exit 5)
-        manifest.verified_on = verifier.verify(tmp, ctx.check_samples, plan.precision.value,
-                                               threads=plan.options.threads)
-        on_device = manifest.verified_on.pop("consumer_check", None)  # load.py run there too
+        from edgeopt.manifest_types import VerifiedOn
+
+        verified = verifier.verify(tmp, ctx.check_samples, plan.precision.value, threads=plan.options.threads)
+        on_device = verified.pop("consumer_check", None)  # load.py run there too
+        manifest.verified_on = VerifiedOn.model_validate(verified)
         if on_device and manifest.consumer_check is not None:
             from edgeopt.consumer.model import DeviceLoad
 
@@ -113,7 +115,7 @@ def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof
         if pd.unjudged_bf16_target(record, as_json, prof):
             warn(pd.unjudged_line(prof.name))
         return record
-    warn(pd.loud_line(*differs, as_json["runtime"]["model"]))
+    warn(pd.loud_line(*differs, manifest.runtime.model))
     bound = plan.options.bound.max_accuracy_drop
     judged = pd.judge_at_default(as_json, differs[1], lambda m: validate_artifact(
         tmp, ctx.reference_model, val, data_source=val_source, manifest=m, threads=plan.options.threads,
@@ -123,6 +125,7 @@ def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof
 
 def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds, pre, warnings, with_torch):
     from edgeopt.artifact import Calibration, build_manifest, tensor_infos
+    from edgeopt.manifest_types import PlanEntry, RuntimeEntry, StageEntry
 
     runtime = inter.notes.get("runtime")
     if not runtime:
@@ -137,8 +140,10 @@ def _manifest(plan, prof, source, in_specs, out_specs, inter, records, calib_ds,
                               samples=used, synthetic=bool(quantized and calib_ds is not None and calib_ds.synthetic))
     return build_manifest(
         backend=plan.backend.value, precision=plan.precision.value, profile=prof.name, source=source,
-        inputs=tensor_infos(in_specs, pre.model_dump(mode="json") if pre else None), outputs=tensor_infos(out_specs),
-        runtime=runtime, stages=[{"name": r.name, "config": r.config, "seconds": r.seconds, "checks": r.checks,
-                                  "report": r.report} for r in records],
-        with_torch=with_torch, calibration=calibration, plan_hash=plan.hash, plan=plan.to_json(), warnings=warnings,
+        inputs=tensor_infos(in_specs, pre), outputs=tensor_infos(out_specs),
+        runtime=RuntimeEntry.model_validate(runtime),
+        stages=[StageEntry(name=r.name, config=r.config, seconds=r.seconds, checks=r.checks, report=r.report)
+                for r in records],
+        with_torch=with_torch, calibration=calibration, plan_hash=plan.hash, plan=PlanEntry.model_validate(plan.to_json()),
+        warnings=warnings,
     )

@@ -6,6 +6,11 @@ a few quantized ops."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgeopt.manifest_types import StageEntry
+
 NAME_ONLY_SHARE = 0.5  # quantized units under this share of the compute units
 NOT_FASTER = 1.05  # a speed-up under this over FP32 is no speed-up (the speed verdict's own line)
 
@@ -26,7 +31,7 @@ def _speedup(obj) -> float | None:
     return found
 
 
-def int8_verdict(precision: str | None, units: dict | None, stages: list[dict],
+def int8_verdict(precision: str | None, units: dict | None, stages: list[StageEntry],
                  measured: float | None = None) -> str | None:
     """"INT8 in name only: …" for an int8 artifact with under half of its compute units quantized that runs no
     faster than FP32 (``measured`` on the written artifact where convert measured it, else the search's quick
@@ -37,7 +42,7 @@ def int8_verdict(precision: str | None, units: dict | None, stages: list[dict],
     quantized, total = int(units.get("quantized") or 0), int(units.get("quantized") or 0) + int(units.get("float") or 0)
     if not total or quantized >= NAME_ONLY_SHARE * total:
         return None
-    speedup = measured if measured is not None else _speedup([s.get("report") or {} for s in stages])
+    speedup = measured if measured is not None else _speedup([s.report for s in stages])
     if speedup is None:  # not timed here (an ARM board's artifact): the share is a fact, the speed is unknown
         return (f"mostly float: {quantized} of {total} compute ops in {units.get('file')} are quantized (the rest "
                 "kept in float to hold the bound), and its speed was not measured here: time it on the device "

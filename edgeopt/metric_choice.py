@@ -14,13 +14,13 @@ SAMPLES = 16
 def metric_choice(model_path, data, spec=None, search_path=None, threads: int | None = None,
                   role: str = "eval") -> list[dict] | None:
     """Per judged output: ``{output, kind, metric, why}``; None without data."""
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.metrics import metric_for_outputs
+    from edgeopt.runtime.run_fn import run_fn
 
     if data is None or len(data) == 0:
         return None
     part = data.subset(list(range(min(SAMPLES, len(data)))))
-    run = ort_run_fn(Path(model_path), threads)
+    run = run_fn(Path(model_path), threads)
     m = metric_for_outputs([run(feed) for feed in part.feeds()], part.labels, spec, search_path=search_path,
                            role=role)
     return [p.choice() for p in m.parts or [m]]

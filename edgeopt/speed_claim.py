@@ -33,9 +33,9 @@ def reference_in() -> dict[str, str]:
 def claimed(manifest) -> tuple[ClaimSource, float, str] | None:
     """(source, estimated speed-up, runtime of its FP32) of the claim ``manifest`` carries, or None."""
     for row in manifest.backend_search:
-        if row.get("verdict") == "chosen" and row.get("speedup_vs_onnxruntime_fp32"):
-            return ClaimSource.BACKEND_AUTO, float(row["speedup_vs_onnxruntime_fp32"]), BackendName.ONNXRUNTIME.value
-    speed = _last_speed([s.get("report") or {} for s in manifest.stages])
+        if row.verdict == "chosen" and row.speedup_vs_onnxruntime_fp32:
+            return ClaimSource.BACKEND_AUTO, float(row.speedup_vs_onnxruntime_fp32), BackendName.ONNXRUNTIME.value
+    speed = _last_speed([s.report for s in manifest.stages])
     if speed is None or manifest.backend not in reference_in():
         return None
     return ClaimSource.INT8_VERDICT, float(speed["speedup_vs_fp32"]), manifest.backend
@@ -140,13 +140,14 @@ def fp32_reference(model: Path, runtime: str):
         yield reference_artifact(model, sha)
         return
     from edgeopt.artifact import write_manifest
+    from edgeopt.manifest_types import RuntimeEntry
 
     tmp = Path(tempfile.mkdtemp(prefix="edgeopt-claim-ref-"))
     try:
         shutil.copyfile(model, tmp / "model.onnx")
         manifest = reference_manifest(model, sha).model_copy(update={
-            "backend": runtime, "runtime": {"backend": runtime, "model": "model.onnx",
-                                            "settings": {"inference_precision": "f32"}}})
+            "backend": runtime, "runtime": RuntimeEntry(backend=runtime, model="model.onnx",
+                                                        settings={"inference_precision": "f32"})})
         write_manifest(tmp, manifest)
         yield tmp
     finally:

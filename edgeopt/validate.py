@@ -45,14 +45,15 @@ def validate_artifact(artifact_dir, reference_model, data, *, data_source: str, 
     """Compare the artifact with ``reference_model`` on ``data`` (an :class:`edgeopt.data.Dataset`);
     ``metric``: an :class:`edgeopt.metrics.MetricSpec` (None: chosen from the output and the labels);
     ``confidence``: of the drop's upper limit the ``max_accuracy_drop`` gate judges (None: the default)."""
-    from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.converters.checks import compare
     from edgeopt.metric_choice import per_output
     from edgeopt.metrics import judges_every_output, metric_for_outputs, pinned_spec
     from edgeopt.metrics.custom import mark, spent_since
+    from edgeopt.runtime.run_fn import run_fn
     from edgeopt.runtime.runners import open_runner
 
     metric_mark = mark()
-    reference = ort_run_fn(Path(reference_model), threads)
+    reference = run_fn(Path(reference_model), threads)
     seen: dict[str, dict] = {}
 
     def ref_fn(feed):
@@ -224,14 +225,14 @@ def check_task_metric(model_path, input_shapes, data, data_source: str, spec=Non
     converted, FP32 not at or below chance) and a user's ``--metric MODULE:FUNCTION`` imported and run, by
     running the FP32 model once on ``data`` in ONNX Runtime. Without labels or a metric spec nothing runs.
     Returns the metric (None when skipped); bad labels or a bad metric path raise exit 3."""
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.errors import EdgeoptError
     from edgeopt.metrics import metric_for_outputs
+    from edgeopt.runtime.run_fn import run_fn
 
     if data is None or (data.labels is None and spec is None):
         return None
     try:
-        run = ort_run_fn(Path(model_path), threads)
+        run = run_fn(Path(model_path), threads)
         outputs = [run(feed) for feed in data.feeds()]
     except EdgeoptError:
         raise

@@ -36,18 +36,19 @@ def wrapped_manifest(src: Path, *, threads: int | None = None):
     from edgeopt.artifact import TensorInfo, build_manifest, guess_layout
     from edgeopt.converters.registry import hooks_of
     from edgeopt.files import file_sha256
+    from edgeopt.manifest_types import PlanEntry, RuntimeEntry, RuntimeIO, TensorMap
 
     backend = _backend_of(src)
     facts = hooks_of(backend).wrapped(src, threads)
-    io = {kind: [{"name": t["name"], "runtime_name": t["name"], "transpose": None} for t in facts[kind]]
-          for kind in ("inputs", "outputs")}
+    io = RuntimeIO(**{kind: [TensorMap(name=t["name"], runtime_name=t["name"], transpose=None) for t in facts[kind]]
+                      for kind in ("inputs", "outputs")})
     return build_manifest(
         backend=backend.value, precision=facts["precision"], profile="none",
         source={"path": str(src), "sha256": file_sha256(src)},
         inputs=[TensorInfo(**t, layout=guess_layout(t["shape"])) for t in facts["inputs"]],
         outputs=[TensorInfo(**t) for t in facts["outputs"]],
-        runtime={"backend": backend.value, "model": facts["model_file"], "settings": facts["settings"], "io": io},
-        plan_hash="", plan={"note": WRAPPED_NOTE}, warnings=[WRAPPED_WARNING],
+        runtime=RuntimeEntry(backend=backend.value, model=facts["model_file"], settings=facts["settings"], io=io),
+        plan_hash="", plan=PlanEntry(note=WRAPPED_NOTE), warnings=[WRAPPED_WARNING],
         versions={"edgeopt": __version__, **facts["versions"]},
     )
 
@@ -67,7 +68,7 @@ def wrap_model_file(path: str | os.PathLike, out_dir: str | os.PathLike, *, thre
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        shutil.copyfile(src, tmp / manifest.runtime["model"])
+        shutil.copyfile(src, tmp / manifest.runtime.model)
         write_manifest(tmp, manifest)
         publish(tmp, out, force=True)
     except BaseException:

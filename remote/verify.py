@@ -175,9 +175,9 @@ def fp32_outputs(artifact: Path, samples, threads) -> list[dict] | None:
     if path.suffix != ".onnx" or not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != src.get("sha256"):
         return None
     try:
-        from edgeopt.converters.quantize.bound import ort_runner
+        from edgeopt.runtime.run_fn import run_fn
 
-        run = ort_runner(path, threads or 2)
+        run = run_fn(path, threads or 2)
         return [{k: np.asarray(v) for k, v in run(samples.feed(i)).items()} for i in range(len(samples))]
     except Exception:  # noqa: BLE001 - no FP32 here: the scale-relative rule alone
         return None

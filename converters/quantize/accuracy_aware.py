@@ -16,9 +16,10 @@ from pathlib import Path
 
 from edgeopt.converters.base import CalibMethod
 from edgeopt.quant_units import units_of
+from edgeopt.runtime.run_fn import run_fn
 
 from . import sensitivity
-from .bound import ort_runner, warn_small_eval
+from .bound import warn_small_eval
 from .fallback import FloatPrefix
 from .ort_static import WEIGHTED_OPS, StaticSettings, equalized_path, quantize_static
 from .presets import TENSORRT
@@ -160,7 +161,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
             paths[i] = quantize_static(src, work / name, settings, ctx.calib, input_names, calib_samples, notes=retry,
                                        calib_cache=work / "calibration")
             fp32_of[str(paths[i])] = equalized_path(src, work, ctx.calib) if settings.equalize else src
-            return paths[i], ort_runner(paths[i], threads)
+            return paths[i], run_fn(paths[i], threads)
         if 0 < i < 100 and not settings.op_types_to_quantize:  # an option quantizing every op, past the preset
             go.skip_when = skip_all_ops_option(bound)
         return go
@@ -177,7 +178,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
             except Exception as err:  # noqa: BLE001 - a QDQ layout the debug tool can't read: rank one by one
                 method[0] = f"{sensitivity.ISOLATED_METHOD} (the one-run ranking failed: {type(err).__name__}: {err})"[:300]
         return sensitivity.rank_nodes(qdq, onnx.load(str(fp32_path)), search.feeds(min(32, len(search))),
-                                      lambda m: ort_runner(m, threads), deadline=deadline)
+                                      lambda m: run_fn(m, threads), deadline=deadline)
 
     def with_float(i: int, kept: tuple[str, ...]):
         settings = variants[i][1]
@@ -219,9 +220,9 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
 def _speed_check(report: dict, ctx, fp32_run, naive_path: Path, path: Path, threads, feed, min_speedup,
                  fp16_hint: bool) -> None:
     """The chosen INT8 (and the naive one) timed against FP32, interleaved; the verdict in ``report``."""
-    runs = {"fp32": fp32_run, "int8_naive": ort_runner(naive_path, threads)}
+    runs = {"fp32": fp32_run, "int8_naive": run_fn(naive_path, threads)}
     if path != naive_path:
-        runs["int8_final"] = ort_runner(path, threads)
+        runs["int8_final"] = run_fn(path, threads)
     latency = interleaved_latency_ms(runs, feed, target_s=QUICK_S)
     report["latency_ms"] = latency | {"runs_each_at_least": 20, "threads": threads,
                                       "note": "quick ORT p50 on bench's clock, not a benchmark"}

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
+from edgeopt.runtime.run_fn import run_fn
 
 from .budget import BudgetedSearch
 from .timing import blocked_latency_ms
@@ -38,30 +37,6 @@ class Bounded:
     confidence: float = DEFAULT_CONFIDENCE  # --confidence: of the drop's upper limit (edgeopt.metrics.confidence)
 
 
-def ort_runner(model, threads: int | None = 2, spinning: bool = True):
-    """A run function for an ONNX path or ModelProto (first output's name order kept). ``spinning=False``: the
-    pool threads sleep after a call instead of spinning (``session.intra_op.allow_spinning`` 0), as any speed
-    check that alternates ONNX Runtime with another runtime needs (spinning threads steal its cores)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    if not spinning:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    inputs = {i.name for i in sess.get_inputs()}
-
-    def run(feed):
-        return dict(zip(names, sess.run(names, {k: np.asarray(v) for k, v in feed.items() if k in inputs}), strict=True))
-
-    run.session = sess
-    return run
-
-
 def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
     """The eval data checked and split by ``bound`` (the stage's :class:`AccuracyBound`), the FP32 ONNX model's run
     (the reference of every metric) and the bound's task metric."""
@@ -71,7 +46,7 @@ def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
     threads = ctx.threads or 2
     search, confirm = ctx.eval.split(bound.search_fraction, seed=0)
     # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
-    return Bounded(search, confirm, ort_runner(ctx.reference_for(onnx_path), threads), threads, bound.metric,
+    return Bounded(search, confirm, run_fn(ctx.reference_for(onnx_path), threads), threads, bound.metric,
                    tuple(ctx.metric_search_path), ctx.eval, bound.confidence)
 
 

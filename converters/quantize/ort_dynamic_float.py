@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 from edgeopt.quant_units import units_of
+from edgeopt.runtime.run_fn import run_fn
 
-from .bound import Bounded, ort_runner
+from .bound import Bounded
 from .candidate import SearchResult
 from .dynamic import DYNAMIC_OPS
 from .modes import DynamicMode, Granularity
@@ -51,7 +52,7 @@ def search_dynamic_with_float(model_path: Path, work: Path, b: Bounded, *, bound
         def go():
             path = work / name
             quantizer.quantize(model_path, DynamicMode(granularity=g), path, keep_float=kept)
-            return path, ort_runner(path, b.threads)
+            return path, run_fn(path, b.threads)
         return go
 
     def rank(_artifact, deadline: float) -> list[tuple[str, float]]:

@@ -43,14 +43,14 @@ def ort_search_modes(quant_mode: QuantMode, per_channel: bool | None, static_set
 def ort_candidates(src: Path, work: Path, threads: int, modes: list, static=None) -> list[ModeCandidate]:
     """One candidate per mode; ``static``: (preprocessed source, StaticSettings, input names, calib,
     calib_samples), which a static mode is built with."""
-    from .bound import ort_runner
+    from edgeopt.runtime.run_fn import run_fn
 
     quantizer = QUANTIZER()
 
     def build(mode, path: Path, source: Path, **kw):
         def go():
             q = quantizer.quantize(source, mode, path, **kw)
-            return path, ort_runner(path, threads), q
+            return path, run_fn(path, threads), q
         return go
 
     out = []
@@ -69,14 +69,14 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     """Choose among the modes into ``out``; True when one held the bound (``report['mode_search']`` says what
     was tried and why each other was dropped). ``config.mode``: the ``--quant-mode`` asked for; a named one
     (``dynamic``) is only that kind, at the requested granularity, and missing the bound is exit 5."""
-    from .bound import ort_runner
+    from edgeopt.runtime.run_fn import run_fn
 
     b = prepare(ctx, "quantize", model_path, config.bound)
     modes = ort_search_modes(config.mode, config.per_channel, None if static is None else static[1])
     grains = tuple(m.granularity for m in modes if m.kind == QuantMode.DYNAMIC)
     choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, modes, static), b=b,
                          bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
-                         fp32_timed=ort_runner(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
+                         fp32_timed=run_fn(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
     warn_small_eval(ctx, choice.report, "quantize")
@@ -120,7 +120,8 @@ def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, re
     as a mode that holds as built is (its speed against FP32, timed in blocks, is reported and warned about like
     theirs; ``--min-speedup`` gates it): True when written to ``out``. Its search is under
     ``report['mode_search']['float_fallback']``."""
-    from .bound import ort_runner
+    from edgeopt.runtime.run_fn import run_fn
+
     from .ort_dynamic_float import search_dynamic_with_float
     from .timing import blocked_latency_ms
 
@@ -131,9 +132,9 @@ def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, re
         entry["verdict"] = "no dynamic candidate with ops in float held the bound"
         return False
     best = result.best
-    runs = {"fp32": ort_runner(model_path, b.threads), best.label: ort_runner(best.artifact, b.threads)}
+    runs = {"fp32": run_fn(model_path, b.threads), best.label: run_fn(best.artifact, b.threads)}
     if rival is not None:
-        runs[rival[0]] = ort_runner(rival[1], b.threads)
+        runs[rival[0]] = run_fn(rival[1], b.threads)
     latency = blocked_latency_ms(runs, (ctx.check_samples or b.search).feed(0))
     entry.update(latency_ms=latency, speedup_vs_fp32=round(latency["fp32"] / latency[best.label], 3),
                  kept_in_float=list(best.kept))

@@ -343,14 +343,15 @@ def reference_manifest(model: Path, model_sha: str):
     """The reference's :class:`~edgeopt.artifact.Manifest`, from the one builder ``convert`` uses: no plan (its
     ``plan`` holds the note), no profile (it is the same for every profile), not validated (it is the reference)."""
     from edgeopt.artifact import build_manifest, tensor_infos
+    from edgeopt.manifest_types import PlanEntry, RuntimeEntry
     from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
     m = load_onnx(model)
     return build_manifest(
         backend="onnxruntime", precision="fp32", profile=None, source={"path": str(model), "sha256": model_sha},
         inputs=tensor_infos(graph_inputs(m)), outputs=tensor_infos(graph_outputs(m)),
-        runtime={"backend": "onnxruntime", "model": "model.onnx", "settings": {}}, plan_hash="",
-        plan={"note": REFERENCE_NOTE})
+        runtime=RuntimeEntry(backend="onnxruntime", model="model.onnx", settings={}), plan_hash="",
+        plan=PlanEntry(note=REFERENCE_NOTE))
 
 
 def reference_artifact(model: Path, model_sha: str) -> Path:

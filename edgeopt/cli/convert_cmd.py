@@ -97,9 +97,9 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
     payload = {"artifact": result.artifact_dir, "backend": m.backend, "precision": m.precision, "verdict": verdict,
                "plan_hash": result.plan.hash, "validation": v.model_dump(mode="json") if v else {},
                "calibration": m.calibration.model_dump(mode="json"),
-               "warnings": result.warnings, "stages": [{k: s[k] for k in ("name", "seconds")} for s in m.stages],
-               "verified_on": m.verified_on, "precision_fallback": m.precision_fallback.model_dump(mode="json") if m.precision_fallback else None,
-               "backend_search": m.backend_search, "speed_claim": claim,
+               "warnings": result.warnings, "stages": [{"name": s.name, "seconds": s.seconds} for s in m.stages],
+               "verified_on": m.verified_on.model_dump(mode="json") if m.verified_on else None, "precision_fallback": m.precision_fallback.model_dump(mode="json") if m.precision_fallback else None,
+               "backend_search": [r.model_dump(mode="json") for r in m.backend_search], "speed_claim": claim,
                "memory": m.memory.model_dump(mode="json") if m.memory else None,
                "consumer_check": m.consumer_check.model_dump(mode="json") if m.consumer_check else None,
                "metric_time": metric_time}
@@ -128,14 +128,14 @@ def _report(result, json_out: bool, metric_time: dict | None = None) -> None:
         if m.precision_fallback:
             c.print(precision_fallback_text(m.precision, m.precision_fallback), markup=False)
         for row in m.backend_search:
-            c.print(backend_search_text(row, claim), markup=False)
+            c.print(backend_search_text(row.model_dump(mode="json"), claim), markup=False)
         if claim:
             c.print(speed_claim_text(claim), markup=False)
         for st in m.stages:
-            if (st.get("report") or {}).get("mode_search"):
-                c.print(mode_search_text(st["name"], st["report"]["mode_search"]), markup=False)
+            if st.report.get("mode_search"):
+                c.print(mode_search_text(st.name, st.report["mode_search"]), markup=False)
         if m.verified_on:
-            c.print(_verified_text(m.verified_on), markup=False)
+            c.print(_verified_text(m.verified_on.model_dump(mode="json")), markup=False)
         _memory_text(c, m)
         for line in consumer_check_text(m.consumer_check.model_dump(mode="json")) if m.consumer_check else []:
             c.print(line, markup=False)
@@ -150,7 +150,7 @@ def _memory_text(c, m) -> None:
     if m.memory is not None:
         c.print(memory_line(m.memory), markup=False)
     for st in m.stages:
-        for line in micro_lines((st.get("report") or {}).get("micro") or {}) if (st.get("report") or {}).get("micro") else []:
+        for line in micro_lines(st.report["micro"]) if st.report.get("micro") else []:
             c.print(line, markup=False)
 
 

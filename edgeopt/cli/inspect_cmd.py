@@ -46,10 +46,10 @@ def inspect_cmd(
         for kind in ("inputs", "outputs"):
             for t in m[kind]:
                 c.print(f"  {kind[:-1]} {t['name']}: {t['shape']} {t['dtype']} {t.get('layout') or ''}", markup=False)
-        for s in m["stages"]:
-            cos = s["checks"].get("cosine_min")
-            took = f"{s['seconds']} s" if s.get("seconds") is not None else "duration not recorded"
-            c.print(f"  stage {s['name']}: {took}" + (f", cosine_min {cos:.6f}" if cos is not None else ""), markup=False)
+        for s in manifest.stages:
+            cos = s.checks.get("cosine_min")
+            took = f"{s.seconds} s" if s.seconds is not None else "duration not recorded"
+            c.print(f"  stage {s.name}: {took}" + (f", cosine_min {cos:.6f}" if cos is not None else ""), markup=False)
         if build:
             c.print(f"built {build.get('built_at')} on {build.get('host')} (load {build.get('load_avg')})", markup=False)
         det = manifest.determinism
@@ -73,7 +73,7 @@ def inspect_cmd(
         for left in manifest.backend_fallback:
             c.print(f"backend {left.backend} left (exit {left.exit_code}): {left.reason}", markup=False)
         claim = m.get("speed_claim")
-        for line in [backend_search_text(r, claim) for r in m.get("backend_search") or []] + ([speed_claim_text(claim)] if claim else []):
+        for line in [backend_search_text(r.model_dump(mode="json"), claim) for r in manifest.backend_search] + ([speed_claim_text(claim)] if claim else []):
             c.print(line, markup=False)
         if manifest.precision_fallback:
             c.print(precision_fallback_text(manifest.precision, manifest.precision_fallback), markup=False)

@@ -9,11 +9,15 @@ When none fits: exit 5 with the figures, nothing written.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from edgeopt.enums import Precision, QuantMode
 from edgeopt.errors import GateFailedError
 from edgeopt.memory.fit import MemoryFit
 from edgeopt.memory.predict import MemoryPrediction, predict_memory, size_text
+
+if TYPE_CHECKING:
+    from edgeopt.manifest_types import StageEntry
 
 
 def budget_of(profile, options) -> tuple[int, str]:
@@ -99,12 +103,12 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
                  "tried": tried})
 
 
-def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[dict] = ()) -> MemoryFit:
+def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[StageEntry] = ()) -> MemoryFit:
     """The record for the manifest: the prediction at the plan's precision (what was built) and, for a
     microcontroller build, what TFLite Micro measured (the arena found, its allocator's split, the flash)."""
     pred = _predict(model, plan, shapes, plan.precision, plan.options.quant_mode)
     measured = None
-    micro = next(((s.get("report") or {}).get("micro") for s in stages if (s.get("report") or {}).get("micro")), None)
+    micro = next((s.report["micro"] for s in stages if s.report.get("micro")), None)
     if micro:
         arena = micro.get("arena") or {}
         measured = {"arena_bytes": arena.get("arena_bytes"), "tflm_allocations": arena.get("allocations"),

@@ -41,11 +41,11 @@ def _from_runtime(outs: list[np.ndarray], io_outputs: list[dict]) -> dict:
 def tflm_accuracy(tflite: Path, onnx_path: Path, io: dict, data, arena: int) -> dict:
     """TFLM against FP32 ONNX Runtime on up to :data:`MAX_SAMPLES` samples of ``data``: top-1 agreement,
     and accuracy of both where ``data`` has labels (points)."""
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.metrics.kinds import top1_class
     from edgeopt.micro.tflm import details, open_tflm, run_tflm
+    from edgeopt.runtime.run_fn import run_fn
 
-    ref = ort_run_fn(onnx_path)
+    ref = run_fn(onnx_path)
     interp = open_tflm(tflite, arena)
     out_details = details(interp.get_output_details)
     n = min(len(data), MAX_SAMPLES)

@@ -69,8 +69,8 @@ def _chosen_ratio(c: Candidate) -> float | None:
 
     if not c.artifact:
         return None
-    stage = next((st for st in load_artifact(c.artifact).stages if st["name"] == "prune"), None)
-    ratio = (stage or {}).get("report", {}).get("ratio")
+    stage = next((st for st in load_artifact(c.artifact).stages if st.name == "prune"), None)
+    ratio = stage.report.get("ratio") if stage is not None else None
     return float(ratio) if ratio else None
 
 

@@ -116,7 +116,8 @@ def _manifest(**update):
     from edgeopt.bench.api import reference_manifest
     from edgeopt.files import file_sha256
 
-    return reference_manifest(DIGITS, file_sha256(DIGITS)).model_copy(update=update)
+    m = reference_manifest(DIGITS, file_sha256(DIGITS))
+    return type(m).model_validate({**m.model_dump(mode="json"), **update})  # stages and rows typed as convert's
 
 
 def test_the_claim_read_from_the_manifest():

@@ -88,7 +88,7 @@ def test_a_backend_registered_from_tests_converts_benches_and_is_stored(numpy_re
     out = tmp_path / "art"
     res = convert(str(repo / "fixtures/models/digits_cnn.onnx"), "host", str(out), backend=NAME, precision="fp32")
     manifest = res.manifest
-    assert manifest.backend == NAME and manifest.runtime["runner"] == __name__
+    assert manifest.backend == NAME and manifest.runtime.runner == __name__
     assert manifest.validation.cosine_min > 0.9999  # its runner's outputs are ONNX Runtime's FP32 ones
     assert manifest.versions["onnx"]  # its libraries' versions come from its class
     bench = bench_artifacts([str(out)], BenchOptions(min_runs=5, min_seconds=0.1, db=str(db)))

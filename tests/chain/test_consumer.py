@@ -63,7 +63,7 @@ def test_openvino_load_py_compiles_at_the_judged_hint_and_matches_the_runner(tmp
     out = _convert(tmp_path, "ov", "host", backend="openvino", precision="fp32")
     m = load_artifact(out)  # load.py and load.cc are listed with their sha256
     assert {"load.py", "load.cc"} <= set(m.files) and m.consumer_check.files == ["load.py", "load.cc"]
-    judged = m.runtime["settings"]["inference_precision"]
+    judged = m.runtime.settings["inference_precision"]
     applied = _assert_load_py_matches(out)
     assert applied["INFERENCE_PRECISION_HINT"] == judged == "f32"
     check = m.consumer_check
@@ -84,12 +84,12 @@ def test_onnxruntime_load_py_matches_and_a_removed_setting_fails_the_check(tmp_p
     assert m.consumer_check.passed and m.consumer_check.bare is not None
     _assert_load_py_matches(out)
     cc = (out / "load.cc").read_text()
-    assert f"GraphOptimizationLevel::{m.runtime['settings']['graph_optimization_level']}" in cc
+    assert f"GraphOptimizationLevel::{m.runtime.settings['graph_optimization_level']}" in cc
     manifest = json.loads((out / "manifest.json").read_text())
     assert consumer_check(out, manifest, _samples(), files=["load.py"]).passed  # re-run as written: holds
     # the graph optimization level taken out of load.py (ONNX Runtime's default, ORT_ENABLE_ALL, applies instead)
     text = (out / "load.py").read_text()
-    level = f"'graph_optimization_level': '{m.runtime['settings']['graph_optimization_level']}', "
+    level = f"'graph_optimization_level': '{m.runtime.settings['graph_optimization_level']}', "
     assert level in text
     (out / "load.py").write_text(text.replace(level, ""))
     with pytest.raises(GateFailedError) as err:
@@ -143,7 +143,7 @@ def test_tflite_load_py_loads_and_matches(tmp_path):
     out = _convert(tmp_path, "tfl", "pi5", precision="fp32")
     m = load_artifact(out)
     assert m.backend == "tflite" and m.consumer_check.passed
-    assert _assert_load_py_matches(out)["num_threads"] == m.runtime["settings"]["threads"]
+    assert _assert_load_py_matches(out)["num_threads"] == m.runtime.settings["threads"]
     assert "builder.SetNumThreads(" in (out / "load.cc").read_text()
 
 

@@ -27,12 +27,12 @@ def test_fp32_convert_manifest_and_runner(tmp_path, tiny_model, tiny_data, test_
     r = convert(tiny_model, str(test_profile), out, eval=tiny_data)
     m = load_artifact(out)
     assert m.backend == "onnxruntime" and m.precision == "fp32" and m.profile == "testdev"
-    assert set(m.files) == {"model.onnx", "load.py", "load.cc"} and m.runtime["model"] == "model.onnx"
-    assert m.runtime["settings"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
+    assert set(m.files) == {"model.onnx", "load.py", "load.cc"} and m.runtime.model == "model.onnx"
+    assert m.runtime.settings["graph_optimization_level"] == "ORT_ENABLE_ALL"
     assert m.inputs[0].name == "x" and m.inputs[0].shape == [1, 3, 8, 8] and m.inputs[0].layout == "NCHW"
     assert m.outputs[0].name == "logits" and m.outputs[0].shape == [1, 5]
-    assert [s["name"] for s in m.stages] == ["normalize", "onnxruntime"]
-    assert m.stages[0]["report"]["batchnorm_after"] == 0 and m.stages[0]["seconds"] >= 0
+    assert [s.name for s in m.stages] == ["normalize", "onnxruntime"]
+    assert m.stages[0].report["batchnorm_after"] == 0 and m.stages[0].seconds >= 0
     assert m.plan_hash == r.plan.hash and len(m.source_model.sha256) == 64
     assert m.versions["onnxruntime"] and m.calibration.samples == 0
     v = m.validation
@@ -241,7 +241,7 @@ def test_crepe_tiny_from_torch(tmp_path, test_profile):
                 input_shapes=["input=1x1024"])
     m = r.manifest
     assert m.outputs[0].shape == [1, 360]
-    report = m.stages[0]["report"]  # CREPE is Conv -> ReLU -> BN: BN after a ReLU cannot fold into the conv
+    report = m.stages[0].report  # CREPE is Conv -> ReLU -> BN: BN after a ReLU cannot fold into the conv
     assert report["batchnorm_before"] == 6 and report["batchnorm_after"] <= 6
     assert m.validation.cosine_min > 0.9999
 
@@ -262,9 +262,9 @@ def test_same_inputs_give_a_byte_identical_manifest_and_timings_go_to_build_json
     facts = json.loads((a / "build.json").read_text())
     assert facts["host"] and facts["timings"]["stages"][0]["seconds"] >= 0
     m = load_artifact(a)  # build.json's timings merged back in
-    assert m.stages[0]["seconds"] == facts["timings"]["stages"][0]["seconds"]
+    assert m.stages[0].seconds == facts["timings"]["stages"][0]["seconds"]
     (a / "build.json").unlink()  # informative only: the artifact still loads without it
-    assert "seconds" not in load_artifact(a).stages[0]
+    assert load_artifact(a).stages[0].seconds is None
 
 
 def test_bad_source_date_epoch_is_a_one_line_error(tmp_path, tiny_model, test_profile, monkeypatch):

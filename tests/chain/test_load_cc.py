@@ -160,7 +160,7 @@ def test_openvino_load_cc_compiles_at_the_judged_hint_and_matches_the_runner(tmp
     subprocess.run(["g++", "-std=c++17", "-O1", str(out / "load.cc"), f"-I{root / 'include'}", f"-L{root / 'libs'}",
                     f"-l:{libs[0].name}", f"-Wl,-rpath,{root / 'libs'}", "-o", str(exe)], check=True, timeout=600)
     done = subprocess.run([str(exe), str(out)], capture_output=True, text=True, check=True, timeout=120)
-    assert f"INFERENCE_PRECISION_HINT {load_artifact(out).runtime['settings']['inference_precision']}" in done.stdout
+    assert f"INFERENCE_PRECISION_HINT {load_artifact(out).runtime.settings['inference_precision']}" in done.stdout
     _assert_cc_matches(exe, out, tmp_path)
 
 

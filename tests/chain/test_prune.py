@@ -16,7 +16,6 @@ from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
 from edgeopt.converters.base import ChainContext, ChainOptions, Intermediate, PruneMode
-from edgeopt.converters.checks import ort_run_fn
 from edgeopt.converters.prune import Prune
 from edgeopt.converters.prune_apply import kept_count
 from edgeopt.converters.prune_config import PruneConfig
@@ -25,6 +24,7 @@ from edgeopt.data import Dataset
 from edgeopt.enums import BackendName, Precision
 from edgeopt.errors import UsageError
 from edgeopt.profiles import load_profile
+from edgeopt.runtime.run_fn import run_fn
 
 REPO = Path(__file__).resolve().parents[2]
 H = W = 8
@@ -144,7 +144,7 @@ def nodes(path):
 
 def max_diff(a, b):
     feed = {"input": np.random.default_rng(2).random((1, 3, H, W)).astype(np.float32)}
-    ra, rb = ort_run_fn(a)(feed), ort_run_fn(b)(feed)
+    ra, rb = run_fn(a)(feed), run_fn(b)(feed)
     assert ra["output"].shape == rb["output"].shape
     return float(np.max(np.abs(ra["output"] - rb["output"])))
 
@@ -398,7 +398,7 @@ MNIST_DATA = REPO / "fixtures" / "data" / "mnist_test.npz"
 
 
 def _accuracy(path, x, y):
-    run = ort_run_fn(path)
+    run = run_fn(path)
     pred = [int(np.argmax(next(iter(run({"input": x[i : i + 1]}).values())))) for i in range(len(y))]
     return float(np.mean(np.array(pred) == y))
 

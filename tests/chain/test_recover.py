@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from edgeopt.converters.base import ChainContext, Intermediate
-from edgeopt.converters.checks import ort_run_fn
 from edgeopt.converters.prune_channels import prune_channels
 from edgeopt.converters.prune_config import PruneConfig
 from edgeopt.converters.recover import Recover, RecoverConfig, train_extra_missing
@@ -22,6 +21,7 @@ from edgeopt.converters.registry import get_stage
 from edgeopt.data import load_data
 from edgeopt.model import graph_inputs, load_onnx
 from edgeopt.profiles import load_profile
+from edgeopt.runtime.run_fn import run_fn
 from fixtures import fixture_data, fixture_model
 
 pytestmark = pytest.mark.onnxruntime
@@ -35,7 +35,7 @@ def _data(name, model):
 
 
 def _accuracy(path, ds) -> float:
-    run = ort_run_fn(path)
+    run = run_fn(path)
     pred = [int(np.argmax(next(iter(run(f).values())))) for f in ds.feeds()]
     return float(np.mean(np.array(pred) == ds.labels) * 100)
 
@@ -97,7 +97,7 @@ def test_exported_student_matches_its_torch_version(recovered):
     assert ctx.record.checks["export_vs_torch"]["max_abs_err"] < 1e-4
     student = onnx2torch.convert(str(out.path)).eval()  # the exported file, read back into torch independently
     x = _data("digits_test", out.path).arrays["input"][:16]
-    run = ort_run_fn(out.path)
+    run = run_fn(out.path)
     with torch.no_grad():
         for i in range(len(x)):
             t = student(torch.from_numpy(x[i : i + 1])).numpy()

@@ -124,8 +124,9 @@ def test_convert_refuses_a_small_eval_set_with_the_figure_and_writes_nothing(tmp
     ({"quantized": 3, "float": 40, "file": "model.onnx"}, None, "mostly")])  # not timed: the share, no speed claim
 def test_int8_in_name_only_is_the_verdict(units, speedup, said):
     from edgeopt.int8_verdict import int8_verdict
+    from edgeopt.manifest_types import StageEntry
 
-    stages = [{"name": "quantize", "report": {"accuracy_aware": {"speed": {"speedup_vs_fp32": speedup}}}}]
+    stages = [StageEntry(name="quantize", report={"accuracy_aware": {"speed": {"speedup_vs_fp32": speedup}}})]
     verdict = int8_verdict("int8", units, stages)
     assert (verdict is not None) is bool(said)
     if said is True:

@@ -133,9 +133,9 @@ def test_isolated_sensitivity_of_a_node_that_reads_one_tensor_twice(tmp_path):
     import onnx
 
     from edgeopt.converters.quantize import sensitivity
-    from edgeopt.converters.quantize.bound import ort_runner
     from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
     from edgeopt.converters.quantize.presets import PRESETS
+    from edgeopt.runtime.run_fn import run_fn
 
     model = tmp_path / "ln.onnx"
     calib = cluster_data(unrolled_layernorm_mlp(model), 32, seed=1)
@@ -145,7 +145,7 @@ def test_isolated_sensitivity_of_a_node_that_reads_one_tensor_twice(tmp_path):
     iso = sensitivity.isolate(q, f, "square")
     names = [n.name for n in iso.graph.node]
     assert len(names) == len(set(names))
-    ranked = dict(sensitivity.rank_nodes(q, f, calib.feeds(8), lambda m: ort_runner(m, 1)))
+    ranked = dict(sensitivity.rank_nodes(q, f, calib.feeds(8), lambda m: run_fn(m, 1)))
     assert ranked["square"] > 0 and set(ranked) == set(sensitivity.quantized_nodes(q))
 
 
@@ -190,7 +190,7 @@ def test_magika_tensorrt_int8_holds_the_bound_with_quantized_ops(tmp_path):
 
     from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
-    from edgeopt.converters.quantize.bound import ort_runner
+    from edgeopt.runtime.run_fn import run_fn
     from fixtures.real_models import package_dir
 
     root = package_dir("magika")
@@ -214,7 +214,7 @@ def test_magika_tensorrt_int8_holds_the_bound_with_quantized_ops(tmp_path):
     report = ctx.record.report
     assert report["accuracy_aware"]["met"] and report["quantized"]["quantized_units"] >= 1
     assert check_tensorrt_qdq(onnx.load(str(out.path))).passed
-    fp32, int8 = ort_runner(model), ort_runner(out.path)
+    fp32, int8 = run_fn(model), run_fn(out.path)
     agree = np.mean([np.argmax(fp32(f)["target_label"]) == np.argmax(int8(f)["target_label"]) for f in held.feeds()])
     assert 100.0 * (1.0 - agree) <= 2.0 + 100.0 / len(held)  # within the bound, give or take one sample
 

@@ -46,9 +46,9 @@ def sequences(protos, n: int, seed: int) -> tuple[Dataset, np.ndarray]:
 
 def per_position_agreement(path_or_run, reference_run, ds: Dataset) -> float:
     """% of positions whose argmax along the class axis matches FP32's (the test's own check)."""
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
-    run = ort_run_fn(path_or_run, threads=2) if isinstance(path_or_run, (str, Path)) else path_or_run
+    run = run_fn(path_or_run, threads=2) if isinstance(path_or_run, (str, Path)) else path_or_run
     same = []
     for f in ds.feeds():
         a = np.argmax(next(iter(run(f).values())), axis=-1)
@@ -74,11 +74,11 @@ def tagger(tmp_path):
 
 
 def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(tagger, tmp_path, monkeypatch):
-    from edgeopt.converters.checks import ort_run_fn
     from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, sensitivity
+    from edgeopt.runtime.run_fn import run_fn
 
     model, calib, ev = tagger
-    fp32 = ort_run_fn(model, threads=2)
+    fp32 = run_fn(model, threads=2)
     (tmp_path / "naive").mkdir()
     naive = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static"), _ctx(tmp_path / "naive", calib, ev))
     assert per_position_agreement(naive.path, fp32, ev) < 90.0  # naive INT8 really breaks the tagger
@@ -173,7 +173,7 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
     BYPASS_LIMIT quantizers) find the outlier layer's quantizer and the search keeps only it in float."""
     from edgeopt.converters.backends.openvino import search as nncf_search
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
     if ranking == "local":
         monkeypatch.setattr(nncf_search, "BYPASS_LIMIT", 0)
@@ -200,7 +200,7 @@ def test_openvino_search_recovers_sequence_model_ranking_once(tagger, tmp_path, 
     from edgeopt.runtime.runners.openvino import Runner
 
     runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)
-    assert per_position_agreement(lambda f: runner.run(f), ort_run_fn(model, threads=2), ev) >= 98.0
+    assert per_position_agreement(lambda f: runner.run(f), run_fn(model, threads=2), ev) >= 98.0
 
 
 @pytest.mark.openvino
@@ -211,7 +211,7 @@ def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignor
     from fixtures_models import weight_outlier_mlp
 
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
     from edgeopt.runtime.runners.openvino import Runner
 
     model = tmp_path / "weights.onnx"
@@ -226,7 +226,7 @@ def test_openvino_search_puts_int8_weights_back_in_float_and_rebuilds_with_ignor
     assert any("fcB" in k["float_weights"] for k in aa["kept_in_float"])
     assert aa["final_build"]["what"] == "nncf.quantize with those ops in ignored_scope"
     runner = Runner(str(tmp_path / "art"), {"runtime": out.notes["runtime"], "inputs": [], "outputs": []}, threads=2)
-    assert per_position_agreement(lambda f: runner.run(f), ort_run_fn(model, threads=2), ev) >= 98.0
+    assert per_position_agreement(lambda f: runner.run(f), run_fn(model, threads=2), ev) >= 98.0
 
 
 @pytest.mark.slow

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from test_search import sequence_tagger, sequences
 
-from edgeopt.converters.checks import ort_run_fn
 from edgeopt.data import Dataset, check_dataset, load_npz
 from edgeopt.errors import BadDataError, BadInputError, ExitCode
 from edgeopt.metrics import MetricSpec, ctc_decode, make_metric, parse_metric_spec
 from edgeopt.model import graph_inputs, load_onnx
+from edgeopt.runtime.run_fn import run_fn
 
 pytestmark = pytest.mark.onnxruntime
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ DIGITS_TEST = REPO / "fixtures" / "data" / "digits_test.npz"
 @pytest.fixture(scope="module")
 def digits():
     ds = check_dataset(load_npz(DIGITS_TEST), graph_inputs(load_onnx(DIGITS)), role="eval").subset(range(120))
-    return ort_run_fn(DIGITS, 2), ds
+    return run_fn(DIGITS, 2), ds
 
 
 def noisy(run, scale: float, seed: int = 0):
@@ -120,7 +120,7 @@ def tagger(tmp_path_factory):
     d = tmp_path_factory.mktemp("tagger")
     protos = sequence_tagger(d / "tagger.onnx")
     ds, clusters = sequences(protos, 30, seed=3)
-    return ort_run_fn(d / "tagger.onnx", 2), ds, clusters
+    return run_fn(d / "tagger.onnx", 2), ds, clusters
 
 
 def test_per_position_agreement_along_the_class_axis(tagger):
@@ -171,7 +171,7 @@ def prob_map_model(path: Path) -> Path:
 
 
 def test_map_iou_thresholded(tmp_path):
-    run = ort_run_fn(prob_map_model(tmp_path / "map.onnx"))
+    run = run_fn(prob_map_model(tmp_path / "map.onnx"))
     x = np.random.default_rng(1).standard_normal((10, 1, 1, 8, 8)).astype(np.float32)
     ds = Dataset({"x": x}, None, ranks={"x": 4})
     m = make_metric(run, ds)
@@ -381,7 +381,7 @@ def test_real_ctc_recogniser_judged_by_exact_match_of_the_text(tmp_path, cli):
     if rec is None or not rec.is_file():
         pytest.skip(str(FixtureMissing("rapidocr-onnxruntime is not installed")))
     x, labels = rendered_lines_with_ctc_labels(rec, 16)
-    run = ort_run_fn(rec, 2)
+    run = run_fn(rec, 2)
     ds = Dataset({"x": x}, labels, ranks={"x": 4})
     m = make_metric(run, ds)  # padded sequences of another length than T: CTC, chosen automatically
     assert m.name == "ctc_exact_match" and m.fp32_value >= 90 and "blank 0" in m.description

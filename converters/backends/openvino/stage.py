@@ -20,8 +20,6 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import (
     Backend,
@@ -249,15 +247,16 @@ class OpenVINOBackend(Backend):
 
     # ------------------------------------------------------------------ check
     def _check(self, onnx_path, ctx: ChainContext, runtime: dict) -> dict:
-        from edgeopt.converters.checks import compare, ort_run_fn
+        from edgeopt.converters.checks import compare
+        from edgeopt.runtime.run_fn import run_fn
 
         data = ctx.check_samples or ctx.calib
         feeds = data.feeds(8) if data is not None else []
         if not feeds:
             return {"skipped": "no check samples"}
-        ov_run = ov_run_fn(ctx.artifact_dir, runtime, threads=ctx.threads)
+        ov_run = run_fn(ctx.artifact_dir, ctx.threads, runtime=runtime)  # the shipped runner, as on the device
         try:
-            return compare(ort_run_fn(onnx_path), ov_run, feeds)
+            return compare(run_fn(onnx_path), ov_run, feeds)
         except Exception as err:  # noqa: BLE001
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise StageError(f"openvino: the converted model does not run: {first}", "report the model") from err
@@ -381,15 +380,6 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
     return {"bf16": {"latency_ms": ms, "value": round(value, 4), "holds": bool(drop <= bound + 1e-9),
                      "drop": f"drop {drop:.2f} points on the held-out part",
                      "suggest": BF16_SUGGEST}}
-
-
-def ov_run_fn(artifact_dir, runtime: dict, threads: int | None = None):
-    """A run function over the artifact through the shipped runner (same code as on the device)."""
-    from edgeopt.runtime.runners.openvino import Runner
-
-    manifest = {"runtime": runtime, "inputs": [], "outputs": []}
-    runner = Runner(str(artifact_dir), manifest, threads=threads)
-    return lambda feed: runner.run({k: np.asarray(v) for k, v in feed.items()})
 
 
 BACKEND = OpenVINOBackend

@@ -20,7 +20,6 @@ quick estimate, labelled so.
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -32,28 +31,17 @@ from edgeopt.converters.quantize.strategy import run_search
 from edgeopt.converters.quantize.timing import QUICK_S, interleaved_latency_ms, speed_verdict
 from edgeopt.converters.quantize.verdict import gate_failure
 from edgeopt.errors import StageError, UsageError
+from edgeopt.runtime.run_fn import run_fn
 
 from .quantizer import read_ops
 
 RANK_SAMPLES = 4  # enough to order ops by their own noise; each costs two all-tensor runs
 
 
-def _runner(model_file: Path, runtime: dict, threads: int | None):
-    """A run function for ``model_file`` with the artifact's io map (a folder of its own, as the runner reads)."""
-    from edgeopt.converters.backends.tflite.convert import MODEL_FILE
-    from edgeopt.runtime.runners.tflite import Runner
-
-    folder = model_file.parent / f"{model_file.stem}.dir"
-    folder.mkdir(exist_ok=True)
-    shutil.copyfile(model_file, folder / MODEL_FILE)
-    r = Runner(str(folder), {"runtime": runtime, "inputs": [], "outputs": []}, threads=threads)
-    return lambda feed: r.run({k: np.asarray(v) for k, v in feed.items()})
-
-
 def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *, runtime: dict,
                   granularity: Granularity):
     """Returns (the chosen ``QuantizedModel``, the search report)."""
-    from edgeopt.converters.quantize.bound import ort_runner, warn_small_eval
+    from edgeopt.converters.quantize.bound import warn_small_eval
 
     if ctx.eval is None or len(ctx.eval) < 4:
         raise UsageError("tflite: --max-accuracy-drop needs evaluation data (--eval FILE.npz, >= 4 samples)",
@@ -79,7 +67,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
         def go():
             made = quantizer.quantize(float_tflite, modes[i], work / f"cand{next(count)}.tflite", calib=ctx.calib,
                                       keep_float=kept)
-            return made, _runner(made.path, runtime, threads)
+            return made, run_fn(made.path, threads, runtime=runtime)
         return go
 
     def rank(made, deadline: float) -> list[tuple[str, float]]:
@@ -92,7 +80,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
 
     result = run_search(
         options=[(f"ai-edge-quantizer {m.label()}", build(i)) for i, m in enumerate(modes)],
-        rank=rank, with_float=lambda i, kept: build(i, kept), fp32_run=ort_runner(ctx.reference_for(model.path), threads),  # unpruned FP32
+        rank=rank, with_float=lambda i, kept: build(i, kept), fp32_run=run_fn(ctx.reference_for(model.path), threads),  # unpruned FP32
         search=search, confirm=confirm, bound=config.bound.max_accuracy_drop, budget_s=config.bound.search_budget,
         metric_spec=config.bound.metric, search_path=tuple(ctx.metric_search_path),
         progress=ctx.progress, what="INT8 search (tflite/ai-edge-quantizer)",
@@ -184,7 +172,8 @@ def _tensors(path: Path, feeds: list[dict]) -> dict[str, list[np.ndarray]]:
 
 def _speed(float_tflite: Path, final: Path, runtime: dict, ctx, config, threads: int, search) -> dict:
     """The INT8 result against the float ``.tflite`` it was made from, interleaved."""
-    runs = {"fp32": _runner(float_tflite, runtime, threads), "int8_final": _runner(final, runtime, threads)}
+    runs = {"fp32": run_fn(float_tflite, threads, runtime=runtime),
+            "int8_final": run_fn(final, threads, runtime=runtime)}
     latency = interleaved_latency_ms(runs, (ctx.check_samples or search).feed(0), target_s=QUICK_S)
     return speed_verdict(latency, final_key="int8_final", runtime="LiteRT (XNNPACK)", min_speedup=config.bound.min_speedup,
                          ctx=ctx, prefix="tflite", threads=threads)

@@ -24,8 +24,6 @@ import itertools
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.backends.tflite.convert import (
     LOG_HINT,
@@ -347,13 +345,11 @@ def _choose(onnx_path, inputs, outputs, ctx: ChainContext, runtime: dict):
 
 def _compare(onnx_path, runtime: dict, io: dict, ctx: ChainContext, feeds) -> dict:
     """The artifact's model with ``io`` against ONNX Runtime on ``feeds`` (``converters.checks.compare``)."""
-    from edgeopt.converters.checks import compare, ort_run_fn
-    from edgeopt.runtime.runners.tflite import Runner
+    from edgeopt.converters.checks import compare
+    from edgeopt.runtime.run_fn import run_fn
 
-    manifest = {"runtime": {**runtime, "io": io}, "inputs": [], "outputs": []}
     try:
-        runner = Runner(str(ctx.artifact_dir), manifest, threads=ctx.threads)
-        return compare(ort_run_fn(Path(onnx_path)), lambda f: runner.run({k: np.asarray(v) for k, v in f.items()}),
+        return compare(run_fn(Path(onnx_path)), run_fn(ctx.artifact_dir, ctx.threads, runtime={**runtime, "io": io}),
                        feeds)
     except Exception as err:  # noqa: BLE001 - LiteRT's own errors: one line naming the stage
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

@@ -78,9 +78,9 @@ def _sparsified(src: Path, out: Path) -> Path:
 
 
 def _top1(path: Path, ds) -> float:
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
-    run = ort_run_fn(path, threads=2)
+    run = run_fn(path, threads=2)
     preds = [int(np.argmax(next(iter(run(f).values())))) for f in ds.feeds()]
     return 100.0 * float(np.mean(np.asarray(preds) == ds.labels))
 

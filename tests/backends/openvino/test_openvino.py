@@ -52,7 +52,8 @@ def test_configure_takes_profile_settings():
 
 def test_fp32_artifact_matches_onnxruntime_with_f32_hint(tmp_path):
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
-    from edgeopt.converters.checks import compare, ort_run_fn
+    from edgeopt.converters.checks import compare
+    from edgeopt.runtime.run_fn import run_fn
 
     calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
@@ -67,7 +68,7 @@ def test_fp32_artifact_matches_onnxruntime_with_f32_hint(tmp_path):
     assert runner.properties["INFERENCE_PRECISION_HINT"] == "f32"
     got = runner.run(test.feed(0))
     assert list(got) == ["logits"]  # keyed by the ONNX output names
-    checks = compare(ort_run_fn(DIGITS), runner.run, test.feeds(32))
+    checks = compare(run_fn(DIGITS), runner.run, test.feeds(32))
     assert checks["cosine_min"] > 0.9999 and checks["top1_agreement"] == 1.0
 
 
@@ -75,11 +76,11 @@ def test_runner_binds_input_once_and_sees_every_new_value(tmp_path):
     """The runner binds an input buffer once (benchmark_app's per-call cost); results must still follow
     the data: a buffer refilled in place, a new array, and a float64 array that needs a converted copy."""
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
     calib, test = digits_datasets()
     out = OpenVINOBackend().run(Intermediate(DIGITS), OpenVINOConfig(), _ctx(tmp_path, calib, test))
-    runner, ref = _runner(out, tmp_path), ort_run_fn(DIGITS)
+    runner, ref = _runner(out, tmp_path), run_fn(DIGITS)
     (name,) = test.feed(0)
     buf = np.array(test.feed(0)[name])
     first = runner.run({name: buf})["logits"]
@@ -150,7 +151,7 @@ def test_scalar_input_runs_in_the_artifact_check_and_the_runner(tmp_path):
 @pytest.mark.slow
 def test_int8_runs_and_keeps_accuracy(tmp_path):
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
-    from edgeopt.converters.checks import ort_run_fn
+    from edgeopt.runtime.run_fn import run_fn
 
     calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
@@ -159,7 +160,7 @@ def test_int8_runs_and_keeps_accuracy(tmp_path):
     xml = (tmp_path / "art" / "model.xml").read_text()
     assert "FakeQuantize" in xml  # NNCF inserted the INT8 quantizers
     assert ctx.record.report["calibration"]["samples"] == 128
-    fp32 = _accuracy(ort_run_fn(DIGITS), test)
+    fp32 = _accuracy(run_fn(DIGITS), test)
     int8 = _accuracy(_runner(out, tmp_path).run, test)
     assert fp32 - int8 <= 1.0, (fp32, int8)
 

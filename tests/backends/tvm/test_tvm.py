@@ -143,9 +143,9 @@ def test_pi5_cross_compile_gives_an_aarch64_library(tmp_path, cache_env):
     result = convert(DIGITS, "pi5", out, backend="tvm", precision="fp32")
     assert _elf_machine(out / "model.so") == 183  # EM_AARCH64
     rt = result.manifest.runtime
-    assert rt["settings"]["target"]["mcpu"] == "cortex-a76" and rt["settings"]["arch"] == "aarch64"
+    assert rt.settings["target"]["mcpu"] == "cortex-a76" and rt.settings["arch"] == "aarch64"
     # validation here ran this machine's build of the same graph, and says so
-    assert rt["host_twin"]["model"].endswith(".so") and _elf_machine(out / rt["host_twin"]["model"]) != 183
+    assert rt.host_twin.model.endswith(".so") and _elf_machine(out / rt.host_twin.model) != 183
     assert any("not the device library" in w for w in result.warnings)
     assert result.validation.cosine_min > 0.9999
 
@@ -158,7 +158,7 @@ def test_int8_qdq_imports_and_keeps_accuracy(tmp_path, cache_env):
                      eval=DATA / "digits_test.npz")
     v = result.validation
     assert v.accuracy_drop <= 1.0 and v.top1_agreement > 0.98
-    assert any("no INT8 speed-up" in n for n in result.manifest.runtime["notes"])
+    assert any("no INT8 speed-up" in n for n in result.manifest.runtime.notes)
 
 
 def test_unsupported_op_exits_3_naming_it(tmp_path, cli):
