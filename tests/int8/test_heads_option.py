@@ -101,6 +101,11 @@ def test_tflite_heads_are_found_on_the_tflite_and_kept_float_by_the_quantizer(tm
     heads = output_heads(src)
     convs = [h for h in heads if "convolution" in h]
     assert sorted(c.split("/")[1].rsplit("_", 1)[0] for c in convs) == sorted(HEAD_CONVS)
+    from edgeopt.converters.backends.tflite.search import heads_option
+    from edgeopt.converters.quantize.modes import DynamicMode
+
+    assert heads_option(src, StaticMode()) == HeadsOption(heads)  # the search's option after static INT8
+    assert heads_option(src, DynamicMode()) is None  # activations float already: no option
     calib = Dataset({name: np.random.default_rng(0).random((8, 16, 16, 3)).astype(np.float32)}, source="noise",
                     synthetic=True, ranks={name: 4})
     made = TFLiteQuantizer(samples=8).quantize(src, StaticMode(), tmp_path / "q.tflite", calib=calib, keep_float=heads)
