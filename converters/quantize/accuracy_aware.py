@@ -21,9 +21,10 @@ from edgeopt.runtime.run_fn import run_fn
 from . import sensitivity
 from .bound import warn_small_eval
 from .fallback import FloatPrefix
+from .heads import HeadsOption, multi_output_heads
 from .ort_static import WEIGHTED_OPS, StaticSettings, equalized_path, quantize_static
 from .presets import TENSORRT
-from .strategy import run_search
+from .strategy import run_search, with_heads_option
 from .timing import QUICK_S, interleaved_latency_ms, speed_verdict
 from .verdict import gate_failure
 
@@ -47,7 +48,7 @@ def _variants(base: StaticSettings, tensorrt: bool = False, op_counts: dict[str,
     (``tensorrt``) the preset and the two weighted-only placements only: the graph-order float fallback starts from
     the latter and needs the budget that another calibration of every op costs (DBNet's percentile one: 11-15 s of
     60 on a loaded machine, 1 point above the preset, and the fallback then had no time for one candidate). A model
-    with several outputs (``heads``: :func:`multi_output_heads`) gets, right after the preset, its output heads in
+    with several outputs (``heads``: :func:`.heads.multi_output_heads`) gets, right after the preset, its output heads in
     float with its depthwise pairs equalized (:mod:`.equalize`) and moving-average calibration: BlazeFace's score
     output, a constant logit 0 with the preset, needed all three (map IoU of its decisions vs FP32 on 40 images:
     preset 47 %, heads in float 51 %, and equalized 70 %, and moving-average calibration 91 %)."""
@@ -71,21 +72,12 @@ def _variants(base: StaticSettings, tensorrt: bool = False, op_counts: dict[str,
         out.insert(3, (f"{WEIGHTED_LABEL}, per-tensor weights, calibration {CalibMethod.PERCENTILE.value}",
                        weighted.model_copy(update={"per_channel": False, "calib_method": CalibMethod.PERCENTILE})))
         out = [(label, v) for label, v in out if label == "preset" or label.startswith(WEIGHTED_LABEL)]
-    if heads:  # a model with several outputs: its heads in float, tried right after the preset
-        out.insert(1, (HEADS_LABEL, base.model_copy(update={"nodes_to_exclude": tuple(heads), "equalize": True,
-                                                             "moving_average": True})))
-    return out
+    return with_heads_option(out, HeadsOption(heads, equalized=True, moving_average=True) if heads else None,
+                             lambda h: base.model_copy(update={"nodes_to_exclude": h.heads, "equalize": True,
+                                                               "moving_average": True}))
 
 
-HEADS_LABEL = "output heads in float, depthwise pairs equalized, moving-average calibration"
-
-
-def multi_output_heads(model) -> tuple[str, ...]:
-    """The output heads (:func:`.heads.output_heads`) of a model with several outputs (a detector's scores and
-    boxes), for the search's heads-in-float option; () for a one-output model, whose search is unchanged."""
-    from .heads import output_heads
-
-    return output_heads(model) if len(model.graph.output) > 1 else ()
+HEADS_LABEL = HeadsOption((), equalized=True, moving_average=True).label()
 
 
 WEIGHTED_LABEL = "weighted ops only"

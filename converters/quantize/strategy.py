@@ -1,6 +1,7 @@
 """The budgeted accuracy-aware INT8 search every quantizing backend shares.
 
-1. The quantizer's own options, in the order given (the preset first): the first one that keeps the
+1. The quantizer's own options, in the order given (the preset first; for a model with several outputs the heads
+   option right after it, :func:`with_heads_option`, in every backend's search alike): the first one that keeps the
    metric within the bound on the search part *and* on the held-back part wins. An option's build may carry
    ``skip_when(scored: {label: Candidate}) -> reason | None``: the options scored before it can make it
    pointless (reported under ``options_skipped``).
@@ -56,9 +57,20 @@ from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
 from .budget import BudgetedSearch
 from .candidate import Build, Candidate, Rank, SearchResult
 from .fallback import FloatPrefix, prefix_fallback, ranked_fallback
+from .heads import HeadsOption
 from .verdict import finish
 
 OPTIONS_SHARE = 0.5  # the quantizer's options may use half the budget; the float fallback gets the rest
+
+
+def with_heads_option(options: list[tuple[str, Any]], heads: HeadsOption | None,
+                      make: Callable[[HeadsOption], Any]) -> list[tuple[str, Any]]:
+    """``options`` with ``make(heads)``, labelled ``heads.label()``, right after the first (the preset) when the model
+    has output heads (:mod:`.heads`); else unchanged. Every backend's search puts it at the same place, so a
+    detector's scores are tried with their heads in float before any other calibration or placement."""
+    if heads is None or not heads.heads:
+        return list(options)
+    return [*options[:1], (heads.label(), make(heads)), *options[1:]]
 
 
 def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,

@@ -85,7 +85,7 @@ def _score_iou(ref, got) -> float:
 def test_output_heads_are_the_last_weighted_ops_and_the_moves_after_them(tmp_path):
     import onnx
 
-    from edgeopt.converters.quantize.accuracy_aware import multi_output_heads
+    from edgeopt.converters.quantize.heads import multi_output_heads
 
     two_branch_detector(tmp_path / "det.onnx")
     heads = set(multi_output_heads(onnx.load(str(tmp_path / "det.onnx"))))
@@ -114,7 +114,8 @@ def test_equalizing_depthwise_pairs_keeps_the_function_and_balances_the_channels
 def test_heads_in_float_keep_the_score_decisions_the_preset_loses(tmp_path):
     import onnx
 
-    from edgeopt.converters.quantize.accuracy_aware import HEADS_LABEL, _variants, multi_output_heads
+    from edgeopt.converters.quantize.accuracy_aware import HEADS_LABEL, _variants
+    from edgeopt.converters.quantize.heads import multi_output_heads
     from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
     from edgeopt.converters.quantize.presets import get_preset
 

@@ -1,7 +1,8 @@
 """Accuracy-aware INT8 for OpenVINO: the budgeted search of :mod:`edgeopt.converters.quantize.strategy` over
 ``nncf.quantize``.
 
-Options first (NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
+Options first (for a model with several outputs, its output heads in float right after the first: :func:`heads_first`;
+then NNCF's documented ones: ``fast_bias_correction=False``, preset ``mixed``, and for
 attention/MatMul-heavy graphs ``model_type=transformer`` with SmoothQuant on and off), then float
 fallback over **units**: an activation quantizer (FakeQuantize) and the ops that read it, which is what
 NNCF's ``ignored_scope`` of those ops leaves in float (their input quantizer *and* their INT8 weights).
@@ -17,6 +18,7 @@ reverts one group at a time and re-ranks the rest after each step, so it does no
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -24,11 +26,13 @@ import numpy as np
 
 from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, skip_all_ops_option
 from edgeopt.converters.quantize.candidate import SearchResult
+from edgeopt.converters.quantize.heads import HeadsOption
 from edgeopt.converters.quantize.sensitivity import UNRANKED
-from edgeopt.converters.quantize.strategy import run_search
+from edgeopt.converters.quantize.strategy import run_search, with_heads_option
 from edgeopt.converters.quantize.verdict import gate_failure
 
 from .float_cost import cheaper_float
+from .heads import output_heads
 from .runs import compiled_run, judged_at
 from .units import LOCAL_METHOD, FloatUnits, activation_quantizers, consumers_to_ignore, local_error_ranking
 
@@ -84,6 +88,26 @@ def option_variants(nncf, common: dict, transformer: bool,
     if common.get("preset") != mixed:
         out.append(("preset mixed + fast_bias_correction=False", dict(common, preset=mixed, fast_bias_correction=False)))
     return out
+
+
+def heads_first(nncf, variants: list[tuple[str, dict]], heads: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """``variants`` with the searches' heads option (:func:`edgeopt.converters.quantize.strategy.with_heads_option`)
+    for a model with several outputs: the first option with its output heads in ``ignored_scope`` and activation
+    ranges averaged over the calibration samples (NNCF's ``MEAN_MINMAX``, the counterpart of ONNX Runtime's
+    moving-average calibration) rather than their extremes. Depthwise pairs are not equalized here: the model is
+    NNCF's to read, and equalizing is a rewrite of the ONNX source (:mod:`edgeopt.converters.quantize.equalize`)."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+    from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+    def make(h: HeadsOption) -> dict:
+        kw = dict(variants[0][1])
+        adv = kw.get("advanced_parameters") or AdvancedQuantizationParameters()
+        kw["advanced_parameters"] = dataclasses.replace(
+            adv, activations_range_estimator_params=RangeEstimatorParametersSet.MEAN_MINMAX)
+        kw["ignored_scope"] = with_ignored(nncf, kw.get("ignored_scope"), names=h.heads)
+        return kw
+
+    return with_heads_option(variants, HeadsOption(heads, moving_average=True) if heads else None, make)
 
 
 WEIGHTED_ONLY = f"{WEIGHTED_LABEL} (every other op type in ignored_scope)"
@@ -203,7 +227,8 @@ class _NncfSearch:
         self.core = ov.Core()
         self.in_names = [p.get_any_name() for p in ov_model.inputs]
         self.transformer = looks_like_transformer(ov_model)
-        self.variants = option_variants(nncf, common, self.transformer, types_without_weights(ov_model))
+        self.variants = heads_first(nncf, option_variants(nncf, common, self.transformer,
+                                                          types_without_weights(ov_model)), output_heads(ov_model))
         self.units_of: dict[int, FloatUnits] = {}  # option index -> its INT8 model's units
         self.fq_owner: dict[int, object] = {}  # option index -> its INT8 model
         self.ranking_method = BYPASS_METHOD.format(n=min(rank_samples, len(search)))

@@ -57,7 +57,7 @@ def judged_ops(path: Path):
     for k, sg in enumerate(model.subgraphs):
         ops, tensors = subgraph_ops(model, k), sg.tensors
         dequantized = {t for op in ops if op["qdq"] for t in op["outputs"]  # INT8 weights (weight-only mode)
-                       if any(int(tensors[i].type) in _INT_TYPES and _constant(model, tensors[i]) for i in op["inputs"])}
+                       if any(int(tensors[i].type) in _INT_TYPES and is_constant(model, tensors[i]) for i in op["inputs"])}
         for op in ops:
             types = {int(tensors[t].type) for t in op["inputs"] + op["outputs"]}
             verdict = ("qdq" if op["qdq"] else "quantized" if types & _INT_TYPES or dequantized & set(op["inputs"])
@@ -81,6 +81,6 @@ def unit_counts(path: Path, units: set[str]) -> tuple[int, int]:
     return sum(v == "quantized" for v in verdicts), len(verdicts)
 
 
-def _constant(model, tensor) -> bool:
+def is_constant(model, tensor) -> bool:
     buf = model.buffers[tensor.buffer] if 0 < tensor.buffer < len(model.buffers) else None
     return buf is not None and (buf.data is not None and len(buf.data) > 0 or bool(getattr(buf, "size", 0)))

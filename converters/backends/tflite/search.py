@@ -2,7 +2,8 @@
 
 The search of :mod:`edgeopt.converters.quantize.strategy` over :class:`.quantizer.TFLiteQuantizer`:
 
-1. the quantizer's options: static INT8 with the configured weight granularity, then dynamic-range INT8
+1. the quantizer's options: static INT8 with the configured weight granularity (for a model with several outputs,
+   then the same with its output heads in float: :func:`heads_option`), then dynamic-range INT8
    (INT8 weights, activations quantized at run time: what recurrent, MatMul-heavy and normalisation-heavy
    graphs keep best), weight-only INT8 (activations float: the most accurate, rarely faster), then static
    with the other granularity. Static calibration runs once, before the search's clock starts (its seconds
@@ -25,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.quantize.heads import HeadsOption
 from edgeopt.converters.quantize.modes import Granularity, QuantMode
 from edgeopt.converters.quantize.sensitivity import UNRANKED
-from edgeopt.converters.quantize.strategy import run_search
+from edgeopt.converters.quantize.strategy import run_search, with_heads_option
 from edgeopt.converters.quantize.timing import QUICK_S, interleaved_latency_ms, speed_verdict
 from edgeopt.converters.quantize.verdict import gate_failure
 from edgeopt.errors import StageError, UsageError
@@ -63,10 +65,15 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
     work.mkdir(exist_ok=True)
     count = iter(range(1 << 30))
 
+    # each option: (label, (mode, ops it keeps in float)); a model with several outputs gets its heads in float
+    bases = with_heads_option([(f"ai-edge-quantizer {m.label()}", (m, ())) for m in modes],
+                              heads_option(float_tflite, modes[0]), lambda h: (modes[0], h.heads))
+
     def build(i: int, kept: tuple[str, ...] = ()):
         def go():
-            made = quantizer.quantize(float_tflite, modes[i], work / f"cand{next(count)}.tflite", calib=ctx.calib,
-                                      keep_float=kept)
+            mode, base_kept = bases[i][1]
+            made = quantizer.quantize(float_tflite, mode, work / f"cand{next(count)}.tflite", calib=ctx.calib,
+                                      keep_float=tuple(dict.fromkeys(base_kept + tuple(kept))))
             return made, run_fn(made.path, threads, runtime=runtime)
         return go
 
@@ -79,7 +86,7 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
             return []
 
     result = run_search(
-        options=[(f"ai-edge-quantizer {m.label()}", build(i)) for i, m in enumerate(modes)],
+        options=[(label, build(i)) for i, (label, _) in enumerate(bases)],
         rank=rank, with_float=lambda i, kept: build(i, kept), fp32_run=run_fn(ctx.reference_for(model.path), threads),  # unpruned FP32
         search=search, confirm=confirm, bound=config.bound.max_accuracy_drop, budget_s=config.bound.search_budget,
         metric_spec=config.bound.metric, search_path=tuple(ctx.metric_search_path),
@@ -104,6 +111,20 @@ def search_tflite(backend, quantizer, float_tflite: Path, model, config, ctx, *,
     report["ops"] = {"quantized": made.notes["quantized_ops"], "float": made.notes["float_ops"]}
     report["speed"] = _speed(float_tflite, made.path, runtime, ctx, config, threads, search)
     return made, report
+
+
+def heads_option(float_tflite: Path, first) -> HeadsOption | None:
+    """The searches' heads option (:mod:`edgeopt.converters.quantize.heads`) on the float ``.tflite``, for a model
+    with several outputs whose first option is static INT8 (the other modes leave activations float already).
+    ai-edge-quantizer's calibration averages each tensor's range over the samples (its ``moving_average_update``)
+    for every option, so the option adds the heads in float only; depthwise pairs are not equalized (that is a
+    rewrite of the ONNX source, and this model is onnx2tf's conversion of it)."""
+    from .heads import output_heads
+
+    if first.kind != QuantMode.STATIC:
+        return None
+    heads = output_heads(float_tflite)
+    return HeadsOption(heads) if heads else None
 
 
 def rank_ops(float_path: Path, quant_path: Path, feeds: list[dict], deadline: float) -> list[tuple[str, float]]:
