@@ -215,3 +215,29 @@ def test_tvm_load_py_passes_a_0d_input_as_0d(tmp_path):
             eval=str(data))
     check = load_artifact(out).consumer_check
     assert check.passed and check.with_settings.max_abs_diff <= 1e-6 and check.samples > 0
+
+
+def test_each_backend_brings_its_own_load_snippets_through_its_hooks(tmp_path):
+    """load.py's runtime part, load.cc and the plain-API facts come from the backend's hooks; a backend with the
+    default hooks gets no loaders (its consumer check is recorded as skipped)."""
+    from edgeopt.consumer.honours import carried_settings
+    from edgeopt.consumer.writer import write_loaders
+    from edgeopt.converters.hooks import BackendHooks
+    from edgeopt.converters.registry import backend_hooks
+
+    tensor = {"name": "x", "shape": [1, 4], "dtype": "float32"}
+    own = {n: h for n, h in backend_hooks().items() if type(h) is not BackendHooks}  # not a plugin without hooks
+    assert {"onnxruntime", "openvino", "tflite", "tvm"} <= {n.value for n in own}
+    for name, hooks in own.items():
+        template = hooks.load_py_template()
+        assert template is not None and template.is_file(), name
+        manifest = {"runtime": {"backend": name.value, "model": "model.bin", "settings": {"threads": 2}},
+                    "inputs": [tensor], "outputs": [{**tensor, "name": "y"}], "precision": "fp32", "profile": "host"}
+        out = tmp_path / name.value
+        out.mkdir()
+        assert write_loaders(out, manifest) == ["load.py", "load.cc"]
+        assert "model.bin" in (out / "load.py").read_text() and "model.bin" in (out / "load.cc").read_text()
+        threads = carried_settings(name.value, {"threads": 2})[0]
+        assert threads["plain_api_honours"] is False and threads["how"] != "applied by load.py as edgeopt's " \
+                                                                         "runner applies it", name
+    assert BackendHooks().load_py_template() is None and BackendHooks().plain_api_settings() == {}

@@ -82,9 +82,9 @@ static void print_tvm(const std::string& name, const ffi::Tensor& t) {
 
 def not_loadable_here(manifest: dict) -> str | None:
     """Why the artifact's own file can't be loaded on this machine (a TVM library built for a board), or None."""
-    runtime = manifest["runtime"]
     from edgeopt.runtime.runners.tvm import machine_arch
 
+    runtime = manifest["runtime"]
     arch = (runtime.get("settings") or {}).get("arch")
     if arch and arch != machine_arch():
         return f"{runtime['model']} is built for {arch}: load.py runs on the device (--verify-on)"
