@@ -1,6 +1,7 @@
 """What the rest of edgeopt asks of a backend besides converting: its loggers, its ``edgeopt doctor`` rows, its
 entry in the ``host`` profile, how its model files count quantized units, its as-loaded graph and its placement
-report.
+report, and the runtime's part of the ``load.py``/``load.cc`` written beside each artifact (its ``consumer.py``,
+see :mod:`edgeopt.consumer`).
 
 Each backend's folder holds a ``hooks.py`` whose ``HOOKS`` is a :class:`BackendHooks` (its class names it in
 ``Backend.hooks``); the core asks :func:`edgeopt.converters.registry.backend_hooks` for them, so no central module
@@ -11,7 +12,18 @@ needs when it is called. The defaults here say "nothing to add".
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
+
+
+class PlainDefault(NamedTuple):
+    """Where a runtime's plain default differs from a setting an artifact was judged at: the line ``convert`` says
+    about it; ``setting``, ``judged`` and ``ran`` (the default a bare load ran at here) when this machine ran that
+    default (None: it could not, it is only said)."""
+
+    line: str
+    setting: str | None = None
+    judged: str | None = None
+    ran: str | None = None
 
 
 class BackendHooks:
@@ -89,4 +101,29 @@ class BackendHooks:
 
     def placement(self, model_path: Path, settings: dict, unit: str, bandwidth_gbps: float | None) -> dict | None:
         """The placement report of ``model_path`` under ``settings`` on a unit of kind ``unit``; None: not placed."""
+        return None
+
+    def load_py_template(self) -> Path | None:
+        """The runtime's part of ``load.py``: a template file (``edgeopt.consumer.writer`` fills in its ``MODEL``,
+        ``SETTINGS``, ``IO`` lines); None: no ``load.py``/``load.cc`` are written for its artifacts."""
+        return None
+
+    def load_cc(self, runtime: dict, manifest: dict) -> str:
+        """``load.cc`` after its head line: the artifact's model loaded with ``runtime['settings']`` through the
+        runtime's C++ API (``runtime``: the manifest's ``runtime`` entry; ``manifest``: manifest.json's content)."""
+        raise NotImplementedError
+
+    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
+        """Setting name -> (whether the runtime's plain API applies it from the model file alone, how ``load.py``
+        and ``load.cc`` apply it or why the file carries it); a setting not listed: not honoured."""
+        return {}
+
+    def not_loadable_here(self, manifest: dict) -> str | None:
+        """Why the artifact's model file can't be loaded on this machine (a library built for a board); None: it
+        can."""
+        return None
+
+    def plain_default(self, manifest: dict, bare: dict, profile: Any) -> PlainDefault | None:
+        """Where the runtime's plain default differs from a setting the artifact was judged at, for the profile
+        ``profile`` (``bare``: what ``load.py --bare`` reported it applied here); None: nothing to say."""
         return None

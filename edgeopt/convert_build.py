@@ -102,7 +102,8 @@ def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings
 
 def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn):
     """``load.py``/``load.cc`` written beside the model and run through the plain API (exit 5 on a mismatch); where
-    OpenVINO's plain default here differs from the judged hint, said on stderr and the artifact judged there too."""
+    the runtime's plain default here differs from the judged setting, said on stderr and the artifact judged there
+    too."""
     from edgeopt import __version__
     from edgeopt.consumer import plain_default as pd
     from edgeopt.consumer.check import check_as_deployed
@@ -110,14 +111,13 @@ def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof
 
     as_json = manifest.model_dump(mode="json")
     record = check_as_deployed(tmp, as_json, ctx.check_samples, version=__version__)
-    differs = pd.differing_default(record, as_json)
-    if differs is None:
-        if pd.unjudged_bf16_target(record, as_json, prof):
-            warn(pd.unjudged_line(prof.name))
+    found = pd.plain_default(record, as_json, prof)
+    if found is not None:
+        warn(found.line)
+    if found is None or found.ran is None:  # nothing to say, or a default this machine does not run
         return record
-    warn(pd.loud_line(*differs, manifest.runtime.model))
     bound = plan.options.bound.max_accuracy_drop
-    judged = pd.judge_at_default(as_json, differs[1], lambda m: validate_artifact(
+    judged = pd.judge_at_default(as_json, found, lambda m: validate_artifact(
         tmp, ctx.reference_model, val, data_source=val_source, manifest=m, threads=plan.options.threads,
         max_accuracy_drop=bound, metric=plan.options.bound.metric, search_path=search_path), bound)
     return record.model_copy(update={"plain_default": judged})

@@ -275,9 +275,9 @@ def _runtime_there(artifact: Path, env: dict) -> str | None:
     """The artifact's runtime and its version on the device, as the device's runner reported it."""
     import json
 
-    from edgeopt.consumer.check import PACKAGES
+    from edgeopt.consumer.check import runtime_package
 
     backend = (json.loads((artifact / "manifest.json").read_text()).get("runtime") or {}).get("backend")
-    package = PACKAGES.get(backend, backend)
+    package = runtime_package(backend) if backend else backend
     version = (env.get("libraries") or {}).get(package)
     return f"{package} {version}" if package and version else package

@@ -79,3 +79,18 @@ def parse_outputs(stdout: str) -> dict[str, np.ndarray]:
         dims = [] if shape == "scalar" else [int(d) for d in shape.split("x")]
         out[name] = np.asarray([float(v) for v in values], dtype=np.float64).reshape(dims)
     return out
+
+
+# the C++ main of ``load.cc``: its model directory from argv[1], then the runtime's body (``MAIN % body``)
+MAIN = """
+int main(int argc, char** argv) {
+    const std::string dir = argc > 1 ? argv[1] : ".";
+%s
+    return 0;
+}
+"""
+
+
+def quoted(text) -> str:
+    """``text`` as a C++ string literal (JSON's escapes are C++'s)."""
+    return json.dumps(str(text))

@@ -18,22 +18,33 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import GateFailedError
+from edgeopt.errors import EdgeoptError, GateFailedError
 
-from .honours import carried_settings
+from .honours import carried_settings, hooks_for
 from .model import CarriedSetting, ConsumerCheck, PlainLoad
 from .writer import LOAD_PY, write_loaders
 
 REL = 1e-4  # the float rule of --verify-on (remote/verify.py), here for any precision: nothing may round otherwise
 TIMEOUT_S = 900
 RULE = f"{REL:g} x each output's scale (integer outputs: equal): the same runtime, settings and machine"
-PACKAGES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tflite": "ai-edge-litert", "tvm": "apache-tvm"}
+
+
+def runtime_package(backend: str) -> str:
+    """The pip distribution of the backend's device runtime (its ``Backend.device_runtime``); the backend's name
+    where it declares none."""
+    from edgeopt.converters.registry import get_backend
+
+    try:
+        runtime = get_backend(backend).device_runtime
+    except (EdgeoptError, KeyError):
+        runtime = None
+    return runtime[1] if runtime else backend
 
 
 def runtime_name(backend: str) -> str:
     from edgeopt.deps import version_of
 
-    package = PACKAGES.get(backend, backend)
+    package = runtime_package(backend)
     return f"{package} {version_of(package) or '(not installed)'}"
 
 
@@ -84,18 +95,6 @@ def _host_outputs(artifact_dir: Path, manifest: dict, feeds: list[dict]) -> tupl
         return _stack([runner.run(f) for f in feeds]), dict(getattr(runner, "properties", None) or {})
 
 
-def _not_here(manifest: dict) -> str | None:
-    """Why the artifact's own file can't be loaded on this machine (a TVM library built for a board), or None."""
-    runtime = manifest["runtime"]
-    if runtime.get("backend") == "tvm":
-        from edgeopt.runtime.runners.tvm import machine_arch
-
-        arch = (runtime.get("settings") or {}).get("arch")
-        if arch and arch != machine_arch():
-            return f"{runtime['model']} is built for {arch}: load.py runs on the device (--verify-on)"
-    return None
-
-
 def _check_settings(runtime: str, given: dict | None, manifest: dict) -> None:
     """Exit 5 unless ``load.py`` applied exactly the manifest's ``runtime.settings``."""
     expected = json.loads(json.dumps(manifest["runtime"].get("settings") or {}))
@@ -132,7 +131,7 @@ def consumer_check(artifact_dir: Path | str, manifest: dict, samples, *, files: 
     record = ConsumerCheck(runtime=runtime_name(backend), files=files, settings=settings, samples=len(samples),
                            rule=RULE)
     skipped = None if files else "no load.py for a backend registered from outside edgeopt"
-    skipped = skipped or _not_here(manifest)
+    skipped = skipped or hooks_for(backend).not_loadable_here(manifest)
     if skipped:
         return record.model_copy(update={"skipped": skipped, "samples": 0})
     feeds = [samples.feed(i) for i in range(len(samples))]

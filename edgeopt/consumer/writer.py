@@ -1,8 +1,8 @@
 """Write ``load.py`` and ``load.cc`` beside an artifact's model, from its manifest's ``runtime`` entry.
 
-``load.py`` is the runtime's part (``templates/load_<backend>.py``) and the shared command line
-(``templates/load_common.py``) joined, with the manifest's settings, io map and inputs written in as Python
-literals: it imports numpy and the runtime only. ``load.cc`` (:mod:`.cc`) applies the same settings in C++.
+``load.py`` is the runtime's part (its backend's template file, the hooks' ``load_py_template``) and the shared
+command line (``templates/load_common.py``) joined, with the manifest's settings, io map and inputs written in as
+Python literals: it imports numpy and the runtime only. ``load.cc`` (:mod:`.cc`) applies the same settings in C++.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from edgeopt.files import write_text_atomic
 
 from .cc import cc_source
+from .honours import hooks_for
 
 TEMPLATES = Path(__file__).with_name("templates")
 LOAD_PY, LOAD_CC = "load.py", "load.cc"
@@ -40,7 +41,7 @@ def load_py_source(manifest: dict, version: str = "") -> str:
     """The text of ``load.py`` for ``manifest`` (a dict: manifest.json's content)."""
     runtime = manifest["runtime"]
     backend = runtime["backend"]
-    comment, imports, body = _parts((TEMPLATES / f"load_{backend}.py").read_text())
+    comment, imports, body = _parts(hooks_for(backend).load_py_template().read_text())
     _, common_imports, common = _parts((TEMPLATES / "load_common.py").read_text())
     values = {"MODEL": runtime["model"], "SETTINGS": runtime.get("settings") or {}, "IO": runtime.get("io") or {},
               "INPUTS": [{"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]} for t in manifest["inputs"]]}
@@ -65,10 +66,11 @@ def load_py_source(manifest: dict, version: str = "") -> str:
 def write_loaders(artifact_dir: Path | str, manifest: dict, version: str = "") -> list[str]:
     """Write ``load.py`` and ``load.cc`` into ``artifact_dir`` (atomically); the file names written (none for a
     backend without templates, e.g. one registered from outside edgeopt)."""
-    backend = manifest["runtime"].get("backend")
-    if not (TEMPLATES / f"load_{backend}.py").is_file() or manifest["runtime"].get("runner"):
+    hooks = hooks_for(manifest["runtime"].get("backend"))
+    template = hooks.load_py_template()
+    if template is None or not template.is_file() or manifest["runtime"].get("runner"):
         return []
     d = Path(artifact_dir)
     write_text_atomic(d / LOAD_PY, load_py_source(manifest, version))
-    write_text_atomic(d / LOAD_CC, cc_source(manifest))
+    write_text_atomic(d / LOAD_CC, cc_source(manifest, hooks))
     return [LOAD_PY, LOAD_CC]

@@ -52,7 +52,7 @@ from edgeopt.optimize.result import Candidate, OptimizeResult
 from edgeopt.optimize.steps import run_steps
 from edgeopt.run_tmp import run_temp_dir
 
-TVM_TUNE_MIN_BUDGET_MIN = 15.0
+TUNE_MIN_BUDGET_MIN = 15.0  # minutes of budget a kernel search (TVM MetaSchedule) needs left to pay
 
 
 def _installed_backends(profile) -> tuple[list[str], list[str]]:
@@ -89,13 +89,21 @@ def _check_data(path: Path, specs, shapes: dict, calib, eval, spec) -> None:
         load_callable(spec.custom)
 
 
-def _tvm_tune_note(s: CandidateBench, backends: list[str]) -> str:
-    if "tvm" not in backends:
-        return "tvm-tune: the tvm backend is not installed"
-    if s.left_s() / 60 < TVM_TUNE_MIN_BUDGET_MIN:
-        return (f"tvm-tune: needs >= {TVM_TUNE_MIN_BUDGET_MIN:g} min of budget left ({s.left_s() / 60:.1f} min "
+def _tune_notes(s: CandidateBench, backends: list[str]) -> list[str]:
+    """Why no kernels were tuned: one note for each backend whose kernels ``edgeopt tune`` tunes (its hooks'
+    ``tunes``)."""
+    from edgeopt.converters.registry import backend_hooks
+
+    return [_tune_note(s, b.value, backends) for b, hooks in backend_hooks().items() if hooks.tunes]
+
+
+def _tune_note(s: CandidateBench, name: str, backends: list[str]) -> str:
+    if name not in backends:
+        return f"{name}-tune: the {name} backend is not installed"
+    if s.left_s() / 60 < TUNE_MIN_BUDGET_MIN:
+        return (f"{name}-tune: needs >= {TUNE_MIN_BUDGET_MIN:g} min of budget left ({s.left_s() / 60:.1f} min "
                 "left); run 'edgeopt tune' separately")
-    return "tvm-tune: not run by optimize; tune with 'edgeopt tune' (its database is picked up)"
+    return f"{name}-tune: not run by optimize; tune with 'edgeopt tune' (its database is picked up)"
 
 
 @run_temp_dir()  # one temp dir for the libraries' leftovers, removed whatever the outcome (edgeopt/run_tmp.py)
@@ -134,7 +142,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     env = environment.collect("local")
     try:
         trail = run_steps(s, backends)
-        s.skipped.append(_tvm_tune_note(s, backends))
+        s.skipped.extend(_tune_notes(s, backends))
         say("final interleaved measurement of every built candidate")
         s.measure(s.candidates, FINAL_MEASURE)
     finally:

@@ -160,6 +160,7 @@ def test_tvm_load_py_loads_and_matches(tmp_path):
 def test_the_plain_default_is_named_where_it_differs_and_a_bf16_target_unjudged_here_is_said():
     from edgeopt.consumer import plain_default as pd
     from edgeopt.consumer.model import ConsumerCheck, PlainLoad
+    from edgeopt.converters.backends.openvino import consumer as ov
     from edgeopt.profiles import resolve_profile
 
     manifest = {"runtime": {"backend": "openvino", "model": "model.xml",
@@ -168,16 +169,20 @@ def test_the_plain_default_is_named_where_it_differs_and_a_bf16_target_unjudged_
     def record(hint: str) -> ConsumerCheck:
         return ConsumerCheck(runtime="openvino", bare=PlainLoad(how="bare", applied={"INFERENCE_PRECISION_HINT": hint}))
 
-    assert pd.differing_default(record("bf16"), manifest) == ("f32", "bf16")
-    assert pd.differing_default(record("f32"), manifest) is None
-    npu = {"runtime": {**manifest["runtime"], "settings": {"device": "NPU", "inference_precision": "f16"}}}
-    assert pd.differing_default(record("bf16"), npu) is None  # the NPU's plain default is the NPU's own
     avx512, _ = resolve_profile("x86-avx512")
     pi5, _ = resolve_profile("pi5")
-    assert pd.target_runs_bf16(avx512) and not pd.target_runs_bf16(pi5)
-    assert pd.unjudged_bf16_target(record("f32"), manifest, avx512)  # this machine could not run its default
-    assert not pd.unjudged_bf16_target(record("bf16"), manifest, avx512)  # judged at bf16 here instead
-    assert "load.py" in pd.loud_line("f32", "bf16", "model.xml") and "load.cc" in pd.unjudged_line("x86-avx512")
+    found = pd.plain_default(record("bf16"), manifest, pi5)
+    assert found[1:] == ("inference_precision", "f32", "bf16") and "load.py" in found.line
+    assert pd.plain_default(record("f32"), manifest, pi5) is None
+    npu = {"runtime": {**manifest["runtime"], "settings": {"device": "NPU", "inference_precision": "f16"}}}
+    assert pd.plain_default(record("bf16"), npu, avx512) is None  # the NPU's plain default is the NPU's own
+    assert ov.target_runs_bf16(avx512) and not ov.target_runs_bf16(pi5)
+    unjudged = pd.plain_default(record("f32"), manifest, avx512)  # this machine could not run its default
+    assert unjudged.ran is None and "load.cc" in unjudged.line and "x86-avx512" in unjudged.line
+    assert pd.plain_default(record("bf16"), {**manifest, "runtime": {**manifest["runtime"], "settings": {
+        "device": "CPU", "inference_precision": "bf16"}}}, avx512) is None  # judged at bf16 here instead
+    ort = {"runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}}}
+    assert pd.plain_default(record("bf16"), ort, avx512) is None  # no plain default to name for ONNX Runtime
 
 
 def _scalar_input_model(path: Path) -> Path:
@@ -210,3 +215,29 @@ def test_tvm_load_py_passes_a_0d_input_as_0d(tmp_path):
             eval=str(data))
     check = load_artifact(out).consumer_check
     assert check.passed and check.with_settings.max_abs_diff <= 1e-6 and check.samples > 0
+
+
+def test_each_backend_brings_its_own_load_snippets_through_its_hooks(tmp_path):
+    """load.py's runtime part, load.cc and the plain-API facts come from the backend's hooks; a backend with the
+    default hooks gets no loaders (its consumer check is recorded as skipped)."""
+    from edgeopt.consumer.honours import carried_settings
+    from edgeopt.consumer.writer import write_loaders
+    from edgeopt.converters.hooks import BackendHooks
+    from edgeopt.converters.registry import backend_hooks
+
+    tensor = {"name": "x", "shape": [1, 4], "dtype": "float32"}
+    own = {n: h for n, h in backend_hooks().items() if type(h) is not BackendHooks}  # not a plugin without hooks
+    assert {"onnxruntime", "openvino", "tflite", "tvm"} <= {n.value for n in own}
+    for name, hooks in own.items():
+        template = hooks.load_py_template()
+        assert template is not None and template.is_file(), name
+        manifest = {"runtime": {"backend": name.value, "model": "model.bin", "settings": {"threads": 2}},
+                    "inputs": [tensor], "outputs": [{**tensor, "name": "y"}], "precision": "fp32", "profile": "host"}
+        out = tmp_path / name.value
+        out.mkdir()
+        assert write_loaders(out, manifest) == ["load.py", "load.cc"]
+        assert "model.bin" in (out / "load.py").read_text() and "model.bin" in (out / "load.cc").read_text()
+        threads = carried_settings(name.value, {"threads": 2})[0]
+        assert threads["plain_api_honours"] is False and threads["how"] != "applied by load.py as edgeopt's " \
+                                                                         "runner applies it", name
+    assert BackendHooks().load_py_template() is None and BackendHooks().plain_api_settings() == {}

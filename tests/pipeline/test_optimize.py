@@ -21,6 +21,25 @@ def test_pareto_front_keeps_only_undominated_points():
     assert pareto_front([]) == []
 
 
+def test_each_backend_that_tunes_kernels_gets_a_note_on_why_optimize_did_not_tune():
+    from edgeopt.converters.registry import backend_hooks
+    from edgeopt.optimize.optimizer import TUNE_MIN_BUDGET_MIN, _tune_notes
+
+    class Bench:
+        def __init__(self, left_min: float):
+            self.left = left_min * 60
+
+        def left_s(self) -> float:
+            return self.left
+
+    tuners = [b.value for b, h in backend_hooks().items() if h.tunes]
+    assert tuners  # TVM's MetaSchedule
+    assert _tune_notes(Bench(60), []) == [f"{b}-tune: the {b} backend is not installed" for b in tuners]
+    short = _tune_notes(Bench(TUNE_MIN_BUDGET_MIN / 2), tuners)
+    assert len(short) == len(tuners) and all("min of budget left" in n for n in short)
+    assert all("not run by optimize" in n for n in _tune_notes(Bench(TUNE_MIN_BUDGET_MIN * 2), tuners))
+
+
 def test_bad_bound_is_a_usage_error(cli, tmp_path):
     r = cli("optimize", str(fixture_model("digits_cnn")), "--max-accuracy-drop", "-1", "--json")
     assert r.returncode == 2, r.stderr

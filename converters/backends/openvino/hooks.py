@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgeopt.converters.hooks import BackendHooks
+from edgeopt.converters.hooks import BackendHooks, PlainDefault
 
 DEVICE_UNITS = {"NPU": "npu", "GPU": "gpu", "CPU": "cpu"}  # OpenVINO device -> the profile's unit kind
 
@@ -53,6 +53,24 @@ class OpenVINOHooks(BackendHooks):
         device = settings.get("device") or "CPU"
         return ov_placement(model_path, device, target_unit=DEVICE_UNITS.get(device, unit),
                             bandwidth_gbps=bandwidth_gbps)
+
+    def load_py_template(self) -> Path | None:
+        return Path(__file__).with_name("load_template.py")
+
+    def load_cc(self, runtime: dict, manifest: dict) -> str:
+        from .consumer import load_cc
+
+        return load_cc(runtime, manifest)
+
+    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
+        from .consumer import PLAIN_API
+
+        return PLAIN_API
+
+    def plain_default(self, manifest: dict, bare: dict, profile: Any) -> PlainDefault | None:
+        from .consumer import plain_default
+
+        return plain_default(manifest, bare, profile)
 
 
 HOOKS = OpenVINOHooks()

@@ -33,5 +33,18 @@ class TFLiteHooks(BackendHooks):
 
         return tflite_units(Path(model))
 
+    def load_py_template(self) -> Path | None:
+        return Path(__file__).with_name("load_template.py")
+
+    def load_cc(self, runtime: dict, manifest: dict) -> str:
+        from .consumer import load_cc
+
+        return load_cc(runtime, manifest)
+
+    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
+        from .consumer import PLAIN_API
+
+        return PLAIN_API
+
 
 HOOKS = TFLiteHooks()

@@ -55,5 +55,23 @@ class TVMHooks(BackendHooks):
                 "records": tb.database_records(db_dir), "stopped_by": run.stopped_by, "cost_model": run.cost_model,
                 "best_ms": run.best_ms}
 
+    def load_py_template(self) -> Path | None:
+        return Path(__file__).with_name("load_template.py")
+
+    def load_cc(self, runtime: dict, manifest: dict) -> str:
+        from .consumer import load_cc
+
+        return load_cc(runtime, manifest)
+
+    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
+        from .consumer import PLAIN_API
+
+        return PLAIN_API
+
+    def not_loadable_here(self, manifest: dict) -> str | None:
+        from .consumer import not_loadable_here
+
+        return not_loadable_here(manifest)
+
 
 HOOKS = TVMHooks()
