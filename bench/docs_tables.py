@@ -78,7 +78,8 @@ TABLES: tuple[Table, ...] = (
     # the firmware walk-through: every figure of the guide from one run of its commands
     *(Table(name, "docs/guide/firmware-microcontrollers.md", (f"{RESULTS}/2026-12-05/firmware_walkthrough.json",),
             name, environment=name == "firmware_convert")
-      for name in ("firmware_analyze", "firmware_figures", "firmware_convert", "firmware_header", "firmware_int8_io")),
+      for name in ("firmware_analyze", "firmware_figures", "firmware_convert", "firmware_gate", "firmware_header",
+                   "firmware_int8_io")),
 )
 
 BEGIN = "<!-- generated: {name} -->"

@@ -55,6 +55,12 @@ def _weights_mode(plan) -> QuantMode | None:
     return next((m for m in (QuantMode.WEIGHTS,) if m in offered), None)
 
 
+def _needs(pred: MemoryPrediction) -> str:
+    """The RAM a prediction needs with its parts; on a microcontroller, also the weights it keeps in flash."""
+    flash = f"; weights {size_text(pred.flash_bytes)} stay in flash" if pred.weights_in_flash and pred.flash_bytes else ""
+    return pred.figures()[:-1] + flash + ")"
+
+
 def _lean(pred: MemoryPrediction) -> MemoryPrediction:
     return pred.model_copy(update={"live_bytes": [], "node_names": []})
 
@@ -92,8 +98,8 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
             return new, new_plan, MemoryFit(predicted=_lean(cand), budget_bytes=budget, budget_source=source,
                                             fits=True, adapted=adapted)
     raise GateFailedError(
-        f"memory: needs {pred.figures()}, {profile.name} has {size_text(budget)} ({source}); tried "
-        + "; ".join(tried[1:] or ["nothing smaller"]),
+        f"memory: needs {_needs(pred)}, {profile.name} has {size_text(budget)} ({source}); "
+        + (f"tried {'; '.join(tried[1:])}" if tried[1:] else f"{tried[0].split(':')[0]} is the smallest build tried"),
         "prune the model (--prune), give a larger --memory-budget, or choose a device with more memory",
         details={"predicted": _lean(pred).model_dump(mode="json"), "budget_bytes": budget, "budget_source": source,
                  "tried": tried})

@@ -134,6 +134,18 @@ def test_analyze_shows_memory_against_the_budget_and_plots_it(tmp_path, cli):
     assert "memory (estimate, tflite int8)" in r.stdout and "fits" in r.stdout
 
 
+def test_analyze_judges_the_prediction_against_memory_budget(cli):
+    pred = predict_memory(DIGITS, "tflite", "int8", microcontroller=True)
+    r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--memory-budget",
+            f"{pred.total_bytes - 1}B", "--json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(r.stdout)["memory"]
+    assert not mem["fits"] and mem["budget_source"] == "--memory-budget"
+    assert mem["budget_bytes"] == pred.total_bytes - 1
+    r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--memory-budget", "12 parsecs")
+    assert r.returncode == 2 and "--memory-budget" in r.stderr
+
+
 @pytest.mark.onnxruntime
 def test_a_recipes_memory_budget_is_held_like_the_flag(tmp_path, cli):
     int8 = predict_memory(DIGITS, "onnxruntime", "int8")
