@@ -98,11 +98,20 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
             return new, new_plan, MemoryFit(predicted=_lean(cand), budget_bytes=budget, budget_source=source,
                                             fits=True, adapted=adapted)
     raise GateFailedError(
-        f"memory: needs {_needs(pred)}, {profile.name} has {size_text(budget)} ({source}); "
+        f"memory: {plan.backend.value} {asked.value} needs {_needs(pred)}, {profile.name} has {size_text(budget)} ({source}); "
         + (f"tried {'; '.join(tried[1:])}" if tried[1:] else f"{tried[0].split(':')[0]} is the smallest build tried"),
         "prune the model (--prune), give a larger --memory-budget, or choose a device with more memory",
         details={"predicted": _lean(pred).model_dump(mode="json"), "budget_bytes": budget, "budget_source": source,
                  "tried": tried})
+
+
+def least_refusal(failures: list) -> tuple | None:
+    """Of ``[(backend, error)]``, every one a memory refusal (its details hold the prediction): the one that
+    needs the least, as (backend, error); None when any failed for another reason."""
+    needs = [(getattr(e, "details", None) or {}).get("predicted", {}).get("total_bytes") for _, e in failures]
+    if not failures or any(n is None for n in needs):
+        return None
+    return failures[needs.index(min(needs))]
 
 
 def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[dict] = ()) -> MemoryFit:

@@ -92,7 +92,7 @@ def test_the_guide_shows_the_gates_refusal_and_adaptation_as_recorded():
     runs = _walkthrough_json()["commands"]
     refuse, adapt = runs["refuse"], runs["adapt"]
     assert refuse["returncode"] == 5 and not refuse["written"]
-    assert re.match(r"edgeopt: error: memory: needs [\d.]+ KB \(arena .*runtime .*\), stm32h7 has 6 KB",
+    assert re.match(r"edgeopt: error: memory: tflite int8 needs [\d.]+ KB \(arena .*runtime .*\), stm32h7 has 6 KB",
                     refuse["gate_line"])
     assert adapt["returncode"] == 0 and adapt["written"] and adapt["precision"] == "int8"
     assert adapt["adapted"]["requested"] == "fp32" and adapt["adapted"]["chosen"].startswith("int8")

@@ -134,6 +134,19 @@ def test_analyze_shows_memory_against_the_budget_and_plots_it(tmp_path, cli):
     assert "memory (estimate, tflite int8)" in r.stdout and "fits" in r.stdout
 
 
+def test_a_refusal_on_every_backend_names_the_least_need_and_tries_no_float(tmp_path, cli):
+    """pi5 tries LiteRT, ONNX Runtime, OpenVINO: none fits 10 MB, so the error gives the smallest need (LiteRT's,
+    the profile's first) and no float precision is tried (it never needs less than INT8)."""
+    tflite = predict_memory(DIGITS, "tflite", "int8")
+    r = cli("convert", DIGITS, "--profile", "pi5", "--memory-budget", "10MB", "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["message"].startswith("memory: tflite int8 needs") and "also tried: onnxruntime" in err["message"]
+    assert err["details"]["predicted"]["total_bytes"] == tflite.total_bytes
+    assert "FP16" not in r.stderr and "FP32" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_analyze_judges_the_prediction_against_memory_budget(cli):
     pred = predict_memory(DIGITS, "tflite", "int8", microcontroller=True)
     r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--memory-budget",
