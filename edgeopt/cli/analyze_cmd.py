@@ -10,6 +10,10 @@ from edgeopt.cli import app
 from edgeopt.cli.options import InputShapeOption, ProfileDirOption, ProfileOption
 from edgeopt.cli.output import JsonOption, emit, stderr
 
+MemoryBudgetOption = typer.Option(
+    None, "--memory-budget", help="Memory the model may take on the device, e.g. 300MB or 512KB (default: the "
+    "profile's budget_mb, else its RAM): the memory prediction is judged against it, as convert's gate does.")
+
 
 @app.command()
 def analyze(
@@ -27,9 +31,7 @@ def analyze(
         None, "--overhead-us", min=0.0, help="Runtime dispatch overhead per executed op, in us (default 1)."
     ),
     no_preflight: bool = typer.Option(False, "--no-preflight", help="Skip asking the backends what they support."),
-    memory_budget: str = typer.Option(
-        None, "--memory-budget", help="Memory the model may take on the device, e.g. 300MB or 512KB (default: the "
-        "profile's budget_mb, else its RAM): the memory prediction is judged against it, as convert's gate does."),
+    memory_budget: str = MemoryBudgetOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Predict latency with a roofline on the profile's units, list the heaviest ops, pre-flight the
