@@ -61,6 +61,19 @@ def _needs(pred: MemoryPrediction) -> str:
     return pred.figures()[:-1] + flash + ")"
 
 
+def _flash_holds(pred: MemoryPrediction, profile) -> None:
+    """On a microcontroller, the weights (INT8, kept in flash) against the profile's flash, before any work: exit
+    5 when they alone do not fit (the firmware's code comes on top)."""
+    flash = profile.memory.flash_bytes
+    if not (pred.weights_in_flash and flash and pred.flash_bytes and pred.flash_bytes > flash):
+        return
+    raise GateFailedError(
+        f"memory: tflite {pred.precision} weights need {size_text(pred.flash_bytes)} of flash, {profile.name} has "
+        f"{size_text(flash)} (its memory.flash_kb); nothing was converted",
+        "prune the model (--prune), or choose a device with more flash",
+        details={"predicted": _lean(pred).model_dump(mode="json"), "flash_bytes": flash})
+
+
 def _lean(pred: MemoryPrediction) -> MemoryPrediction:
     return pred.model_copy(update={"live_bytes": [], "node_names": []})
 
@@ -76,6 +89,7 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
         first = (str(getattr(err, "message", err)).strip().splitlines() or [type(err).__name__])[0][:160]
         warn(f"memory: not predicted ({first}); the build is not held to the {size_text(budget)} budget")
         return options, plan, None
+    _flash_holds(pred, profile)
     if pred.total_bytes <= budget:
         return options, plan, MemoryFit(predicted=_lean(pred), budget_bytes=budget, budget_source=source, fits=True)
     tried = [f"{asked.value}: {pred.figures()}"]

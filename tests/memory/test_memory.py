@@ -147,6 +147,19 @@ def test_a_refusal_on_every_backend_names_the_least_need_and_tries_no_float(tmp_
     assert not (tmp_path / "out").exists()
 
 
+def test_weights_that_do_not_fit_the_microcontrollers_flash_are_refused_before_work(tmp_path, cli):
+    data = yaml.safe_load((REPO / "device_profiles" / "stm32h7.yaml").read_text())
+    data.update(name="tiny-flash", aliases=[])
+    data["memory"]["flash_kb"] = 16  # the digits CNN's INT8 weights are 20 KB
+    profile = tmp_path / "tiny-flash.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    r = cli("convert", DIGITS, "--profile", profile, "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    message = json.loads(r.stdout)["error"]["message"]
+    assert "weights need 20.08 KB of flash, tiny-flash has 16.38 KB" in message
+    assert not (tmp_path / "out").exists()
+
+
 def test_analyze_judges_the_prediction_against_memory_budget(cli):
     pred = predict_memory(DIGITS, "tflite", "int8", microcontroller=True)
     r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--memory-budget",
