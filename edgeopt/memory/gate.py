@@ -74,6 +74,24 @@ def _flash_holds(pred: MemoryPrediction, profile) -> None:
         details={"predicted": _lean(pred).model_dump(mode="json"), "flash_bytes": flash})
 
 
+def _batch_one(model, plan, shapes, budget: int) -> str:
+    """The hint's clause for a batch over 1 that was asked for, when the same build at batch 1 fits ('' else): the
+    batch is the model's interface, so the gate names it instead of changing it."""
+    shapes = dict(shapes or {})
+    big = {n: s for n, s in shapes.items() if s and isinstance(s[0], int) and s[0] > 1}
+    if not big:
+        return ""
+    one = {**shapes, **{n: (1, *s[1:]) for n, s in big.items()}}
+    try:
+        pred = _predict(model, plan, one, plan.precision, plan.options.quant_mode)
+    except Exception:  # noqa: BLE001 - no hint rather than a second error
+        return ""
+    if pred.total_bytes > budget:
+        return ""
+    flags = " ".join(f"--input-shape {n}={'x'.join(str(d) for d in s)}" for n, s in one.items() if n in big)
+    return f"use batch 1 ({flags}: {size_text(pred.total_bytes)}, which fits), "
+
+
 def _lean(pred: MemoryPrediction) -> MemoryPrediction:
     return pred.model_copy(update={"live_bytes": [], "node_names": []})
 
@@ -114,7 +132,8 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
     raise GateFailedError(
         f"memory: {plan.backend.value} {asked.value} needs {_needs(pred)}, {profile.name} has {size_text(budget)} ({source}); "
         + (f"tried {'; '.join(tried[1:])}" if tried[1:] else f"{tried[0].split(':')[0]} is the smallest build tried"),
-        "prune the model (--prune), give a larger --memory-budget, or choose a device with more memory",
+        "prune the model (--prune), " + _batch_one(model, plan, shapes, budget)
+        + "give a larger --memory-budget, or choose a device with more memory",
         details={"predicted": _lean(pred).model_dump(mode="json"), "budget_bytes": budget, "budget_source": source,
                  "tried": tried})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 import yaml
 
@@ -145,6 +146,23 @@ def test_a_refusal_on_every_backend_names_the_least_need_and_tries_no_float(tmp_
     assert err["details"]["predicted"]["total_bytes"] == tflite.total_bytes
     assert "FP16" not in r.stderr and "FP32" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.onnxruntime
+def test_a_refusal_at_a_batch_over_one_names_batch_one_when_it_fits(tmp_path, cli):
+    m = onnx.load(str(DIGITS))
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    dynamic = tmp_path / "digits_n.onnx"
+    onnx.save(m, str(dynamic))
+    one = predict_memory(dynamic, "onnxruntime", "fp32", input_shapes={"input": (1, 1, 8, 8)})
+    big = predict_memory(dynamic, "onnxruntime", "int8", input_shapes={"input": (4096, 1, 8, 8)})  # INT8 tried too
+    r = cli("convert", dynamic, "--profile", _small_profile(tmp_path), "--backend", "onnxruntime", "--precision",
+            "fp32", "--input-shape", "input=4096x1x8x8", "--memory-budget", _budget_between(one.total_bytes,
+            big.total_bytes), "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert "use batch 1 (--input-shape input=1x1x8x8:" in err["hint"] and "which fits" in err["hint"]
 
 
 def test_weights_that_do_not_fit_the_microcontrollers_flash_are_refused_before_work(tmp_path, cli):
