@@ -79,3 +79,31 @@ def firmware_figures(docs: list[tuple[str, dict]]) -> str:
             f"the arena the run needs, {b['arena']['arena_bytes']:,} bytes, is "
             f"{100 * b['arena']['arena_bytes'] / b['budget_bytes']:.1f} % of the profile's budget "
             f"({b['budget_bytes']:,} bytes).")
+
+
+def _folder(run: dict) -> str:
+    """The output folder a command names (``-o``)."""
+    return run["command"].rsplit("-o ", 1)[1]
+
+
+def _gate_first(run: dict) -> dict:
+    """The run with the gate's line first: the gate runs before any work (the JSON keeps stdout, then stderr)."""
+    rest = [ln for ln in run["lines"] if ln != run["gate_line"]]
+    return {**run, "lines": [run["gate_line"], *rest]}
+
+
+GATE_SHOWN = ("edgeopt: error: memory:", "warning: memory:", "wrote ", "memory (estimate", "tflite-micro:", "arena:")
+
+
+def firmware_gate(docs: list[tuple[str, dict]]) -> str:
+    """The memory gate as run: a budget the model does not fit (its exit code, its line, nothing written) and FP32
+    asked for under a budget only INT8 fits (the warning naming what was built, and what the manifest records)."""
+    refuse, adapt = (_gate_first(docs[0][1]["commands"][k]) for k in ("refuse", "adapt"))
+    written = "was written" if refuse["written"] else "does not exist afterwards: nothing was written"
+    chosen = adapt.get("adapted") or {}
+    return (f"{_console(refuse, GATE_SHOWN)}\n\nIt exits with code {refuse['returncode']} before any work, and "
+            f"`{_folder(refuse)}` {written}. With FP32 asked for under a budget that only INT8 fits:\n\n"
+            f"{_console(adapt, GATE_SHOWN)}\n\nIt exits with code {adapt['returncode']}, and "
+            f"`{_folder(adapt)}/manifest.json` records under `memory.adapted` what was asked for "
+            f"({chosen.get('requested')}, {chosen.get('requested_bytes'):,} bytes predicted) and what was built "
+            f"({chosen.get('chosen')}).")

@@ -74,11 +74,15 @@ TABLES: tuple[Table, ...] = (
     # predicted vs measured peak memory: real models x ONNX Runtime, OpenVINO, LiteRT, and TFLite Micro
     Table("memory_fit", "docs/benchmarks/memory.md", (f"{RESULTS}/2026-12-05/memory_fit.json",), "memory_fit",
           "Measured: peak RSS (VmHWM) of a child process over load, the first inference and the timed runs, minus its "
-          "RSS before the runtime's import; TFLite Micro: its recording allocator at the smallest arena that runs."),
+          "RSS before the runtime's import; TFLite Micro: its recording allocator at the smallest arena that runs. "
+          "The `*_seeded` rows are onnx's light architectures (ResNet-50, SqueezeNet, Inception-v1, AlexNet, "
+          "ShuffleNet, DenseNet-121) with seeded random weights in place of their constant-filled ones "
+          "(fixtures/seeded_weights.py): the same structure and sizes, outputs that mean nothing."),
     # the firmware walk-through: every figure of the guide from one run of its commands
     *(Table(name, "docs/guide/firmware-microcontrollers.md", (f"{RESULTS}/2026-12-05/firmware_walkthrough.json",),
             name, environment=name == "firmware_convert")
-      for name in ("firmware_analyze", "firmware_figures", "firmware_convert", "firmware_header", "firmware_int8_io")),
+      for name in ("firmware_analyze", "firmware_figures", "firmware_convert", "firmware_gate", "firmware_header",
+                   "firmware_int8_io")),
 )
 
 BEGIN = "<!-- generated: {name} -->"

@@ -6,8 +6,10 @@ this writes (bench/results/<date>/firmware_walkthrough.json), rendered into the 
     .venv/bin/python bench/firmware_walkthrough.py
 
 The commands run as the guide writes them (:data:`COMMANDS`), in a scratch directory holding a link to the
-repository's ``fixtures/``; the JSON keeps each command, the lines it printed, the arena, TFLM's allocations,
-the firmware sizes, the compiler and the generated ``model_data.h``.
+repository's ``fixtures/``; the JSON keeps each command, its exit code, the lines it printed, the arena, TFLM's
+allocations, the firmware sizes, the compiler and the generated ``model_data.h``, and for the memory gate's two
+commands (a budget the model does not fit: exit 5, nothing written; FP32 under a budget only INT8 fits: INT8
+built) the gate's line and whether the output folder was written.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ sys.path.insert(0, str(REPO))
 DIGITS_BUILD = ("edgeopt convert fixtures/models/digits_cnn.onnx --profile stm32h7 \\\n"
                 "    --calib fixtures/data/digits_calib.npz --eval fixtures/data/digits_test.npz \\\n"
                 "    --export-c")
-# name -> (the command as the guide prints it, the output folder it writes or None)
-COMMANDS: dict[str, tuple[str, str | None]] = {
-    "analyze": ("edgeopt analyze fixtures/models/digits_cnn.onnx --profile stm32h7 --plot digits.png", None),
-    "convert": (f"{DIGITS_BUILD} -o digits_m7", "digits_m7"),
-    "convert_int8_io": (f"{DIGITS_BUILD} --set tflite.io_dtype=int8 -o digits_m7_int8", "digits_m7_int8"),
+# name -> (the command as the guide prints it, the output folder it writes or None, the exit code it should end with)
+COMMANDS: dict[str, tuple[str, str | None, int]] = {
+    "analyze": ("edgeopt analyze fixtures/models/digits_cnn.onnx --profile stm32h7 --plot digits.png", None, 0),
+    "convert": (f"{DIGITS_BUILD} -o digits_m7", "digits_m7", 0),
+    "convert_int8_io": (f"{DIGITS_BUILD} --set tflite.io_dtype=int8 -o digits_m7_int8", "digits_m7_int8", 0),
+    # the memory gate: a budget the INT8 model does not fit refuses before any work (exit 5, nothing written) ...
+    "refuse": (f"{DIGITS_BUILD} --memory-budget 6KB -o digits_m7_6kb", "digits_m7_6kb", 5),
+    # ... and FP32 asked for under a budget only INT8 fits: the gate builds INT8 and says so
+    "adapt": ("edgeopt convert fixtures/models/digits_cnn.onnx --profile stm32h7 --precision fp32 \\\n"
+              "    --calib fixtures/data/digits_calib.npz --eval fixtures/data/digits_test.npz \\\n"
+              "    --memory-budget 12KB -o digits_m7_12kb", "digits_m7_12kb", 0),
 }
 # The printed lines the guide shows, by their first word (the rest are the plan's stage list and the checks'
 # details, which the guide elides).
@@ -71,17 +79,31 @@ def build_figures(out: Path) -> dict:
             "header": (out / "model_data.h").read_text()}
 
 
+def gate_figures(run: dict, out: Path) -> dict:
+    """What the memory gate printed (its error or its warning line), and whether the output folder exists."""
+    said = [ln for ln in run["lines"] if ln.startswith(("edgeopt: error: memory:", "warning: memory:"))]
+    written = out.exists() or any(p.name.startswith(f".{out.name}") for p in out.parent.iterdir())
+    figures = {"gate_line": said[0] if said else None, "written": written}
+    if written and (out / "manifest.json").is_file():
+        memory = json.loads((out / "manifest.json").read_text())["memory"]
+        figures["adapted"], figures["precision"] = memory.get("adapted"), memory["predicted"]["precision"]
+    return figures
+
+
 def walk(work: Path) -> dict:
     """Every command of :data:`COMMANDS` in ``work`` (which gets a link to ``fixtures/``), and each build's
-    figures."""
+    figures (the gate's line for the two gate commands)."""
     (work / "fixtures").symlink_to(REPO / "fixtures")
     runs, builds = {}, {}
-    for name, (command, out) in COMMANDS.items():
+    for name, (command, out, expected) in COMMANDS.items():
         runs[name] = run_command(command, work)
         print(json.dumps({name: runs[name]["returncode"], "seconds": runs[name]["seconds"]}), file=sys.stderr)
-        if runs[name]["returncode"] != 0:
-            raise SystemExit(f"{name} failed:\n" + "\n".join(runs[name]["lines"][-5:]))
-        if out:
+        if runs[name]["returncode"] != expected:
+            raise SystemExit(f"{name} exited {runs[name]['returncode']}, not {expected}:\n"
+                             + "\n".join(runs[name]["lines"][-5:]))
+        if name in ("refuse", "adapt"):
+            runs[name].update(gate_figures(runs[name], work / out))
+        elif out:
             builds[name] = build_figures(work / out)
     return {"commands": runs, "builds": builds}
 

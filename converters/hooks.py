@@ -56,6 +56,9 @@ class BackendHooks:
     host_rank: ClassVar[int] = 100
     # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)
     places: ClassVar[bool] = False
+    # its memory facts (``edgeopt.memory.facts``): the runtime's base cost measured once with its date and version,
+    # the shares of the weights (and of the arena) it copies, and under ``micro`` TFLite Micro's; None: none measured
+    memory: ClassVar[dict | None] = None
 
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         """The ``host`` profile's backend entry (``name``, ``settings``) on this machine; None: not offered here."""

@@ -122,9 +122,11 @@ def _convert_in_order(model, profile, output, o: ConvertOptions, **kw) -> Conver
     try:
         return _try_backends(model, profile, output, o, order, **kw)
     except FALLBACK_ON as err:
+        from edgeopt.memory.gate import least_refusal
+
         asked = o.precision or _profile_of(profile, o).default_chain.precision
-        if Precision(asked) != Precision.INT8 or not another_backend_may_hold(err):
-            raise
+        if Precision(asked) != Precision.INT8 or not another_backend_may_hold(err) or least_refusal([(None, err)]):
+            raise  # a float build never needs less memory than the INT8 one the gate refused
         return _convert_in_float(model, profile, output, o, order, err, **kw)
 
 
@@ -134,6 +136,7 @@ def _try_backends(model, profile, output, o: ConvertOptions, order, precision_fa
     from edgeopt.backend_fallback import FALLBACK_ON, another_backend_may_hold, fallbacks, left_because
 
     left: list = []  # BackendLeft
+    failures: list = []  # (backend, error)
     candidates = [order[0], *fallbacks(order)]
     for i, backend in enumerate(candidates):
         try:
@@ -141,10 +144,15 @@ def _try_backends(model, profile, output, o: ConvertOptions, order, precision_fa
                             fallback=tuple(left), precision_fallback=precision_fallback, **kw)
         except FALLBACK_ON as err:
             nxt = (candidates + [None])[i + 1] if another_backend_may_hold(err) else None
+            failures.append((backend, err))
             if nxt is None:
-                if left:
-                    err.message += " (also tried: " + "; ".join(f"{e.backend}: exit {e.exit_code}" for e in left) + ")"
-                raise
+                from edgeopt.memory.gate import least_refusal
+
+                shown, err = least_refusal(failures) or (backend, err)  # memory: the backend that needs the least
+                others = [f for f in failures if f[0] != shown]
+                if others:
+                    err.message += " (also tried: " + "; ".join(f"{b.value}: exit {e.exit_code}" for b, e in others) + ")"
+                raise err
             left.append(left_because(backend, err))
             if kw.get("on_warning"):
                 kw["on_warning"](f"convert: {backend.value} could not hold this model ({err.message}); trying "

@@ -43,6 +43,14 @@ def described(dev: Device, ran: Ran, staged: Staged, *, run_dir: str | None, lab
     warnings.extend(w for w in ran.runner_said if w not in warnings)
     if (busy := interference_warning(result["environment"])):
         warnings.append(busy)
+    if result.get("memory"):  # the runner's peak by phase, beside the artifact's predicted peak
+        from edgeopt.memory.bench_row import beside_prediction, predicted_of
+
+        try:
+            predicted = predicted_of(staged.artifact)
+        except OSError:  # a converted artifact's temporary folder already gone
+            predicted = (staged.manifest.get("memory") or {}).get("predicted")
+        result["memory"] = beside_prediction(result["memory"], predicted)
     if inputs:
         from edgeopt.bench.api import note_inputs_used
 

@@ -10,6 +10,10 @@ from edgeopt.cli import app
 from edgeopt.cli.options import InputShapeOption, ProfileDirOption, ProfileOption
 from edgeopt.cli.output import JsonOption, emit, stderr
 
+MemoryBudgetOption = typer.Option(
+    None, "--memory-budget", help="Memory the model may take on the device, e.g. 300MB or 512KB (default: the "
+    "profile's budget_mb, else its RAM): the memory prediction is judged against it, as convert's gate does.")
+
 
 @app.command()
 def analyze(
@@ -27,6 +31,7 @@ def analyze(
         None, "--overhead-us", min=0.0, help="Runtime dispatch overhead per executed op, in us (default 1)."
     ),
     no_preflight: bool = typer.Option(False, "--no-preflight", help="Skip asking the backends what they support."),
+    memory_budget: str = MemoryBudgetOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Predict latency with a roofline on the profile's units, list the heaviest ops, pre-flight the
@@ -44,6 +49,7 @@ def analyze(
             return ee.emit_alone(cascade, json_out)
 
     shapes = parse_input_shapes(input_shape)
+    budget = _budget(memory_budget)
     if plot is not None:
         from edgeopt.analyze.plot import check_plot_path
 
@@ -57,7 +63,7 @@ def analyze(
     from edgeopt.placement.plans import model_placement
 
     placement = model_placement(model, prof)  # op → unit on the profile's first backend (asked, else predicted)
-    fit, memory_pred = analyze_memory(model, prof, shapes)
+    fit, memory_pred = analyze_memory(model, prof, shapes, budget)
     plot_path = memory_plot = None
     if plot is not None:
         from edgeopt.analyze.plot import plot_roofline
@@ -90,3 +96,18 @@ def analyze(
     if json_out and plot_path:
         stderr.print(f"roofline chart written to {plot_path}")
     emit(json_out, payload, human)
+
+
+def _budget(text: str | None):
+    """``--memory-budget`` as the options the memory report reads (None: the profile's budget)."""
+    if text is None:
+        return None
+    from types import SimpleNamespace
+
+    from edgeopt.errors import UsageError
+    from edgeopt.options import parse_bytes
+
+    try:
+        return SimpleNamespace(memory_budget=parse_bytes(text))
+    except ValueError as err:
+        raise UsageError(f"--memory-budget {text!r}: {err}", "give a size such as 300MB, 512KB or 1.5GB") from None

@@ -168,6 +168,13 @@ def _print_results(c, entries: list[dict], warnings: list[str]) -> None:
                 c.print(f"{e['device']}: {key} {qps} q/s ({how}; x{x} of one stream's "
                         f"{tp.get('single_stream_qps')} q/s)", markup=False)
     for e in ok:
+        if e["result"].get("memory"):
+            from edgeopt.memory.bench_row import memory_text
+
+            where = "peak RSS of the runner on the device" + (
+                " (emulated: qemu's process, its translator included)" if e["result"].get("emulated") else "")
+            c.print(memory_text(e["device"], e["result"]["memory"], where), markup=False)
+    for e in ok:
         if e["result"].get("run_id"):
             c.print(f"{e['device']}: stored as run {e['result']['run_id']}")
 

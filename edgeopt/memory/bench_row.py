@@ -30,19 +30,22 @@ def predicted_of(artifact_dir: str | Path) -> dict | None:
 def memory_row(artifact_dir: str | Path, threads: int | None = None, runs: int = 10) -> dict:
     """{measured: peak bytes by phase and how, predicted: the estimate, error_pct: (predicted - measured) /
     measured}."""
-    measured = measure_peak(artifact_dir, runs=runs, threads=threads)
-    predicted = predicted_of(artifact_dir)
+    return beside_prediction(measure_peak(artifact_dir, runs=runs, threads=threads), predicted_of(artifact_dir))
+
+
+def beside_prediction(measured: dict, predicted: dict | None) -> dict:
+    """A measurement (peak bytes by phase) with the prediction and the error, as :func:`memory_row` gives them."""
     row = {"measured": measured, "predicted": predicted}
     if predicted and "peak_bytes" in measured:
         row["error_pct"] = round(100 * (predicted["total_bytes"] - measured["peak_bytes"]) / measured["peak_bytes"], 1)
     return row
 
 
-def memory_text(name: str, row: dict) -> str:
+def memory_text(name: str, row: dict, where: str = "peak RSS in a child process") -> str:
     m, p = row["measured"], row.get("predicted")
     if "error" in m:
         return f"memory {name}: not measured ({m['error']})"
     pred = f"predicted {size_text(p['total_bytes'])} ({row['error_pct']:+.0f} %)" if p and "error_pct" in row else \
         "no prediction"
     return (f"memory {name}: measured peak {size_text(m['peak_bytes'])} (load {size_text(m['load_bytes'])}, first "
-            f"inference {size_text(m['first_inference_bytes'])}), {pred}; peak RSS in a child process")
+            f"inference {size_text(m['first_inference_bytes'])}), {pred}; {where}")

@@ -59,6 +59,43 @@ def _weights_mode(plan) -> QuantMode | None:
     return next((m for m in (QuantMode.WEIGHTS,) if m in offered), None)
 
 
+def _needs(pred: MemoryPrediction) -> str:
+    """The RAM a prediction needs with its parts; on a microcontroller, also the weights it keeps in flash."""
+    flash = f"; weights {size_text(pred.flash_bytes)} stay in flash" if pred.weights_in_flash and pred.flash_bytes else ""
+    return pred.figures()[:-1] + flash + ")"
+
+
+def _flash_holds(pred: MemoryPrediction, profile) -> None:
+    """On a microcontroller, the weights (INT8, kept in flash) against the profile's flash, before any work: exit
+    5 when they alone do not fit (the firmware's code comes on top)."""
+    flash = profile.memory.flash_bytes
+    if not (pred.weights_in_flash and flash and pred.flash_bytes and pred.flash_bytes > flash):
+        return
+    raise GateFailedError(
+        f"memory: tflite {pred.precision} weights need {size_text(pred.flash_bytes)} of flash, {profile.name} has "
+        f"{size_text(flash)} (its memory.flash_kb); nothing was converted",
+        "prune the model (--prune), or choose a device with more flash",
+        details={"predicted": _lean(pred).model_dump(mode="json"), "flash_bytes": flash})
+
+
+def _batch_one(model, plan, shapes, budget: int) -> str:
+    """The hint's clause for a batch over 1 that was asked for, when the same build at batch 1 fits ('' else): the
+    batch is the model's interface, so the gate names it instead of changing it."""
+    shapes = dict(shapes or {})
+    big = {n: s for n, s in shapes.items() if s and isinstance(s[0], int) and s[0] > 1}
+    if not big:
+        return ""
+    one = {**shapes, **{n: (1, *s[1:]) for n, s in big.items()}}
+    try:
+        pred = _predict(model, plan, one, plan.precision, plan.options.quant_mode)
+    except Exception:  # noqa: BLE001 - no hint rather than a second error
+        return ""
+    if pred.total_bytes > budget:
+        return ""
+    flags = " ".join(f"--input-shape {n}={'x'.join(str(d) for d in s)}" for n, s in one.items() if n in big)
+    return f"use batch 1 ({flags}: {size_text(pred.total_bytes)}, which fits), "
+
+
 def _lean(pred: MemoryPrediction) -> MemoryPrediction:
     return pred.model_copy(update={"live_bytes": [], "node_names": []})
 
@@ -74,6 +111,7 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
         first = (str(getattr(err, "message", err)).strip().splitlines() or [type(err).__name__])[0][:160]
         warn(f"memory: not predicted ({first}); the build is not held to the {size_text(budget)} budget")
         return options, plan, None
+    _flash_holds(pred, profile)
     if pred.total_bytes <= budget:
         return options, plan, MemoryFit(predicted=_lean(pred), budget_bytes=budget, budget_source=source, fits=True)
     tried = [f"{asked.value}: {pred.figures()}"]
@@ -96,11 +134,21 @@ def fit_before_work(model, profile, options, plan, shapes, warn, replan):
             return new, new_plan, MemoryFit(predicted=_lean(cand), budget_bytes=budget, budget_source=source,
                                             fits=True, adapted=adapted)
     raise GateFailedError(
-        f"memory: needs {pred.figures()}, {profile.name} has {size_text(budget)} ({source}); tried "
-        + "; ".join(tried[1:] or ["nothing smaller"]),
-        "prune the model (--prune), give a larger --memory-budget, or choose a device with more memory",
+        f"memory: {plan.backend.value} {asked.value} needs {_needs(pred)}, {profile.name} has {size_text(budget)} ({source}); "
+        + (f"tried {'; '.join(tried[1:])}" if tried[1:] else f"{tried[0].split(':')[0]} is the smallest build tried"),
+        "prune the model (--prune), " + _batch_one(model, plan, shapes, budget)
+        + "give a larger --memory-budget, or choose a device with more memory",
         details={"predicted": _lean(pred).model_dump(mode="json"), "budget_bytes": budget, "budget_source": source,
                  "tried": tried})
+
+
+def least_refusal(failures: list) -> tuple | None:
+    """Of ``[(backend, error)]``, every one a memory refusal (its details hold the prediction): the one that
+    needs the least, as (backend, error); None when any failed for another reason."""
+    needs = [(getattr(e, "details", None) or {}).get("predicted", {}).get("total_bytes") for _, e in failures]
+    if not failures or any(n is None for n in needs):
+        return None
+    return failures[needs.index(min(needs))]
 
 
 def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[StageEntry] = ()) -> MemoryFit:

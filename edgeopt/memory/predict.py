@@ -13,8 +13,6 @@ from pydantic import BaseModel, ConfigDict
 
 from edgeopt.enums import Precision
 
-TFLM = "tflite-micro"
-
 NOTES = (
     "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
     "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
@@ -141,16 +139,16 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     fixed = fix_input_shapes(proto, {**batch_defaults(proto, given), **given}, origin="model")
     metas, _, _ = resolve_shapes(fixed, "model")
     kept = fold_constants(fixed.graph, metas)
-    runtime = TFLM if microcontroller else str(backend)
+    runtime, micro = str(backend), microcontroller
     held = distinct(kept, constant_keys(fixed.graph, {n for n, m in metas.items() if m.is_param})) \
-        if identical_constants_once(runtime) else kept  # the model as read holds these; its kernels copy all kept
+        if identical_constants_once(runtime, micro) else kept  # the model as read holds these; its kernels copy all kept
     act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
     sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}
     plan = plan_arena(fixed.graph, sizes)
     weights = _weights(metas, precision, held)
     tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
-    base, source = runtime_base(runtime, tensors=tensors, nodes=nodes)
-    copies = weight_copies(runtime, arena=arena_region(runtime, plan.arena_bytes),
+    base, source = runtime_base(runtime, micro=micro, tensors=tensors, nodes=nodes)
+    copies = weight_copies(runtime, micro=micro, arena=arena_region(runtime, plan.arena_bytes, micro),
                            **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(

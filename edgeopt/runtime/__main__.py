@@ -26,6 +26,7 @@ from .measure import (
     run_record,
     synthetic_feeds,
 )
+from .memory import Phases
 from .throughput import measure_throughput, parse_streams, throughput_asked, throughput_seconds
 
 EXIT_OK, EXIT_USAGE, EXIT_BAD_ARTIFACT, EXIT_RUNTIME_MISSING = 0, 2, 3, 4
@@ -125,12 +126,15 @@ def _all_outputs(runner, manifest: dict, args: argparse.Namespace) -> dict:
 def _bench(args: argparse.Namespace) -> dict:
     env = environment.collect(args.location)
     t_start = time.time()
+    memory = Phases()
     runner, manifest, load_ms = open_artifact(args.artifact_dir, threads=args.threads)
+    memory.mark("load")
     if args.inputs:
         feeds, synthetic = feeds_from_npz(manifest["inputs"], args.inputs), False
     else:
         feeds, synthetic = synthetic_feeds(manifest["inputs"]), True
     check_runs(runner, feeds, args.artifact_dir)
+    memory.mark("first_inference")
     if args.outputs_out:
         save_outputs(_all_outputs(runner, manifest, args) if args.all_samples and args.inputs else runner.run(feeds),
                      args.outputs_out)
@@ -152,6 +156,7 @@ def _bench(args: argparse.Namespace) -> dict:
                 streams=streams, batch=args.batch, threads=args.threads,
                 seconds=throughput_seconds(args.throughput_seconds, args.min_seconds),
                 single_stream_qps=measured["throughput_qps"])
+        memory.mark("steady")
     finally:
         if meter is not None:
             energy = meter.stop()
@@ -166,6 +171,8 @@ def _bench(args: argparse.Namespace) -> dict:
     env["measured_unix"] = [t_start, t_end]  # wall-clock window of load, warm-up and timed runs
     record = run_record(args.artifact_dir, manifest, measured, env=env, energy=energy, synthetic=synthetic,
                         inputs_source=args.inputs)
+    if memory.result():
+        record["memory"] = memory.result()
     if getattr(runner, "execution", None):  # which provider ran it and how (CUDA: Q/DQ as float with Q/DQ kernels)
         record["execution"] = runner.execution
     return record

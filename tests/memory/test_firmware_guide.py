@@ -75,6 +75,31 @@ def _figure(pattern: str, text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _check_gate(command: str, run: dict, recorded: dict, work: Path) -> None:
+    """A memory-gate command of the guide did as recorded: the same exit code, the same gate line (the prediction
+    is arithmetic), and its output folder written or not as then."""
+    printed = "\n".join(run["lines"])
+    assert run["returncode"] == recorded["returncode"], printed[-2000:]
+    assert recorded["gate_line"] in run["lines"], (command, printed[-2000:])
+    out = work / re.search(r"-o (\S+)$", command).group(1)
+    assert out.exists() == recorded["written"], (command, sorted(p.name for p in work.iterdir()))
+    assert not [p for p in work.iterdir() if p.name.startswith(f".{out.name}")], "a half-written output was left"
+
+
+def test_the_guide_shows_the_gates_refusal_and_adaptation_as_recorded():
+    """The memory gate's two runs in the guide are the recorded ones: a refusal with exit code 5, the figures
+    and nothing written, and an adaptation that built INT8 for FP32 asked for."""
+    runs = _walkthrough_json()["commands"]
+    refuse, adapt = runs["refuse"], runs["adapt"]
+    assert refuse["returncode"] == 5 and not refuse["written"]
+    assert re.match(r"edgeopt: error: memory: tflite int8 needs [\d.]+ KB \(arena .*runtime .*\), stm32h7 has 6 KB",
+                    refuse["gate_line"])
+    assert adapt["returncode"] == 0 and adapt["written"] and adapt["precision"] == "int8"
+    assert adapt["adapted"]["requested"] == "fp32" and adapt["adapted"]["chosen"].startswith("int8")
+    guide = GUIDE.read_text()
+    assert refuse["gate_line"] in guide and adapt["gate_line"] in guide
+
+
 @pytest.mark.slow
 @pytest.mark.tflite
 def test_the_walkthroughs_commands_print_the_guides_figures(tmp_path):
@@ -82,14 +107,19 @@ def test_the_walkthroughs_commands_print_the_guides_figures(tmp_path):
     _need_gcc()
     walk = _bench("firmware_walkthrough")
     commands = _guide_commands()
-    assert [c.split()[1] for c, _ in commands] == ["analyze", "convert", "convert"]
+    assert [c.split()[1] for c, _ in commands] == ["analyze", "convert", "convert", "convert", "convert"]
     (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    recorded = _walkthrough_json()["commands"]
+    gates = {recorded[k]["command"]: recorded[k] for k in ("refuse", "adapt")}
     compiler = subprocess.run(["arm-none-eabi-gcc", "--version"], capture_output=True, text=True,
                               check=False).stdout.split("\n")[0]
     same_compiler = compiler == _walkthrough_json()["builds"]["convert"]["firmware"]["compiler"]
     for command, shown in commands:
         run = walk.run_command(command, tmp_path)
         printed = "\n".join(run["lines"])
+        if command in gates:
+            _check_gate(command, run, gates[command], tmp_path)
+            continue
         assert run["returncode"] == 0, printed[-2000:]
         for memory in (ln for ln in shown.splitlines() if ln.startswith("memory (estimate")):
             assert memory in printed  # the prediction is arithmetic: the same everywhere

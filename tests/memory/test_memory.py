@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 import yaml
 
@@ -132,6 +133,61 @@ def test_analyze_shows_memory_against_the_budget_and_plots_it(tmp_path, cli):
     assert (tmp_path / "roof-memory.png").stat().st_size > 0
     r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight")
     assert "memory (estimate, tflite int8)" in r.stdout and "fits" in r.stdout
+
+
+def test_a_refusal_on_every_backend_names_the_least_need_and_tries_no_float(tmp_path, cli):
+    """pi5 tries LiteRT, ONNX Runtime, OpenVINO: none fits 10 MB, so the error gives the smallest need (LiteRT's,
+    the profile's first) and no float precision is tried (it never needs less than INT8)."""
+    tflite = predict_memory(DIGITS, "tflite", "int8")
+    r = cli("convert", DIGITS, "--profile", "pi5", "--memory-budget", "10MB", "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["message"].startswith("memory: tflite int8 needs") and "also tried: onnxruntime" in err["message"]
+    assert err["details"]["predicted"]["total_bytes"] == tflite.total_bytes
+    assert "FP16" not in r.stderr and "FP32" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.onnxruntime
+def test_a_refusal_at_a_batch_over_one_names_batch_one_when_it_fits(tmp_path, cli):
+    m = onnx.load(str(DIGITS))
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    dynamic = tmp_path / "digits_n.onnx"
+    onnx.save(m, str(dynamic))
+    one = predict_memory(dynamic, "onnxruntime", "fp32", input_shapes={"input": (1, 1, 8, 8)})
+    big = predict_memory(dynamic, "onnxruntime", "int8", input_shapes={"input": (4096, 1, 8, 8)})  # INT8 tried too
+    r = cli("convert", dynamic, "--profile", _small_profile(tmp_path), "--backend", "onnxruntime", "--precision",
+            "fp32", "--input-shape", "input=4096x1x8x8", "--memory-budget", _budget_between(one.total_bytes,
+            big.total_bytes), "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert "use batch 1 (--input-shape input=1x1x8x8:" in err["hint"] and "which fits" in err["hint"]
+
+
+def test_weights_that_do_not_fit_the_microcontrollers_flash_are_refused_before_work(tmp_path, cli):
+    data = yaml.safe_load((REPO / "device_profiles" / "stm32h7.yaml").read_text())
+    data.update(name="tiny-flash", aliases=[])
+    data["memory"]["flash_kb"] = 16  # the digits CNN's INT8 weights are 20 KB
+    profile = tmp_path / "tiny-flash.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    r = cli("convert", DIGITS, "--profile", profile, "-o", tmp_path / "out", "--json")
+    assert r.returncode == 5, r.stderr
+    message = json.loads(r.stdout)["error"]["message"]
+    assert "weights need 20.08 KB of flash, tiny-flash has 16.38 KB" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_analyze_judges_the_prediction_against_memory_budget(cli):
+    pred = predict_memory(DIGITS, "tflite", "int8", microcontroller=True)
+    r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--memory-budget",
+            f"{pred.total_bytes - 1}B", "--json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(r.stdout)["memory"]
+    assert not mem["fits"] and mem["budget_source"] == "--memory-budget"
+    assert mem["budget_bytes"] == pred.total_bytes - 1
+    r = cli("analyze", DIGITS, "--profile", "stm32h7", "--no-preflight", "--memory-budget", "12 parsecs")
+    assert r.returncode == 2 and "--memory-budget" in r.stderr
 
 
 @pytest.mark.onnxruntime

@@ -1,5 +1,5 @@
 """The runtime's share that grows with the model: constants folded at load counted as weights (not activations),
-and ONNX Runtime's copies of the weights (the file's proto, transient copies, the NCHWc copies of Conv weights)."""
+and ONNX Runtime's copies of the weights (transient copies while its graph is optimized, the NCHWc copies of Conv weights, its second arena block)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeopt.memory.facts import RUNTIME_BASE
+from edgeopt.memory.facts import facts_of
 from edgeopt.memory.predict import predict_memory
 
 
@@ -39,18 +39,19 @@ def test_a_weight_made_by_a_constant_node_is_a_weight_not_an_activation():
 
 
 def test_onnx_runtime_holds_copies_of_the_weights_that_grow_with_the_model():
-    c = RUNTIME_BASE["onnxruntime"]["copies"]
+    c = facts_of("onnxruntime")["copies"]
     stored, folded = (predict_memory(_conv_model(f), "onnxruntime", "fp32") for f in (False, True))
     arena = c["arena"] * stored.arena_bytes  # the memory pattern's block beside the first run's arena
-    assert stored.runtime_copies_bytes == int(c["stored"] * W + c["kept"] * W + c["conv"] * W + arena)
-    assert folded.runtime_copies_bytes == int(c["kept"] * W + c["conv"] * W + arena)  # nothing stored: no proto copy
-    assert stored.runtime_bytes == RUNTIME_BASE["onnxruntime"]["bytes"] + stored.runtime_copies_bytes
+    assert stored.runtime_copies_bytes == int(c["kept"] * W + c["conv"] * W + arena)
+    # a weight made at load is copied as a stored one is: the parsed file is not held beside the session's tensors
+    assert folded.runtime_copies_bytes == stored.runtime_copies_bytes
+    assert stored.runtime_bytes == facts_of("onnxruntime")["bytes"] + stored.runtime_copies_bytes
     assert stored.total_bytes == stored.weights_bytes + stored.arena_bytes + stored.runtime_bytes
     assert predict_memory(_conv_model(False), "openvino", "fp32").runtime_copies_bytes == int(
-        RUNTIME_BASE["openvino"]["copies"]["kept"] * W)
+        facts_of("openvino")["copies"]["kept"] * W)
     assert predict_memory(_conv_model(False), "tvm", "fp32").runtime_copies_bytes == 0  # none measured there
     litert = predict_memory(_conv_model(True), "tflite", "fp32")  # the .tflite stores what ONNX made at load
-    assert litert.runtime_copies_bytes == int(RUNTIME_BASE["tflite"]["copies"]["kept"] * W)
+    assert litert.runtime_copies_bytes == int(facts_of("tflite")["copies"]["kept"] * W)
     int8 = predict_memory(_conv_model(False), "onnxruntime", "int8")
     assert int8.runtime_copies_bytes < stored.runtime_copies_bytes  # the copies are of INT8 weights
 
@@ -74,7 +75,7 @@ def test_openvino_holds_identical_constants_once_and_its_kernels_copy_each():
     same, differ = (predict_memory(_twin_convs(s), "openvino", "fp32") for s in (True, False))
     assert same.weights_bytes == w and differ.weights_bytes == 2 * w  # the IR's .bin stores one blob of the twins
     assert same.runtime_copies_bytes == differ.runtime_copies_bytes == int(
-        RUNTIME_BASE["openvino"]["copies"]["kept"] * 2 * w)  # each conv's kernel copies its weights
+        facts_of("openvino")["copies"]["kept"] * 2 * w)  # each conv's kernel copies its weights
     ort = predict_memory(_twin_convs(True), "onnxruntime", "fp32")
     assert ort.weights_bytes == 2 * w  # ONNX Runtime keeps each initializer of its own
 
@@ -96,7 +97,7 @@ def test_constant_keys_group_equal_bytes_and_the_same_op_on_equal_constants():
 def test_onnx_runtimes_second_arena_block_takes_a_power_of_two_region_past_the_first():
     from edgeopt.memory.facts import arena_region
 
-    mib = RUNTIME_BASE["onnxruntime"]["arena_first_region_bytes"]
+    mib = facts_of("onnxruntime")["arena_first_region_bytes"]
     assert arena_region("onnxruntime", 500_000) == 500_000  # within the first region, which the base holds
     assert arena_region("onnxruntime", 5_390_000) == 8 * mib  # BFCArena's kNextPowerOfTwo growth
     assert arena_region("onnxruntime", 8 * mib) == 8 * mib

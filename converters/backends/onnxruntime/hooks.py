@@ -7,10 +7,13 @@ from typing import Any
 
 from edgeopt.converters.hooks import BackendHooks
 
+from .memory_facts import MEMORY
+
 TENSORRT = "TensorrtExecutionProvider"
 
 
 class OnnxRuntimeHooks(BackendHooks):
+    memory = MEMORY
     host_rank = 10
     emulated = True
     loggers = ("onnxruntime",)

@@ -7,10 +7,13 @@ from typing import Any
 
 from edgeopt.converters.hooks import BackendHooks, PlainDefault
 
+from .memory_facts import MEMORY
+
 DEVICE_UNITS = {"NPU": "npu", "GPU": "gpu", "CPU": "cpu"}  # OpenVINO device -> the profile's unit kind
 
 
 class OpenVINOHooks(BackendHooks):
+    memory = MEMORY
     host_rank = 0
     emulated = True
     loggers = ("openvino", "nncf")

@@ -7,8 +7,11 @@ from typing import Any
 
 from edgeopt.converters.hooks import BackendHooks
 
+from .memory_facts import MEMORY
+
 
 class TFLiteHooks(BackendHooks):
+    memory = MEMORY
     # TensorFlow and onnx2tf log under their own names and those of what they import (absl, h5py, jax)
     host_rank = 20
     emulated = True
