@@ -254,7 +254,9 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             if fit is not None:
                 from edgeopt.memory.gate import fit_of_artifact
 
-                manifest.memory = fit_of_artifact(Path(model), plan, shapes, fit, manifest.stages)
+                manifest.memory = fit_of_artifact(Path(model), plan, shapes, fit, manifest.stages, artifact_dir=tmp,
+                                                  threads=plan.options.threads)
+                _warn_measured_over(manifest.memory, warn)
             from edgeopt.artifact import write_manifest
 
             manifest = write_manifest(tmp, manifest)
@@ -264,6 +266,15 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             raise
     return ConvertResult(artifact_dir=str(Path(output)), manifest=manifest, plan=plan,
                          validation=manifest.validation, warnings=warnings)
+
+
+def _warn_measured_over(fit, warn) -> None:
+    peak = (fit.measured or {}).get("peak_bytes")
+    if peak is not None and peak > fit.budget_bytes:
+        from edgeopt.memory.predict import size_text
+
+        warn(f"memory: measured peak {size_text(peak)} on this host is over the budget {size_text(fit.budget_bytes)} "
+             f"({fit.budget_source}), though the prediction ({size_text(fit.predicted.total_bytes)}) fits")
 
 
 def _dry_run(model, shapes, o: ConvertOptions, plan, warn, warnings: list[str]) -> ConvertResult:

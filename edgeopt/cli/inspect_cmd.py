@@ -23,13 +23,7 @@ def inspect_cmd(
 ) -> None:
     """Show an artifact's manifest: backend, precision, io, stages, validation, files."""
     from edgeopt.artifact import load_artifact, read_build_facts
-    from edgeopt.cli.artifact_text import (
-        backend_search_text,
-        checked_on_text,
-        consumer_check_text,
-        precision_fallback_text,
-        speed_claim_text,
-    )
+    from edgeopt.cli.artifact_text import checked_on_text
 
     manifest = load_artifact(artifact)  # with build.json's timings merged in
     m, v = manifest.model_dump(mode="json"), manifest.validation
@@ -68,15 +62,8 @@ def inspect_cmd(
                 unit = v.metric_unit or ""
                 c.print(f"metric {v.metric} (vs {v.metric_basis}): FP32 {v.metric_reference:.4g}{unit} -> "
                         f"{v.metric_value:.4g}{unit}, drop {v.metric_drop:.4g}", markup=False)
-        for line in consumer_check_text(m["consumer_check"]) if m.get("consumer_check") else []:
+        for line in _findings(manifest, m):
             c.print(line, markup=False)
-        for left in manifest.backend_fallback:
-            c.print(f"backend {left.backend} left (exit {left.exit_code}): {left.reason}", markup=False)
-        claim = m.get("speed_claim")
-        for line in [backend_search_text(r.model_dump(mode="json"), claim) for r in manifest.backend_search] + ([speed_claim_text(claim)] if claim else []):
-            c.print(line, markup=False)
-        if manifest.precision_fallback:
-            c.print(precision_fallback_text(manifest.precision, manifest.precision_fallback), markup=False)
         for name, digest in m["files"].items():
             c.print(f"  file {name} sha256 {digest[:16]}…", markup=False)
         for w in m["warnings"]:
@@ -91,3 +78,25 @@ def inspect_cmd(
     if loaded:
         data["as_loaded"] = loaded
     emit(json_out, data, human)
+
+
+def _findings(manifest, m: dict) -> list[str]:
+    """What the checks after the build found: the plain-API load, memory, the backends left and searched, the
+    precision fallback."""
+    from edgeopt.cli.artifact_text import (
+        backend_search_text,
+        consumer_check_text,
+        precision_fallback_text,
+        speed_claim_text,
+    )
+    from edgeopt.memory.report import memory_lines
+
+    lines = consumer_check_text(m["consumer_check"]) if m.get("consumer_check") else []
+    lines += memory_lines(manifest.memory) if manifest.memory else []
+    lines += [f"backend {left.backend} left (exit {left.exit_code}): {left.reason}" for left in manifest.backend_fallback]
+    claim = m.get("speed_claim")
+    lines += [backend_search_text(r.model_dump(mode="json"), claim) for r in manifest.backend_search]
+    lines += [speed_claim_text(claim)] if claim else []
+    if manifest.precision_fallback:
+        lines.append(precision_fallback_text(manifest.precision, manifest.precision_fallback))
+    return lines

@@ -151,9 +151,15 @@ def least_refusal(failures: list) -> tuple | None:
     return failures[needs.index(min(needs))]
 
 
-def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[StageEntry] = ()) -> MemoryFit:
-    """The record for the manifest: the prediction at the plan's precision (what was built) and, for a
-    microcontroller build, what TFLite Micro measured (the arena found, its allocator's split, the flash)."""
+USER_BUDGETS = ("--memory-budget", "the recipe's memory_budget")  # budget sources a user set: measured at convert
+
+
+def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[StageEntry] = (), *,
+                    artifact_dir=None, threads: int | None = None) -> MemoryFit:
+    """The record for the manifest: the prediction at the plan's precision (what was built) and what was measured:
+    for a microcontroller build, what TFLite Micro measured (the arena found, its allocator's split, the flash);
+    under a budget the user set, the written artifact's peak resident memory on this host (a child process, the
+    artifact's runtime: load, first inference, steady runs), with the error of the prediction."""
     pred = _predict(model, plan, shapes, plan.precision, plan.options.quant_mode)
     measured = None
     micro = next((s.report["micro"] for s in stages if s.report.get("micro")), None)
@@ -163,5 +169,21 @@ def fit_of_artifact(model, plan, shapes, before: MemoryFit, stages: list[StageEn
                     "flash_bytes": (micro.get("firmware") or {}).get("flash_bytes"),
                     "method": "TFLite Micro's recording allocator at the smallest arena that runs (bisection); flash: "
                               "arm-none-eabi-size of the compiled image"}
+    elif artifact_dir is not None and before.budget_source in USER_BUDGETS:
+        measured = measured_here(artifact_dir, pred.total_bytes, threads)
     return before.model_copy(update={"predicted": _lean(pred), "fits": pred.total_bytes <= before.budget_bytes,
                                      "measured": measured})
+
+
+def measured_here(artifact_dir, predicted_bytes: int, threads: int | None) -> dict:
+    """The artifact's peak resident memory on this host (:func:`edgeopt.memory.measure.measure_peak`), where it
+    was measured and the prediction's error; ``error`` instead when the artifact does not run here."""
+    import platform
+
+    from .measure import measure_peak
+
+    m = measure_peak(artifact_dir, runs=3, threads=threads)
+    m["where"] = f"this host ({platform.machine()}), the artifact's runtime"
+    if "peak_bytes" in m and m["peak_bytes"] > 0:
+        m["error_pct"] = round(100 * (predicted_bytes - m["peak_bytes"]) / m["peak_bytes"], 1)
+    return m

@@ -30,6 +30,20 @@ def memory_line(fit: MemoryFit) -> str:
             f"({fit.budget_source}): {verdict}")
 
 
+def memory_lines(fit: MemoryFit) -> list[str]:
+    """``inspect``'s memory lines: the prediction against the budget, then what was measured, if anything."""
+    m = fit.measured or {}
+    if "peak_bytes" in m:
+        err = f", the estimate {m['error_pct']:+g} %" if "error_pct" in m else ""
+        return [memory_line(fit), f"memory measured: peak {size_text(m['peak_bytes'])} (load "
+                f"{size_text(m['load_bytes'])}, first inference {size_text(m['first_inference_bytes'])}) on "
+                f"{m.get('where', 'this host')}{err}"]
+    if "arena_bytes" in m:
+        flash = f", flash {size_text(m['flash_bytes'])}" if m.get("flash_bytes") else ""
+        return [memory_line(fit), f"memory measured (TFLite Micro): arena {size_text(m['arena_bytes'])}{flash}"]
+    return [memory_line(fit)] + ([f"memory measured: not measured ({m['error']})"] if "error" in m else [])
+
+
 def plot_memory(pred: MemoryPrediction, budget: int, path: Path) -> Path:
     """Live activation bytes per op (plus weights and runtime, which live throughout) against the budget."""
     from edgeopt.deps import require

@@ -217,3 +217,25 @@ def test_bench_memory_reports_measured_beside_predicted(tmp_path, cli):
     mem = json.loads(r.stdout)["rows"][0]["memory"]
     assert mem["measured"]["peak_bytes"] >= mem["measured"]["load_bytes"] > 0 and "VmHWM" in mem["measured"]["method"]
     assert mem["predicted"]["total_bytes"] > 0 and isinstance(mem["error_pct"], float)
+
+
+@pytest.mark.onnxruntime
+def test_a_budget_the_user_sets_is_measured_on_the_written_artifact(tmp_path, cli):
+    """Under --memory-budget the manifest holds the measured peak beside the prediction, with the error, and inspect
+    shows both; with the profile's own budget only the prediction is recorded (no extra process per build)."""
+    out = tmp_path / "out"
+    r = cli("convert", DIGITS, "--profile", "host", "--backend", "onnxruntime", "--precision", "fp32",
+            "--memory-budget", "300MB", "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads((out / "manifest.json").read_text())["memory"]
+    m = mem["measured"]
+    assert 0 < m["load_bytes"] <= m["first_inference_bytes"] <= m["peak_bytes"], m
+    assert m["error_pct"] == round(100 * (mem["predicted"]["total_bytes"] - m["peak_bytes"]) / m["peak_bytes"], 1)
+    assert "this host" in m["where"] and "VmHWM" in m["method"]
+    shown = cli("inspect", out).stdout
+    assert "memory measured: peak" in shown and "budget 300 MB (--memory-budget)" in shown
+    plain = tmp_path / "plain"
+    r = cli("convert", DIGITS, "--profile", "host", "--backend", "onnxruntime", "--precision", "fp32", "-o", plain,
+            "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((plain / "manifest.json").read_text())["memory"]["measured"] is None
