@@ -220,6 +220,20 @@ def test_staged_artifact_through_onnxruntime(cli, cli_in_process, monkeypatch, r
     assert figures["samples"] == 40 and figures["mean_ms"] > 0 and figures["worst_case_ms"] > 0
     assert sum(e["share"] for e in figures["exits"]) == pytest.approx(1.0)
     assert len(figures["exits"]) == report["verdict"]["exits"] + 1
+    _load_py_runs(out, small, 40)
+
+
+def _load_py_runs(out, inputs, n):
+    """The artifact's load.py (the runner and the backend's stage loader) runs with python alone: a class and a
+    stage per sample."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(out / "load.py"), str(inputs)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert len(rows) == n and all(0 <= int(c) < 10 and int(s) >= 0 for c, s in rows)
 
 
 @pytest.mark.slow
@@ -229,6 +243,9 @@ def test_staged_artifact_through_openvino(cli_in_process, monkeypatch, repo, tmp
     out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, MNIST, "openvino")
     _check_staged(out, manifest, report, repo)
     assert all((out / f"stage{i}" / "model.xml").is_file() for i in range(report["verdict"]["exits"] + 1))
+    small = tmp_path / "in.npz"
+    np.savez(small, input=np.load(repo / MNIST[2])["input"][:8])
+    _load_py_runs(out, small, 8)
 
 
 @pytest.mark.slow
