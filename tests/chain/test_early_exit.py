@@ -384,12 +384,13 @@ def _sigmoid_outputs(src, dst):
 
 @pytest.mark.slow
 @pytest.mark.onnxruntime
-def test_exits_are_judged_by_the_runs_metric_end_to_end(cli, repo, tmp_path):
+def test_exits_are_judged_by_the_runs_metric_end_to_end(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
     # plumbing, not a pitch model: the digits' classes are not ordered, so the bound is loose
+    _timings_by_node_count(monkeypatch)
     _sigmoid_outputs(repo / MNIST[0], tmp_path / "sig.onnx")
     out = tmp_path / "ee"
-    r = cli("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime", "--precision",
+    r = cli_in_process("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime", "--precision",
             "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib", str(repo / MNIST[1]), "--eval",
             str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST, "--set", "early_exit.min_gain=-9", "-o",
             str(out), "--json")
