@@ -3,8 +3,8 @@
 The model is cut at tensors that end blocks (:mod:`.cuts`, placed near 25/50/75 % of its measured time), each cut
 gets a head (global average pool + linear) distilled from the model's own softmax on the unlabeled ``--calib``
 data (:mod:`.heads`), and each exit's confidence threshold is chosen on the search half of ``--eval`` within the
-bound, judged as the held-back half that confirms them will judge them (:mod:`.thresholds`). Exits that do not pay for their heads (measured stage
-and head times) are dropped; where none pays, the plain model goes on to the backend and the run says why. Where
+bound, judged as the held-back half that confirms them will judge them (:mod:`.thresholds`). Exits that do not pay
+for their heads (measured stage and head times) are dropped; where none pays, the plain model goes on to the backend and the run says why. Where
 exits pay, the backend converts each stage (with its head) as a model of its own (:mod:`.staged`), and
 ``cascade.json`` says their order and thresholds.
 """

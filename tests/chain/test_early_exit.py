@@ -390,10 +390,10 @@ def test_exits_are_judged_by_the_runs_metric_end_to_end(cli_in_process, monkeypa
     _timings_by_node_count(monkeypatch)
     _sigmoid_outputs(repo / MNIST[0], tmp_path / "sig.onnx")
     out = tmp_path / "ee"
-    r = cli_in_process("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime", "--precision",
-            "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib", str(repo / MNIST[1]), "--eval",
-            str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST, "--set", "early_exit.min_gain=-9", "-o",
-            str(out), "--json")
+    r = cli_in_process("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime",
+                       "--precision", "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib",
+                       str(repo / MNIST[1]), "--eval", str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST,
+                       "--set", "early_exit.min_gain=-9", "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
