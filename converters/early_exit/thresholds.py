@@ -8,12 +8,21 @@ position within the metric's tolerance of the full model's) AND its disagreement
 ``--exit-max-disagreement``: top-1 alone can hold while errors swap, an exit at chance level hidden by it.
 With ``--exit-confidence L`` the disagreement is bounded by its one-sided Clopper-Pearson upper bound at level L
 (distribution-free: it assumes only that the samples are drawn independently from the data the model will see),
-not by the count seen. The held-back half confirms with the same rule as every INT8 search
-(:func:`edgeopt.validation_model.within_bound`).
+not by the count seen.
+
+The held-back half confirms with the convert gate's judge: the upper confidence limit of the drop (Tango's paired
+limit, :func:`edgeopt.metrics.confidence.paired_upper`, at the run's ``--confidence``) within the bound. The
+search half is judged by the same limit against what that judge accepts on the held-back half: the largest drop
+(and disagreement) the held-back half's size lets through (:func:`accepted_points`). A threshold at the edge of
+the bound on the search half would be refused on the held-back half about half the time; one whose search-half
+upper limit is within what the held-back judge accepts is what it will accept, unless the halves differ by more
+than the run's confidence allows. The held-back half is looked at once per run (one candidate), so its judge
+keeps the run's confidence.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -22,6 +31,7 @@ import numpy as np
 
 from edgeopt.converters.early_exit.answers import agrees
 from edgeopt.metrics.base import MetricName
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, paired_upper
 
 GRID = 64  # candidate thresholds per exit (quantiles of its confidences)
 NEVER = math.inf
@@ -48,6 +58,7 @@ class Judged:
     drop: float  # points: accuracy drop vs the full model (labels), else disagreement with it
     disagreement: float  # points
     disagreement_bound: float  # points: the count's, or its Clopper-Pearson upper bound
+    drop_upper: float  # points: the drop's upper confidence limit (Tango's, at the run's confidence)
     exit_shares: list[float]  # per exit, then the full model last
     holds: bool
 
@@ -79,8 +90,37 @@ def clopper_pearson_upper(k: int, n: int, level: float) -> float:
     return hi
 
 
-def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, level: float | None) -> Judged:
-    """The cascade with ``thresholds`` on ``s`` against the bound (one sample of room, as every search)."""
+@functools.lru_cache(maxsize=256)
+def accepted_points(held_n: int, bound: float, confidence: float, level: float | None = None,
+                    counted: bool = False) -> float | None:
+    """The largest share (points) of ``held_n`` samples that the held-back judge accepts: for the drop
+    (``counted`` False), Tango's upper limit at ``confidence`` within ``bound``; for the disagreement (``counted``),
+    its Clopper-Pearson bound at ``level``, or without one its count with one sample of room. None where the
+    held-back half can accept nothing (too few samples for the bound)."""
+    from edgeopt.validation_model import within_bound
+
+    def accepts(k: int) -> bool:
+        if not counted:
+            return paired_upper(k, 0, held_n, confidence) <= bound + 1e-9
+        if level is not None:
+            return 100.0 * clopper_pearson_upper(k, held_n, level) <= bound + 1e-9
+        return within_bound(100.0 * k / held_n, bound, 100.0 / held_n)
+
+    if held_n <= 0 or not accepts(0):
+        return None
+    k = 0
+    while k < held_n and accepts(k + 1):
+        k += 1
+    return 100.0 * k / held_n
+
+
+def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, level: float | None,
+          confidence: float = DEFAULT_CONFIDENCE, held_n: int | None = None) -> Judged:
+    """The cascade with ``thresholds`` on ``s`` against the bound. As the held-back half (``held_n`` None): the
+    drop's upper confidence limit at ``confidence`` within ``max_drop``, the disagreement's count (one sample of
+    room) or its Clopper-Pearson bound at ``level`` within ``max_disagreement``. As the search half (``held_n``: the
+    held-back half's size): each one's upper limit at ``confidence`` within what the held-back judge accepts on
+    ``held_n`` samples (:func:`accepted_points`)."""
     from edgeopt.validation_model import sample_points, within_bound
 
     n = len(s.full)
@@ -90,29 +130,36 @@ def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, l
     k_dis = int((~agrees(s.kind, pred, s.full)).sum())
     disagreement = 100.0 * k_dis / max(n, 1)
     if s.labels is not None:
-        drop = 100.0 * (float(agrees(s.kind, s.full, s.labels).mean()) - float(agrees(s.kind, pred, s.labels).mean()))
+        full_ok, ok = agrees(s.kind, s.full, s.labels), agrees(s.kind, pred, s.labels)
+        lost, gained = int((full_ok & ~ok).sum()), int((~full_ok & ok).sum())
     else:
-        drop = disagreement
-    points = sample_points(MetricName.TOP1, "%", n)
-    if level is not None:
-        bound_dis = 100.0 * clopper_pearson_upper(k_dis, n, level)
-        dis_ok = bound_dis <= max_disagreement + 1e-9
+        lost, gained = k_dis, 0
+    drop, upper = 100.0 * (lost - gained) / max(n, 1), paired_upper(lost, gained, n, confidence)
+    bound_dis = 100.0 * clopper_pearson_upper(k_dis, n, level) if level is not None else disagreement
+    if held_n is None:
+        drop_ok = upper <= max_drop + 1e-9
+        dis_ok = (bound_dis <= max_disagreement + 1e-9 if level is not None
+                  else within_bound(disagreement, max_disagreement, sample_points(MetricName.TOP1, "%", n)))
     else:
-        bound_dis = disagreement
-        dis_ok = within_bound(disagreement, max_disagreement, points)
+        room = accepted_points(held_n, max_drop, confidence)
+        room_dis = accepted_points(held_n, max_disagreement, confidence, level, counted=True)
+        drop_ok = room is not None and upper <= room + 1e-9
+        dis_ok = room_dis is not None and paired_upper(k_dis, 0, n, confidence) <= room_dis + 1e-9
     shares = [float((taken == k).mean()) for k in range(len(thresholds) + 1)]
-    return Judged(drop, disagreement, bound_dis, shares, bool(within_bound(drop, max_drop, points) and dis_ok))
+    return Judged(drop, disagreement, bound_dis, upper, shares, bool(drop_ok and dis_ok))
 
 
-def choose_thresholds(s: ExitScores, enabled, max_drop, max_disagreement, level) -> list[float]:
+def choose_thresholds(s: ExitScores, enabled, max_drop, max_disagreement, level,
+                      confidence: float = DEFAULT_CONFIDENCE, held_n: int | None = None) -> list[float]:
     """The lowest threshold of each enabled exit, earliest first, with which the cascade (later exits off)
-    still holds the bound on ``s``; an exit with none that holds is off (``NEVER``)."""
+    still holds the bound on ``s`` (judged as :func:`judge` does with ``confidence`` and ``held_n``); an exit
+    with none that holds is off (``NEVER``)."""
     th = [NEVER] * len(s.conf)
     for k in enabled:
         grid = np.unique(np.quantile(s.conf[k], np.linspace(0.0, 1.0, GRID)))
         for t in grid:  # ascending: the first that holds lets the most samples leave
             trial = [*th[:k], float(t), *th[k + 1:]]
-            if judge(s, trial, max_drop, max_disagreement, level).holds:
+            if judge(s, trial, max_drop, max_disagreement, level, confidence, held_n).holds:
                 th = trial
                 break
     return th
@@ -130,19 +177,20 @@ def mean_ms(shares: list[float], segment_ms: list[float], head_ms: list[float], 
 
 
 def best_cascade(s: ExitScores, segment_ms, head_ms, max_drop, max_disagreement, level,
-                 exit_cost_ms: float = 0.0) -> dict:
+                 exit_cost_ms: float = 0.0, confidence: float = DEFAULT_CONFIDENCE, held_n: int | None = None) -> dict:
     """Every subset of the exits, thresholds chosen for each: the one with the lowest predicted mean latency on
     ``s`` plus ``exit_cost_ms`` for each exit it keeps (the empty subset is the plain model). The charge stands for
     what each extra stage call costs in a runtime other than the one the stages were timed in (LiteRT, OpenVINO pay
-    more per call than ONNX Runtime): an exit few samples take saves less than that and is left out. Returns
+    more per call than ONNX Runtime): an exit few samples take saves less than that and is left out. ``s`` is the
+    search half, judged against what the held-back judge accepts on ``held_n`` samples (:func:`judge`). Returns
     {enabled, thresholds, mean_ms (the prediction, without the charge), judged}."""
     best, best_cost = None, math.inf
     exits = range(len(s.conf))
     for r in range(len(s.conf) + 1):
         for enabled in itertools.combinations(exits, r):
-            th = choose_thresholds(s, enabled, max_drop, max_disagreement, level)
+            th = choose_thresholds(s, enabled, max_drop, max_disagreement, level, confidence, held_n)
             on = tuple(k for k in enabled if th[k] != NEVER)
-            j = judge(s, th, max_drop, max_disagreement, level)
+            j = judge(s, th, max_drop, max_disagreement, level, confidence, held_n)
             mean = mean_ms(j.exit_shares, segment_ms, head_ms, on)
             cost = mean + exit_cost_ms * len(on)
             if cost < best_cost - 1e-9:

@@ -57,6 +57,29 @@ def test_thresholds_hold_the_bound_on_held_back_data():
     assert on_held.drop <= 1.0 and on_held.disagreement <= 2.0 and on_held.exit_shares[0] > 0
 
 
+def test_the_search_half_is_judged_by_what_the_held_back_judge_accepts():
+    from edgeopt.converters.early_exit.thresholds import accepted_points
+    from edgeopt.metrics.confidence import paired_upper
+
+    # 300 held-back samples, 1 point at 0.75 confidence: the gate's judge lets one lost sample through, not two
+    assert paired_upper(1, 0, 300, 0.75) <= 1.0 < paired_upper(2, 0, 300, 0.75)
+    assert accepted_points(300, 1.0, 0.75) == pytest.approx(100.0 / 300)
+    assert accepted_points(20, 1.0, 0.75) is None  # too few samples to accept any drop within 1 point
+    accepted = {}
+    for rule, held_n in (("gate", 300), ("edge", None)):  # the edge: the search half judged as if it were held back
+        accepted[rule] = 0
+        for seed in range(20):
+            s = _scores(600, seed)
+            s.labels = None
+            search, held = np.arange(0, 600, 2), np.arange(1, 600, 2)
+            th = choose_thresholds(s.subset(search), (0,), 1.0, 2.0, None, 0.75, held_n=held_n)
+            on_held = judge(s.subset(held), th, 1.0, 2.0, None, 0.75)
+            assert on_held.drop_upper == pytest.approx(
+                paired_upper(round(on_held.drop * 3), 0, 300, 0.75))  # the convert gate's limit
+            accepted[rule] += bool(th[0] != math.inf and on_held.holds)
+    assert accepted["gate"] >= 14 and accepted["gate"] > accepted["edge"]  # about the run's confidence: 0.75
+
+
 def test_exit_confidence_is_stricter_than_the_count():
     s = _scores()
     counted = choose_thresholds(s, (0,), 1.0, 1.0, None)
@@ -150,12 +173,15 @@ def test_a_model_without_a_class_output_is_refused_with_exit_3(cli, tmp_path):
     assert not (tmp_path / "a").exists()
 
 
-def _convert(cli, repo, tmp_path, files, backend, *extra):
+def _convert(cli_in_process, monkeypatch, repo, tmp_path, files, backend, *extra, profile="host"):
+    """A convert with exits and no gain asked (any cascade is kept), its subset chosen by node counts, not by
+    timings of a loaded machine; the backend's own measurement still runs and is recorded."""
+    _timings_by_node_count(monkeypatch)
     model, calib, ev = (str(repo / f) for f in files)
     out = tmp_path / backend
-    r = cli("convert", model, "--profile", "host", "--backend", backend, "--precision", "fp32", "--early-exit",
-            "auto", "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, *extra, "-o", str(out),
-            "--json")
+    r = cli_in_process("convert", model, "--profile", profile, "--backend", backend, "--precision", "fp32",
+                       "--early-exit", "auto", "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST,
+                       "--set", "early_exit.min_gain=-9", *extra, "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
@@ -181,10 +207,11 @@ def _check_staged(out, manifest, report, repo, bound=2.0):
 
 @pytest.mark.slow
 @pytest.mark.onnxruntime
-def test_staged_artifact_through_onnxruntime(cli, repo, tmp_path):
+def test_staged_artifact_through_onnxruntime(cli, cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
-    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "onnxruntime", "--set", "early_exit.min_gain=-9")
+    out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, MNIST, "onnxruntime")
     _check_staged(out, manifest, report, repo)
+    assert report["measured"]["backend"] == "onnxruntime" and report["measured"]["samples"] > 0  # really timed
     small = tmp_path / "in.npz"
     np.savez(small, input=np.load(repo / MNIST[2])["input"][:40])
     r = cli("bench", str(out), "--inputs", str(small), "--runs", "5", "--min-seconds", "0", "--no-store", "--json")
@@ -193,50 +220,64 @@ def test_staged_artifact_through_onnxruntime(cli, repo, tmp_path):
     assert figures["samples"] == 40 and figures["mean_ms"] > 0 and figures["worst_case_ms"] > 0
     assert sum(e["share"] for e in figures["exits"]) == pytest.approx(1.0)
     assert len(figures["exits"]) == report["verdict"]["exits"] + 1
+    _load_py_runs(out, small, 40)
+
+
+def _load_py_runs(out, inputs, n):
+    """The artifact's load.py (the runner and the backend's stage loader) runs with python alone: a class and a
+    stage per sample."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(out / "load.py"), str(inputs)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert len(rows) == n and all(0 <= int(c) < 10 and int(s) >= 0 for c, s in rows)
 
 
 @pytest.mark.slow
 @pytest.mark.openvino
-def test_staged_artifact_through_openvino(cli, repo, tmp_path):
+def test_staged_artifact_through_openvino(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
-    out, manifest, report = _convert(cli, repo, tmp_path, MNIST, "openvino", "--set", "early_exit.min_gain=-9")
+    out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, MNIST, "openvino")
     _check_staged(out, manifest, report, repo)
     assert all((out / f"stage{i}" / "model.xml").is_file() for i in range(report["verdict"]["exits"] + 1))
+    small = tmp_path / "in.npz"
+    np.savez(small, input=np.load(repo / MNIST[2])["input"][:8])
+    _load_py_runs(out, small, 8)
 
 
 @pytest.mark.slow
 @pytest.mark.tflite
-def test_staged_artifact_through_tflite_for_pi5(cli, repo, tmp_path):
+def test_staged_artifact_through_tflite_for_pi5(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
-    model, calib, ev = (str(repo / f) for f in MNIST)
-    out = tmp_path / "tfl"
-    r = cli("convert", model, "--profile", "pi5", "--backend", "tflite", "--precision", "fp32", "--early-exit", "auto",
-            "--calib", calib, "--eval", ev, "--max-accuracy-drop", "2", *FAST, "--set", "early_exit.min_gain=-9",
-            "-o", str(out), "--json")
-    assert r.returncode == 0, r.stderr
-    manifest = json.loads((out / "manifest.json").read_text())
-    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, MNIST, "tflite", profile="pi5")
     _check_staged(out, manifest, report, repo)
     assert all((out / f"stage{i}" / "model.tflite").is_file() for i in range(report["verdict"]["exits"] + 1))
 
 
 @pytest.mark.slow
 @pytest.mark.onnxruntime
-def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli, repo, tmp_path):
+def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
     # asking a gain no cascade can give: whatever this CPU measures, no exit pays
-    out, manifest, report = _convert(cli, repo, tmp_path, DIGITS, "onnxruntime", "--set", "early_exit.min_gain=0.99")
+    out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, DIGITS, "onnxruntime", "--set",
+                                     "early_exit.min_gain=0.99")
     assert report["verdict"]["early_exit"] is False and report["verdict"]["why"]
     assert not (out / "cascade.json").exists() and (out / "model.onnx").is_file()
     assert any("plain model is written" in w for w in manifest["warnings"])
 
 
-def _timings_by_node_count(monkeypatch, ratio):
-    """Convert-time timings injected: each model's 'time' is its node count (the prediction then depends on the
-    exit shares alone), and the backend's measurement of the cascade says ``ratio``."""
+def _timings_by_node_count(monkeypatch, ratio=None):
+    """Convert-time timings injected: each model's 'time' is its node count (the cuts and the exit subset then
+    depend on the graph and the exit shares alone, not on a loaded machine's timings), and the backend's
+    measurement of the cascade says ``ratio`` (None: it runs)."""
     from edgeopt.converters.early_exit import cuts, verify
 
     monkeypatch.setattr(cuts, "time_model", lambda path, feed, runs: 0.01 * len(onnx.load(str(path)).graph.node))
+    if ratio is None:
+        return
     monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
         "cascade_ms": ratio, "plain_ms": 1.0, "ratio": ratio, "samples": len(data),
         "backend": manifest["runtime"]["backend"], "timed_with": "injected"})
@@ -343,16 +384,16 @@ def _sigmoid_outputs(src, dst):
 
 @pytest.mark.slow
 @pytest.mark.onnxruntime
-def test_exits_are_judged_by_the_runs_metric_end_to_end(cli, repo, tmp_path):
+def test_exits_are_judged_by_the_runs_metric_end_to_end(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
     # plumbing, not a pitch model: the digits' classes are not ordered, so the bound is loose
+    _timings_by_node_count(monkeypatch)
     _sigmoid_outputs(repo / MNIST[0], tmp_path / "sig.onnx")
     out = tmp_path / "ee"
-    r = cli("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime", "--precision",
-            "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib", str(repo / MNIST[1]), "--eval",
-            str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST, "--set", "early_exit.min_gain=-9", "--set",
-            "early_exit.search_target=0.2", "-o",
-            str(out), "--json")
+    r = cli_in_process("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime",
+                       "--precision", "fp32", "--early-exit", "auto", "--metric", "ordered_bins", "--calib",
+                       str(repo / MNIST[1]), "--eval", str(repo / MNIST[2]), "--max-accuracy-drop", "5", *FAST,
+                       "--set", "early_exit.min_gain=-9", "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")

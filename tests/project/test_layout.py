@@ -18,8 +18,6 @@ PACKAGE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 LIBRARY_IMPORTS_ALLOWED = {
     # debts, each to fold into its backend's folder behind a Backend class attribute:
     ("edgeopt/micro/ops.py", "ai_edge_litert"): "TFLite Micro's op check reads the .tflite's operators",
-    ("converters/early_exit/load_snippet.py", "openvino"): "the early-exit cascade's load.py (a debt: its stage "
-                                                          "loaders belong with each backend's load template)",
 }
 
 

@@ -22,6 +22,9 @@ class OnnxRuntimeHooks(BackendHooks):
     as_loaded_suffix = ".as-loaded.onnx"
     places = True
 
+    def cascade_stage_loader(self) -> Path | None:
+        return Path(__file__).with_name("cascade_stage.py")
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "onnxruntime", "settings": {"provider": "CPUExecutionProvider", "threads": cores}}
 

@@ -23,6 +23,9 @@ class OpenVINOHooks(BackendHooks):
     as_loaded_suffix = ".as-loaded.xml"
     places = True
 
+    def cascade_stage_loader(self) -> Path | None:
+        return Path(__file__).with_name("cascade_stage.py")
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         # OpenVINO's CPU plugin is offered for x86 hosts (its ARM build runs, but edgeopt has not measured it)
         return {"name": "openvino", "settings": {"device": "CPU", "threads": cores}} if arch == "x86_64" else None
