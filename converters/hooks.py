@@ -66,6 +66,14 @@ class BackendHooks:
         None: that ``load.py`` says it can't run its stages."""
         return None
 
+    def emulated_requirements(self, dist: str) -> tuple[str, ...]:
+        """The pip requirements the emulated board's site installs for this backend (``dist``: its device runtime's
+        distribution); installed without dependencies when added to an existing site, so list them here."""
+        return (dist,)
+
+    def prepare_emulated_site(self, site: Path) -> None:
+        """Trim or adjust this backend's packages in the emulated board's site after they are installed."""
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         """The ``host`` profile's backend entry (``name``, ``settings``) on this machine; None: not offered here."""
         return None
