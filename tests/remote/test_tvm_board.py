@@ -30,6 +30,20 @@ def test_the_board_site_pins_tvm_to_the_host_and_keeps_its_runtime_only(tmp_path
     hooks_of("tvm").prepare_emulated_site(tmp_path)  # again: nothing left to drop, no error
 
 
+def test_an_aarch64_library_not_loadable_here_names_the_emulated_board(monkeypatch):
+    from edgeopt.converters.backends.tvm.consumer import not_loadable_here
+    from edgeopt.runtime.runners import tvm as runner
+
+    monkeypatch.setattr(runner, "machine_arch", lambda: "x86_64")
+    cpu = {"profile": "pi5", "runtime": {"model": "model.so", "settings": {"arch": "aarch64", "device": "cpu"}}}
+    assert "edgeopt emulate start pi5" in not_loadable_here(cpu)
+    gpu = {"profile": "jetson-orin-nano",
+           "runtime": {"model": "model.so", "settings": {"arch": "aarch64", "device": "cuda"}}}
+    assert "emulate" not in not_loadable_here(gpu) and "--verify-on" in not_loadable_here(gpu)
+    monkeypatch.setattr(runner, "machine_arch", lambda: "aarch64")
+    assert not_loadable_here(cpu) is None
+
+
 @pytest.fixture
 def emulated_pi5_with_tvm(remote_env):
     """The emulated Pi 5, once its site holds the aarch64 TVM runtime (skipped where the wheel is neither cached
