@@ -142,8 +142,9 @@ def ensure_site(notify=None) -> Path:
                 notify(f"adding aarch64 wheels ({', '.join(missing)}) to {site} (once)")
             _run([*PIP, "download", "--no-deps", "-d", str(wheels), *PIP_PLATFORM, *missing],
                  "pip download (aarch64 wheels)")
-            _run([*PIP, "install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(site),
-                  *PIP_PLATFORM, *missing], "pip install --target (aarch64 site)")
+            # --upgrade: a package already there (a dependency of another, or an older pin) is replaced, not skipped
+            _run([*PIP, "install", "--no-deps", "--upgrade", "--no-index", "--find-links", str(wheels), "--target",
+                  str(site), *PIP_PLATFORM, *missing], "pip install --target (aarch64 site)")
             _prepare_site(site)
             (site / COMPLETE).write_text("\n".join(wheels_wanted) + "\n")
             return site
