@@ -66,9 +66,10 @@ class BackendHooks:
         None: that ``load.py`` says it can't run its stages."""
         return None
 
-    def emulated_requirements(self, dist: str) -> tuple[str, ...]:
-        """The pip requirements the emulated board's site installs for this backend (``dist``: its device runtime's
-        distribution); installed without dependencies when added to an existing site, so list them here."""
+    def device_requirements(self, dist: str) -> tuple[str, ...]:
+        """The pip requirements that install this backend's device runtime (``dist``: its distribution) on a board
+        (``--setup``) and in the emulated board's site; the site adds them to an existing site without
+        dependencies, so list those too."""
         return (dist,)
 
     def prepare_emulated_site(self, site: Path) -> None:

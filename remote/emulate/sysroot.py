@@ -46,11 +46,11 @@ CPUINFO_A76 = "".join(
 
 def device_wheels() -> tuple[str, ...]:
     """numpy and the device runtime (``Backend.device_runtime``) of every backend whose hooks say it runs in the
-    emulated sysroot (``emulated``), as pip requirements (``emulated_requirements``): what the aarch64 site holds."""
+    emulated sysroot (``emulated``), as pip requirements (``device_requirements``): what the aarch64 site holds."""
     from edgeopt.converters.registry import backend_classes, hooks_of
 
     return ("numpy", *(req for b, cls in backend_classes().items() if cls.device_runtime and hooks_of(b).emulated
-                       for req in hooks_of(b).emulated_requirements(cls.device_runtime[1])))
+                       for req in hooks_of(b).device_requirements(cls.device_runtime[1])))
 
 
 def _prepare_site(site: Path) -> None:

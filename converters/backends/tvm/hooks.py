@@ -36,7 +36,7 @@ class TVMHooks(BackendHooks):
         return {"name": "tvm", "settings": {"target": {"kind": "llvm", "mtriple": f"{arch}-linux-gnu",
                                                        "num-cores": cores}}}
 
-    def emulated_requirements(self, dist: str) -> tuple[str, ...]:
+    def device_requirements(self, dist: str) -> tuple[str, ...]:
         """apache-tvm at the host's version (the library's ABI is the compiler's), tvm-ffi below the version that
         segfaults, and what ``import tvm`` needs besides numpy."""
         from edgeopt.deps import version_of
