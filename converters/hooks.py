@@ -66,6 +66,15 @@ class BackendHooks:
         None: that ``load.py`` says it can't run its stages."""
         return None
 
+    def device_requirements(self, dist: str) -> tuple[str, ...]:
+        """The pip requirements that install this backend's device runtime (``dist``: its distribution) on a board
+        (``--setup``) and in the emulated board's site; the site adds them to an existing site without
+        dependencies, so list those too."""
+        return (dist,)
+
+    def prepare_emulated_site(self, site: Path) -> None:
+        """Trim or adjust this backend's packages in the emulated board's site after they are installed."""
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         """The ``host`` profile's backend entry (``name``, ``settings``) on this machine; None: not offered here."""
         return None

@@ -31,7 +31,7 @@ def ensure_runtime(transport: Transport, device: Device, python: list[str], arti
         raise RemoteError(f"{device.name}: --setup is not supported on a qemu-emulated device",
                           "its runtimes come from 'edgeopt emulate start'")
     backend = _backend(artifact)
-    from edgeopt.converters.registry import get_backend
+    from edgeopt.converters.registry import get_backend, hooks_of
 
     try:
         module, requirement = get_backend(backend).device_runtime
@@ -55,8 +55,10 @@ def ensure_runtime(transport: Transport, device: Device, python: list[str], arti
         for f in files:
             transport.put(f, f"{WHEELS}/{f.name}")
         pip += ["--no-index", "--find-links", transport.confine(WHEELS)]
-    res = transport.run([*pip, requirement], timeout=timeout)
+    requirements = list(hooks_of(backend).device_requirements(requirement))  # e.g. pinned to this host's version
+    res = transport.run([*pip, *requirements], timeout=timeout)
     if res.rc != 0:
-        raise RemoteError(f"{device.name}: pip could not install {requirement}: {res.stderr.strip()[-300:]}",
+        raise RemoteError(f"{device.name}: pip could not install {' '.join(requirements)}: "
+                          f"{res.stderr.strip()[-300:]}",
                           "pass --wheels DIR with the device's wheels if it has no internet")
     return [vpy]

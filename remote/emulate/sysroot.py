@@ -5,8 +5,9 @@ Built once and cached under the user cache dir (``$EDGEOPT_CACHE_DIR/emulate``):
 - ``sysroot-bookworm-arm64``: ``mmdebstrap --variant=extract`` of python3 and the C/C++ runtime
   libraries, with a fake Cortex-A76 ``/proc/cpuinfo`` (onnxruntime segfaults at import under
   qemu when it parses the x86 host's);
-- ``wheels-cp311-aarch64``: ``pip download`` of numpy, ai-edge-litert, onnxruntime and openvino (its ARM CPU
-  plugin, the ARM profiles' third backend) for manylinux aarch64 (from PyPI, the only network this needs);
+- ``wheels-cp311-aarch64``: ``pip download`` of numpy, ai-edge-litert, onnxruntime, openvino (its ARM CPU
+  plugin, the ARM profiles' third backend) and apache-tvm (at the host's version, kept to its runtime library)
+  for manylinux aarch64 (from PyPI, the only network this needs);
 - ``site-cp311-aarch64``: those wheels installed with ``pip install --target``. Its completion marker lists them;
   a site built before a wheel was added gets the missing ones installed beside the others, in place.
 """
@@ -45,11 +46,20 @@ CPUINFO_A76 = "".join(
 
 def device_wheels() -> tuple[str, ...]:
     """numpy and the device runtime (``Backend.device_runtime``) of every backend whose hooks say it runs in the
-    emulated sysroot (``emulated``): what the aarch64 site holds."""
+    emulated sysroot (``emulated``), as pip requirements (``device_requirements``): what the aarch64 site holds."""
     from edgeopt.converters.registry import backend_classes, hooks_of
 
-    return ("numpy", *(cls.device_runtime[1] for b, cls in backend_classes().items()
-                       if cls.device_runtime and hooks_of(b).emulated))
+    return ("numpy", *(req for b, cls in backend_classes().items() if cls.device_runtime and hooks_of(b).emulated
+                       for req in hooks_of(b).device_requirements(cls.device_runtime[1])))
+
+
+def _prepare_site(site: Path) -> None:
+    """Each emulated backend's own trimming of its freshly installed packages (``prepare_emulated_site``)."""
+    from edgeopt.converters.registry import backend_classes, hooks_of
+
+    for b, cls in backend_classes().items():
+        if cls.device_runtime and hooks_of(b).emulated:
+            hooks_of(b).prepare_emulated_site(site)
 
 
 def emulate_cache() -> Path:
@@ -132,8 +142,10 @@ def ensure_site(notify=None) -> Path:
                 notify(f"adding aarch64 wheels ({', '.join(missing)}) to {site} (once)")
             _run([*PIP, "download", "--no-deps", "-d", str(wheels), *PIP_PLATFORM, *missing],
                  "pip download (aarch64 wheels)")
-            _run([*PIP, "install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(site),
-                  *PIP_PLATFORM, *missing], "pip install --target (aarch64 site)")
+            # --upgrade: a package already there (a dependency of another, or an older pin) is replaced, not skipped
+            _run([*PIP, "install", "--no-deps", "--upgrade", "--no-index", "--find-links", str(wheels), "--target",
+                  str(site), *PIP_PLATFORM, *missing], "pip install --target (aarch64 site)")
+            _prepare_site(site)
             (site / COMPLETE).write_text("\n".join(wheels_wanted) + "\n")
             return site
         if notify:
@@ -143,6 +155,7 @@ def ensure_site(notify=None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         _run([*PIP, "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp), *PIP_PLATFORM,
               *wheels_wanted], "pip install --target (aarch64 site)")
+        _prepare_site(tmp)
         (tmp / COMPLETE).write_text("\n".join(wheels_wanted) + "\n")
         shutil.rmtree(site, ignore_errors=True)
         os.replace(tmp, site)

@@ -81,11 +81,14 @@ static void print_tvm(const std::string& name, const ffi::Tensor& t) {
 
 
 def not_loadable_here(manifest: dict) -> str | None:
-    """Why the artifact's own file can't be loaded on this machine (a TVM library built for a board), or None."""
+    """Why the artifact's own file can't be loaded on this machine (a TVM library built for a board), or None; an
+    aarch64 CPU library also runs on the emulated board, which holds the TVM runtime."""
     from edgeopt.runtime.runners.tvm import machine_arch
 
     runtime = manifest["runtime"]
     arch = (runtime.get("settings") or {}).get("arch")
     if arch and arch != machine_arch():
-        return f"{runtime['model']} is built for {arch}: load.py runs on the device (--verify-on)"
+        emulated = (f"; an emulated one: edgeopt emulate start {manifest.get('profile') or 'PROFILE'}"
+                    if arch == "aarch64" and (runtime.get("settings") or {}).get("device", "cpu") == "cpu" else "")
+        return f"{runtime['model']} is built for {arch}: load.py runs on the device (--verify-on DEVICE{emulated})"
     return None

@@ -26,6 +26,7 @@ class TVMHooks(BackendHooks):
     loggers = ("tvm",)
     tunes = True  # MetaSchedule: only a tuned build pays
     tune_requires = ("tvm", "psutil")  # MetaSchedule needs psutil
+    emulated = True  # the aarch64 apache-tvm wheel, kept to its runtime library (see prepare_emulated_site)
     tools = {
         "aarch64-linux-gnu-g++": ("g++-aarch64-linux-gnu", "cross-compiling TVM libraries for aarch64 devices", ()),
         "g++": ("g++", "compiling TVM libraries for this machine", ()),
@@ -34,6 +35,20 @@ class TVMHooks(BackendHooks):
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "tvm", "settings": {"target": {"kind": "llvm", "mtriple": f"{arch}-linux-gnu",
                                                        "num-cores": cores}}}
+
+    def device_requirements(self, dist: str) -> tuple[str, ...]:
+        """apache-tvm at the host's version (the library's ABI is the compiler's), tvm-ffi below the version that
+        segfaults, and what ``import tvm`` needs besides numpy."""
+        from edgeopt.deps import version_of
+
+        host = version_of(dist)
+        return (f"{dist}=={host}" if host else dist, f"apache-tvm-ffi<{'.'.join(map(str, BAD_FFI))}", "ml_dtypes",
+                "typing_extensions")
+
+    def prepare_emulated_site(self, site: Path) -> None:
+        """Drop ``libtvm_compiler.so`` (~250 MB, LLVM inside): without it ``import tvm`` loads the runtime library
+        alone, which is all a compiled library needs, and qemu never maps the compiler."""
+        (site / "tvm" / "lib" / "libtvm_compiler.so").unlink(missing_ok=True)
 
     def doctor_warnings(self, runtimes: list[dict]) -> list[str]:
         ffi = next((r for r in runtimes if r["module"] == "tvm_ffi"), None)
