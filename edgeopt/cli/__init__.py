@@ -76,6 +76,19 @@ def _print_interrupted(json_mode: bool) -> None:
                   "message": "interrupted (Ctrl-C): no output was left half-written"}, "interrupted", json_mode)
 
 
+def _interrupted_exit(from_command_line: bool) -> int:
+    """Exit 130 after a handled Ctrl-C. From the command line the process ends here: CPython remembers a
+    KeyboardInterrupt that passed through a library's nested interpreter call and would then end the process by
+    SIGINT (exit -2) even though edgeopt handled it and printed its one line; outputs are already atomic and the
+    temporary ones removed, so nothing is left to clean up."""
+    if from_command_line:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+        os._exit(int(ExitCode.INTERRUPTED))
+    return int(ExitCode.INTERRUPTED)
+
+
 def library_loggers() -> list[str]:
     """The Python loggers of every backend's libraries (each backend's hooks name them)."""
     from edgeopt.converters.registry import backend_hooks
@@ -144,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         code = code if isinstance(code, int) else (0 if code is None else 1)
         if code == ExitCode.INTERRUPTED and _from_ctrl_c(e):  # the CLI library turned Ctrl-C into exit 130
             _print_interrupted(json_mode)
-            return code
+            return _interrupted_exit(from_command_line)
         if code == ExitCode.USAGE and json_mode:  # the usage message itself is already on stderr
             from edgeopt.cli.output import write_json_line
 
@@ -158,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.exit_code)
     except KeyboardInterrupt:
         _print_interrupted(json_mode)
-        return ExitCode.INTERRUPTED
+        return _interrupted_exit(from_command_line)
     except Exception as e:  # noqa: BLE001 - the one place unexpected errors are caught
         env = environment_fault(e)
         if env is not None:  # the user's disk or files, not a bug in edgeopt
