@@ -42,7 +42,7 @@ class EarlyExitConfig(StageConfig):
     bound: AccuracyBound = AccuracyBound()
     fractions: tuple[float, ...] = (0.25, 0.5, 0.75)  # where the candidate exits sit, of the measured time
     epochs: int = 300  # full-batch training steps of each head
-    # where the backend quantizes the stages after the thresholds are chosen on the float stages (OpenVINO INT8),
+    # where the backend quantizes the stages after the thresholds are chosen on the float stages (OpenVINO, TFLite),
     # the search half is held to this share of the bound: INT8 moves the exits' confidences, which the float
     # stages don't show (a model quantized before the cut, ONNX Runtime's QDQ, is judged as it is)
     int8_later_aim: float = 0.5
@@ -70,16 +70,11 @@ class EarlyExitStage(Stage):
 
     @classmethod
     def configure(cls, options: ChainOptions) -> EarlyExitConfig | None:
-        from edgeopt.enums import BackendName, Precision
+        from edgeopt.enums import Precision
 
         config = EarlyExitConfig(**{"int8": options.precision == Precision.INT8, **options.for_config(EarlyExitConfig)})
         if config.early_exit == EarlyExitMode.OFF:
             return None
-
-        if options.precision == Precision.INT8 and options.backend == BackendName.TFLITE:
-            raise UsageError("--early-exit with tflite INT8: onnx2tf calibrates on images (NHWC, 0-1, mean/std), "
-                             "and a later stage's input is a feature map it has no calibration data for",
-                             "use --precision fp32 for tflite, or --backend onnxruntime/openvino for INT8 exits")
         return config
 
     @classmethod

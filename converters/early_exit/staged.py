@@ -117,7 +117,7 @@ def run_staged(stage, spec, inter, ctx, run_stage):
 
 def _stage_quantization(stage, spec, ctx, draft):
     """(the backend's stage spec, each stage's calibration set or None). A backend that quantizes each stage itself
-    (OpenVINO: NNCF) calibrates stage k on the tensors stage k-1 hands on for ``--calib``, with static INT8 and no
+    (OpenVINO: NNCF; TFLite: ai-edge-quantizer, fed through each stage's signature) calibrates stage k on the tensors stage k-1 hands on for ``--calib``, with static INT8 and no
     per-stage accuracy search (a stage's output is a feature map, not classes): the cascade as a whole is judged by
     the run's validation like any artifact."""
     from edgeopt.data import Dataset
@@ -127,7 +127,8 @@ def _stage_quantization(stage, spec, ctx, draft):
     if not (stage.quantizes_itself and getattr(spec.config, "precision", None) == Precision.INT8):
         return spec, [None] * n
     cfg = spec.config.model_copy(update={"mode": QuantMode.STATIC, "bound": type(spec.config.bound)()})
-    keep = min(len(ctx.calib), getattr(cfg, "subset_size", STAGE_CALIB))
+    # as many samples as the backend's quantizer takes (NNCF's subset_size, ai-edge-quantizer's calib_samples)
+    keep = min(len(ctx.calib), getattr(cfg, "subset_size", None) or getattr(cfg, "calib_samples", STAGE_CALIB))
     cuts = [s["entry"]["feature"] for s in draft["stages"][:-1]]
     _, raw = H.compute(draft["tapped"], ctx.calib, cuts, draft["output"], ctx.threads, keep_raw=keep)
     calibs = [ctx.calib] + [Dataset({c: r}, source="early-exit features of --calib", ranks={c: r.ndim})

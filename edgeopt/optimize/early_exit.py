@@ -1,5 +1,4 @@
-"""``optimize``'s ``early-exit`` step: ``--early-exit auto`` on the fastest INT8 candidate within the bound that can be
-staged and on the fastest float one (the incumbent among them), so the waterfall shows what exits add with and
+"""``optimize``'s ``early-exit`` step: ``--early-exit auto`` on the fastest INT8 candidate within the bound and on the fastest float one (the incumbent among them), so the waterfall shows what exits add with and
 without INT8. Only for a classifier, and only with ``--calib`` (the heads are distilled on it) and ``--eval``
 (the thresholds are chosen and confirmed on it). A cascade's latency depends on the input: where one is measured,
 every candidate of that measurement runs the same samples of ``--eval`` in turn instead of repeating one."""
@@ -33,11 +32,6 @@ def _best(cands) -> object | None:
     return min(timed, key=lambda c: c.p50_ms) if timed else None
 
 
-def _stageable(c) -> bool:
-    """TFLite INT8 stages can't be calibrated: onnx2tf calibrates on images, a later stage takes a feature map."""
-    return not (c.target.get("backend") == "tflite" and c.target.get("precision") == "int8")
-
-
 def early_exit_step(s, inc, before_precision, trail: list):
     """Build and measure the early-exit candidates against the incumbent: exits on the fastest INT8 candidate within
     the bound and on the fastest float one (the incumbent among them); returns the new incumbent."""
@@ -50,9 +44,7 @@ def early_exit_step(s, inc, before_precision, trail: list):
     is_int8 = inc.target.get("precision") == "int8"
     int8 = [*s.tried.get("int8", []), *([inc] if is_int8 else [])]
     floats = [*s.tried.get("float", []), before_precision, *([] if is_int8 else [inc])]
-    if not _stageable(inc):
-        s.skipped.append(f"{STEP}: {inc.label}: tflite INT8 stages can't be calibrated (a feature-map input)")
-    bases = [c for c in (_best([c for c in int8 if _stageable(c)]), _best(floats)) if c is not None]
+    bases = [c for c in (_best(int8), _best(floats)) if c is not None]
     bases.sort(key=lambda c: c is not inc)  # the incumbent's own exits first
     options = [(target_label(f), f) for f in (target_fields(c, early_exit="auto") for c in bases)]
     after = s.step(STEP, inc, options)

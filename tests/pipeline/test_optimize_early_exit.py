@@ -57,14 +57,14 @@ def test_an_int8_incumbent_gets_exits_with_and_without_int8():
                                                                           ("openvino", "bf16")]
 
 
-def test_a_tflite_int8_incumbent_gets_exits_on_the_fastest_int8_that_can_be_staged_and_on_float():
+def test_a_tflite_int8_incumbent_gets_exits_on_its_own_int8_stages_and_on_float():
     s = _search()
     inc = _cand("int8", "tflite", "int8", 0.3)
     s.tried["int8"] = [inc, _cand("int8", "openvino", "int8", 0.5)]
     early_exit_step(s, inc, _cand("fusion", "onnxruntime", "fp32", 1.0), [])
-    assert [(f["backend"], f["precision"]) for _, f in s.asked[0][1]] == [("openvino", "int8"),
+    assert [(f["backend"], f["precision"]) for _, f in s.asked[0][1]] == [("tflite", "int8"),
                                                                           ("onnxruntime", "fp32")]
-    assert any("tflite INT8" in n for n in s.skipped)
+    assert not s.skipped
     s = _search(eval=False)
     early_exit_step(s, _cand("fusion", "onnxruntime", "fp32", 1.0), None, [])
     assert not s.asked and any("needs --calib" in n and "--eval" in n for n in s.skipped)
