@@ -51,7 +51,7 @@ def early_exit_step(s, inc, before_precision, trail: list):
     for c in s.tried.get(STEP, []):
         if c.artifact and not (Path(c.artifact) / "cascade.json").is_file():  # the same model as its base
             c.label += " (no exit kept)"
-            c.feasible = False
+            c.feasible, c.repeats_base = False, True
             c.note = "no exit kept: the convert wrote the plain model (the stage report says why)"
     if after.note:
         after = inc

@@ -158,7 +158,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
                           "within_bound": c.feasible, "kept": row["kept"],
                           "why": dropped_why(c, winner, max_accuracy_drop), **({"error": c.error} if c.error else {})})
     points = [c.model_dump(include={"label", "p50_ms", "accuracy", "accuracy_drop", "feasible"})
-              for c in s.candidates if c.artifact]
+              for c in s.candidates if c.artifact and not c.repeats_base]
     result = OptimizeResult(model=str(path), profile=prof.name, max_accuracy_drop=max_accuracy_drop, winner=winner,
                             waterfall=waterfall, pareto=pareto_front(points), candidates=s.candidates,
                             skipped=s.skipped, environment=env)

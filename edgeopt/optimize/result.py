@@ -22,6 +22,8 @@ class Candidate(BaseModel):
     accuracy_basis: str | None = None  # "labels" or "agreement with FP32 (no labels)"
     halves_drop_p90: float | None = None  # the drop on 1 in 10 random halves of the eval data (not counted metrics)
     feasible: bool = False
+    repeats_base: bool = False  # the same model as the candidate it was built on (an early-exit build that kept no
+    # exit): shown in the waterfall, never a point of its own on the Pareto front
     error: str | None = None
     note: str | None = None  # why a built candidate is out of the running (an early-exit build that kept no exit)
 
