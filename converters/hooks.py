@@ -121,20 +121,34 @@ class BackendHooks:
         """The placement report of ``model_path`` under ``settings`` on a unit of kind ``unit``; None: not placed."""
         return None
 
+    # the backend's consumer module ("<its package>.consumer": ``load_cc`` and ``PLAIN_API``, with its
+    # ``load_template.py`` beside it); None: no load.py/load.cc are written for its artifacts
+    consumer: ClassVar[str | None] = None
+
+    def _consumer(self):
+        import importlib
+
+        return importlib.import_module(self.consumer) if self.consumer else None
+
     def load_py_template(self) -> Path | None:
         """The runtime's part of ``load.py``: a template file (``edgeopt.consumer.writer`` fills in its ``MODEL``,
         ``SETTINGS``, ``IO`` lines); None: no ``load.py``/``load.cc`` are written for its artifacts."""
-        return None
+        module = self._consumer()
+        return Path(module.__file__).with_name("load_template.py") if module else None
 
     def load_cc(self, runtime: dict, manifest: dict) -> str:
         """``load.cc`` after its head line: the artifact's model loaded with ``runtime['settings']`` through the
         runtime's C++ API (``runtime``: the manifest's ``runtime`` entry; ``manifest``: manifest.json's content)."""
-        raise NotImplementedError
+        module = self._consumer()
+        if module is None:
+            raise NotImplementedError
+        return module.load_cc(runtime, manifest)
 
     def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
         """Setting name -> (whether the runtime's plain API applies it from the model file alone, how ``load.py``
         and ``load.cc`` apply it or why the file carries it); a setting not listed: not honoured."""
-        return {}
+        module = self._consumer()
+        return module.PLAIN_API if module else {}
 
     def not_loadable_here(self, manifest: dict) -> str | None:
         """Why the artifact's model file can't be loaded on this machine (a library built for a board); None: it

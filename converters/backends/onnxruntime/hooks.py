@@ -13,6 +13,7 @@ TENSORRT = "TensorrtExecutionProvider"
 
 
 class OnnxRuntimeHooks(BackendHooks):
+    consumer = "edgeopt.converters.backends.onnxruntime.consumer"
     memory = MEMORY
     host_rank = 10
     emulated = True
@@ -62,19 +63,6 @@ class OnnxRuntimeHooks(BackendHooks):
         from .placement import ort_placement
 
         return ort_placement(model_path, settings, target_unit=unit, bandwidth_gbps=bandwidth_gbps)
-
-    def load_py_template(self) -> Path | None:
-        return Path(__file__).with_name("load_template.py")
-
-    def load_cc(self, runtime: dict, manifest: dict) -> str:
-        from .consumer import load_cc
-
-        return load_cc(runtime, manifest)
-
-    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
-        from .consumer import PLAIN_API
-
-        return PLAIN_API
 
 
 HOOKS = OnnxRuntimeHooks()

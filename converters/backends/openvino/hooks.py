@@ -13,6 +13,7 @@ DEVICE_UNITS = {"NPU": "npu", "GPU": "gpu", "CPU": "cpu"}  # OpenVINO device -> 
 
 
 class OpenVINOHooks(BackendHooks):
+    consumer = "edgeopt.converters.backends.openvino.consumer"
     memory = MEMORY
     host_rank = 0
     emulated = True
@@ -60,18 +61,6 @@ class OpenVINOHooks(BackendHooks):
         return ov_placement(model_path, device, target_unit=DEVICE_UNITS.get(device, unit),
                             bandwidth_gbps=bandwidth_gbps)
 
-    def load_py_template(self) -> Path | None:
-        return Path(__file__).with_name("load_template.py")
-
-    def load_cc(self, runtime: dict, manifest: dict) -> str:
-        from .consumer import load_cc
-
-        return load_cc(runtime, manifest)
-
-    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
-        from .consumer import PLAIN_API
-
-        return PLAIN_API
 
     def plain_default(self, manifest: dict, bare: dict, profile: Any) -> PlainDefault | None:
         from .consumer import plain_default

@@ -11,6 +11,7 @@ from .memory_facts import MEMORY
 
 
 class TFLiteHooks(BackendHooks):
+    consumer = "edgeopt.converters.backends.tflite.consumer"
     memory = MEMORY
     # TensorFlow and onnx2tf log under their own names and those of what they import (absl, h5py, jax)
     host_rank = 20
@@ -35,19 +36,6 @@ class TFLiteHooks(BackendHooks):
         from .unit_count import tflite_units
 
         return tflite_units(Path(model))
-
-    def load_py_template(self) -> Path | None:
-        return Path(__file__).with_name("load_template.py")
-
-    def load_cc(self, runtime: dict, manifest: dict) -> str:
-        from .consumer import load_cc
-
-        return load_cc(runtime, manifest)
-
-    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
-        from .consumer import PLAIN_API
-
-        return PLAIN_API
 
 
 HOOKS = TFLiteHooks()

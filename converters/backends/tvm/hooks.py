@@ -22,6 +22,7 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 
 class TVMHooks(BackendHooks):
+    consumer = "edgeopt.converters.backends.tvm.consumer"
     host_rank = 30
     loggers = ("tvm",)
     tunes = True  # MetaSchedule: only a tuned build pays
@@ -70,18 +71,6 @@ class TVMHooks(BackendHooks):
                 "records": tb.database_records(db_dir), "stopped_by": run.stopped_by, "cost_model": run.cost_model,
                 "best_ms": run.best_ms}
 
-    def load_py_template(self) -> Path | None:
-        return Path(__file__).with_name("load_template.py")
-
-    def load_cc(self, runtime: dict, manifest: dict) -> str:
-        from .consumer import load_cc
-
-        return load_cc(runtime, manifest)
-
-    def plain_api_settings(self) -> dict[str, tuple[bool, str]]:
-        from .consumer import PLAIN_API
-
-        return PLAIN_API
 
     def not_loadable_here(self, manifest: dict) -> str | None:
         from .consumer import not_loadable_here
