@@ -186,10 +186,11 @@ def count_units(art: Path, manifest: dict) -> dict:
 
 
 def environment() -> dict:
+    from edgeopt.converters.registry import distributions
     from edgeopt.deps import version_of
     from edgeopt.runtime import environment as env
 
-    e = env.collect()
+    e = env.collect(libraries=distributions())
     e.pop("_cpu_counters_before", None)
     dists = ("edgeopt", "onnx", "onnxruntime", "openvino", "nncf", "ai-edge-litert", "tensorflow", "onnx2tf",
              "ai-edge-quantizer", "torch", "numpy")

@@ -176,6 +176,7 @@ def main() -> int:
                     help="seconds of bench/machine_noise.py's per-core probe before and after")
     args = ap.parse_args()
     model = args.model or default_model()
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
 
     out: dict = {"model": str(model), "threads": args.threads, "seconds_per_measurement": args.seconds,
@@ -219,7 +220,7 @@ def main() -> int:
     out["load_after"] = list(os.getloadavg())
     # CPU time other processes (not this script or the tools it ran) and other guests took meanwhile
     out["interference"] = environment.interference(counters, environment.cpu_counters())
-    out["environment"] = {k: v for k, v in environment.collect().items() if k in ("cpu", "libraries", "python")}
+    out["environment"] = {k: v for k, v in environment.collect(libraries=distributions()).items() if k in ("cpu", "libraries", "python")}
     print(json.dumps(out, indent=1))
     return 0
 

@@ -235,12 +235,13 @@ def main() -> None:
     variants = select_variants(args.backends)
     if not variants:
         raise SystemExit("--backends selected no rows")
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
-    env = environment.collect()
+    env = environment.collect(libraries=distributions())
     results = []
     with tempfile.TemporaryDirectory(prefix="int8-bench-") as work:
         for name in args.models.split(","):

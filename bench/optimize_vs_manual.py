@@ -108,9 +108,10 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=10.0, help="optimize's time budget, minutes")
     args = ap.parse_args()
     os.environ.setdefault("EDGEOPT_CACHE_DIR", tempfile.mkdtemp(prefix="edgeopt-bench-cache-"))
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
 
-    env = environment.collect("local")
+    env = environment.collect("local", libraries=distributions())
     out = [one_model(m.strip(), args.bound, args.budget) for m in args.models.split(",") if m.strip()]
     environment.after(env)
     print(json.dumps({"benchmark": "optimize_vs_manual", "profile": "host", "max_accuracy_drop": args.bound,

@@ -544,11 +544,12 @@ def main() -> None:
         results = [json.loads(Path(f).read_text()) for f in args.table]
         print(table(results) + "\n\n" + summary(results))
         return
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
 
     out = {"what": "INT8 modes x backends and native float precisions (bf16 where the CPU has it): metric on unseen "
                    f"data, p50 vs ONNX Runtime FP32 (blocks, {args.threads} thread(s)), "
-                   "and the mode convert chose", "environment": environment.collect(), "models": []}
+                   "and the mode convert chose", "environment": environment.collect(libraries=distributions()), "models": []}
     out["environment"].pop("_cpu_counters_before", None)
     with tempfile.TemporaryDirectory() as d:
         for name in args.models.split(","):

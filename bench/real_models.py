@@ -313,9 +313,10 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     row["metric"] = {"name": metric_name(metric), "unit": metric_unit(metric), "on": f"{len(held)} held-back samples "
                      "(never seen by the search)"}
     row["metric"].update({k: round(float(metric.score(r, held)), 3) for k, r in runs.items()})
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
 
-    env = environment.collect()
+    env = environment.collect(libraries=distributions())
     feed = case.eval.feed(0)
     measured = measure_interleaved([(lambda r=r: r(feed)) for r in runs.values()], warmup=3, min_runs=20,
                                    min_seconds=seconds, max_seconds=20 * seconds + 30)
@@ -355,11 +356,12 @@ def main() -> None:
                     help="as convert's --min-speedup: an INT8 result within the bound but not this much faster "
                          "than FP32 (the run's quick estimate) is a gate failure, exit 5")
     args = ap.parse_args()
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
 
     out = {"bench": "real_models", "backend": f"{args.backend} on the host profile", "threads": 2,
            "search_budget_s": args.budget, "min_speedup": args.min_speedup,
-           "environment": environment.collect(), "models": []}
+           "environment": environment.collect(libraries=distributions()), "models": []}
     out["environment"].pop("_cpu_counters_before", None)
     with tempfile.TemporaryDirectory(prefix="edgeopt-real-") as tmp:
         for name in args.models.split(","):

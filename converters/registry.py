@@ -127,6 +127,11 @@ def libraries() -> list[tuple[str, str, str | None]]:
     return out
 
 
+def distributions() -> tuple[str, ...]:
+    """The distributions of :func:`libraries`: what a measurement on this host reports the versions of."""
+    return tuple(d for _, d, _ in libraries())
+
+
 def resolve(ref: str):
     """The object a ``"module:attribute"`` reference names."""
     module, _, attr = ref.partition(":")

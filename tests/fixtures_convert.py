@@ -24,6 +24,7 @@ def make_ort_artifact(directory: Path, accuracy: float | None = 99.44) -> Path:
         "outputs": [{"name": "logits", "shape": [1, 10], "dtype": "float32"}],
         "runtime": {"backend": "onnxruntime", "model": "model.onnx", "settings": {}},
         "validation": {"accuracy": accuracy} if accuracy is not None else None,
+        "versions": {"edgeopt": "0", "numpy": "-", "onnx": "-", "onnxruntime": "-"},  # what the build had
     }
     (directory / "manifest.json").write_text(json.dumps(manifest))
     return directory

@@ -257,6 +257,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
                     names: dict[str, str] | None = None, validations: dict[str, dict] | None = None, keep_going: bool = False) -> dict:
     """Measure ``artifacts`` side by side; returns ``{"rows": [...], "best": ..., "environment": ...}``, each
     measured row a :class:`RunRecord` (a failed one a dict with its error)."""
+    from edgeopt.converters.registry import distributions
     from edgeopt.runtime import environment
     from edgeopt.runtime.measure import measure_interleaved
 
@@ -272,7 +273,7 @@ def bench_artifacts(artifacts: list[str | os.PathLike], options: BenchOptions | 
         from edgeopt.results import check_store_writable
 
         check_store_writable(o.db)
-    env = environment.collect(o.location.value)
+    env = environment.collect(o.location.value, libraries=distributions())
     opened: list[dict] = []
     failed: list[dict] = []
     try:

@@ -112,6 +112,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
              on_event: Callable[[str], None] | None = None, search_budget: float | None = None,
              metric=None) -> OptimizeResult:
     """Search the progressive path for ``model`` on ``profile``; see the module doc."""
+    from edgeopt.converters.registry import distributions
     from edgeopt.model import graph_inputs, load_onnx
     from edgeopt.optimize.pareto import pareto_front
     from edgeopt.profiles import DeviceProfile, load_profile
@@ -139,7 +140,7 @@ def optimize(model, profile="host", *, max_accuracy_drop: float = 1.0, time_budg
     s.metric = spec
     backends, skipped = _installed_backends(prof)
     s.skipped.extend(skipped)
-    env = environment.collect("local")
+    env = environment.collect("local", libraries=distributions())
     try:
         trail = run_steps(s, backends)
         s.skipped.extend(_tune_notes(s, backends))

@@ -124,7 +124,7 @@ def _all_outputs(runner, manifest: dict, args: argparse.Namespace) -> dict:
 
 
 def _bench(args: argparse.Namespace) -> dict:
-    env = environment.collect(args.location)
+    env = environment.collect(args.location, libraries=environment.recorded_libraries(args.artifact_dir))
     t_start = time.time()
     memory = Phases()
     runner, manifest, load_ms = open_artifact(args.artifact_dir, threads=args.threads)

@@ -20,7 +20,9 @@ import socket
 import threading
 import time
 
-LIBRARIES = ("numpy", "onnxruntime", "openvino", "ai-edge-litert", "tflite-runtime", "apache-tvm", "onnx")
+# reported wherever a measurement runs; a caller adds the runtimes it may use (on the host, every backend's from the
+# registry; on a device, the distributions the artifact's manifest recorded at build)
+LIBRARIES = ("numpy", "onnx")
 ISA_OF_INTEREST = (
     "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni",
     "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd", "asimddp", "asimdhp", "fphp", "sve", "sve2", "i8mm", "bf16",
@@ -45,12 +47,25 @@ def _read_number(path: str) -> float | None:
 
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
     out = {}
-    for name in names:
+    for name in dict.fromkeys(names):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
     return out
+
+
+def recorded_libraries(artifact_dir: str) -> tuple[str, ...]:
+    """The distributions an artifact's manifest recorded at build (its runtime's among them): what a measurement
+    of it on a device reports; none when the manifest can't be read (opening the artifact then says why)."""
+    import json
+
+    try:
+        with open(os.path.join(artifact_dir, "manifest.json")) as f:
+            versions = json.load(f).get("versions")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return tuple(d for d in versions if d != "edgeopt") if isinstance(versions, dict) else ()
 
 
 def cores_used() -> list[int]:
@@ -154,8 +169,9 @@ def interference_warning(env: dict) -> str | None:
             f"CPUs during the measurement; expect noisier latencies than on an idle device")
 
 
-def collect(location: str = "local", *, libraries: tuple[str, ...] = LIBRARIES, root: str = "/") -> dict:
-    """A snapshot of the machine, taken just before a measurement (see :func:`after`)."""
+def collect(location: str = "local", *, libraries: tuple[str, ...] = (), root: str = "/") -> dict:
+    """A snapshot of the machine, taken just before a measurement (see :func:`after`); ``libraries``: the
+    distributions to report besides :data:`LIBRARIES` (those not installed are left out)."""
     import sys
 
     cores = cores_used()
@@ -166,7 +182,7 @@ def collect(location: str = "local", *, libraries: tuple[str, ...] = LIBRARIES, 
         "platform": platform.platform(),
         "cpu": cpu_info(root),
         "cores_used": cores,
-        "libraries": library_versions(libraries),
+        "libraries": library_versions((*LIBRARIES, *libraries)),
         "load_before": load_average(),
         "clocks_before": cpu_clocks(cores, root),
         "temperature_c_before": temperature_c(root),

@@ -334,3 +334,21 @@ def test_device_cli_runtime_missing_exits_4(tmp_path):
     p = _device_cli("bench", str(art), pre="sys.modules['onnxruntime'] = None; ")
     assert p.returncode == 4, p.stderr
     assert json.loads(p.stdout)["error"]["kind"] == "runtime_missing"
+
+
+def test_a_measurement_reports_the_runtimes_the_artifact_was_built_with(tmp_path):
+    """The device side names no backend: it reports the distributions the manifest recorded (the host side every
+    backend's, from the registry)."""
+    from edgeopt.converters.registry import distributions
+    from edgeopt.runtime.environment import collect, recorded_libraries
+
+    art = make_ort_artifact(tmp_path / "art")
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["versions"]["openvino"] = "-"
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    assert recorded_libraries(str(art)) == ("numpy", "onnx", "onnxruntime", "openvino")
+    assert recorded_libraries(str(tmp_path / "missing")) == ()
+    env = collect("remote", libraries=recorded_libraries(str(art)))
+    assert {"numpy", "onnx", "onnxruntime", "openvino"} <= set(env["libraries"])
+    assert "openvino" not in collect("remote")["libraries"]  # only what a caller names, besides numpy and onnx
+    assert {"openvino", "apache-tvm", "ai-edge-litert"} <= set(distributions())
