@@ -276,6 +276,8 @@ class Backend(Stage):
     # (import name, distribution) of each library converting to or running it: versions in the manifest and the
     # cache keys, rows of ``edgeopt doctor``
     libraries: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # (import name, distribution, extra) of libraries only some of its targets use, installed by an extra of their own
+    other_libraries: ClassVar[tuple[tuple[str, str, str | None], ...]] = ()
     # what the on-device runner imports, and the pip requirement that installs it (``remote-bench --setup``)
     device_runtime: ClassVar[tuple[str, str] | None] = None
     # whether its artifact files are byte-identical across clean builds with the same inputs, and why (not)

@@ -60,6 +60,10 @@ class BackendHooks:
     # the shares of the weights (and of the arena) it copies, and under ``micro`` TFLite Micro's; None: none measured
     memory: ClassVar[dict | None] = None
 
+    def check_source(self, model: Path, settings: dict, profile_name: str) -> None:
+        """Refuse, before any work, a source model the profile's target for this backend can't take (an
+        :class:`edgeopt.errors.EdgeoptError` naming what and the fix); nothing to refuse by default."""
+
     def cascade_stage_loader(self) -> Path | None:
         """A Python file in its folder defining ``open_backend_stage(folder, runtime)`` (standard library, numpy and
         its runtime only) that opens one stage of an early-exit artifact: appended to the cascade's ``load.py``.

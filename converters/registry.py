@@ -120,7 +120,8 @@ CORE_LIBRARIES = (("numpy", "numpy", None), ("onnx", "onnx", None), ("onnxruntim
 def libraries() -> list[tuple[str, str, str | None]]:
     """(import name, distribution, extra) of the core libraries and every backend's, each once."""
     out, seen = [], set()
-    for lib in [*CORE_LIBRARIES, *((i, d, cls.extra) for cls in backend_classes().values() for i, d in cls.libraries)]:
+    for lib in [*CORE_LIBRARIES, *((i, d, cls.extra) for cls in backend_classes().values() for i, d in cls.libraries),
+                *(lib for cls in backend_classes().values() for lib in cls.other_libraries)]:
         if lib[1] not in seen:
             seen.add(lib[1])
             out.append(lib)

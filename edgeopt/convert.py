@@ -213,10 +213,10 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
             Path(model), prof, o, plan, shapes, warn,
             lambda new: make_plan(prof, new, recipe=new.recipe, input_shapes=shapes) if planned
             else plan)
-    if model is not None and o.from_torch is None and "micro" in plan.options.backend_settings:
-        from edgeopt.micro.onnx_ops import check_onnx_for_tflm
+    if model is not None and o.from_torch is None:  # what the backend's target can't take, before any work
+        from edgeopt.converters.registry import hooks_of
 
-        check_onnx_for_tflm(Path(model), prof.name)  # TFLM's op set, before the slow conversion
+        hooks_of(plan.options.backend).check_source(Path(model), plan.options.backend_settings, prof.name)
     for w in plan.warnings:
         warn(w)
     if verifier is not None:  # --verify-on: an unknown device, or an emulated one not started, before any work

@@ -19,7 +19,6 @@ OPTIONAL = {
     "torch": ("torch", None),
     "onnxslim": ("onnxslim", None),
     "matplotlib": ("matplotlib", None),
-    "tflite_micro": ("tflite-micro", "micro"),
 }
 
 

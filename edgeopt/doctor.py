@@ -13,7 +13,6 @@ from edgeopt.host import cpu_facts
 OTHER_RUNTIMES = (
     ("paramiko", "paramiko", "remote"),
     ("torch", "torch", None),
-    ("tflite_micro", "tflite-micro", "micro"),  # microcontroller profiles: TFLite Micro's interpreter
 )
 
 

@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "guide" / "firmware-microcontrollers.md"
 M7_FLAGS = ["-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16"]
-ARENA_MARGIN = 64  # the arena bisection's resolution (edgeopt.micro.tflm.ARENA_RESOLUTION)
+ARENA_MARGIN = 64  # the arena bisection's resolution (edgeopt.converters.backends.tflite.micro.tflm.ARENA_RESOLUTION)
 
 
 def _bench(module: str):

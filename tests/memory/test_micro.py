@@ -18,8 +18,8 @@ pytest.importorskip("tflite_micro", reason="the micro extra (tflite-micro) is no
 
 
 def test_unsupported_op_is_named_with_its_alternative(monkeypatch):
+    from edgeopt.converters.backends.tflite.micro import ops
     from edgeopt.errors import UnsupportedOpError
-    from edgeopt.micro import ops
 
     monkeypatch.setattr(ops, "tflite_ops", lambda path: ["CONV_2D", "GELU", "Landmarks2TransformMatrix"])
     with pytest.raises(UnsupportedOpError) as err:
@@ -42,7 +42,7 @@ def m7_artifact(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.tflite
 def test_tflm_runs_the_digits_cnn_like_litert_with_the_arena_found(m7_artifact):
-    from edgeopt.micro.tflm import ARENA_RESOLUTION, open_tflm, run_tflm
+    from edgeopt.converters.backends.tflite.micro.tflm import ARENA_RESOLUTION, open_tflm, run_tflm
     from edgeopt.runtime.runners import open_runner
 
     manifest = json.loads((m7_artifact / "manifest.json").read_text())
@@ -73,9 +73,9 @@ def test_tflm_runs_the_digits_cnn_like_litert_with_the_arena_found(m7_artifact):
 def test_c_export_compiles_for_cortex_m7_and_flash_is_reported(m7_artifact, tmp_path):
     if shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("arm-none-eabi-gcc is not installed (Debian: apt-get install gcc-arm-none-eabi)")
+    from edgeopt.converters.backends.tflite.micro.firmware import compile_firmware
+    from edgeopt.converters.backends.tflite.micro.target import MicroTarget
     from edgeopt.converters.c_export import write_c_array
-    from edgeopt.micro.firmware import compile_firmware
-    from edgeopt.micro.target import MicroTarget
 
     manifest = json.loads((m7_artifact / "manifest.json").read_text())
     fw = next(s for s in manifest["stages"] if s["name"] == "tflite")["report"]["micro"]["firmware"]
@@ -92,8 +92,8 @@ def test_c_export_compiles_for_cortex_m7_and_flash_is_reported(m7_artifact, tmp_
 @pytest.mark.realmodels
 @pytest.mark.tflite
 def test_mediapipes_custom_op_is_named_on_the_real_model():
+    from edgeopt.converters.backends.tflite.micro.ops import check_tflm_ops
     from edgeopt.errors import UnsupportedOpError
-    from edgeopt.micro.ops import check_tflm_ops
     from fixtures.real_models import real_model
 
     try:

@@ -31,8 +31,8 @@ def topk_model(tmp_path) -> Path:
 
 
 def test_onnx_op_tflm_lacks_is_named_with_its_tflite_form_and_alternative(topk_model):
+    from edgeopt.converters.backends.tflite.micro.onnx_ops import check_onnx_for_tflm, onnx_ops_tflm_lacks
     from edgeopt.errors import UnsupportedOpError
-    from edgeopt.micro.onnx_ops import check_onnx_for_tflm, onnx_ops_tflm_lacks
 
     assert onnx_ops_tflm_lacks(onnx.load(topk_model)) == [
         {"onnx_op": "TopK", "tflite_op": "TOPK_V2", "alternative": "ARG_MAX for the top class, or top-k in the application"}]
@@ -43,15 +43,15 @@ def test_onnx_op_tflm_lacks_is_named_with_its_tflite_form_and_alternative(topk_m
 
 
 def test_the_op_map_names_only_tflite_ops_tflm_lacks():
-    from edgeopt.micro.onnx_ops import ONNX_TO_TFLITE
-    from edgeopt.micro.ops import TFLM_OPS
+    from edgeopt.converters.backends.tflite.micro.onnx_ops import ONNX_TO_TFLITE
+    from edgeopt.converters.backends.tflite.micro.ops import TFLM_OPS
 
     assert not set(ONNX_TO_TFLITE.values()) & TFLM_OPS
     assert onnx_ops_tflm_lacks_of(DIGITS) == []
 
 
 def onnx_ops_tflm_lacks_of(path):
-    from edgeopt.micro.onnx_ops import onnx_ops_tflm_lacks
+    from edgeopt.converters.backends.tflite.micro.onnx_ops import onnx_ops_tflm_lacks
 
     return onnx_ops_tflm_lacks(onnx.load(path))
 

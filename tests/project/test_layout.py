@@ -15,10 +15,7 @@ ROOTS = {REPO / "edgeopt": "edgeopt", REPO / "converters": "edgeopt.converters",
 # (module, backend): why this module outside the folder may import the backend's package (none now: keep it so)
 PACKAGE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 # (module, library): why this module outside the backend's folder may import the backend's library
-LIBRARY_IMPORTS_ALLOWED = {
-    # debts, each to fold into its backend's folder behind a Backend class attribute:
-    ("edgeopt/micro/ops.py", "ai_edge_litert"): "TFLite Micro's op check reads the .tflite's operators",
-}
+LIBRARY_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}  # none now: keep it so
 
 
 def module_name(path: Path) -> str:

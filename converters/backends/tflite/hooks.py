@@ -22,6 +22,12 @@ class TFLiteHooks(BackendHooks):
     model_file_suffixes = (".tflite",)
     firmware_c_array = True  # TFLite Micro runs the .tflite flatbuffer linked into the firmware
 
+    def check_source(self, model: Path, settings: dict, profile_name: str) -> None:
+        if "micro" in settings:  # TFLM's op set, before the slow conversion
+            from .micro.onnx_ops import check_onnx_for_tflm
+
+            check_onnx_for_tflm(model, profile_name)
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "tflite", "settings": {"delegate": "xnnpack", "threads": cores}}
 

@@ -28,7 +28,7 @@ def check_tflite(model, target: BackendTarget) -> list[PreflightIssue]:
     if missing:
         return [unsupported(target, missing, "onnx2tf has no converter for them")]
     if "micro" in target.settings:
-        from edgeopt.micro.onnx_ops import onnx_ops_tflm_lacks
+        from edgeopt.converters.backends.tflite.micro.onnx_ops import onnx_ops_tflm_lacks
 
         lacks = onnx_ops_tflm_lacks(model)
         if lacks:

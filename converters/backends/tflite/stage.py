@@ -34,6 +34,7 @@ from edgeopt.converters.backends.tflite.convert import (
     run_onnx2tf,
     tf_name,
 )
+from edgeopt.converters.backends.tflite.micro.target import MicroTarget
 from edgeopt.converters.base import (
     Backend,
     ChainContext,
@@ -54,7 +55,6 @@ from edgeopt.errors import (
     UsageError,
 )
 from edgeopt.files import atomic_path
-from edgeopt.micro.target import MicroTarget
 
 LOG_FILE = "onnx2tf.log"
 
@@ -88,6 +88,7 @@ class TFLiteBackend(Backend):
     requires = ("ai_edge_litert", "onnx2tf", "tensorflow", "ai_edge_quantizer")
     libraries = (("ai_edge_litert", "ai-edge-litert"), ("onnx2tf", "onnx2tf"), ("tensorflow", "tensorflow"),
                  ("ai_edge_quantizer", "ai-edge-quantizer"))
+    other_libraries = (("tflite_micro", "tflite-micro", "micro"),)  # microcontroller profiles: TFLite Micro
     device_runtime = ("ai_edge_litert", "ai-edge-litert")
     deterministic = (False, "model.tflite was byte-identical across two clean builds (checked by hand on the digits "
                      "CNN), but the artifact keeps onnx2tf.log, which carries timestamps")
@@ -153,7 +154,7 @@ class TFLiteBackend(Backend):
         ctx.record_checks(checks)
         report["tflite_bytes"] = target.stat().st_size
         if config.micro is not None:  # TFLite Micro: ops, run, arena, the C array with its header, the firmware
-            from edgeopt.micro.check import micro_checks
+            from edgeopt.converters.backends.tflite.micro.check import micro_checks
 
             report["micro"] = micro_checks(target, Path(model.path), runtime, ctx.eval or ctx.check_samples or ctx.calib,
                                            config.micro, bound=config.bound.max_accuracy_drop, c_name=config.c_name,

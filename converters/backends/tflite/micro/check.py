@@ -3,7 +3,7 @@
 1. its ops against TFLite Micro's (an op TFLM lacks: exit 3, named, with its alternative);
 2. the model in TFLM's interpreter on the eval samples, against FP32 ONNX Runtime under the run's accuracy
    bound (labels: the accuracy drop; else 100 - top-1 agreement with FP32; exit 5 when over);
-3. the smallest arena that runs it (bisection, :func:`edgeopt.micro.tflm.find_arena`);
+3. the smallest arena that runs it (bisection, :func:`edgeopt.converters.backends.tflite.micro.tflm.find_arena`);
 4. the C array with ``EDGEOPT_ARENA_BYTES``, the io shapes and quantization parameters in its header;
 5. the array and a harness compiled for the profile's core, the flash it takes against the profile's
    (skipped, and said, without ``arm-none-eabi-gcc``).
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.backends.tflite.micro.target import MicroTarget
 from edgeopt.errors import GateFailedError
-from edgeopt.micro.target import MicroTarget
 
 MAX_SAMPLES = 200
 DEFAULT_DROP = 1.0  # points, when the run gives no --max-accuracy-drop
@@ -41,8 +41,8 @@ def _from_runtime(outs: list[np.ndarray], io_outputs: list[dict]) -> dict:
 def tflm_accuracy(tflite: Path, onnx_path: Path, io: dict, data, arena: int) -> dict:
     """TFLM against FP32 ONNX Runtime on up to :data:`MAX_SAMPLES` samples of ``data``: top-1 agreement,
     and accuracy of both where ``data`` has labels (points)."""
+    from edgeopt.converters.backends.tflite.micro.tflm import details, open_tflm, run_tflm
     from edgeopt.metrics.kinds import top1_class
-    from edgeopt.micro.tflm import details, open_tflm, run_tflm
     from edgeopt.runtime.run_fn import run_fn
 
     ref = run_fn(onnx_path)
@@ -72,10 +72,10 @@ def tflm_accuracy(tflite: Path, onnx_path: Path, io: dict, data, arena: int) -> 
 def micro_checks(tflite: Path, onnx_path: Path, runtime: dict, data, target: MicroTarget, *, bound: float | None,
                  c_name: str, out_dir: Path, profile_name: str = "") -> dict:
     """Steps 1-5 of the module doc; returns the report (``tflm``, ``c_export``, ``firmware``)."""
+    from edgeopt.converters.backends.tflite.micro.firmware import INSTALL_HINT, compile_firmware, toolchain
+    from edgeopt.converters.backends.tflite.micro.ops import check_tflm_ops
+    from edgeopt.converters.backends.tflite.micro.tflm import ARENA_MARGIN, ARENA_RESOLUTION, find_arena
     from edgeopt.converters.c_export import write_c_array
-    from edgeopt.micro.firmware import INSTALL_HINT, compile_firmware, toolchain
-    from edgeopt.micro.ops import check_tflm_ops
-    from edgeopt.micro.tflm import ARENA_MARGIN, ARENA_RESOLUTION, find_arena
     from edgeopt.validation_model import within_bound
 
     report: dict = {"ops": check_tflm_ops(tflite, profile_name)}
@@ -105,7 +105,7 @@ def micro_checks(tflite: Path, onnx_path: Path, runtime: dict, data, target: Mic
 def io_defines(tflite: Path, arena_bytes: int) -> dict[str, str]:
     """``EDGEOPT_INPUT0_SHAPE {1, 8, 8, 1}``, ``_DIMS``, ``_TYPE``, ``_SCALE``, ``_ZERO_POINT`` for each input
     and output, as TFLM sees them."""
-    from edgeopt.micro.tflm import details, open_tflm
+    from edgeopt.converters.backends.tflite.micro.tflm import details, open_tflm
 
     interp = open_tflm(tflite, arena_bytes)
     out: dict[str, str] = {}

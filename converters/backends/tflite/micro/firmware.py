@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from edgeopt.converters.backends.tflite.micro.target import MicroTarget
 from edgeopt.errors import GateFailedError, MissingDependencyError, StageError
-from edgeopt.micro.target import MicroTarget
 
 GCC, SIZE = "arm-none-eabi-gcc", "arm-none-eabi-size"
 INSTALL_HINT = "apt-get install gcc-arm-none-eabi (Debian/Ubuntu), or Arm's GNU toolchain"

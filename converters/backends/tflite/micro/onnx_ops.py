@@ -5,13 +5,13 @@ onnx2tf lowers it) TFLM lacks is named with that TFLite op and its alternative.
 call each one makes, always, whatever the attributes) and TensorFlow Lite's converter, which writes that call as
 the builtin named here. Ops onnx2tf lowers only sometimes to something TFLM lacks (``Pow`` with a non-integer
 exponent, ``Erf``) are not listed: for them, and for anything else, the check of the written ``.tflite``
-(:func:`edgeopt.micro.ops.check_tflm_ops`) stays the final word.
+(:func:`edgeopt.converters.backends.tflite.micro.ops.check_tflm_ops`) stays the final word.
 """
 
 from __future__ import annotations
 
+from edgeopt.converters.backends.tflite.micro.ops import TFLM_OPS, alternative
 from edgeopt.errors import UnsupportedOpError
-from edgeopt.micro.ops import TFLM_OPS, alternative
 
 # ONNX op -> the TFLite builtin onnx2tf's converter for it produces (the TF call in onnx2tf/ops/<Op>.py).
 ONNX_TO_TFLITE: dict[str, str] = {

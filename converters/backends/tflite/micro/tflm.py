@@ -112,7 +112,7 @@ def find_arena(path, inputs: list[np.ndarray], *, upper: int | None = None) -> d
     hi = upper or max(64 * size, 1 << 20)
     if not _works(path, hi, inputs):
         raise StageError(f"tflite-micro: the model does not run even with a {hi} byte arena",
-                         "check the model's ops with TFLM (edgeopt.micro.ops) or give a larger arena")
+                         "check the model's ops with TFLM (edgeopt.converters.backends.tflite.micro.ops) or give a larger arena")
     lo, tries = 0, 1
     while hi - lo > ARENA_RESOLUTION:
         mid = (lo + hi) // 2

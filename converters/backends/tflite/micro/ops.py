@@ -59,7 +59,7 @@ def unsupported_ops(ops: list[str]) -> list[str]:
 
 def alternative(op: str) -> str:
     return ALTERNATIVES.get(op, CUSTOM_HINT if not op.isupper() else "replace it in the source model with ops TFLM "
-                            "has (edgeopt.micro.ops.TFLM_OPS lists them)")
+                            "has (edgeopt.converters.backends.tflite.micro.ops.TFLM_OPS lists them)")
 
 
 def check_tflm_ops(path, profile_name: str = "") -> list[str]:
