@@ -112,12 +112,36 @@ def _weight_kinds(graph, metas, precision: Precision, kept: set[str]) -> dict[st
             "conv": _weights(metas, precision, kept & conv)}
 
 
+def activation_sizes(graph, metas, precision: Precision, backend: str, micro: bool = False) -> dict[str, int]:
+    """Bytes of each activation as ``backend`` holds it at ``precision``. INT8: 1 byte where the tensor is written
+    and read only by ops the runtime runs in INT8 (its memory facts' ``int8_ops``; a runtime that names none runs
+    every op so, as LiteRT's full-integer models do); a tensor a float op writes or reads, and the graph's float
+    inputs and outputs, stay at 4 bytes (the runtime dequantizes it around that op)."""
+    from edgeopt.memory.facts import int8_ops
+
+    acts = {n: m for n, m in metas.items() if not m.is_param}
+    if precision != Precision.INT8:
+        wide = float_bytes(precision) if backend == "tflite" else 4
+        return {n: m.nbytes_at(wide) for n, m in acts.items()}
+    ops = int8_ops(backend, micro)
+    if ops is None:
+        return {n: m.nbytes_at(1) for n, m in acts.items()}
+    touches = {n: [] for n in acts}  # the op types that write or read each activation
+    for node in graph.node:
+        for n in (*node.input, *node.output):
+            if n in touches:
+                touches[n].append(node.op_type)
+    edges = {i.name for i in graph.input} | {o.name for o in graph.output}
+    return {n: m.nbytes_at(1 if n not in edges and touches[n] and all(t in ops for t in touches[n]) else 4)
+            for n, m in acts.items()}
+
+
 def _runtime_counts(graph, sizes: dict[str, int], plan, microcontroller: bool) -> tuple[int, int]:
-    """(tensors, ops) the runtime keeps a struct for. On a microcontroller, as the ``.tflite`` holds them: the ops
+    """(tensors, ops) the runtime keeps a struct (or a compiled kernel) for. On a microcontroller, as the ``.tflite`` holds them: the ops
     left once in-place ops are fused into the op before, plus a QUANTIZE and a DEQUANTIZE at the float io; the
     tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul, and the float io tensors."""
-    if not microcontroller:
-        return len(sizes), len(graph.node)
+    if not microcontroller:  # the ops it compiles: Constant nodes are weights, not ops
+        return len(sizes), sum(n.op_type != "Constant" for n in graph.node)
     io = len([i for i in graph.input if i.name in sizes]) + len(graph.output)
     weighted = sum(n.op_type in ("Conv", "Gemm", "MatMul") for n in graph.node)
     return plan.buffers + 2 * weighted + io, len(graph.node) - plan.in_place + 2
@@ -142,12 +166,12 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     runtime, micro = str(backend), microcontroller
     held = distinct(kept, constant_keys(fixed.graph, {n for n, m in metas.items() if m.is_param})) \
         if identical_constants_once(runtime, micro) else kept  # the model as read holds these; its kernels copy all kept
-    act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
-    sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}
+    sizes = activation_sizes(fixed.graph, metas, precision, runtime, micro)
     plan = plan_arena(fixed.graph, sizes)
     weights = _weights(metas, precision, held)
     tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
-    base, source = runtime_base(runtime, micro=micro, tensors=tensors, nodes=nodes)
+    base, source = runtime_base(runtime, micro=micro, tensors=tensors, nodes=nodes,
+                                int8=precision == Precision.INT8)
     copies = weight_copies(runtime, micro=micro, arena=arena_region(runtime, plan.arena_bytes, micro),
                            **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)

@@ -36,5 +36,9 @@ from __future__ import annotations
 #   MLAS_CONV_WORKING_BUFFER_SIZE_PER_THREAD), not the whole kernel_h*kernel_w*C_in x out_h*out_w matrix, and
 #   Basic Pitch's peak at ORT_ENABLE_EXTENDED (no NCHWc layout) was within 1 MB of ORT_ENABLE_ALL's.
 # Each model's total (base + weights + arena + copies) came within 15 % of its measured peak with these shares.
+INT8_OPS = ("Conv", "Add", "Mul", "Concat", "GlobalAveragePool", "Sigmoid", "MatMul", "Gemm", "AveragePool",
+            "MaxPool", "LeakyRelu", "Softmax", "Relu", "Clip", "BatchNormalization", "Reshape", "Transpose",
+            "Flatten", "Squeeze", "Unsqueeze")
 MEMORY = {"bytes": 39_270_000, "date": "2026-12-04", "version": "onnxruntime 1.32",
-          "copies": {"kept": 0.6, "conv": 0.9, "arena": 1.0}, "arena_first_region_bytes": 1 << 20}
+          "copies": {"kept": 0.6, "conv": 0.9, "arena": 1.0}, "arena_first_region_bytes": 1 << 20,
+          "int8_ops": INT8_OPS}

@@ -14,5 +14,18 @@ from __future__ import annotations
 # weights on identical convs (an IR of 8 chained identical 3x3 convs compiled to one copy, with 8 weight values to 8),
 # which no trained model allows: bench/memory_fit.py measures the light structures with seeded random weights
 # (fixtures/seeded_weights.py), where the prediction is within 10 % (ResNet-50 -1.3 %, it was +33 % constant-filled).
-MEMORY = {"bytes": 83_170_000, "date": "2026-12-04", "version": "openvino 2026.4.1", "copies": {"kept": 1.0},
-          "identical_constants_once": True}
+# OpenVINO per_node_bytes 40 kB: compile_model builds a kernel per op (JIT code, its primitive and descriptors), a
+# cost that grows with the op count, not with the weights. Measured 2026-12-05 in a child process per phase (peak RSS
+# over the RSS before import): compile_model's peak minus read_model's is 37.4 MB for the digits CNN (16 ops) and
+# 62.3 MB for rapidocr's DBNet (330 ops, 4.7 MB of weights) at f32; at 640x640 in place of 320x320 compile grew by
+# 4 MB while the first inference grew by 44 MB (the activations are allocated at the first inference). Over the
+# float rows of bench/memory_fit.py the peak left over by base, weights, copies and arena was 22-142 kB per op
+# (ResNet-50 22, DenseNet-121 32, Basic Pitch 36, rapidocr's classifier 45); 40 kB keeps each of them within 10 %,
+# and the base is the digits CNN's figure less its 16 ops.
+# OpenVINO int8_bytes 3.1 MB: an INT8 IR loads the CPU plugin's INT8 kernels: the digits CNN's NNCF INT8 IR peaked
+# 3.1 MB over its f32 IR (81.7 vs 78.6 MB, 2026-12-05), though its weights are 4x smaller.
+# OpenVINO int8_ops: none named, so an INT8 IR's activations count at 1 byte: the CPU plugin fuses the FakeQuantize
+# NNCF puts before each quantized op into the op before it, which then writes u8. DBNet's first inference added
+# 6.9 MB at INT8 and 16.3 MB at f32 (3.6 and 3.7 MB for the digits CNN).
+MEMORY = {"bytes": 82_530_000, "per_node_bytes": 40_000, "int8_bytes": 3_100_000, "date": "2026-12-05",
+          "version": "openvino 2026.4.1", "copies": {"kept": 1.0}, "identical_constants_once": True}
