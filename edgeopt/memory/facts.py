@@ -67,10 +67,11 @@ def identical_constants_once(runtime: str, micro: bool = False) -> bool:
 def runtime_base(runtime: str, *, micro: bool = False, tensors: int = 0, nodes: int = 0,
                  int8: bool = False) -> tuple[int, str]:
     """(bytes, where the figure comes from) for ``runtime``: its base, its cost per tensor and per op, and, for an
-    INT8 artifact, what loading its INT8 kernels adds (``int8_bytes``); an unknown runtime counts 0 and says so."""
+    INT8 artifact, what loading its INT8 kernels adds (``int8_bytes``) and what its INT8 graph adds per op
+    (``int8_per_node_bytes``); an unknown runtime counts 0 and says so."""
     fact = facts_of(runtime, micro)
     if fact is None:
         return 0, f"{runtime}: no measured base cost (counted as 0)"
     n = fact["bytes"] + fact.get("per_tensor_bytes", 0) * tensors + fact.get("per_node_bytes", 0) * nodes
-    n += fact.get("int8_bytes", 0) if int8 else 0
+    n += fact.get("int8_bytes", 0) + fact.get("int8_per_node_bytes", 0) * nodes if int8 else 0
     return int(n), f"measured {fact['date']}, {fact['version']}, {MEASURED_ON}"

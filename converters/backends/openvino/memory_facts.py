@@ -22,10 +22,17 @@ from __future__ import annotations
 # float rows of bench/memory_fit.py the peak left over by base, weights, copies and arena was 22-142 kB per op
 # (ResNet-50 22, DenseNet-121 32, Basic Pitch 36, rapidocr's classifier 45); 40 kB keeps each of them within 10 %,
 # and the base is the digits CNN's figure less its 16 ops.
-# OpenVINO int8_bytes 3.1 MB: an INT8 IR loads the CPU plugin's INT8 kernels: the digits CNN's NNCF INT8 IR peaked
-# 3.1 MB over its f32 IR (81.7 vs 78.6 MB, 2026-12-05), though its weights are 4x smaller.
+# OpenVINO int8_bytes 2.43 MB and int8_per_node_bytes 42 kB: an NNCF INT8 IR holds about twice the ops of the f32
+# IR (a FakeQuantize before each quantized input, and a Convert -> Subtract -> Multiply decompression of each INT8
+# weight: DBNet 482 ops besides constants where its f32 IR has 253, rapidocr's classifier 367, the digits CNN 33
+# where its f32 IR has 17), and it loads the CPU plugin's INT8 kernels. Measured 2026-12-05 (bench/memory_fit.py
+# --precision int8, bench/results/2026-12-05/memory_fit_int8.json): the INT8 IR peaked over what the f32 facts
+# predict by 13.9 MB for DBNet (330 ONNX ops) and 10.8 MB for rapidocr's classifier (258), 42 kB per op both, while
+# its weights are 4x smaller; the digits CNN's INT8 IR peaked 3.1 MB over its f32 IR (86.5 vs 83.3 MB), of which
+# its 16 ops take 0.67 MB at 42 kB.
 # OpenVINO int8_ops: none named, so an INT8 IR's activations count at 1 byte: the CPU plugin fuses the FakeQuantize
 # NNCF puts before each quantized op into the op before it, which then writes u8. DBNet's first inference added
 # 6.9 MB at INT8 and 16.3 MB at f32 (3.6 and 3.7 MB for the digits CNN).
-MEMORY = {"bytes": 82_530_000, "per_node_bytes": 40_000, "int8_bytes": 3_100_000, "date": "2026-12-05",
+MEMORY = {"bytes": 82_530_000, "per_node_bytes": 40_000, "int8_bytes": 2_430_000,
+          "int8_per_node_bytes": 42_000, "date": "2026-12-05",
           "version": "openvino 2026.4.1", "copies": {"kept": 1.0}, "identical_constants_once": True}
