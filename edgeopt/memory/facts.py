@@ -32,10 +32,13 @@ def facts_of(runtime: str, micro: bool = False) -> dict | None:
 
 
 def weight_copies(runtime: str, *, micro: bool = False, stored: int = 0, kept: int = 0, conv: int = 0,
-                  arena: int = 0) -> int:
+                  arena: int = 0, int8: bool = False) -> int:
     """Bytes of the copies of the weights (and of the activation arena) ``runtime`` holds at its peak (0 for a
-    runtime with no measured share)."""
-    c = (facts_of(runtime, micro) or {}).get("copies") or {}
+    runtime with no measured share); an INT8 artifact adds its ``int8_copies`` shares."""
+    fact = facts_of(runtime, micro) or {}
+    c = dict(fact.get("copies") or {})
+    for k, v in (fact.get("int8_copies") or {}).items() if int8 else ():
+        c[k] = c.get(k, 0) + v
     return int(c.get("stored", 0) * stored + c.get("kept", 0) * kept + c.get("conv", 0) * conv
                + c.get("arena", 0) * arena)
 

@@ -173,7 +173,7 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     base, source = runtime_base(runtime, micro=micro, tensors=tensors, nodes=nodes,
                                 int8=precision == Precision.INT8)
     copies = weight_copies(runtime, micro=micro, arena=arena_region(runtime, plan.arena_bytes, micro),
-                           **_weight_kinds(fixed.graph, metas, precision, kept))
+                           int8=precision == Precision.INT8, **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(
         backend=str(backend), precision=precision.value, weights_bytes=weights, arena_bytes=plan.arena_bytes,
