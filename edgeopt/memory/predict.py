@@ -16,10 +16,11 @@ from edgeopt.enums import Precision
 NOTES = (
     "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
     "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
-    "Micro's planner), INT8 activations at 1 byte; constants folded at load counted as weights (OpenVINO: identical "
-    "constants once); runtime: the base cost measured once per runtime (its source and date in runtime_source) "
-    "plus, where measured, the copies of the weights (and, ONNX Runtime, of the arena) it holds at its peak "
-    "(runtime_copies_bytes)."
+    "Micro's planner), INT8 activations at 1 byte where only ops the runtime runs in INT8 touch them; constants "
+    "folded at load counted as weights (OpenVINO: identical constants once); runtime: the base cost measured once "
+    "per runtime (its source and date in runtime_source), with, where measured, a cost per op and what an INT8 "
+    "artifact adds, plus the copies of the weights (and, ONNX Runtime, of the arena; LiteRT INT8, of the arena) "
+    "it holds at its peak (runtime_copies_bytes)."
 )
 
 
@@ -137,9 +138,10 @@ def activation_sizes(graph, metas, precision: Precision, backend: str, micro: bo
 
 
 def _runtime_counts(graph, sizes: dict[str, int], plan, microcontroller: bool) -> tuple[int, int]:
-    """(tensors, ops) the runtime keeps a struct (or a compiled kernel) for. On a microcontroller, as the ``.tflite`` holds them: the ops
-    left once in-place ops are fused into the op before, plus a QUANTIZE and a DEQUANTIZE at the float io; the
-    tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul, and the float io tensors."""
+    """(tensors, ops) the runtime keeps a struct (or a compiled kernel) for. On a microcontroller, as the
+    ``.tflite`` holds them: the ops left once in-place ops are fused into the op before, plus a QUANTIZE and a
+    DEQUANTIZE at the float io; the tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul,
+    and the float io tensors."""
     if not microcontroller:  # the ops it compiles: Constant nodes are weights, not ops
         return len(sizes), sum(n.op_type != "Constant" for n in graph.node)
     io = len([i for i in graph.input if i.name in sizes]) + len(graph.output)
