@@ -256,8 +256,13 @@ def _mb(n: int | None) -> str:
     return "–" if n is None else f"{n / 1e6:.2f}"
 
 
+INT8_KINDS = {"onnxruntime": "INT8 QDQ", "openvino": "INT8 NNCF", "tflite": "INT8 full integer"}
+
+
 def _memory_row(r: dict) -> str:
     name, runtime = r["model"], RUNTIME_NAMES.get(r["backend"], r["backend"])
+    if r.get("precision") == "int8":
+        runtime += f" ({INT8_KINDS.get(r['backend'], 'INT8')})"
     if "error" in r:
         return f"| {name} | {runtime} | – | not built: {r['error'][:90].replace('|', '/')} | – | |"
     p, m = r["predicted"], r["measured"]

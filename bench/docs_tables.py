@@ -78,6 +78,12 @@ TABLES: tuple[Table, ...] = (
           "The `*_seeded` rows are onnx's light architectures (ResNet-50, SqueezeNet, Inception-v1, AlexNet, "
           "ShuffleNet, DenseNet-121) with seeded random weights in place of their constant-filled ones "
           "(fixtures/seeded_weights.py): the same structure and sizes, outputs that mean nothing."),
+    Table("memory_fit_int8", "docs/benchmarks/memory.md", (f"{RESULTS}/2026-12-05/memory_fit_int8.json",),
+          "memory_fit", "Static INT8 artifacts written by `edgeopt convert --precision int8 --quant-mode static` "
+          "(host profile: ONNX Runtime QDQ and OpenVINO via NNCF; pi5: LiteRT full integer), calibrated on each row's "
+          "`calibration` set in the JSON (the bundled CNNs' own sets; rendered text lines and pages and espeak-ng "
+          "speech from bench/device_matrix.py's prepare(); convert's synthetic inputs for the others: the scales, not "
+          "the memory, depend on them). Measured as the float rows."),
     # the firmware walk-through: every figure of the guide from one run of its commands
     *(Table(name, "docs/guide/firmware-microcontrollers.md", (f"{RESULTS}/2026-12-05/firmware_walkthrough.json",),
             name, environment=name == "firmware_convert")

@@ -32,10 +32,13 @@ def facts_of(runtime: str, micro: bool = False) -> dict | None:
 
 
 def weight_copies(runtime: str, *, micro: bool = False, stored: int = 0, kept: int = 0, conv: int = 0,
-                  arena: int = 0) -> int:
+                  arena: int = 0, int8: bool = False) -> int:
     """Bytes of the copies of the weights (and of the activation arena) ``runtime`` holds at its peak (0 for a
-    runtime with no measured share)."""
-    c = (facts_of(runtime, micro) or {}).get("copies") or {}
+    runtime with no measured share); an INT8 artifact adds its ``int8_copies`` shares."""
+    fact = facts_of(runtime, micro) or {}
+    c = dict(fact.get("copies") or {})
+    for k, v in (fact.get("int8_copies") or {}).items() if int8 else ():
+        c[k] = c.get(k, 0) + v
     return int(c.get("stored", 0) * stored + c.get("kept", 0) * kept + c.get("conv", 0) * conv
                + c.get("arena", 0) * arena)
 
@@ -52,15 +55,26 @@ def arena_region(runtime: str, arena: int, micro: bool = False) -> int:
     return region
 
 
+def int8_ops(runtime: str, micro: bool = False) -> frozenset[str] | None:
+    """The ONNX op types ``runtime`` runs in INT8 in a static INT8 artifact (reading and writing INT8 activations);
+    None where it states none (every op of its INT8 artifacts is)."""
+    ops = (facts_of(runtime, micro) or {}).get("int8_ops")
+    return None if ops is None else frozenset(ops)
+
+
 def identical_constants_once(runtime: str, micro: bool = False) -> bool:
     """Whether ``runtime`` holds identical constants once (OpenVINO: its IR stores each distinct blob once)."""
     return bool((facts_of(runtime, micro) or {}).get("identical_constants_once"))
 
 
-def runtime_base(runtime: str, *, micro: bool = False, tensors: int = 0, nodes: int = 0) -> tuple[int, str]:
-    """(bytes, where the figure comes from) for ``runtime``; an unknown runtime counts 0 and says so."""
+def runtime_base(runtime: str, *, micro: bool = False, tensors: int = 0, nodes: int = 0,
+                 int8: bool = False) -> tuple[int, str]:
+    """(bytes, where the figure comes from) for ``runtime``: its base, its cost per tensor and per op, and, for an
+    INT8 artifact, what loading its INT8 kernels adds (``int8_bytes``) and what its INT8 graph adds per op
+    (``int8_per_node_bytes``); an unknown runtime counts 0 and says so."""
     fact = facts_of(runtime, micro)
     if fact is None:
         return 0, f"{runtime}: no measured base cost (counted as 0)"
     n = fact["bytes"] + fact.get("per_tensor_bytes", 0) * tensors + fact.get("per_node_bytes", 0) * nodes
+    n += fact.get("int8_bytes", 0) + fact.get("int8_per_node_bytes", 0) * nodes if int8 else 0
     return int(n), f"measured {fact['date']}, {fact['version']}, {MEASURED_ON}"

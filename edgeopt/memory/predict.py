@@ -16,10 +16,11 @@ from edgeopt.enums import Precision
 NOTES = (
     "estimate: weights at the artifact's precision (INT8: float weights of 2+ dimensions at 1 byte, biases and "
     "vectors at 4); arena: activations laid out greedy by size over their lifetimes in ONNX node order (TFLite "
-    "Micro's planner), INT8 activations at 1 byte; constants folded at load counted as weights (OpenVINO: identical "
-    "constants once); runtime: the base cost measured once per runtime (its source and date in runtime_source) "
-    "plus, where measured, the copies of the weights (and, ONNX Runtime, of the arena) it holds at its peak "
-    "(runtime_copies_bytes)."
+    "Micro's planner), INT8 activations at 1 byte where only ops the runtime runs in INT8 touch them; constants "
+    "folded at load counted as weights (OpenVINO: identical constants once); runtime: the base cost measured once "
+    "per runtime (its source and date in runtime_source), with, where measured, a cost per op and what an INT8 "
+    "artifact adds, plus the copies of the weights (and, ONNX Runtime, of the arena; LiteRT INT8, of the arena) "
+    "it holds at its peak (runtime_copies_bytes)."
 )
 
 
@@ -112,12 +113,37 @@ def _weight_kinds(graph, metas, precision: Precision, kept: set[str]) -> dict[st
             "conv": _weights(metas, precision, kept & conv)}
 
 
+def activation_sizes(graph, metas, precision: Precision, backend: str, micro: bool = False) -> dict[str, int]:
+    """Bytes of each activation as ``backend`` holds it at ``precision``. INT8: 1 byte where the tensor is written
+    and read only by ops the runtime runs in INT8 (its memory facts' ``int8_ops``; a runtime that names none runs
+    every op so, as LiteRT's full-integer models do); a tensor a float op writes or reads, and the graph's float
+    inputs and outputs, stay at 4 bytes (the runtime dequantizes it around that op)."""
+    from edgeopt.memory.facts import int8_ops
+
+    acts = {n: m for n, m in metas.items() if not m.is_param}
+    if precision != Precision.INT8:
+        wide = float_bytes(precision) if backend == "tflite" else 4
+        return {n: m.nbytes_at(wide) for n, m in acts.items()}
+    ops = int8_ops(backend, micro)
+    if ops is None:
+        return {n: m.nbytes_at(1) for n, m in acts.items()}
+    touches = {n: [] for n in acts}  # the op types that write or read each activation
+    for node in graph.node:
+        for n in (*node.input, *node.output):
+            if n in touches:
+                touches[n].append(node.op_type)
+    edges = {i.name for i in graph.input} | {o.name for o in graph.output}
+    return {n: m.nbytes_at(1 if n not in edges and touches[n] and all(t in ops for t in touches[n]) else 4)
+            for n, m in acts.items()}
+
+
 def _runtime_counts(graph, sizes: dict[str, int], plan, microcontroller: bool) -> tuple[int, int]:
-    """(tensors, ops) the runtime keeps a struct for. On a microcontroller, as the ``.tflite`` holds them: the ops
-    left once in-place ops are fused into the op before, plus a QUANTIZE and a DEQUANTIZE at the float io; the
-    tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul, and the float io tensors."""
-    if not microcontroller:
-        return len(sizes), len(graph.node)
+    """(tensors, ops) the runtime keeps a struct (or a compiled kernel) for. On a microcontroller, as the
+    ``.tflite`` holds them: the ops left once in-place ops are fused into the op before, plus a QUANTIZE and a
+    DEQUANTIZE at the float io; the tensors: one per activation buffer, a weight and a bias per Conv/Gemm/MatMul,
+    and the float io tensors."""
+    if not microcontroller:  # the ops it compiles: Constant nodes are weights, not ops
+        return len(sizes), sum(n.op_type != "Constant" for n in graph.node)
     io = len([i for i in graph.input if i.name in sizes]) + len(graph.output)
     weighted = sum(n.op_type in ("Conv", "Gemm", "MatMul") for n in graph.node)
     return plan.buffers + 2 * weighted + io, len(graph.node) - plan.in_place + 2
@@ -142,14 +168,14 @@ def predict_memory(model, backend: str, precision: Precision | str, *, input_sha
     runtime, micro = str(backend), microcontroller
     held = distinct(kept, constant_keys(fixed.graph, {n for n, m in metas.items() if m.is_param})) \
         if identical_constants_once(runtime, micro) else kept  # the model as read holds these; its kernels copy all kept
-    act_bytes = 1 if precision == Precision.INT8 else float_bytes(precision) if backend == "tflite" else 4
-    sizes = {n: m.nbytes_at(act_bytes) for n, m in metas.items() if not m.is_param}
+    sizes = activation_sizes(fixed.graph, metas, precision, runtime, micro)
     plan = plan_arena(fixed.graph, sizes)
     weights = _weights(metas, precision, held)
     tensors, nodes = _runtime_counts(fixed.graph, sizes, plan, microcontroller)
-    base, source = runtime_base(runtime, micro=micro, tensors=tensors, nodes=nodes)
+    base, source = runtime_base(runtime, micro=micro, tensors=tensors, nodes=nodes,
+                                int8=precision == Precision.INT8)
     copies = weight_copies(runtime, micro=micro, arena=arena_region(runtime, plan.arena_bytes, micro),
-                           **_weight_kinds(fixed.graph, metas, precision, kept))
+                           int8=precision == Precision.INT8, **_weight_kinds(fixed.graph, metas, precision, kept))
     ram = plan.arena_bytes + base + copies + (0 if microcontroller else weights)
     return MemoryPrediction(
         backend=str(backend), precision=precision.value, weights_bytes=weights, arena_bytes=plan.arena_bytes,

@@ -36,5 +36,23 @@ from __future__ import annotations
 #   MLAS_CONV_WORKING_BUFFER_SIZE_PER_THREAD), not the whole kernel_h*kernel_w*C_in x out_h*out_w matrix, and
 #   Basic Pitch's peak at ORT_ENABLE_EXTENDED (no NCHWc layout) was within 1 MB of ORT_ENABLE_ALL's.
 # Each model's total (base + weights + arena + copies) came within 15 % of its measured peak with these shares.
+# ONNX Runtime int8_ops: the op types whose QDQ node units its CPU provider fuses into INT8 kernels (QLinearConv,
+# QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearSigmoid in rapidocr's DBNet optimized at
+# ORT_ENABLE_EXTENDED, SessionOptions.optimized_model_filepath, 2026-12-05; MatMul, Gemm, pools, LeakyRelu, Softmax
+# and the views by its QDQ selectors) and those folded into the quantization (Relu, Clip, BatchNormalization).
+# DBNet's HardSigmoid, Div (of HardSwish), Resize and ConvTranspose stayed float, between a DequantizeLinear and a
+# QuantizeLinear: their tensors are float in memory. With it DBNet's INT8 arena is 6.6 MB, its f32 one 9.8 MB; its
+# second arena block (memory pattern) measured 9.6 MB at INT8 and 12.3 MB at f32.
+# Not counted (the INT8 rows' miss on DBNet, bench/results/2026-12-05/memory_fit_int8.json): a QDQ model holds 2.1-3.3
+# nodes per op of the float model (a QuantizeLinear and a DequantizeLinear per quantized tensor, a DequantizeLinear per
+# weight: DBNet 1,097 nodes for 330 ops), each about 7 kB at load (session load peak by phase, ORT_ENABLE_ALL,
+# 2026-12-05: the digits CNN's 36 nodes 32.1 MB, rapidocr's classifier's 550 36.2 MB, DBNet's 1,097 42.1 MB), and
+# DBNet's first run took 1.6x its arena plan in BFC arena chunks, at INT8 as at f32. A cost per op of ~20 kB fitted
+# DBNet and the classifier but made the small CNNs' INT8 prediction larger than their FP32 one, which the memory
+# gate would then never choose; the number of QDQ nodes is not known before quantizing.
+INT8_OPS = ("Conv", "Add", "Mul", "Concat", "GlobalAveragePool", "Sigmoid", "MatMul", "Gemm", "AveragePool",
+            "MaxPool", "LeakyRelu", "Softmax", "Relu", "Clip", "BatchNormalization", "Reshape", "Transpose",
+            "Flatten", "Squeeze", "Unsqueeze")
 MEMORY = {"bytes": 39_270_000, "date": "2026-12-04", "version": "onnxruntime 1.32",
-          "copies": {"kept": 0.6, "conv": 0.9, "arena": 1.0}, "arena_first_region_bytes": 1 << 20}
+          "copies": {"kept": 0.6, "conv": 0.9, "arena": 1.0}, "arena_first_region_bytes": 1 << 20,
+          "int8_ops": INT8_OPS}
