@@ -11,6 +11,7 @@ from edgeopt.converters.base import ChainContext, Intermediate
 from edgeopt.converters.early_exit import cuts as C
 from edgeopt.converters.early_exit import heads as H
 from edgeopt.converters.early_exit.answers import answers, exit_metric
+from edgeopt.converters.early_exit.prefix_cost import REFERENCE, prefix_cost
 from edgeopt.converters.early_exit.thresholds import ExitScores, best_cascade, judge
 from edgeopt.enums import Precision
 from edgeopt.errors import BadInputError
@@ -63,6 +64,13 @@ def _segments(model: Path, inputs, cut_names, output, heads, ranks, raw, first_f
     return seg_ms, head_ms
 
 
+def _segments_of(times: dict, cut_names: list[str]) -> list[float]:
+    """Each segment's cost from the prefix costs: the prefix to its cut less the prefix before it (the last: the
+    full model less the last prefix)."""
+    ends = [times[c] for c in cut_names] + [times["full"]]
+    return [max(0.0, b - a) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
+
+
 def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediate:
     from edgeopt.converters.early_exit.classifier import classifier_output_of
     from edgeopt.model import graph_outputs
@@ -78,11 +86,13 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
         return plain(model, ctx, "no tensor alone carries the model's state between blocks (no place to cut)", report)
     ranks = C.value_ranks(proto)
     del proto
-    cut_names, times = C.place_cuts(model.path, candidates, ctx.calib.feed(0), config.fractions,
-                                    config.timing_runs, work)
+    cost = prefix_cost(config, ctx, ctx.calib.feed(0), work)
+    cut_names, times = C.place_cuts(model.path, candidates, config.fractions, work, cost.measure, cost.limit)
     report["cuts"] = [{"tensor": t, "prefix_ms": round(times[t], 4),
                        "share_of_time": round(times[t] / times["full"], 3)} for t in cut_names]
-    report["plain_ms"] = round(times["full"], 4)
+    report.update(plain_ms=round(times["full"], 4), cuts_by=config.cuts_by.value, costed_with=cost.what,
+                  costs_estimated=cost.estimated,
+                  candidate_shares=[round(times[t] / times["full"], 3) for t in C.timed_candidates(candidates, cost.limit)])
     tapped = H.with_outputs(model.path, work / "tapped.onnx", cut_names)
     calib_f, _ = H.compute(tapped, ctx.calib, cut_names, output, ctx.threads)
     _refuse_embedding(calib_f.scores)
@@ -94,6 +104,8 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
     scores = _scores(eval_f, heads, ctx.eval.labels, kind)
     seg_ms, head_ms = _segments(model.path, inputs, cut_names, output, heads, ranks, raw, ctx.eval.feed(0), work,
                                 config.timing_runs)
+    if cost.what != REFERENCE:  # the segments as the prefixes costed them; the heads (pool + linear) as timed
+        seg_ms = _segments_of(times, cut_names)
     report.update(segment_ms=[round(t, 4) for t in seg_ms], head_ms=[round(t, 4) for t in head_ms])
     return _decide(model, config, ctx, report, scores, seg_ms, head_ms, times["full"],
                    dict(tapped=tapped, cut_names=cut_names, heads=heads, ranks=ranks, inputs=inputs, output=output,
@@ -150,8 +162,8 @@ def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts
                  max_drop=drop, confidence=config.bound.confidence, measure_data=ctx.eval.subset(held),
                  stage_ms=_stage_ms(enabled, seg_ms, head_ms))
     report["verdict"] = {"early_exit": True, "exits": len(enabled),
-                         "why": f"predicted mean {best['mean_ms']:.3f} ms vs {plain_ms:.3f} ms plain (ONNX Runtime "
-                                "stage times; measured in the backend's runtime next)"}
+                         "why": f"predicted mean {best['mean_ms']:.3f} ms vs {plain_ms:.3f} ms plain (stage costs: "
+                                f"{report['costed_with']}; measured in the backend's runtime next)"}
     return Intermediate(model.path, model.format, model.precision, {**model.notes, "cascade": draft})
 
 
