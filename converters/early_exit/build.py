@@ -71,6 +71,16 @@ def _segments_of(times: dict, cut_names: list[str]) -> list[float]:
     return [max(0.0, b - a) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
 
 
+def _head_costs(model: Path, inputs, cut_names, heads, ranks, times: dict, measure, work: Path) -> list[float]:
+    """Each exit head's cost: its prefix with the head less the prefix alone (``times``), costed by ``measure``."""
+    out = []
+    for k, c in enumerate(cut_names):
+        headed = C.extract(model, work / f"headed_prefix{k}.onnx", inputs, [c])
+        C.with_head(headed, c, ranks[c], *heads[k], prefix=f"exit{k}")
+        out.append(max(0.0, measure(headed) - times[c]))
+    return out
+
+
 def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediate:
     from edgeopt.converters.early_exit.classifier import classifier_output_of
     from edgeopt.model import graph_outputs
@@ -102,10 +112,12 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
     kind = exit_metric(config.bound.metric, output, eval_f.scores, ctx.eval.labels)
     report["judged_by"] = kind.value
     scores = _scores(eval_f, heads, ctx.eval.labels, kind)
-    seg_ms, head_ms = _segments(model.path, inputs, cut_names, output, heads, ranks, raw, ctx.eval.feed(0), work,
-                                config.timing_runs)
-    if cost.what != REFERENCE:  # the segments as the prefixes costed them; the heads (pool + linear) as timed
-        seg_ms = _segments_of(times, cut_names)
+    if cost.what == REFERENCE:
+        seg_ms, head_ms = _segments(model.path, inputs, cut_names, output, heads, ranks, raw, ctx.eval.feed(0),
+                                    work, config.timing_runs)
+    else:  # costed as the prefixes were: each segment from them, each head on its prefix
+        seg_ms, head_ms = _segments_of(times, cut_names), _head_costs(model.path, inputs, cut_names, heads, ranks,
+                                                                      times, cost.measure, work)
     report.update(segment_ms=[round(t, 4) for t in seg_ms], head_ms=[round(t, 4) for t in head_ms])
     return _decide(model, config, ctx, report, scores, seg_ms, head_ms, times["full"],
                    dict(tapped=tapped, cut_names=cut_names, heads=heads, ranks=ranks, inputs=inputs, output=output,
