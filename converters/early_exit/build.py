@@ -11,10 +11,10 @@ from edgeopt.converters.base import ChainContext, Intermediate
 from edgeopt.converters.early_exit import cuts as C
 from edgeopt.converters.early_exit import heads as H
 from edgeopt.converters.early_exit.answers import answers, exit_metric
-from edgeopt.converters.early_exit.prefix_cost import REFERENCE, prefix_cost
+from edgeopt.converters.early_exit.prefix_cost import REFERENCE, estimated_cost, prefix_cost
 from edgeopt.converters.early_exit.thresholds import ExitScores, best_cascade, judge
 from edgeopt.enums import Precision
-from edgeopt.errors import BadInputError
+from edgeopt.errors import BadInputError, EdgeoptError
 from edgeopt.metrics.base import MetricName
 
 CHECK_SAMPLES = 8  # samples of each stage model's input kept for the backend's checks
@@ -97,7 +97,12 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
     ranks = C.value_ranks(proto)
     del proto
     cost = prefix_cost(config, ctx, ctx.calib.feed(0), work)
-    cut_names, times = C.place_cuts(model.path, candidates, config.fractions, work, cost.measure, cost.limit)
+    try:
+        cut_names, times = C.place_cuts(model.path, candidates, config.fractions, work, cost.measure, cost.limit)
+    except EdgeoptError as err:  # a prefix the backend can't convert: every prefix estimated instead
+        cost = estimated_cost(config, f"could not convert a prefix: {err.message}")
+        ctx.warn(f"early exit: the cuts are placed by the {cost.what}")
+        cut_names, times = C.place_cuts(model.path, candidates, config.fractions, work, cost.measure, cost.limit)
     report["cuts"] = [{"tensor": t, "prefix_ms": round(times[t], 4),
                        "share_of_time": round(times[t] / times["full"], 3)} for t in cut_names]
     report.update(plain_ms=round(times["full"], 4), cuts_by=config.cuts_by.value, costed_with=cost.what,

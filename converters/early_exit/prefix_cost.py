@@ -45,10 +45,17 @@ def prefix_cost(config, ctx, feed: dict, work: Path) -> PrefixCost:
     if made is not None:
         open_run, what = made
         return PrefixCost(lambda p: C.time_model(p, feed, runs, open_run), what, False, limit)
+    return estimated_cost(config, "can't be timed here")
+
+
+def estimated_cost(config, why: str) -> PrefixCost:
+    """The roofline estimate on the profile's unit for the plan's backend, at the run's precision; ``why``: why the
+    backend does not time the prefixes itself."""
+    from edgeopt.converters.early_exit import cuts as C
+
     precision = Precision.INT8 if config.int8 else Precision.FP32
     profile, unit = _unit(config.profile, config.backend)
-    what = (f"estimated: FLOP/byte roofline on {profile.name}'s {unit.value} at {precision.value} ({config.backend} "
-            "can't be timed here)")
+    what = f"estimated: FLOP/byte roofline on {profile.name}'s {unit.value} at {precision.value} ({config.backend} {why})"
     return PrefixCost(lambda p: estimate_ms(p, profile, unit, precision), what, True, C.MAX_TIMED_CANDIDATES)
 
 
