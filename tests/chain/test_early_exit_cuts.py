@@ -63,3 +63,31 @@ def test_reference_costs_are_kept_when_asked(repo, tmp_path):
     config = EarlyExitConfig(backend=BackendName.TVM, profile="pi5", cuts_by=CutCost.BY_REFERENCE)
     cost = prefix_cost(config, _ctx(repo), {}, tmp_path)
     assert cost.what == REFERENCE and not cost.estimated
+
+
+@pytest.mark.slow
+@pytest.mark.onnxruntime
+def test_a_prefix_the_backend_cant_convert_leaves_every_prefix_to_the_estimate(cli_in_process, monkeypatch, repo,
+                                                                               tmp_path):
+    import json
+
+    from edgeopt.converters.early_exit import build
+    from edgeopt.converters.early_exit.prefix_cost import PrefixCost
+    from edgeopt.errors import StageError
+
+    pytest.importorskip("torch")
+
+    def cannot(path):
+        raise StageError("the backend failed on this prefix", "none")
+
+    monkeypatch.setattr(build, "prefix_cost", lambda config, ctx, feed, work: PrefixCost(cannot, "injected", False, 12))
+    out = tmp_path / "ee"
+    r = cli_in_process("convert", str(repo / DIGITS), "--profile", "host", "--backend", "onnxruntime", "--precision",
+                       "fp32", "--early-exit", "auto", "--calib", str(repo / "fixtures/data/digits_calib.npz"),
+                       "--eval", str(repo / "fixtures/data/digits_test.npz"), "--set", "early_exit.epochs=40",
+                       "--set", "early_exit.timing_runs=3", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    assert report["costs_estimated"] and "could not convert a prefix" in report["costed_with"]
+    assert len(report["cuts"]) >= 1 and any("cuts are placed by the estimated" in w for w in json.loads(r.stdout)["warnings"])
