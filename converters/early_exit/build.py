@@ -71,14 +71,16 @@ def _segments_of(times: dict, cut_names: list[str]) -> list[float]:
     return [max(0.0, b - a) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
 
 
-def _head_costs(model: Path, inputs, cut_names, heads, ranks, times: dict, measure, work: Path) -> list[float]:
-    """Each exit head's cost: its prefix with the head less the prefix alone (``times``), costed by ``measure``."""
-    out = []
+def _head_costs(model: Path, inputs, cut_names, heads, ranks, prefixes: dict, measure, work: Path) -> list[float]:
+    """Each exit head's cost: its prefix with the head less the prefix alone (``prefixes``: the files costed when
+    the cuts were placed), both costed together by ``measure``."""
+    headed = []
     for k, c in enumerate(cut_names):
-        headed = C.extract(model, work / f"headed_prefix{k}.onnx", inputs, [c])
-        C.with_head(headed, c, ranks[c], *heads[k], prefix=f"exit{k}")
-        out.append(max(0.0, measure(headed) - times[c]))
-    return out
+        headed.append(C.extract(model, work / f"headed_prefix{k}.onnx", inputs, [c]))
+        C.with_head(headed[-1], c, ranks[c], *heads[k], prefix=f"exit{k}")
+    ms = measure([*(prefixes[c] for c in cut_names), *headed])
+    n = len(cut_names)
+    return [max(0.0, with_head - alone) for alone, with_head in zip(ms[:n], ms[n:], strict=True)]
 
 
 def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediate:
@@ -122,7 +124,8 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
                                     work, config.timing_runs)
     else:  # costed as the prefixes were: each segment from them, each head on its prefix
         seg_ms, head_ms = _segments_of(times, cut_names), _head_costs(model.path, inputs, cut_names, heads, ranks,
-                                                                      times, cost.measure, work)
+                                                                      C.prefix_paths(candidates, cost.limit, work),
+                                                                      cost.measure, work)
     report.update(segment_ms=[round(t, 4) for t in seg_ms], head_ms=[round(t, 4) for t in head_ms])
     return _decide(model, config, ctx, report, scores, seg_ms, head_ms, times["full"],
                    dict(tapped=tapped, cut_names=cut_names, heads=heads, ranks=ranks, inputs=inputs, output=output,

@@ -80,20 +80,28 @@ def extract(src: Path, dst: Path, inputs: list[str], outputs: list[str]) -> Path
 
 
 def time_model(path: Path, feed: dict[str, np.ndarray], runs: int, open_run=None) -> float:
-    """Milliseconds of one run of ``path`` on ``feed``: the 20th percentile of ``runs``, which other processes on a
-    busy machine inflate less than the median. ``open_run``: ONNX path -> run function (a backend's
+    """Milliseconds of one run of ``path`` on ``feed`` (see :func:`time_models`)."""
+    return time_models([path], feed, runs, open_run)[0]
+
+
+def time_models(paths: list[Path], feed: dict[str, np.ndarray], runs: int, open_run=None) -> list[float]:
+    """Milliseconds of one run of each of ``paths`` on ``feed``: the 20th percentile of ``runs``, which other
+    processes on a busy machine inflate less than the median, the models run in turn in each round so that a load
+    changing over the minutes weighs on all alike. ``open_run``: ONNX path -> run function (a backend's
     ``prefix_timer``); None: the reference runtime, one thread, CPU."""
     from edgeopt.runtime.run_fn import run_fn
 
-    run = open_run(path) if open_run is not None else run_fn(path, 1)
-    for _ in range(max(2, runs // 5)):
-        run(feed)
-    times = []
+    fns = [open_run(p) if open_run is not None else run_fn(p, 1) for p in paths]
+    for fn in fns:
+        for _ in range(max(2, runs // 5)):
+            fn(feed)
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        t0 = time.perf_counter()
-        run(feed)
-        times.append(time.perf_counter() - t0)
-    return float(np.percentile(times, 20) * 1000.0)
+        for fn, seen in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn(feed)
+            seen.append(time.perf_counter() - t0)
+    return [float(np.percentile(seen, 20) * 1000.0) for seen in times]
 
 
 def timed_candidates(candidates: list[str], limit: int = MAX_TIMED_CANDIDATES) -> list[str]:
@@ -102,10 +110,15 @@ def timed_candidates(candidates: list[str], limit: int = MAX_TIMED_CANDIDATES) -
     return candidates[step - 1::step][:limit]
 
 
+def prefix_paths(candidates: list[str], limit: int, work: Path) -> dict[str, Path]:
+    """Where :func:`place_cuts` writes each costed candidate's prefix model."""
+    return {t: work / f"prefix{k}.onnx" for k, t in enumerate(timed_candidates(candidates, limit))}
+
+
 def place_cuts(model: Path, candidates: list[str], fractions, work: Path, measure, limit: int = MAX_TIMED_CANDIDATES,
                ) -> tuple[list, dict]:
     """The candidates nearest ``fractions`` of the full model's cost, in order, each once; and the prefix costs
-    ({tensor: ms}, plus ``"full"``). ``measure``: ONNX path -> ms (:mod:`.prefix_cost`); ``limit``: the most
+    ({tensor: ms}, plus ``"full"``). ``measure``: ONNX paths -> ms of each (:mod:`.prefix_cost`); ``limit``: the most
     candidates costed."""
     import onnx
 
@@ -113,10 +126,9 @@ def place_cuts(model: Path, candidates: list[str], fractions, work: Path, measur
         return [], {}
     timed = timed_candidates(candidates, limit)
     input_names = [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
-    times = {"full": measure(model)}
-    for k, t in enumerate(timed):
-        prefix = extract(model, work / f"prefix{k}.onnx", input_names, [t])
-        times[t] = measure(prefix)
+    paths = [extract(model, p, input_names, [t]) for t, p in prefix_paths(candidates, limit, work).items()]
+    full, *each = measure([model, *paths])
+    times = {"full": full, **dict(zip(timed, each, strict=True))}
     running = 0.0
     for t in timed:  # a prefix never costs less than a shorter one: noise that says so is evened out
         running = times[t] = max(running, min(times[t], times["full"]))

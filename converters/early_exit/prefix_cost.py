@@ -23,7 +23,7 @@ REFERENCE = "reference runtime (ONNX, CPU, 1 thread, this host; the model as the
 
 
 class PrefixCost(NamedTuple):
-    measure: Callable[[Path], float]  # ONNX file -> ms of one run
+    measure: Callable[[list[Path]], list[float]]  # ONNX files -> ms of one run of each, timed together
     what: str  # what timed (or estimated) it
     estimated: bool  # a cost model's estimate, not a timing
     limit: int  # the most prefixes to cost
@@ -35,7 +35,7 @@ def prefix_cost(config, ctx, feed: dict, work: Path) -> PrefixCost:
 
     runs = config.timing_runs
     if config.cuts_by == CutCost.BY_REFERENCE or config.backend is None:
-        return PrefixCost(lambda p: C.time_model(p, feed, runs), REFERENCE, False, C.MAX_TIMED_CANDIDATES)
+        return PrefixCost(lambda ps: C.time_models(ps, feed, runs), REFERENCE, False, C.MAX_TIMED_CANDIDATES)
     from edgeopt.converters.registry import hooks_of
 
     hooks = hooks_of(config.backend)
@@ -44,7 +44,14 @@ def prefix_cost(config, ctx, feed: dict, work: Path) -> PrefixCost:
     limit = min(C.MAX_TIMED_CANDIDATES, hooks.prefix_timer_limit)
     if made is not None:
         open_run, what = made
-        return PrefixCost(lambda p: C.time_model(p, feed, runs, open_run), what, False, limit)
+        opened: dict = {}  # a prefix timed again (beside its exit head) is not converted again
+
+        def open_once(path):
+            if path not in opened:
+                opened[path] = open_run(path)
+            return opened[path]
+
+        return PrefixCost(lambda ps: C.time_models(ps, feed, runs, open_once), what, False, limit)
     return estimated_cost(config, "can't be timed here")
 
 
@@ -56,7 +63,8 @@ def estimated_cost(config, why: str) -> PrefixCost:
     precision = Precision.INT8 if config.int8 else Precision.FP32
     profile, unit = _unit(config.profile, config.backend)
     what = f"estimated: FLOP/byte roofline on {profile.name}'s {unit.value} at {precision.value} ({config.backend} {why})"
-    return PrefixCost(lambda p: estimate_ms(p, profile, unit, precision), what, True, C.MAX_TIMED_CANDIDATES)
+    return PrefixCost(lambda ps: [estimate_ms(p, profile, unit, precision) for p in ps], what, True,
+                      C.MAX_TIMED_CANDIDATES)
 
 
 def _unit(profile_name: str | None, backend):

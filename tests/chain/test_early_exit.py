@@ -276,7 +276,8 @@ def _timings_by_node_count(monkeypatch, ratio=None):
     measurement of the cascade says ``ratio`` (None: it runs)."""
     from edgeopt.converters.early_exit import cuts, verify
 
-    monkeypatch.setattr(cuts, "time_model", lambda path, feed, runs, *how: 0.01 * len(onnx.load(str(path)).graph.node))
+    monkeypatch.setattr(cuts, "time_models", lambda paths, feed, runs, *how: [
+        0.01 * len(onnx.load(str(p)).graph.node) for p in paths])
     if ratio is None:
         return
     monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
