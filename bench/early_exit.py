@@ -198,13 +198,13 @@ def crepe_onnx(work: Path) -> Path:
 
 
 def convert(d: dict, backend: str, out: Path, early: bool, drop: float, precision: str = "fp32",
-            profile: str = "host") -> dict:
+            profile: str = "host", sets: tuple[str, ...] = ()) -> dict:
     cmd = [sys.executable, "-m", "edgeopt", "convert", str(d["model"]), "--profile", profile, "--backend", backend,
            "--precision", precision, "--threads", "1", "--calib", str(d["calib"]), "--eval", str(d["eval"]),
            "--max-accuracy-drop", str(drop), "-o", str(out), "--json", "--force"]
     cmd += ["--input-shape", d["shape"]] if d["shape"] else []
     cmd += ["--metric", d["metric"]] if d["metric"] != "top1" else []
-    cmd += ["--early-exit", "auto"] if early else []
+    cmd += ["--early-exit", "auto", *(a for kv in sets for a in ("--set", kv))] if early else []
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -275,6 +275,8 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32", help="fp32 or int8: both artifacts at it (exits + INT8 vs INT8)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--work", default=None, help="keep the data and artifacts in this folder (for `edgeopt bench`)")
+    ap.add_argument("--set", action="append", default=[], help="a stage option for the early-exit convert, e.g. "
+                    "early_exit.cuts_by=reference (the cuts by the reference runtime's times, as before)")
     args = ap.parse_args()
     from edgeopt.host import cpu_facts
 
@@ -286,9 +288,9 @@ def main() -> None:
             d = data(name, work, args.test_pages, args.eval_tones)
             for backend in args.backends.split(","):
                 row = {"model": name, "backend": backend, "precision": args.precision, "profile": args.profile,
-                       "max_accuracy_drop": args.drop}
+                       "max_accuracy_drop": args.drop, "early_exit_sets": args.set}
                 ee, plain = work / f"{name}_{backend}_ee", work / f"{name}_{backend}_plain"
-                row["convert"] = convert(d, backend, ee, True, args.drop, args.precision, args.profile)
+                row["convert"] = convert(d, backend, ee, True, args.drop, args.precision, args.profile, args.set)
                 row["convert_plain"] = convert(d, backend, plain, False, args.drop, args.precision, args.profile)
                 if "error" not in row["convert"] and "error" not in row["convert_plain"]:
                     row["load_average_before"] = [round(v, 2) for v in os.getloadavg()]

@@ -56,6 +56,8 @@ class BackendHooks:
     host_rank: ClassVar[int] = 100
     # whether :meth:`placement` reports where its ops run (asked of the runtime, or predicted)
     places: ClassVar[bool] = False
+    # the most prefixes :meth:`prefix_timer` is asked to time in one run (each costs a conversion where it converts)
+    prefix_timer_limit: ClassVar[int] = 12
     # its memory facts (``edgeopt.memory.facts``): the runtime's base cost measured once with its date and version,
     # the shares of the weights (and of the arena) it copies, and under ``micro`` TFLite Micro's; None: none measured
     memory: ClassVar[dict | None] = None
@@ -68,6 +70,15 @@ class BackendHooks:
         """A Python file in its folder defining ``open_backend_stage(folder, runtime)`` (standard library, numpy and
         its runtime only) that opens one stage of an early-exit artifact: appended to the cascade's ``load.py``.
         None: that ``load.py`` says it can't run its stages."""
+        return None
+
+    def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
+        """How an ONNX model (a prefix of the model, cut where an early exit may sit) is timed as this backend will
+        run it, here, on one thread, at INT8 where ``int8`` (a backend that quantizes itself calibrates on
+        ``calib``, a few samples of the model's inputs as an ``edgeopt.data.Dataset``): (ONNX path -> run function
+        taking feeds, what runs it). ``work``:
+        scratch space for what it converts. None: it can't be timed here (the early-exit cuts are then placed by
+        the FLOP/byte cost model, labelled estimated)."""
         return None
 
     def device_requirements(self, dist: str) -> tuple[str, ...]:

@@ -95,6 +95,15 @@ class EarlyExitMode(StrEnum):
     AUTO = "auto"
 
 
+class CutCost(StrEnum):
+    """What places the early-exit cuts (``early_exit.cuts_by``): each candidate prefix timed as the profile's
+    backend runs it at the run's precision (estimated by the FLOP/byte cost model where it can't be timed here), or
+    by the reference runtime on the model as the chain hands it on."""
+
+    BY_BACKEND = "backend"
+    BY_REFERENCE = "reference"
+
+
 class ClaimSource(StrEnum):
     """Which speed-up ``convert`` claimed, checked on the written artifact (``edgeopt/speed_claim.py``)."""
 

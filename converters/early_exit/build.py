@@ -11,9 +11,10 @@ from edgeopt.converters.base import ChainContext, Intermediate
 from edgeopt.converters.early_exit import cuts as C
 from edgeopt.converters.early_exit import heads as H
 from edgeopt.converters.early_exit.answers import answers, exit_metric
+from edgeopt.converters.early_exit.prefix_cost import REFERENCE, estimated_cost, prefix_cost
 from edgeopt.converters.early_exit.thresholds import ExitScores, best_cascade, judge
 from edgeopt.enums import Precision
-from edgeopt.errors import BadInputError
+from edgeopt.errors import BadInputError, EdgeoptError
 from edgeopt.metrics.base import MetricName
 
 CHECK_SAMPLES = 8  # samples of each stage model's input kept for the backend's checks
@@ -63,6 +64,25 @@ def _segments(model: Path, inputs, cut_names, output, heads, ranks, raw, first_f
     return seg_ms, head_ms
 
 
+def _segments_of(times: dict, cut_names: list[str]) -> list[float]:
+    """Each segment's cost from the prefix costs: the prefix to its cut less the prefix before it (the last: the
+    full model less the last prefix)."""
+    ends = [times[c] for c in cut_names] + [times["full"]]
+    return [max(0.0, b - a) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
+
+
+def _head_costs(model: Path, inputs, cut_names, heads, ranks, prefixes: dict, measure, work: Path) -> list[float]:
+    """Each exit head's cost: its prefix with the head less the prefix alone (``prefixes``: the files costed when
+    the cuts were placed), both costed together by ``measure``."""
+    headed = []
+    for k, c in enumerate(cut_names):
+        headed.append(C.extract(model, work / f"headed_prefix{k}.onnx", inputs, [c]))
+        C.with_head(headed[-1], c, ranks[c], *heads[k], prefix=f"exit{k}")
+    ms = measure([*(prefixes[c] for c in cut_names), *headed])
+    n = len(cut_names)
+    return [max(0.0, with_head - alone) for alone, with_head in zip(ms[:n], ms[n:], strict=True)]
+
+
 def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediate:
     from edgeopt.converters.early_exit.classifier import classifier_output_of
     from edgeopt.model import graph_outputs
@@ -78,11 +98,18 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
         return plain(model, ctx, "no tensor alone carries the model's state between blocks (no place to cut)", report)
     ranks = C.value_ranks(proto)
     del proto
-    cut_names, times = C.place_cuts(model.path, candidates, ctx.calib.feed(0), config.fractions,
-                                    config.timing_runs, work)
+    cost = prefix_cost(config, ctx, ctx.calib.feed(0), work)
+    try:
+        cut_names, times = C.place_cuts(model.path, candidates, config.fractions, work, cost.measure, cost.limit)
+    except EdgeoptError as err:  # a prefix the backend can't convert: every prefix estimated instead
+        cost = estimated_cost(config, f"could not convert a prefix: {err.message}")
+        ctx.warn(f"early exit: the cuts are placed by the {cost.what}")
+        cut_names, times = C.place_cuts(model.path, candidates, config.fractions, work, cost.measure, cost.limit)
     report["cuts"] = [{"tensor": t, "prefix_ms": round(times[t], 4),
                        "share_of_time": round(times[t] / times["full"], 3)} for t in cut_names]
-    report["plain_ms"] = round(times["full"], 4)
+    report.update(plain_ms=round(times["full"], 4), cuts_by=config.cuts_by.value, costed_with=cost.what,
+                  costs_estimated=cost.estimated,
+                  candidate_shares=[round(times[t] / times["full"], 3) for t in C.timed_candidates(candidates, cost.limit)])
     tapped = H.with_outputs(model.path, work / "tapped.onnx", cut_names)
     calib_f, _ = H.compute(tapped, ctx.calib, cut_names, output, ctx.threads)
     _refuse_embedding(calib_f.scores)
@@ -92,8 +119,13 @@ def build_cascade(model: Intermediate, config, ctx: ChainContext) -> Intermediat
     kind = exit_metric(config.bound.metric, output, eval_f.scores, ctx.eval.labels)
     report["judged_by"] = kind.value
     scores = _scores(eval_f, heads, ctx.eval.labels, kind)
-    seg_ms, head_ms = _segments(model.path, inputs, cut_names, output, heads, ranks, raw, ctx.eval.feed(0), work,
-                                config.timing_runs)
+    if cost.what == REFERENCE:
+        seg_ms, head_ms = _segments(model.path, inputs, cut_names, output, heads, ranks, raw, ctx.eval.feed(0),
+                                    work, config.timing_runs)
+    else:  # costed as the prefixes were: each segment from them, each head on its prefix
+        seg_ms, head_ms = _segments_of(times, cut_names), _head_costs(model.path, inputs, cut_names, heads, ranks,
+                                                                      C.prefix_paths(candidates, cost.limit, work),
+                                                                      cost.measure, work)
     report.update(segment_ms=[round(t, 4) for t in seg_ms], head_ms=[round(t, 4) for t in head_ms])
     return _decide(model, config, ctx, report, scores, seg_ms, head_ms, times["full"],
                    dict(tapped=tapped, cut_names=cut_names, heads=heads, ranks=ranks, inputs=inputs, output=output,
@@ -150,8 +182,8 @@ def _decide(model, config, ctx, report, scores, seg_ms, head_ms, plain_ms, parts
                  max_drop=drop, confidence=config.bound.confidence, measure_data=ctx.eval.subset(held),
                  stage_ms=_stage_ms(enabled, seg_ms, head_ms))
     report["verdict"] = {"early_exit": True, "exits": len(enabled),
-                         "why": f"predicted mean {best['mean_ms']:.3f} ms vs {plain_ms:.3f} ms plain (ONNX Runtime "
-                                "stage times; measured in the backend's runtime next)"}
+                         "why": f"predicted mean {best['mean_ms']:.3f} ms vs {plain_ms:.3f} ms plain (stage costs: "
+                                f"{report['costed_with']}; measured in the backend's runtime next)"}
     return Intermediate(model.path, model.format, model.precision, {**model.notes, "cascade": draft})
 
 

@@ -2,8 +2,9 @@
 
 A tensor is a cut point when, in the graph's topological order, it is the only value alive across that point
 (everything after it depends on it and on weights alone): the end of a block or stage, never the middle of a
-residual branch. Cut points are placed by measured time (ONNX Runtime, one thread, on this host), not MACs:
-early high-resolution stages cost more per MAC.
+residual branch. Cut points are placed by each prefix's cost in the artifact's backend at the run's precision
+(:mod:`.prefix_cost`: timed on this host, one thread, or estimated where it can't be timed), not MACs: early
+high-resolution stages cost more per MAC, and more still in some runtimes and precisions.
 """
 
 from __future__ import annotations
@@ -78,40 +79,56 @@ def extract(src: Path, dst: Path, inputs: list[str], outputs: list[str]) -> Path
     return dst
 
 
-def time_model(path: Path, feed: dict[str, np.ndarray], runs: int) -> float:
-    """Milliseconds of one run of ``path`` on ``feed`` (ONNX Runtime, one thread, CPU): the 20th percentile of
-    ``runs``, which other processes on a busy machine inflate less than the median."""
-    import onnxruntime as ort
+def time_model(path: Path, feed: dict[str, np.ndarray], runs: int, open_run=None) -> float:
+    """Milliseconds of one run of ``path`` on ``feed`` (see :func:`time_models`)."""
+    return time_models([path], feed, runs, open_run)[0]
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    for _ in range(max(2, runs // 5)):
-        sess.run(None, feed)
-    times = []
+
+def time_models(paths: list[Path], feed: dict[str, np.ndarray], runs: int, open_run=None) -> list[float]:
+    """Milliseconds of one run of each of ``paths`` on ``feed``: the 20th percentile of ``runs``, which other
+    processes on a busy machine inflate less than the median, the models run in turn in each round so that a load
+    changing over the minutes weighs on all alike. ``open_run``: ONNX path -> run function (a backend's
+    ``prefix_timer``); None: the reference runtime, one thread, CPU."""
+    from edgeopt.runtime.run_fn import run_fn
+
+    fns = [open_run(p) if open_run is not None else run_fn(p, 1) for p in paths]
+    for fn in fns:
+        for _ in range(max(2, runs // 5)):
+            fn(feed)
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        t0 = time.perf_counter()
-        sess.run(None, feed)
-        times.append(time.perf_counter() - t0)
-    return float(np.percentile(times, 20) * 1000.0)
+        for fn, seen in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn(feed)
+            seen.append(time.perf_counter() - t0)
+    return [float(np.percentile(seen, 20) * 1000.0) for seen in times]
 
 
-def place_cuts(model: Path, candidates: list[str], feed: dict, fractions, runs: int, work: Path) -> tuple[list, dict]:
-    """The candidates nearest ``fractions`` of the full model's measured time, in order, each once; and the
-    measured prefix times ({tensor: ms}, plus ``"full"``)."""
+def timed_candidates(candidates: list[str], limit: int = MAX_TIMED_CANDIDATES) -> list[str]:
+    """At most ``limit`` candidates spread over the graph's order (every step-th), to be costed."""
+    step = max(1, len(candidates) // max(1, limit))
+    return candidates[step - 1::step][:limit]
+
+
+def prefix_paths(candidates: list[str], limit: int, work: Path) -> dict[str, Path]:
+    """Where :func:`place_cuts` writes each costed candidate's prefix model."""
+    return {t: work / f"prefix{k}.onnx" for k, t in enumerate(timed_candidates(candidates, limit))}
+
+
+def place_cuts(model: Path, candidates: list[str], fractions, work: Path, measure, limit: int = MAX_TIMED_CANDIDATES,
+               ) -> tuple[list, dict]:
+    """The candidates nearest ``fractions`` of the full model's cost, in order, each once; and the prefix costs
+    ({tensor: ms}, plus ``"full"``). ``measure``: ONNX paths -> ms of each (:mod:`.prefix_cost`); ``limit``: the most
+    candidates costed."""
     import onnx
 
     if not candidates:
         return [], {}
-    step = max(1, len(candidates) // MAX_TIMED_CANDIDATES)
-    timed = candidates[step - 1::step][:MAX_TIMED_CANDIDATES]
+    timed = timed_candidates(candidates, limit)
     input_names = [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
-    times = {"full": time_model(model, feed, runs)}
-    for k, t in enumerate(timed):
-        prefix = extract(model, work / f"prefix{k}.onnx", input_names, [t])
-        times[t] = time_model(prefix, feed, runs)
+    paths = [extract(model, p, input_names, [t]) for t, p in prefix_paths(candidates, limit, work).items()]
+    full, *each = measure([model, *paths])
+    times = {"full": full, **dict(zip(timed, each, strict=True))}
     running = 0.0
     for t in timed:  # a prefix never costs less than a shorter one: noise that says so is evened out
         running = times[t] = max(running, min(times[t], times["full"]))

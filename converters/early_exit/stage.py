@@ -22,7 +22,7 @@ from edgeopt.converters.base import (
     user_option,
 )
 from edgeopt.converters.registry import register_stage
-from edgeopt.enums import EarlyExitMode
+from edgeopt.enums import BackendName, CutCost, EarlyExitMode
 from edgeopt.errors import UsageError
 
 DEFAULT_DROP = 1.0  # points, where --max-accuracy-drop is not given
@@ -41,6 +41,9 @@ class EarlyExitConfig(StageConfig):
         "twice --max-accuracy-drop).", ge=0.0)
     bound: AccuracyBound = AccuracyBound()
     fractions: tuple[float, ...] = (0.25, 0.5, 0.75)  # where the candidate exits sit, of the measured time
+    cuts_by: CutCost = CutCost.BY_BACKEND  # whose costs place the cuts (:mod:`.prefix_cost`)
+    backend: BackendName | None = None  # the plan's backend: its costs place the cuts
+    profile: str | None = None  # the plan's profile: the cost model's unit where the backend can't be timed here
     epochs: int = 300  # full-batch training steps of each head
     # where the backend quantizes the stages after the thresholds are chosen on the float stages (OpenVINO, TFLite),
     # the search half is held to this share of the bound: INT8 moves the exits' confidences, which the float
@@ -49,7 +52,7 @@ class EarlyExitConfig(StageConfig):
     int8: bool = False  # from --precision: the run writes INT8
     min_gain: float = 0.05  # the predicted mean latency must be at least this share below the plain model's
     # share of the plain model's time each kept exit is charged when the exits are chosen: a stage call costs more
-    # in LiteRT or OpenVINO than in ONNX Runtime, whose stage times the prediction uses, so an exit that saves less
+    # in LiteRT or OpenVINO than in ONNX Runtime, and the stage costs leave the calls out, so an exit that saves less
     # (one a few samples take) is left out
     exit_cost: float = 0.03
     timing_runs: int = 30  # runs per timed model (median)
@@ -72,7 +75,8 @@ class EarlyExitStage(Stage):
     def configure(cls, options: ChainOptions) -> EarlyExitConfig | None:
         from edgeopt.enums import Precision
 
-        config = EarlyExitConfig(**{"int8": options.precision == Precision.INT8, **options.for_config(EarlyExitConfig)})
+        config = EarlyExitConfig(**{"int8": options.precision == Precision.INT8, "backend": options.backend,
+                                    "profile": options.profile_name, **options.for_config(EarlyExitConfig)})
         if config.early_exit == EarlyExitMode.OFF:
             return None
         return config

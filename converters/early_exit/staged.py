@@ -16,9 +16,14 @@ from pathlib import Path
 
 from edgeopt.converters.early_exit import cuts as C
 from edgeopt.converters.early_exit import heads as H
+from edgeopt.enums import Precision
 
 CASCADE_FILE = "cascade.json"
 LOADER = Path(__file__).with_name("load_snippet.py")
+# a backend that compiles the chain's QDQ model (it does not quantize itself) gets stages cut from that model
+QDQ_BEFORE_CUT = {"mode": "static", "quantized": "before the cut (the chain's QDQ model)",
+                  "why": "each stage holds the quantize/dequantize nodes of its part, their scales calibrated on "
+                         "--calib through the whole model: on the activations that reach that stage"}
 STAGE_CALIB = 300  # --calib samples each INT8 stage is calibrated on, where the backend names no subset size
 
 
@@ -69,7 +74,7 @@ def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresh
                        for c, t, s in zip(cut_names, thresholds, shares_on, strict=False)]
     return {"stages": stages, "output": parts["output"], "scores": "probabilities" if parts["probabilities"]
             else "logits", "kind": parts["kind"], "exit_shares": shares_on, "plain_ms": report.get("plain_ms"),
-            "predicted_mean_ms": report.get("predicted_mean_ms")}
+            "predicted_mean_ms": report.get("predicted_mean_ms"), "costed_with": report.get("costed_with")}
 
 
 def run_staged(stage, spec, inter, ctx, run_stage):
@@ -84,6 +89,8 @@ def run_staged(stage, spec, inter, ctx, run_stage):
     root = Path(ctx.artifact_dir)
     plain = plain_by_backend(stage, spec, inter, ctx, run_stage)
     stage_spec, calibs = _stage_quantization(stage, spec, ctx, draft)
+    if inter.precision == Precision.INT8 and not stage.quantizes_itself:
+        draft["report"]["stage_int8"] = QDQ_BEFORE_CUT
     saved = (ctx.artifact_dir, ctx.check_samples, ctx.calib, ctx.eval, ctx.reference_model)
     parts, last = [], None
     try:
@@ -100,7 +107,7 @@ def run_staged(stage, spec, inter, ctx, run_stage):
     cascade = {"format": 1, "output": draft["output"], "scores": draft["scores"], "stages": parts,
                "exit_shares_at_convert": draft["exit_shares"], "plain_ms_at_convert": draft["plain_ms"],
                "predicted_mean_ms_at_convert": draft["predicted_mean_ms"], "stage_ms_at_convert": draft["stage_ms"],
-               "timed_with": "ONNX Runtime, 1 thread, on the converting host (stage times before the backend)"}
+               "timed_with": draft["costed_with"]}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
     write_loader(root, parts[-1]["runtime"]["backend"])
     measured = keep_or_plain(root, draft, plain, ctx)

@@ -88,12 +88,12 @@ def keep_or_plain(root: Path, draft: dict, plain, ctx):
     if m["ratio"] <= 1 - draft["min_gain"]:
         report["verdict"] = {"early_exit": True, "exits": len(draft["stages"]) - 1,
                              "why": f"measured mean {m['cascade_ms']:.3f} ms vs {m['plain_ms']:.3f} ms plain in "
-                                    f"{m['backend']} (predicted {predicted:.3f} ms from ONNX Runtime stage times)"}
+                                    f"{m['backend']} (predicted {predicted:.3f} ms; stage costs: {draft['costed_with']})"}
         return None
     return _plain(root, draft, plain, ctx, work,
                   f"the exits don't pay once run: measured mean {m['cascade_ms']:.3f} ms vs {m['plain_ms']:.3f} ms "
                   f"plain in {m['backend']} over {m['samples']} held-back samples ({m['timed_with']}; predicted "
-                  f"{predicted:.3f} ms from ONNX Runtime stage times)")
+                  f"{predicted:.3f} ms; stage costs: {draft['costed_with']})")
 
 
 def _plain(root: Path, draft: dict, plain, ctx, work: Path, why: str):

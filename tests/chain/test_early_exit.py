@@ -276,7 +276,8 @@ def _timings_by_node_count(monkeypatch, ratio=None):
     measurement of the cascade says ``ratio`` (None: it runs)."""
     from edgeopt.converters.early_exit import cuts, verify
 
-    monkeypatch.setattr(cuts, "time_model", lambda path, feed, runs: 0.01 * len(onnx.load(str(path)).graph.node))
+    monkeypatch.setattr(cuts, "time_models", lambda paths, feed, runs, *how: [
+        0.01 * len(onnx.load(str(p)).graph.node) for p in paths])
     if ratio is None:
         return
     monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
@@ -352,6 +353,28 @@ def test_tflite_int8_stages_each_calibrated_on_their_own_inputs_for_pi5(cli_in_p
     for i in range(report["verdict"]["exits"] + 1):  # each stage holds INT8 ops, none left float
         counts = op_counts(out / f"stage{i}" / "model.tflite")
         assert counts["quantized_ops"] > 0 and counts["float_ops"] == 0, (i, counts)
+
+
+@pytest.mark.slow
+@pytest.mark.tvm
+def test_tvm_int8_stages_are_cut_from_the_chains_qdq_model(cli_in_process, monkeypatch, repo, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("tvm")
+    _timings_by_node_count(monkeypatch)
+    model, calib, ev = (str(repo / f) for f in DIGITS)
+    out = tmp_path / "tvm"
+    r = cli_in_process("convert", model, "--profile", "host", "--backend", "tvm", "--precision", "int8",
+                       "--early-exit", "auto", "--calib", calib, "--eval", ev, "--max-accuracy-drop", "5", *FAST,
+                       "--set", "early_exit.min_gain=-9", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = next(s["report"] for s in manifest["stages"] if s["name"] == "early_exit")
+    _check_staged(out, manifest, report, repo, bound=5.0, files=DIGITS)
+    assert report["measured"]["backend"] == "tvm" and report["costs_estimated"]  # no TVM timer: the cost model
+    assert report["stage_int8"]["quantized"].startswith("before the cut")
+    cascade = json.loads((out / "cascade.json").read_text())
+    for s in cascade["stages"]:  # each stage compiled from its part of the QDQ graph
+        assert any("quantize/dequantize" in n for n in s["runtime"]["notes"]), s["runtime"]["notes"]
 
 
 def _fake_cascade(tmp_path, repo, source: str | None) -> str:

@@ -26,6 +26,11 @@ class OnnxRuntimeHooks(BackendHooks):
     def cascade_stage_loader(self) -> Path | None:
         return Path(__file__).with_name("cascade_stage.py")
 
+    def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
+        from .prefix_time import prefix_timer
+
+        return prefix_timer(int8, calib, work)
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "onnxruntime", "settings": {"provider": "CPUExecutionProvider", "threads": cores}}
 

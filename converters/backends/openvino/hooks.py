@@ -27,6 +27,11 @@ class OpenVINOHooks(BackendHooks):
     def cascade_stage_loader(self) -> Path | None:
         return Path(__file__).with_name("cascade_stage.py")
 
+    def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
+        from .prefix_time import prefix_timer
+
+        return prefix_timer(int8, calib, work)
+
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         # OpenVINO's CPU plugin is offered for x86 hosts (its ARM build runs, but edgeopt has not measured it)
         return {"name": "openvino", "settings": {"device": "CPU", "threads": cores}} if arch == "x86_64" else None

@@ -20,6 +20,7 @@ class TFLiteHooks(BackendHooks):
     fast_imports = frozenset({"ai_edge_litert"})
     unit_suffixes = (".tflite",)
     model_file_suffixes = (".tflite",)
+    prefix_timer_limit = 6  # each prefix timed is an onnx2tf conversion (a TensorFlow start, seconds)
     firmware_c_array = True  # TFLite Micro runs the .tflite flatbuffer linked into the firmware
 
     def check_source(self, model: Path, settings: dict, profile_name: str) -> None:
@@ -27,6 +28,11 @@ class TFLiteHooks(BackendHooks):
             from .micro.onnx_ops import check_onnx_for_tflm
 
             check_onnx_for_tflm(model, profile_name)
+
+    def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
+        from .prefix_time import prefix_timer
+
+        return prefix_timer(int8, calib, work)
 
     def host_runtime(self, arch: str, cores: int) -> dict | None:
         return {"name": "tflite", "settings": {"delegate": "xnnpack", "threads": cores}}
