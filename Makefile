@@ -56,8 +56,10 @@ demo: setup system-deps
 	  --max-accuracy-drop 1 -o $(DEMO_OUT)/mnist-host-int8 --force
 	$(EDGEOPT) bench $(DEMO_OUT)/mnist-host-int8 --min-seconds 2
 
+# -n auto: one pytest worker per core (tests/conftest.py caps it); --dist loadfile keeps a file's tests, and so its
+# module-scoped conversions, on one worker; --durations: the slowest tests in the log
 test: setup system-deps
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto --dist loadfile --durations=25
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow"

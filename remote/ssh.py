@@ -21,6 +21,7 @@ import os
 import posixpath
 import shlex
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -298,7 +299,9 @@ class SshTransport(Transport):
         self._check_real_parent(dest)
         try:
             self._mkdirs(posixpath.dirname(dest))
-            tmp = f"{dest}.part-{os.getpid()}"
+            # per thread too: one command uploading to two devices that share a host and work dir (two labgrid
+            # places on one board) must not write the same temp file
+            tmp = f"{dest}.part-{os.getpid()}-{threading.get_ident()}"
             self.sftp.put(str(local), tmp)
             try:
                 self.sftp.posix_rename(tmp, dest)

@@ -52,6 +52,19 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"{missing[0]} not installed (pip install 'edgeopt[{marker}]')"))
 
 
+# `make test` runs pytest-xdist's ``-n auto``: one worker per usable core, at most 4 (each worker may hold a
+# TensorFlow conversion of ~1 GB, and the runtimes under test use 2 threads of their own);
+# PYTEST_XDIST_AUTO_NUM_WORKERS, when set, is xdist's own count instead
+MAX_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

@@ -29,6 +29,24 @@ MORE = settings(max_examples=400, deadline=10000, database=None, suppress_health
                                                                          HealthCheck.too_slow])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _loaders_imported():
+    """The loaders import their libraries (onnx, the CLI, yaml, toml) on first use: done once here, so that
+    hypothesis' deadline times the loading of each input and not Python's imports (seconds on a loaded machine)."""
+    import edgeopt.artifact
+    import edgeopt.cli
+    import edgeopt.data
+    import edgeopt.metrics
+    import edgeopt.pipeline.recipe
+    import edgeopt.plan
+    import edgeopt.profiles
+    import edgeopt.remote.inventory
+    import edgeopt.runtime.measure  # noqa: F401
+    from edgeopt.model import graph_inputs, load_onnx
+
+    graph_inputs(load_onnx(MODELS[0]))
+
+
 def exit_code_of(fn) -> int:
     """Run ``fn`` and give the exit code the CLI would: an EdgeoptError's own, an environment fault 3;
     anything else is the bug this fuzzing looks for and is re-raised (with its traceback)."""
