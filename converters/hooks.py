@@ -66,12 +66,6 @@ class BackendHooks:
         """Refuse, before any work, a source model the profile's target for this backend can't take (an
         :class:`edgeopt.errors.EdgeoptError` naming what and the fix); nothing to refuse by default."""
 
-    def cascade_stage_loader(self) -> Path | None:
-        """A Python file in its folder defining ``open_backend_stage(folder, runtime)`` (standard library, numpy and
-        its runtime only) that opens one stage of an early-exit artifact: appended to the cascade's ``load.py``.
-        None: that ``load.py`` says it can't run its stages."""
-        return None
-
     def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
         """How an ONNX model (a prefix of the model, cut where an early exit may sit) is timed as this backend will
         run it, here, on one thread, at INT8 where ``int8`` (a backend that quantizes itself calibrates on

@@ -8,8 +8,8 @@ back and are compared with edgeopt's runner on this host under the rule of the d
 per precision, one quantization step for int8 outputs, the error vs FP32 beyond it). A difference is exit 5 naming
 the device and the output; a ``load.py`` that fails there is exit 5 with its last line.
 
-A staged early-exit artifact (``cascade.json``) is recorded as not checked, with why: its ``load.py`` prints each
-sample's class and exit stage, no outputs to compare; the cascade itself ran on the device through edgeopt's runner.
+A staged early-exit artifact's ``load.py`` runs its cascade there: the answer of the exit each sample left at is
+compared like any output (a sample leaving elsewhere than here gives another answer, and differs).
 The comparison and the manifest's entry are :func:`edgeopt.remote.verify.load_py_on_device`'s.
 """
 
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.consumer.check import CASCADE_FILE
 from edgeopt.consumer.writer import LOAD_PY
 from edgeopt.errors import EdgeoptError, GateFailedError, RemoteError
 from edgeopt.runtime.board_lock import EXIT_BOARD_BUSY
@@ -76,10 +75,6 @@ TIMEOUT_S = 3600.0  # under qemu a runtime's import alone takes tens of seconds
 
 def not_checked(artifact: Path) -> str | None:
     """Why ``load.py`` is not run on the device for ``artifact``, or None."""
-    if (artifact / CASCADE_FILE).exists():
-        return ("a staged early-exit artifact: its load.py runs the cascade and prints each sample's class and exit "
-                "stage (python load.py INPUTS.npz), no outputs to compare; the cascade ran on the device through "
-                "edgeopt's runner (verified_on)")
     if not (artifact / LOAD_PY).exists():
         return "no load.py for a backend registered from outside edgeopt"
     return None

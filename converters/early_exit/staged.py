@@ -19,7 +19,6 @@ from edgeopt.converters.early_exit import heads as H
 from edgeopt.enums import Precision
 
 CASCADE_FILE = "cascade.json"
-LOADER = Path(__file__).with_name("load_snippet.py")
 # a backend that compiles the chain's QDQ model (it does not quantize itself) gets stages cut from that model
 QDQ_BEFORE_CUT = {"mode": "static", "quantized": "before the cut (the chain's QDQ model)",
                   "why": "each stage holds the quantize/dequantize nodes of its part, their scales calibrated on "
@@ -27,23 +26,14 @@ QDQ_BEFORE_CUT = {"mode": "static", "quantized": "before the cut (the chain's QD
 STAGE_CALIB = 300  # --calib samples each INT8 stage is calibrated on, where the backend names no subset size
 
 
-MAIN = 'if __name__ == "__main__":'
-NO_LOADER = """
+def write_loader(root: Path, runtime: dict, inputs: list[dict], precision) -> None:
+    """``load.py``: the backend's own loader opening each stage and the cascade part, written
+    by ``edgeopt.consumer.writer`` as for any artifact (none for a backend without a load.py template)."""
+    from edgeopt import __version__
+    from edgeopt.consumer.writer import write_loaders
 
-def open_backend_stage(folder, runtime):
-    raise SystemExit(f"this load.py can't open {runtime['backend']} stages: run the artifact with edgeopt")
-"""
-
-
-def write_loader(root: Path, backend: str) -> None:
-    """``load.py``: the cascade runner (:data:`LOADER`) and how the backend opens one stage (its hooks'
-    ``cascade_stage_loader``)."""
-    from edgeopt.converters.registry import hooks_of
-
-    stage_file = hooks_of(backend).cascade_stage_loader()
-    part = "\n\n" + stage_file.read_text() if stage_file is not None else NO_LOADER
-    runner, main = LOADER.read_text().split(MAIN, 1)  # defined before the script's part runs
-    (root / "load.py").write_text(runner.rstrip("\n") + "\n" + part.rstrip("\n") + "\n\n\n" + MAIN + main)
+    manifest = {"runtime": runtime, "inputs": inputs, "precision": getattr(precision, "value", precision)}
+    write_loaders(root, manifest, __version__)
 
 
 def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresholds: list[float], shares, report):
@@ -109,15 +99,15 @@ def run_staged(stage, spec, inter, ctx, run_stage):
                "predicted_mean_ms_at_convert": draft["predicted_mean_ms"], "stage_ms_at_convert": draft["stage_ms"],
                "timed_with": draft["costed_with"]}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
-    write_loader(root, parts[-1]["runtime"]["backend"])
+    last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
+    io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
+    runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
+    write_loader(root, runtime, parts[0]["inputs"], last.precision)
     measured = keep_or_plain(root, draft, plain, ctx)
     if measured is not None:
         return measured  # the plain model: the exits don't pay in the backend's runtime
     cascade["measured_at_convert"] = draft["report"]["measured"]
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
-    last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
-    io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
-    runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
     return Intermediate(root / CASCADE_FILE, last.format, last.precision, {**inter.notes, "runtime": runtime,
                                                                            "cascade": None})
 

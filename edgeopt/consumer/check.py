@@ -26,6 +26,7 @@ from .writer import LOAD_PY, write_loaders
 
 REL = 1e-4  # the float rule of --verify-on (remote/verify.py), here for any precision: nothing may round otherwise
 TIMEOUT_S = 900
+EXIT_STAGE = "exit_stage"  # a cascade's load.py output: the stage each sample left at (templates/load_cascade.py)
 RULE = f"{REL:g} x each output's scale (integer outputs: equal): the same runtime, settings and machine"
 
 
@@ -92,7 +93,13 @@ def _host_outputs(artifact_dir: Path, manifest: dict, feeds: list[dict]) -> tupl
     from edgeopt.runtime.runners import open_runner
 
     with open_runner(str(artifact_dir), manifest=manifest) as runner:
-        return _stack([runner.run(f) for f in feeds]), dict(getattr(runner, "properties", None) or {})
+        runs = []
+        for f in feeds:
+            out = runner.run(f)
+            if hasattr(runner, "last_exits"):  # a cascade: where each sample left, which its load.py reports too
+                out = {**out, EXIT_STAGE: np.asarray(runner.last_exits)}
+            runs.append(out)
+        return _stack(runs), dict(getattr(runner, "properties", None) or {})
 
 
 def _check_settings(runtime: str, given: dict | None, manifest: dict) -> None:
@@ -110,16 +117,9 @@ def _check_settings(runtime: str, given: dict | None, manifest: dict) -> None:
 
 def check_as_deployed(artifact_dir: Path | str, manifest: dict, samples, *, version: str = "") -> ConsumerCheck:
     """Write ``load.py``/``load.cc`` into ``artifact_dir`` and run :func:`consumer_check` on ``samples`` (a
-    Dataset). A staged early-exit artifact (``cascade.json``) keeps the ``load.py`` its stage wrote, which runs the
-    cascade stage by stage through the runtime's plain API: it is recorded as not checked here, with why."""
-    if (Path(artifact_dir) / CASCADE_FILE).exists():
-        record = consumer_check(artifact_dir, manifest, samples, files=[])
-        return record.model_copy(update={"skipped": "a staged early-exit artifact: its own load.py runs the cascade "
-                                                    "(python load.py INPUTS.npz); the runner's cascade was validated"})
+    Dataset). A staged early-exit artifact's ``load.py`` runs its cascade (each stage opened by the backend's own
+    loader): its answers and the stage each sample left at are compared with edgeopt's cascade runner."""
     return consumer_check(artifact_dir, manifest, samples, files=write_loaders(artifact_dir, manifest, version))
-
-
-CASCADE_FILE = "cascade.json"  # converters/early_exit/staged.py: a staged artifact's order of stages
 
 
 def consumer_check(artifact_dir: Path | str, manifest: dict, samples, *, files: list[str]) -> ConsumerCheck:

@@ -1,7 +1,8 @@
 """Write ``load.py`` and ``load.cc`` beside an artifact's model, from its manifest's ``runtime`` entry.
 
-``load.py`` is the runtime's part (its backend's template file, the hooks' ``load_py_template``) and the shared
-command line (``templates/load_common.py``) joined, with the manifest's settings, io map and inputs written in as
+``load.py`` is the runtime's part (its backend's template file, the hooks' ``load_py_template``), for a staged
+early-exit artifact the cascade part (``templates/load_cascade.py``, which opens each stage with the runtime part's
+``load``), and the shared command line (``templates/load_common.py``) joined, with the manifest's settings, io map and inputs written in as
 Python literals: it imports numpy and the runtime only. ``load.cc`` (:mod:`.cc`) applies the same settings in C++.
 """
 
@@ -43,6 +44,10 @@ def load_py_source(manifest: dict, version: str = "") -> str:
     backend = runtime["backend"]
     comment, imports, body = _parts(hooks_for(backend).load_py_template().read_text())
     _, common_imports, common = _parts((TEMPLATES / "load_common.py").read_text())
+    cascade = runtime.get("cascade")
+    if cascade:  # a staged early-exit artifact: the backend's load() opens each stage, the cascade part runs them
+        cascade_comment, cascade_imports, cascade_body = _parts((TEMPLATES / "load_cascade.py").read_text())
+        comment, imports, body = [*comment, *cascade_comment], [*imports, *cascade_imports], [*body, "", *cascade_body]
     values = {"MODEL": runtime["model"], "SETTINGS": runtime.get("settings") or {}, "IO": runtime.get("io") or {},
               "INPUTS": [{"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]} for t in manifest["inputs"]]}
 
@@ -53,7 +58,8 @@ def load_py_source(manifest: dict, version: str = "") -> str:
             out.append(f"{m.group(1)} = {literal(values[m.group(1)])}" if m else ln.split("  # noqa")[0])
         return out
 
-    head = [f'"""Load {runtime["model"]} as edgeopt {version} judged it: {backend}, {manifest.get("precision")}, '
+    what = f"the early-exit stages of {cascade}" if cascade else runtime["model"]
+    head = [f'"""Load {what} as edgeopt {version} judged it: {backend}, {manifest.get("precision")}, '
             f'profile {manifest.get("profile")}.', "",
             "Generated from manifest.json's runtime.settings; needs numpy and the runtime only.",
             "    python load.py --inputs x.npz --outputs y.npz     (--bare: the runtime's defaults, for comparison)",
@@ -72,5 +78,7 @@ def write_loaders(artifact_dir: Path | str, manifest: dict, version: str = "") -
         return []
     d = Path(artifact_dir)
     write_text_atomic(d / LOAD_PY, load_py_source(manifest, version))
+    if manifest["runtime"].get("cascade"):
+        return [LOAD_PY]  # load.cc runs one model; a cascade's stages are run by load.py
     write_text_atomic(d / LOAD_CC, cc_source(manifest, hooks))
     return [LOAD_PY, LOAD_CC]

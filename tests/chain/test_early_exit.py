@@ -10,6 +10,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+from fixtures_cascade import timings_by_node_count
 
 from edgeopt.converters.early_exit.cuts import cut_candidates
 from edgeopt.converters.early_exit.thresholds import (
@@ -177,7 +178,7 @@ def test_a_model_without_a_class_output_is_refused_with_exit_3(cli, tmp_path):
 def _convert(cli_in_process, monkeypatch, repo, tmp_path, files, backend, *extra, profile="host"):
     """A convert with exits and no gain asked (any cascade is kept), its subset chosen by node counts, not by
     timings of a loaded machine; the backend's own measurement still runs and is recorded."""
-    _timings_by_node_count(monkeypatch)
+    timings_by_node_count(monkeypatch)
     model, calib, ev = (str(repo / f) for f in files)
     out = tmp_path / backend
     r = cli_in_process("convert", model, "--profile", profile, "--backend", backend, "--precision", "fp32",
@@ -199,6 +200,8 @@ def _check_staged(out, manifest, report, repo, bound=2.0, files=MNIST):
     assert len(cascade["stages"]) == report["verdict"]["exits"] + 1
     assert all((out / s["dir"]).is_dir() for s in cascade["stages"]) and (out / "load.py").is_file()
     assert manifest["validation"]["accuracy_drop"] <= bound
+    consumer = manifest["consumer_check"]  # load.py ran the cascade as edgeopt's runner did, exit stages included
+    assert consumer["skipped"] is None and consumer["passed"] is True and consumer["files"] == ["load.py"]
     data = np.load(repo / files[2])
     with open_runner(str(out)) as runner:
         ys = [runner.run({"input": data["input"][i:i + 1]})["logits"] for i in range(32)]  # the model's batch: 1
@@ -225,16 +228,18 @@ def test_staged_artifact_through_onnxruntime(cli, cli_in_process, monkeypatch, r
 
 
 def _load_py_runs(out, inputs, n):
-    """The artifact's load.py (the runner and the backend's stage loader) runs with python alone: a class and a
-    stage per sample."""
+    """The artifact's load.py (the cascade part and the backend's own loader for each stage) runs with python
+    alone: each sample's answer and the stage it left at."""
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, str(out / "load.py"), str(inputs)], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run([sys.executable, "-I", str(out / "load.py"), "--inputs", str(inputs), "--outputs",
+                        str(out.parent / "load_out.npz")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    rows = [line.split() for line in r.stdout.splitlines()]
-    assert len(rows) == n and all(0 <= int(c) < 10 and int(s) >= 0 for c, s in rows)
+    got = np.load(out.parent / "load_out.npz")
+    assert got["logits"].shape == (n, 10) and got["exit_stage"].shape == (n,)  # a batch of n: one sample a call
+    assert set(got["exit_stage"].ravel().tolist()) <= set(range(len(json.loads((out / "cascade.json").read_text())
+                                                                    ["stages"])))
 
 
 @pytest.mark.slow
@@ -256,6 +261,9 @@ def test_staged_artifact_through_tflite_for_pi5(cli_in_process, monkeypatch, rep
     out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, MNIST, "tflite", profile="pi5")
     _check_staged(out, manifest, report, repo)
     assert all((out / f"stage{i}" / "model.tflite").is_file() for i in range(report["verdict"]["exits"] + 1))
+    small = tmp_path / "in.npz"
+    np.savez(small, input=np.load(repo / MNIST[2])["input"][:8])
+    _load_py_runs(out, small, 8)  # LiteRT's interpreter opens each stage, the NHWC stage tensors mapped back
 
 
 @pytest.mark.slow
@@ -268,21 +276,6 @@ def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli_in_proc
     assert report["verdict"]["early_exit"] is False and report["verdict"]["why"]
     assert not (out / "cascade.json").exists() and (out / "model.onnx").is_file()
     assert any("plain model is written" in w for w in manifest["warnings"])
-
-
-def _timings_by_node_count(monkeypatch, ratio=None):
-    """Convert-time timings injected: each model's 'time' is its node count (the cuts and the exit subset then
-    depend on the graph and the exit shares alone, not on a loaded machine's timings), and the backend's
-    measurement of the cascade says ``ratio`` (None: it runs)."""
-    from edgeopt.converters.early_exit import cuts, verify
-
-    monkeypatch.setattr(cuts, "time_models", lambda paths, feed, runs, *how: [
-        0.01 * len(onnx.load(str(p)).graph.node) for p in paths])
-    if ratio is None:
-        return
-    monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
-        "cascade_ms": ratio, "plain_ms": 1.0, "ratio": ratio, "samples": len(data),
-        "backend": manifest["runtime"]["backend"], "timed_with": "injected"})
 
 
 def _convert_in_process(cli_in_process, repo, tmp_path, backend, *extra):
@@ -301,7 +294,7 @@ def _convert_in_process(cli_in_process, repo, tmp_path, backend, *extra):
 def test_the_backends_measurement_decides_and_the_plain_model_is_the_backends(cli_in_process, repo, tmp_path,
                                                                               monkeypatch):
     pytest.importorskip("torch")
-    _timings_by_node_count(monkeypatch, ratio=1.3)  # predicted to pay, measured not to in OpenVINO
+    timings_by_node_count(monkeypatch, ratio=1.3)  # predicted to pay, measured not to in OpenVINO
     out, manifest, report = _convert_in_process(cli_in_process, repo, tmp_path, "openvino", "--precision", "fp32")
     assert report["measured"]["backend"] == "openvino" and report["verdict"]["early_exit"] is False
     assert "openvino" in report["verdict"]["why"] and "don't pay once run" in report["verdict"]["why"]
@@ -318,7 +311,7 @@ def test_the_backends_measurement_decides_and_the_plain_model_is_the_backends(cl
 def test_openvino_int8_stages_each_calibrated_on_their_own_inputs(cli_in_process, repo, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("nncf")
-    _timings_by_node_count(monkeypatch, ratio=0.5)
+    timings_by_node_count(monkeypatch, ratio=0.5)
     # thresholds are chosen on the float stages; the INT8 stages move the confidences: a wider bound than float's
     out, manifest, report = _convert_in_process(cli_in_process, repo, tmp_path, "openvino", "--precision", "int8",
                                                 "--max-accuracy-drop", "5")
@@ -337,7 +330,7 @@ def test_tflite_int8_stages_each_calibrated_on_their_own_inputs_for_pi5(cli_in_p
     pytest.importorskip("ai_edge_quantizer")
     from edgeopt.converters.backends.tflite.ops import op_counts
 
-    _timings_by_node_count(monkeypatch)
+    timings_by_node_count(monkeypatch)
     model, calib, ev = (str(repo / f) for f in DIGITS)
     out = tmp_path / "pi5"
     # pi5's default path (TFLite INT8); the bound as the OpenVINO INT8 stages have it: INT8 moves the confidences
@@ -360,7 +353,7 @@ def test_tflite_int8_stages_each_calibrated_on_their_own_inputs_for_pi5(cli_in_p
 def test_tvm_int8_stages_are_cut_from_the_chains_qdq_model(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("tvm")
-    _timings_by_node_count(monkeypatch)
+    timings_by_node_count(monkeypatch)
     model, calib, ev = (str(repo / f) for f in DIGITS)
     out = tmp_path / "tvm"
     r = cli_in_process("convert", model, "--profile", "host", "--backend", "tvm", "--precision", "int8",
@@ -429,7 +422,7 @@ def _sigmoid_outputs(src, dst):
 def test_exits_are_judged_by_the_runs_metric_end_to_end(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
     # plumbing, not a pitch model: the digits' classes are not ordered, so the bound is loose
-    _timings_by_node_count(monkeypatch)
+    timings_by_node_count(monkeypatch)
     _sigmoid_outputs(repo / MNIST[0], tmp_path / "sig.onnx")
     out = tmp_path / "ee"
     r = cli_in_process("convert", str(tmp_path / "sig.onnx"), "--profile", "host", "--backend", "onnxruntime",

@@ -104,17 +104,27 @@ def test_a_failing_load_py_on_the_board_is_exit_5_and_an_edgeopt_import_is_named
     assert "remote-bench board ARTIFACT --setup" in e.value.hint
 
 
-def test_a_staged_early_exit_artifact_is_recorded_not_checked_on_the_device(tmp_path):
-    """Its load.py prints classes and exit stages, not outputs: recorded with why, the device not contacted."""
-    from edgeopt.remote.inventory import make_device
-    from edgeopt.remote.verify import load_py_on_device
+@pytest.mark.remote
+@pytest.mark.onnxruntime
+def test_a_staged_early_exit_artifacts_load_py_runs_its_cascade_on_the_board(emulated_x86, tmp_path):
+    """The cascade's load.py (each stage opened by ONNX Runtime's own loader) runs on the board with the artifact's
+    files only; each sample's answer is compared with edgeopt's cascade runner on this host."""
+    from fixtures_cascade import hand_cascade, samples
 
-    (tmp_path / "cascade.json").write_text("{}")
-    (tmp_path / "load.py").write_text("")
-    dev = make_device(name="pi5-board", host="10.255.255.1", profile="pi5")
-    entry = load_py_on_device(dev, tmp_path, None, [], "int8", {}, None, device_arch="aarch64")
-    assert entry["where"] == "pi5-board" and entry["passed"] is None and entry["samples"] == 0
-    assert entry["skipped"].startswith("a staged early-exit artifact: its load.py runs the cascade")
+    from edgeopt.consumer.check import check_as_deployed
+    from edgeopt.remote.inventory import get_device
+    from edgeopt.remote.verify import load_py_on_device
+    from edgeopt.runtime.runners import open_runner
+
+    art, manifest = hand_cascade(tmp_path / "ee")
+    check_as_deployed(art, manifest, samples(16), version="test")  # writes load.py, checks it here
+    feeds = [samples(16).feed(i) for i in range(16)]
+    with open_runner(str(art), manifest=manifest) as runner:
+        host = [runner.run(f) for f in feeds]
+        assert 0 < sum(runner.exit_counts[:-1]) < 16  # some samples leave early, some run to the end
+    entry = load_py_on_device(get_device("x86-emu"), art, samples(16), host, "fp32", {}, None, device_arch="x86_64")
+    assert entry["where"] == "x86-emu" and entry["skipped"] is None and entry["passed"] is True
+    assert entry["samples"] == 16 and entry["worst_output"] == "logits" and entry["applied"]["stages"] == 2
 
 
 def test_the_board_entry_is_shown_even_where_the_host_check_was_skipped():

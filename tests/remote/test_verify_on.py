@@ -185,6 +185,32 @@ def test_pi5_artifact_verified_on_the_emulated_board(emulated_pi5, cli, tmp_path
     assert vo["max_abs_diff"] >= 0.0
 
 
+@pytest.mark.remote
+@pytest.mark.slow
+@pytest.mark.tflite
+def test_an_early_exit_artifact_for_pi5_runs_its_cascade_on_the_emulated_board(emulated_pi5, cli_in_process, tmp_path,
+                                                                              monkeypatch):
+    """pi5's default path with early exits: each LiteRT stage and the cascade run on the emulated Cortex-A76
+    through edgeopt's runner (verified_on) and through the artifact's own load.py (consumer_check.on_devices)."""
+    pytest.importorskip("torch")
+    from fixtures_cascade import timings_by_node_count
+
+    timings_by_node_count(monkeypatch)  # the exits kept depend on the graph and the data, not a loaded host
+    out = tmp_path / "ee-pi5"
+    r = cli_in_process("convert", str(MNIST), "--profile", "pi5", "--precision", "fp32", "--early-exit", "auto",
+                       "--calib", str(MNIST_CALIB), "--eval", str(MNIST_TEST), "--max-accuracy-drop", "2",
+                       "--set", "early_exit.epochs=80", "--set", "early_exit.timing_runs=3",
+                       "--set", "early_exit.min_gain=-9", "--verify-on", "pi5-emu", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runtime"]["backend"] == "tflite" and (out / "cascade.json").is_file()
+    vo = manifest["verified_on"]
+    assert vo["device"] == "pi5-emu" and vo["device_arch"] == "aarch64" and vo["passed"] is True
+    (on_board,) = manifest["consumer_check"]["on_devices"]
+    assert on_board["passed"] is True and on_board["skipped"] is None and on_board["samples"] == vo["samples"]
+    assert on_board["applied"]["stages"] == len(json.loads((out / "cascade.json").read_text())["stages"]) >= 2
+
+
 def test_a_runtime_missing_on_the_board_says_how_convert_gets_it_there(tmp_path, monkeypatch):
     """remote-bench's own hint (``--setup``) names a flag convert doesn't have: --verify-on says what to run."""
     from edgeopt.data import Dataset

@@ -23,9 +23,6 @@ class OnnxRuntimeHooks(BackendHooks):
     as_loaded_suffix = ".as-loaded.onnx"
     places = True
 
-    def cascade_stage_loader(self) -> Path | None:
-        return Path(__file__).with_name("cascade_stage.py")
-
     def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
         from .prefix_time import prefix_timer
 

@@ -24,9 +24,6 @@ class OpenVINOHooks(BackendHooks):
     as_loaded_suffix = ".as-loaded.xml"
     places = True
 
-    def cascade_stage_loader(self) -> Path | None:
-        return Path(__file__).with_name("cascade_stage.py")
-
     def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
         from .prefix_time import prefix_timer
 
