@@ -1,6 +1,7 @@
 """The staged artifact: stage k with its exit head is a model of its own, converted by the profile's backend like
 any model, in ``stage<k>/`` of the artifact; ``cascade.json`` holds their order, the tensors between them and the
-exit thresholds, and ``load.py`` runs it with numpy and the runtime alone.
+exit thresholds; ``load.py`` (written with the consumer check, as for any artifact) runs it with numpy and the
+runtime alone.
 
 Staged rather than one ONNX model with ``If`` nodes: ``If`` with sub-graphs converts to neither TFLite (onnx2tf)
 nor TVM's static graphs, OpenVINO and ONNX Runtime's graph optimizers don't fuse across sub-graph boundaries, and a
@@ -24,16 +25,6 @@ QDQ_BEFORE_CUT = {"mode": "static", "quantized": "before the cut (the chain's QD
                   "why": "each stage holds the quantize/dequantize nodes of its part, their scales calibrated on "
                          "--calib through the whole model: on the activations that reach that stage"}
 STAGE_CALIB = 300  # --calib samples each INT8 stage is calibrated on, where the backend names no subset size
-
-
-def write_loader(root: Path, runtime: dict, inputs: list[dict], precision) -> None:
-    """``load.py``: the backend's own loader opening each stage and the cascade part, written
-    by ``edgeopt.consumer.writer`` as for any artifact (none for a backend without a load.py template)."""
-    from edgeopt import __version__
-    from edgeopt.consumer.writer import write_loaders
-
-    manifest = {"runtime": runtime, "inputs": inputs, "precision": getattr(precision, "value", precision)}
-    write_loaders(root, manifest, __version__)
 
 
 def write_stage_models(model: Path, ctx, parts: dict, enabled: list[int], thresholds: list[float], shares, report):
@@ -102,7 +93,6 @@ def run_staged(stage, spec, inter, ctx, run_stage):
     last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
     io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
     runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
-    write_loader(root, runtime, parts[0]["inputs"], last.precision)
     measured = keep_or_plain(root, draft, plain, ctx)
     if measured is not None:
         return measured  # the plain model: the exits don't pay in the backend's runtime
