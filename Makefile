@@ -15,7 +15,7 @@ APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu
 # with a private apt list (the system's sources untouched) and only its include/ unpacked.
 ORT_INCLUDE := /usr/local/include/onnxruntime
 
-.PHONY: demo test test-fast setup system-deps ort-headers fixtures-models lint docs bench clean
+.PHONY: demo test test-parallel test-fast setup system-deps ort-headers fixtures-models lint docs bench clean
 
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
@@ -56,10 +56,15 @@ demo: setup system-deps
 	  --max-accuracy-drop 1 -o $(DEMO_OUT)/mnist-host-int8 --force
 	$(EDGEOPT) bench $(DEMO_OUT)/mnist-host-int8 --min-seconds 2
 
-# -n auto: one pytest worker per core (tests/conftest.py caps it); --dist loadfile keeps a file's tests, and so its
-# module-scoped conversions, on one worker; --durations: the slowest tests in the log
+# --durations: the slowest tests in the log
 test: setup system-deps
-	$(VENV)/bin/pytest -q -n auto --dist loadfile --durations=25
+	$(VENV)/bin/pytest -q --durations=25
+
+# The same suite on one pytest worker per core (tests/conftest.py caps it): --dist loadfile keeps a file's tests, and
+# so its module-scoped conversions, on one worker; --max-worker-restart=0 ends the run where a worker dies (pytest-xdist
+# can wait forever after replacing a crashed loadfile worker) and names the test it was running.
+test-parallel: setup system-deps
+	$(VENV)/bin/pytest -q -n auto --dist loadfile --max-worker-restart=0 --durations=25
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow"

@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"{missing[0]} not installed (pip install 'edgeopt[{marker}]')"))
 
 
-# `make test` runs pytest-xdist's ``-n auto``: one worker per usable core, at most 4 (each worker may hold a
+# `make test-parallel` runs pytest-xdist's ``-n auto``: one worker per usable core, at most 4 (each worker may hold a
 # TensorFlow conversion of ~1 GB, and the runtimes under test use 2 threads of their own);
 # PYTEST_XDIST_AUTO_NUM_WORKERS, when set, is xdist's own count instead
 MAX_WORKERS = 4
