@@ -267,6 +267,27 @@ def test_staged_artifact_through_tflite_for_pi5(cli_in_process, monkeypatch, rep
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("profile, backend", [
+    pytest.param("jetson-orin-nano", "onnxruntime", marks=pytest.mark.onnxruntime),
+    pytest.param("intel-npu", "openvino", marks=pytest.mark.openvino)])
+def test_staged_artifact_through_the_accelerator_profiles_default_backend(cli_in_process, monkeypatch, repo, tmp_path,
+                                                                          profile, backend):
+    """The Jetson and Intel NPU profiles' default backends: each stage carries the profile's runtime settings (the
+    TensorRT provider with its fallbacks; the NPU device, CPU where there is none) and load.py runs the cascade as
+    the runner does."""
+    pytest.importorskip("torch")
+    out, manifest, report = _convert(cli_in_process, monkeypatch, repo, tmp_path, MNIST, backend, profile=profile)
+    _check_staged(out, manifest, report, repo)
+    stages = json.loads((out / "cascade.json").read_text())["stages"]
+    settings = manifest["runtime"]["settings"]
+    assert all(s["runtime"]["settings"] == settings for s in stages)  # every stage as the profile runs a model
+    if profile == "intel-npu":
+        assert settings["device"] == "NPU"
+    else:
+        assert settings["provider"] == "TensorrtExecutionProvider"
+
+
+@pytest.mark.slow
 @pytest.mark.onnxruntime
 def test_no_exit_pays_and_the_plain_model_is_written_with_the_reason(cli_in_process, monkeypatch, repo, tmp_path):
     pytest.importorskip("torch")
