@@ -155,6 +155,9 @@ def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db
     sections, notes = [], []
     sections.append("<h2>Runs</h2>" + _runs_table(runs))
     sections.append("<h2>Latency distributions</h2>" + _img(plots.latency_distributions(runs), "latency distributions"))
+    exits = plots.exit_latencies(runs)
+    if exits is not None:
+        sections.append("<h2>Early exits: latency per exit</h2>" + _img(exits, "latency per exit"))
 
     roof, roof_notes = _roofline_section(runs)
     sections.append("<h2>Roofline</h2>" + roof)
@@ -192,5 +195,6 @@ def build_report(output: str | os.PathLike, run_ids: list[int] | None = None, db
     write_text_atomic(out, page)
     return {"output": str(out), "runs": [r["id"] for r in runs], "waterfall_stages": [s["stage"] for s in stage_rows],
             "histories": histories, "roofline": "<img" in roof, "rooflines": roof.count("<img"),
+            "early_exit_runs": [r["id"] for r in runs if (r["result"].get("early_exit") or {}).get("per_sample_ms")],
             "banner": banner_lines, "emulated_runs": [r["id"] for r in runs if r["location"] == "emulated"],
             "notes": notes, "bytes": out.stat().st_size}

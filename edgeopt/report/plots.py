@@ -79,6 +79,39 @@ def latency_distributions(runs: list[dict]) -> bytes:
     return _png(fig)
 
 
+def exit_latencies(runs: list[dict]) -> bytes | None:
+    """Per early-exit run (``bench --inputs`` of a cascade): a box per exit of the latencies of the samples that
+    left there, with the worst case (every stage and head) and the plain model's time as lines; None: no such run."""
+    import numpy as np
+
+    rows = [r for r in runs if (r["result"].get("early_exit") or {}).get("per_sample_ms")]
+    if not rows:
+        return None
+    fig = _figure(max(6, 3.2 * len(rows) + 1), 4.5)
+    for i, run in enumerate(rows, 1):
+        ee = run["result"]["early_exit"]
+        ms, exits = np.asarray(ee["per_sample_ms"], float), np.asarray(ee["per_sample_exit"], int)
+        last = int(ee.get("stages") or exits.max() + 1) - 1
+        ax = fig.add_subplot(1, len(rows), i)
+        ks = [k for k in range(last + 1) if (exits == k).any()]
+        ax.boxplot([ms[exits == k] for k in ks], positions=list(range(1, len(ks) + 1)), widths=0.5)
+        ax.set_xticks(list(range(1, len(ks) + 1)))
+        ax.set_xticklabels([f"{'full' if k == last else f'exit {k}'}\n{(exits == k).mean():.0%}" for k in ks],
+                           fontsize=7)
+        for value, style, what in ((ee.get("worst_case_ms"), "--", "worst case"),
+                                   (ee.get("plain_ms_at_convert"), ":", "plain model")):
+            if value:
+                ax.axhline(value, linestyle=style, color="tab:red" if what == "worst case" else "tab:gray",
+                           label=f"{what} {value:.3g} ms")
+        ax.axhline(ee["mean_ms"], color="tab:green", label=f"mean {ee['mean_ms']:.3g} ms")
+        ax.set_title(run_label(run), fontsize=8)
+        ax.set_ylabel("latency per sample (ms)")
+        ax.legend(fontsize=6)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Early exits: each sample's latency by the exit it left at (share under each)", fontsize=9)
+    return _png(fig)
+
+
 def stage_rows(runs: list[dict]) -> list[dict]:
     """The latest run of each ``stage`` label, in optimisation order (unknown stages last)."""
     latest: dict[str, dict] = {}

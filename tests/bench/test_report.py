@@ -56,6 +56,26 @@ def test_report_is_one_self_contained_html_file(cli, tmp_path):
     assert page.count("machine not idle") == 1 and f"Run {ids[1]}: machine not idle" in page
 
 
+def test_report_draws_an_early_exit_runs_latency_per_exit(tmp_path):
+    """A cascade benched over --inputs: each sample's time and the exit it left at are stored, and the report draws
+    them per exit with the worst case and the plain model; a run without exits gets no such figure."""
+    from edgeopt.report import build_report
+
+    db = tmp_path / "r.db"
+    rng = np.random.default_rng(0)
+    exits = rng.choice([0, 1, 2], size=200, p=[0.6, 0.3, 0.1])
+    ms = np.array([0.3, 0.9, 1.6])[exits] * rng.lognormal(0, 0.05, 200)
+    ee = {"stages": 3, "samples": 200, "mean_ms": float(ms.mean()), "worst_case_ms": 1.8, "plain_ms_at_convert": 1.5,
+          "per_sample_ms": ms.tolist(), "per_sample_exit": exits.tolist()}
+    plain, cascade = stored_run(db, 1.5, seed=1), stored_run(db, 0.7, seed=2, early_exit=ee)
+    info = build_report(tmp_path / "r.html", run_ids=[plain, cascade], db=db)
+    assert info["early_exit_runs"] == [cascade]
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Early exits: latency per exit</h2>" in page
+    info = build_report(tmp_path / "p.html", run_ids=[plain], db=db)
+    assert info["early_exit_runs"] == [] and "latency per exit" not in (tmp_path / "p.html").read_text()
+
+
 def test_report_without_stage_labels_says_how_to_get_the_waterfall(tmp_path):
     from edgeopt.report import build_report
 
