@@ -90,14 +90,14 @@ def run_staged(stage, spec, inter, ctx, run_stage):
                "predicted_mean_ms_at_convert": draft["predicted_mean_ms"], "stage_ms_at_convert": draft["stage_ms"],
                "timed_with": draft["costed_with"]}
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
-    last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
-    io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
-    runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
     measured = keep_or_plain(root, draft, plain, ctx)
     if measured is not None:
         return measured  # the plain model: the exits don't pay in the backend's runtime
     cascade["measured_at_convert"] = draft["report"]["measured"]
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
+    last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
+    io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}
+    runtime = {**last_rt, "model": f"{parts[-1]['dir']}/{last_rt['model']}", "io": io, "cascade": CASCADE_FILE}
     return Intermediate(root / CASCADE_FILE, last.format, last.precision, {**inter.notes, "runtime": runtime,
                                                                            "cascade": None})
 
