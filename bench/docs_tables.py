@@ -50,6 +50,11 @@ TABLES: tuple[Table, ...] = (
     Table("device_matrix", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",), "device_matrix",
           MATRIX_NOTE + " Seconds are wall time on 2 shared cores."),
+    # the held-apart unseen models: their one final run over every profile
+    Table("device_matrix_unseen_final", "docs/benchmarks/device-matrix.md",
+          (f"{RESULTS}/2026-12-05/device_matrix_unseen_final.json",), "device_matrix",
+          "One run per model, merged; 2 cores shared with the test suite (seconds under load). The ARM and Jetson "
+          "artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`)."),
     # every mode x backend on eight models, one combined file per CPU
     Table("quant_modes_amd", "docs/benchmarks/quant-modes.md",
           (f"{RESULTS}/2026-12-03/quant_modes-all-models-amd-epyc.json",), "quant_modes"),
