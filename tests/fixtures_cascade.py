@@ -85,6 +85,6 @@ def timings_by_node_count(monkeypatch, ratio=None):
         0.01 * len(onnx.load(str(p)).graph.node) for p in paths])
     if ratio is None:
         return
-    monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data: {
+    monkeypatch.setattr(verify, "measure", lambda root, plain_dir, manifest, data, threads=None: {
         "cascade_ms": ratio, "plain_ms": 1.0, "ratio": ratio, "samples": len(data),
         "backend": manifest["runtime"]["backend"], "timed_with": "injected"})

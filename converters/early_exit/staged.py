@@ -94,6 +94,7 @@ def run_staged(stage, spec, inter, ctx, run_stage):
     if measured is not None:
         return measured  # the plain model: the exits don't pay in the backend's runtime
     cascade["measured_at_convert"] = draft["report"]["measured"]
+    cascade["plain"] = draft["plain"]  # the model without exits, kept in plain/ for bench to time beside
     (root / CASCADE_FILE).write_text(json.dumps(cascade, indent=2))
     last_rt, first_rt = parts[-1]["runtime"], parts[0]["runtime"]
     io = {"inputs": first_rt.get("io", {}).get("inputs"), "outputs": last_rt.get("io", {}).get("outputs")}

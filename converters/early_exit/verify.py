@@ -7,14 +7,15 @@ and that cost differs between runtimes: OpenVINO pays more per split than ONNX R
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 
+from edgeopt.runtime.cascade import PLAIN_DIR
+
 SAMPLES = 64  # of --eval, timed on both
 REPEATS = 3  # runs per sample (the median)
-PLAIN_DIR = "plain_by_backend"
+SCRATCH = "plain_by_backend"  # under the run's work dir
 
 
 def plain_by_backend(stage, spec, inter, ctx, run_stage):
@@ -22,7 +23,7 @@ def plain_by_backend(stage, spec, inter, ctx, run_stage):
     and what becomes the artifact where the cascade does not pay."""
     from edgeopt.converters.base import Intermediate
 
-    work = Path(ctx.work_dir) / "early_exit" / PLAIN_DIR
+    work = Path(ctx.work_dir) / "early_exit" / SCRATCH
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     saved = ctx.artifact_dir
@@ -46,39 +47,37 @@ def _manifest_of(model_path: Path, runtime: dict) -> dict:
     return {"runtime": runtime, **io}
 
 
-def measure(root: Path, plain_dir: Path, plain_manifest: dict, dataset) -> dict:
-    """{"cascade_ms", "plain_ms", "ratio", "samples", "timed_with"}: mean latency over the first samples of
-    ``dataset``, the cascade in ``root`` against the plain artifact in ``plain_dir``, in their runtime."""
-    from edgeopt.runtime.cascade import CASCADE_FILE
+def measure(root: Path, plain_dir: Path, plain_manifest: dict, dataset, threads: int | None = None) -> dict:
+    """{"cascade_ms", "plain_ms", "ratio", "samples", "timed_with", ...}: mean latency over the first samples of
+    ``dataset``, the cascade in ``root`` against the plain artifact in ``plain_dir``, in their runtime, timed as
+    ``bench --inputs`` times them (:func:`edgeopt.runtime.cascade.time_over_inputs`), with the run's ``--threads``
+    (None: the runtime's default, as bench's)."""
+    from edgeopt.runtime.cascade import CASCADE_FILE, time_over_inputs
     from edgeopt.runtime.runners import open_runner
 
     manifest = {"runtime": {"cascade": CASCADE_FILE}, "inputs": [], "outputs": []}
-    cascade = open_runner(str(root), threads=1, manifest=manifest)
-    plain = open_runner(str(plain_dir), threads=1, manifest=plain_manifest)
+    cascade = open_runner(str(root), threads=threads, manifest=manifest)
+    plain = open_runner(str(plain_dir), threads=threads, manifest=plain_manifest)
     n = min(SAMPLES, len(dataset))
-    t_cascade, t_plain = [], []
     try:
-        for i in range(n):
-            feeds = dataset.feed(i)
-            t_cascade.append(_timed(lambda f=feeds: cascade.run(f)))
-            t_plain.append(_timed(lambda f=feeds: plain.run(f)))
+        t = time_over_inputs(cascade, [dataset.feed(i) for i in range(n)], repeats=REPEATS, plain=plain)
     finally:
         cascade.close()
         plain.close()
-    c, p = float(np.mean(t_cascade)), float(np.mean(t_plain))
     backend = plain_manifest["runtime"]["backend"]
-    return {"cascade_ms": round(c, 4), "plain_ms": round(p, 4), "ratio": round(c / p, 3), "samples": n,
-            "backend": backend, "timed_with": f"{backend} (the artifacts as written), 1 thread, this host, each "
-                                              f"sample the median of {REPEATS} runs, alternately"}
+    return {"cascade_ms": t["mean_ms"], "plain_ms": t["plain_mean_ms"], "ratio": t["mean_vs_plain"], "samples": n,
+            "worst_case_ms": t["worst_case_ms"], "backend": backend, "threads": threads,
+            "timed_with": f"{backend} (the artifacts as written), {threads or 'default'} thread(s), this host, each "
+                          f"sample the median of {REPEATS} runs, alternately"}
 
 
 def keep_or_plain(root: Path, draft: dict, plain, ctx):
     """None where the cascade in ``root`` pays in the backend's runtime (the stage report says so); else the plain
     model (``plain``, from :func:`plain_by_backend`) replaces it in ``root`` and its Intermediate is returned."""
     report = draft["report"]
-    work = Path(ctx.work_dir) / "early_exit" / PLAIN_DIR
-    m = report["measured"] = measure(root, work, _manifest_of(draft["model"], plain.notes["runtime"]),
-                                     draft["measure_data"])
+    work = Path(ctx.work_dir) / "early_exit" / SCRATCH
+    plain_manifest = _manifest_of(draft["model"], plain.notes["runtime"])
+    m = report["measured"] = measure(root, work, plain_manifest, draft["measure_data"], ctx.threads)
     predicted = draft["predicted_mean_ms"]
     j = report["held_back_as_written"] = judge_as_written(root, draft)
     if not j["holds"]:  # the held-back half confirms the cascade as written, with the convert gate's judge
@@ -89,6 +88,8 @@ def keep_or_plain(root: Path, draft: dict, plain, ctx):
         report["verdict"] = {"early_exit": True, "exits": len(draft["stages"]) - 1,
                              "why": f"measured mean {m['cascade_ms']:.3f} ms vs {m['plain_ms']:.3f} ms plain in "
                                     f"{m['backend']} (predicted {predicted:.3f} ms; stage costs: {draft['costed_with']})"}
+        shutil.copytree(work, root / PLAIN_DIR)  # kept: bench times the cascade against it as convert did
+        draft["plain"] = {"dir": PLAIN_DIR, **plain_manifest}
         return None
     return _plain(root, draft, plain, ctx, work,
                   f"the exits don't pay once run: measured mean {m['cascade_ms']:.3f} ms vs {m['plain_ms']:.3f} ms "
@@ -148,12 +149,3 @@ def judge_as_written(root: Path, draft: dict) -> dict:
             "drop_upper_points": round(upper, 3), "confidence": level, "max_accuracy_drop": bound,
             "agreement": round(100.0 * float(agrees(kind, ref, got).mean()), 2), "holds": bool(upper <= bound + 1e-9)}
 
-
-def _timed(fn) -> float:
-    fn()
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1000.0

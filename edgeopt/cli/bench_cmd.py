@@ -99,10 +99,13 @@ def bench(
     payload = {"table": [summary_row(r) for r in result["rows"]], **result}
     def human(c) -> None:
         render(c, result)
+        from edgeopt.bench.early_exit import early_exit_text
         from edgeopt.memory.bench_row import memory_text
 
         for r in result["rows"]:
             if r.get("memory"):
                 c.print(memory_text(r.get("name") or "", r["memory"]), markup=False)
+            if r.get("early_exit"):
+                c.print(early_exit_text(r.get("name") or "", r["early_exit"]), markup=False)
 
     emit(json_out, payload, human)

@@ -99,7 +99,7 @@ def exit_latencies(runs: list[dict]) -> bytes | None:
         ax.set_xticklabels([f"{'full' if k == last else f'exit {k}'}\n{(exits == k).mean():.0%}" for k in ks],
                            fontsize=7)
         for value, style, what in ((ee.get("worst_case_ms"), "--", "worst case"),
-                                   (ee.get("plain_ms_at_convert"), ":", "plain model")):
+                                   (ee.get("plain_mean_ms") or ee.get("plain_ms_at_convert"), ":", "plain model")):
             if value:
                 ax.axhline(value, linestyle=style, color="tab:red" if what == "worst case" else "tab:gray",
                            label=f"{what} {value:.3g} ms")

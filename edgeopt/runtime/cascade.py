@@ -79,32 +79,57 @@ class CascadeRunner(Runner):
             stage.close()
 
 
-def time_over_inputs(runner: CascadeRunner, samples: list[dict], repeats: int = 3) -> dict:
+PLAIN_DIR = "plain"  # the same model without exits, as the backend wrote it: what the exits are timed against
+
+
+def open_plain(artifact_dir: str, threads: int | None = None) -> Runner | None:
+    """The runner of the model without exits kept beside the stages (``plain/``, described in ``cascade.json``'s
+    ``plain``), or None where the artifact has none (an older one, or a user who removed it)."""
+    from .runners import open_runner
+
+    plain = read_cascade(artifact_dir).get("plain")
+    path = os.path.join(artifact_dir, plain["dir"]) if plain else None
+    if not path or not os.path.isdir(path):
+        return None
+    return open_runner(path, threads=threads, manifest={k: plain[k] for k in ("runtime", "inputs", "outputs")})
+
+
+def time_over_inputs(runner: CascadeRunner, samples: list[dict], repeats: int = 3, plain: Runner | None = None) -> dict:
     """Latency of the cascade over ``samples`` (one feed each): the mean, each exit's share and mean latency, the
     worst case (every stage and every head), and each sample's time (the median of ``repeats`` runs) with the
-    stage it left at (the report draws their distribution per exit)."""
+    stage it left at (the report draws their distribution per exit). With ``plain`` (the model without exits), each
+    sample is timed on it too, right after the cascade: ``plain_mean_ms`` and ``mean_vs_plain`` compare the two
+    over the same samples in the same process (convert and bench both measure so)."""
     import time
 
-    def timed(feeds, every_stage=False) -> float:
+    def timed(run, feeds) -> float:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            runner.run(feeds, every_stage=every_stage)
+            run(feeds)
             times.append(time.perf_counter() - t0)
         return float(np.median(times) * 1000.0)
 
-    per_sample, exits = [], []
+    per_sample, exits, plain_ms = [], [], []
     for feeds in samples:
         runner.run(feeds)  # warm
-        per_sample.append(timed(feeds))
+        per_sample.append(timed(runner.run, feeds))
         exits.append(int(runner.last_exits[0]))
-    worst = [timed(feeds, every_stage=True) for feeds in samples[: max(1, min(len(samples), 20))]]
+        if plain is not None:
+            plain.run(feeds)
+            plain_ms.append(timed(plain.run, feeds))
+    worst = [timed(lambda f: runner.run(f, every_stage=True), feeds)
+             for feeds in samples[: max(1, min(len(samples), 20))]]
     exits_a, ms = np.asarray(exits), np.asarray(per_sample)
     stages = []
     for k in range(len(runner.stages)):
         mask = exits_a == k
         stages.append({"exit": k if k < len(runner.stages) - 1 else "full", "share": round(float(mask.mean()), 4),
                        "mean_ms": round(float(ms[mask].mean()), 4) if mask.any() else None})
-    return {"samples": len(samples), "mean_ms": round(float(ms.mean()), 4), "exits": stages,
-            "worst_case_ms": round(float(np.median(worst)), 4), "repeats": repeats,
-            "per_sample_ms": [round(float(v), 4) for v in ms], "per_sample_exit": [int(k) for k in exits_a]}
+    out = {"samples": len(samples), "mean_ms": round(float(ms.mean()), 4), "exits": stages,
+           "worst_case_ms": round(float(np.median(worst)), 4), "repeats": repeats,
+           "per_sample_ms": [round(float(v), 4) for v in ms], "per_sample_exit": [int(k) for k in exits_a]}
+    if plain_ms:
+        out["plain_mean_ms"] = round(float(np.mean(plain_ms)), 4)
+        out["mean_vs_plain"] = round(float(ms.mean() / np.mean(plain_ms)), 3)
+    return out

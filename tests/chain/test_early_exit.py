@@ -199,6 +199,9 @@ def _check_staged(out, manifest, report, repo, bound=2.0, files=MNIST):
     cascade = json.loads((out / "cascade.json").read_text())
     assert len(cascade["stages"]) == report["verdict"]["exits"] + 1
     assert all((out / s["dir"]).is_dir() for s in cascade["stages"]) and (out / "load.py").is_file()
+    plain = cascade["plain"]  # the model without exits, by the same backend: what bench times the cascade against
+    assert (out / plain["dir"] / plain["runtime"]["model"]).is_file()
+    assert plain["runtime"]["backend"] == report["measured"]["backend"]
     assert manifest["validation"]["accuracy_drop"] <= bound
     consumer = manifest["consumer_check"]  # load.py ran the cascade as edgeopt's runner did, exit stages included
     assert consumer["skipped"] is None and consumer["passed"] is True and consumer["files"] == ["load.py"]
@@ -224,6 +227,13 @@ def test_staged_artifact_through_onnxruntime(cli, cli_in_process, monkeypatch, r
     assert figures["samples"] == 40 and figures["mean_ms"] > 0 and figures["worst_case_ms"] > 0
     assert sum(e["share"] for e in figures["exits"]) == pytest.approx(1.0)
     assert len(figures["exits"]) == report["verdict"]["exits"] + 1
+    # the plain model kept in plain/ timed over the same samples in the same process, as convert timed it
+    assert figures["plain_mean_ms"] > 0 and "plain/" in figures["plain_timed_with"]
+    assert figures["mean_vs_plain"] == pytest.approx(figures["mean_ms"] / figures["plain_mean_ms"], abs=2e-3)
+    assert not any("no plain/" in w for w in figures.get("warnings", []))
+    human = cli("bench", str(out), "--inputs", str(small), "--runs", "5", "--min-seconds", "0", "--no-store")
+    assert human.returncode == 0, human.stderr
+    assert f"early exit over 40 samples of {small.name}" in human.stdout and "the plain model" in human.stdout
     _load_py_runs(out, small, 40)
 
 
