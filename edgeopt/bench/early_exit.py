@@ -16,6 +16,7 @@ def cascade_figures(x: dict, inputs: str | None) -> dict:
     where ``plain/`` is gone the mean is compared with the plain time recorded at convert, labelled so."""
     from edgeopt.runtime.cascade import PLAIN_DIR, open_plain, read_cascade, time_over_inputs
     from edgeopt.runtime.measure import npz_samples
+    from edgeopt.runtime.runners import open_runner
 
     cascade = read_cascade(x["path"])
     plain, timed_with = _plain_at_convert(cascade)
@@ -30,7 +31,7 @@ def cascade_figures(x: dict, inputs: str | None) -> dict:
     n = min(npz_samples(x["manifest"]["inputs"], inputs), MAX_SAMPLES)
     samples = feeds_of_npz(x["manifest"]["inputs"], inputs, n)
     threads = getattr(x["runner"], "threads", None)
-    beside = open_plain(x["path"], threads=threads)
+    beside = open_plain(x["path"], open_runner, threads=threads)
     try:
         out.update(time_over_inputs(x["runner"], samples, plain=beside))
     finally:

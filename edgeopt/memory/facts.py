@@ -62,6 +62,12 @@ def int8_ops(runtime: str, micro: bool = False) -> frozenset[str] | None:
     return None if ops is None else frozenset(ops)
 
 
+def activations_at_precision(runtime: str, micro: bool = False) -> bool:
+    """Whether ``runtime`` holds a float artifact's activations at the artifact's precision (a float16 model's at
+    2 bytes: ``activations_at_precision`` in its facts); else at 4 bytes whatever the weights' precision."""
+    return bool((facts_of(runtime, micro) or {}).get("activations_at_precision"))
+
+
 def identical_constants_once(runtime: str, micro: bool = False) -> bool:
     """Whether ``runtime`` holds identical constants once (OpenVINO: its IR stores each distinct blob once)."""
     return bool((facts_of(runtime, micro) or {}).get("identical_constants_once"))

@@ -118,11 +118,11 @@ def activation_sizes(graph, metas, precision: Precision, backend: str, micro: bo
     and read only by ops the runtime runs in INT8 (its memory facts' ``int8_ops``; a runtime that names none runs
     every op so, as LiteRT's full-integer models do); a tensor a float op writes or reads, and the graph's float
     inputs and outputs, stay at 4 bytes (the runtime dequantizes it around that op)."""
-    from edgeopt.memory.facts import int8_ops
+    from edgeopt.memory.facts import activations_at_precision, int8_ops
 
     acts = {n: m for n, m in metas.items() if not m.is_param}
     if precision != Precision.INT8:
-        wide = float_bytes(precision) if backend == "tflite" else 4
+        wide = float_bytes(precision) if activations_at_precision(backend, micro) else 4
         return {n: m.nbytes_at(wide) for n, m in acts.items()}
     ops = int8_ops(backend, micro)
     if ops is None:

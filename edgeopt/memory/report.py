@@ -78,7 +78,7 @@ def micro_lines(report: dict) -> list[str]:
     """The TFLite Micro report of a build as text: TFLM's run, the arena found, the C array, the firmware's flash."""
     acc, arena, fw = report.get("accuracy") or {}, report.get("arena") or {}, report.get("firmware") or {}
     alloc = arena.get("allocations") or {}
-    lines = [f"tflite-micro: {len(report.get('ops', []))} op kinds, all in TFLM's op set; run in TFLM's interpreter on "
+    lines = [f"TFLite Micro: {len(report.get('ops', []))} op kinds, all in TFLM's op set; run in TFLM's interpreter on "
              f"{acc.get('samples')} samples: drop {acc.get('drop')} points vs FP32 (bound {acc.get('bound')})",
              f"arena: {arena.get('arena_bytes')} bytes, the smallest that runs (bisection to "
              f"{arena.get('resolution_bytes')} bytes, {arena.get('tries')} tries); TFLM's allocator: "

@@ -82,11 +82,10 @@ class CascadeRunner(Runner):
 PLAIN_DIR = "plain"  # the same model without exits, as the backend wrote it: what the exits are timed against
 
 
-def open_plain(artifact_dir: str, threads: int | None = None) -> Runner | None:
+def open_plain(artifact_dir: str, open_runner, threads: int | None = None) -> Runner | None:
     """The runner of the model without exits kept beside the stages (``plain/``, described in ``cascade.json``'s
-    ``plain``), or None where the artifact has none (an older one, or a user who removed it)."""
-    from .runners import open_runner
-
+    ``plain``), or None where the artifact has none (an older one, or a user who removed it). ``open_runner``:
+    ``runners.open_runner``, passed in as to :class:`CascadeRunner`."""
     plain = read_cascade(artifact_dir).get("plain")
     path = os.path.join(artifact_dir, plain["dir"]) if plain else None
     if not path or not os.path.isdir(path):
