@@ -123,7 +123,8 @@ def samples_in_inputs(manifest_inputs: list[dict], npz_path: str) -> int | None:
     return min(counts) if counts else 1
 
 
-def note_inputs_used(record: dict, manifest_inputs: list[dict], npz_path: str | None) -> None:
+def note_inputs_used(record: dict, manifest_inputs: list[dict], npz_path: str | None,
+                     manifest_cascade: bool = False) -> None:
     """Record (and warn) when ``--inputs`` holds several samples: the timings use the first only."""
     n = samples_in_inputs(manifest_inputs, npz_path) if npz_path else None
     if not n or n <= 1:
@@ -131,7 +132,8 @@ def note_inputs_used(record: dict, manifest_inputs: list[dict], npz_path: str | 
     record.setdefault("inputs", {}).update(samples_in_file=n, samples_used=1)
     record.setdefault("warnings", []).append(
         f"inputs: {Path(npz_path).name} holds {n} samples; the timings repeat the first one only "
-        "(the latency of one input; all of them count for accuracy with convert --eval)")
+        "(the latency of one input; all of them count for accuracy with convert --eval)"
+        + ("; the early-exit figures run every sample" if manifest_cascade else ""))
 
 
 def save_outputs(runner, feeds: dict, path: str) -> None:
@@ -220,7 +222,7 @@ def _record(x: dict, m: dict, energy, o: BenchOptions, env: dict, name: str | No
     tdp, _ = _tdp(ident["profile"])  # energy from the profile of the machine that ran it
     rec["identity"] = ident
     rec["device"] = ident["machine"]
-    note_inputs_used(rec, x["manifest"]["inputs"], o.inputs)
+    note_inputs_used(rec, x["manifest"]["inputs"], o.inputs, bool(x["manifest"]["runtime"].get("cascade")))
     if (busy := environment.interference_warning(env)):
         rec.setdefault("warnings", []).append(busy)
     rec["labels"] = dict(o.labels)
