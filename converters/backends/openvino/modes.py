@@ -98,3 +98,12 @@ def auto_reason(mix: dict) -> str:
             f"{n['dynamic']} MatMul/Gemm/LSTM/GRU): on OpenVINO weight-only and static INT8 are both built on every "
             "graph, judged on the bound and timed on OpenVINO (each in its own block); the fastest within it kept")
 
+
+
+def modes_not_held(report: dict) -> str | None:
+    """One clause for the gate failure of the search that runs after the mode search found nothing: what each mode
+    did (``report["mode_search"]``'s candidates), so the error names every INT8 kind tried, not the last search's
+    alone; None when no mode search ran."""
+    rows = (report.get("mode_search") or {}).get("candidates") or []
+    said = [f"{r['mode']}: {r['why']}" for r in rows if r.get("why")]
+    return "the modes tried first: " + "; ".join(said) if said else None

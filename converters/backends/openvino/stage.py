@@ -214,7 +214,14 @@ class OpenVINOBackend(Backend):
                 if hint != config.inference_precision.value:
                     report["int8_activations"] = hint
                 return q, hint
-        except (GateFailedError, UsageError):
+        except GateFailedError as err:
+            from .modes import modes_not_held
+
+            if (tried := modes_not_held(report)) is None or report.get("mode_search") is err.details:
+                raise
+            raise GateFailedError(f"{err.message}; {tried}", err.hint,
+                                  details={**err.details, "mode_search": report["mode_search"]}) from err
+        except UsageError:
             raise
         except Exception as err:  # noqa: BLE001
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

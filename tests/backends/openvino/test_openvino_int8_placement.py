@@ -115,7 +115,7 @@ def tokens(dist: np.ndarray, n: int, seed: int) -> Dataset:
                    ranks={"tokens": 2})
 
 
-def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float):
+def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float, mode: QuantMode = QuantMode.STATIC):
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     (tmp_path / "art").mkdir(exist_ok=True)
@@ -123,7 +123,7 @@ def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float):
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=model, calib=calib, eval=ev,
                        check_samples=ev.subset(np.arange(8)), threads=2, record=StageRecord("openvino", {}))
     # static pinned: these MatMul-only graphs would otherwise go to the mode search, where weight-only INT8 holds
-    config = OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,
+    config = OpenVINOConfig(precision=Precision.INT8, mode=mode,
                             bound=AccuracyBound(max_accuracy_drop=bound, search_budget=3600))
     out = OpenVINOBackend().run(Intermediate(model), config, ctx)
     return out, ctx.record.report
@@ -167,6 +167,21 @@ def test_a_hit_with_every_weighted_op_in_float_is_no_int8_result(tmp_path):
     assert "--backend onnxruntime" in err.value.hint and "--precision fp32" in err.value.hint
     tried = err.value.details["tried"]
     assert all(t["search_drop_points"] > 2.0 or t.get("quantized_compute_ops") == 0 for t in tried)
+
+
+def test_the_gate_failure_names_what_each_mode_did_before_the_static_search(tmp_path):
+    """With --quant-mode auto the mode search (weight-only, static) runs first; when no mode holds, the static
+    search with units in float runs, and its exit-5 message also says what each mode did, so a user sees why
+    weight-only INT8 was not written, not only the last search's figures."""
+    model = tmp_path / "dead_token.onnx"
+    dist = int8_breaking_embedding(model)
+    with pytest.raises(GateFailedError) as err:
+        _run(tmp_path, model, dist, bound=2.0, mode=QuantMode.AUTO)
+    assert "INT8 misses --max-accuracy-drop 2" in err.value.message
+    assert "the modes tried first: weights per-channel: " in err.value.message
+    rows = err.value.details["mode_search"]["candidates"]
+    assert {r["mode"] for r in rows} >= {"weights per-channel", "static per-channel"}
+    assert all(r["why"] in err.value.message for r in rows)
 
 
 def test_cost_of_a_unit_kept_float_is_its_weighted_ops_multiply_adds(tmp_path):
