@@ -55,6 +55,12 @@ TABLES: tuple[Table, ...] = (
           (f"{RESULTS}/2026-12-05/device_matrix_unseen_final.json",), "device_matrix",
           "One run per model, merged; 2 cores shared with the test suite (seconds under load). The ARM and Jetson "
           "artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`)."),
+    # the develop half of the unseen models: host, pi5, jetson-orin-nano, then rpi4, jetson-agx-orin, intel-npu
+    Table("device_matrix_unseen_develop", "docs/benchmarks/device-matrix.md",
+          (f"{RESULTS}/2026-12-05/device_matrix_unseen_develop_all_profiles.json",), "device_matrix",
+          "Three runs merged (the detectors' second run replaces their first); the first two on 2 cores shared with "
+          "other jobs (load 8-17), the third on a quiet machine (load about 1); the ARM artifacts of the second and "
+          "third ran on the emulated Cortex-A76 too."),
     # every mode x backend on eight models, one combined file per CPU
     Table("quant_modes_amd", "docs/benchmarks/quant-modes.md",
           (f"{RESULTS}/2026-12-03/quant_modes-all-models-amd-epyc.json",), "quant_modes"),
