@@ -99,11 +99,13 @@ def auto_reason(mix: dict) -> str:
             "graph, judged on the bound and timed on OpenVINO (each in its own block); the fastest within it kept")
 
 
-
-def modes_not_held(report: dict) -> str | None:
-    """One clause for the gate failure of the search that runs after the mode search found nothing: what each mode
-    did (``report["mode_search"]``'s candidates), so the error names every INT8 kind tried, not the last search's
-    alone; None when no mode search ran."""
+def with_modes_tried(err: GateFailedError, report: dict) -> GateFailedError:
+    """The gate failure of the static search that runs after the mode search found nothing, with what each mode did
+    (``report["mode_search"]``'s candidates) added, so the error names every INT8 kind tried, not the last search's
+    alone; ``err`` itself where no mode search ran."""
     rows = (report.get("mode_search") or {}).get("candidates") or []
     said = [f"{r['mode']}: {r['why']}" for r in rows if r.get("why")]
-    return "the modes tried first: " + "; ".join(said) if said else None
+    if not said:
+        return err
+    return GateFailedError(f"{err.message}; the modes tried first: {'; '.join(said)}", err.hint,
+                           details={**err.details, "mode_search": report["mode_search"]})

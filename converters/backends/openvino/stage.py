@@ -209,19 +209,17 @@ class OpenVINOBackend(Backend):
                 hint = config.inference_precision.value
                 if config.bound.max_accuracy_drop is None:
                     return nncf.quantize(ov_model, calib, **common), hint
-                q, hint, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
+                try:
+                    q, hint, aa = quantize_with_bound(nncf, ov_model, calib, common, config, ctx, model.path)
+                except GateFailedError as err:  # after a mode search that found nothing: say what each mode did
+                    from .modes import with_modes_tried
+
+                    raise with_modes_tried(err, report) from err
                 report["accuracy_aware"] = aa
                 if hint != config.inference_precision.value:
                     report["int8_activations"] = hint
                 return q, hint
-        except GateFailedError as err:
-            from .modes import modes_not_held
-
-            if (tried := modes_not_held(report)) is None or report.get("mode_search") is err.details:
-                raise
-            raise GateFailedError(f"{err.message}; {tried}", err.hint,
-                                  details={**err.details, "mode_search": report["mode_search"]}) from err
-        except UsageError:
+        except (GateFailedError, UsageError):
             raise
         except Exception as err:  # noqa: BLE001
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
