@@ -172,7 +172,7 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
 
     from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer, read_model
     from edgeopt.converters.quantize.modes import DynamicMode, Granularity, StaticMode, WeightsMode
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+    from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
     from edgeopt.quant_units import units_of
     from edgeopt.runtime.run_fn import run_fn
 
@@ -180,7 +180,7 @@ def candidates(shipped: Path, model: Path, calib: Dataset, work: Path, threads: 
              "units": units_of(shipped)},
             {"backend": "onnxruntime", "mode": "fp32 (normalized)", "run": run_fn(model, threads, spinning=False),
              "units": units_of(model)}]
-    oq = OnnxRuntimeQuantizer()
+    oq = QdqQuantizer()
 
     def ort(mode):
         q = oq.quantize(model, mode, work / f"ort-{mode.kind.value}-{mode.granularity.value}.onnx", calib=calib)

@@ -61,6 +61,9 @@ class BackendHooks:
     # its memory facts (``edgeopt.memory.facts``): the runtime's base cost measured once with its date and version,
     # the shares of the weights (and of the arena) it copies, and under ``micro`` TFLite Micro's; None: none measured
     memory: ClassVar[dict | None] = None
+    # runner settings added while its artifact is timed interleaved with other runtimes' (a setting of that timing,
+    # not of the artifact): ONNX Runtime's pool threads sleep after each call instead of spinning on the cores
+    interleaved_settings: ClassVar[dict] = {}
 
     def check_source(self, model: Path, settings: dict, profile_name: str) -> None:
         """Refuse, before any work, a source model the profile's target for this backend can't take (an

@@ -125,18 +125,10 @@ def finish(model, original=None):
 
 def consumer_input_means(model, ix: GraphIndex, plan, feeds: list[dict]) -> dict[str, np.ndarray]:
     """Mean of every consumer's input tensor over ``feeds``: per channel for a Conv, per column after Flatten."""
-    import onnx
-    import onnxruntime as ort
+    from edgeopt.runtime.reference import session, with_outputs
 
     wanted = sorted({ix.nodes[c].input[0] for grp, _ in plan for c in grp.consumers})
-    probe = onnx.ModelProto.FromString(model.SerializeToString())
-    present = {o.name for o in probe.graph.output}
-    for name in wanted:
-        if name not in present:
-            probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = session(with_outputs(model, wanted))
     inputs = {i.name for i in sess.get_inputs()}
     sums: dict[str, np.ndarray] = {}
     for feed in feeds:

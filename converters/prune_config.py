@@ -11,6 +11,7 @@ from edgeopt.converters.accuracy_bound import AccuracyBound
 from edgeopt.converters.base import PruneMode, StageConfig, from_option
 from edgeopt.converters.recover import RecoverConfig
 from edgeopt.enums import StrEnum
+from edgeopt.runtime.reference import REFERENCE
 
 
 class PruneCriterion(StrEnum):
@@ -45,7 +46,7 @@ class PruneConfig(StageConfig):
     # budget_s replaced by the candidate's share of bound.search_budget; the planner sets it (edgeopt/plan.py), so
     # --dry-run shows it and the plan hash covers it. None: the recover defaults with this config's seed
     auto_recover_config: RecoverConfig | None = None
-    latency_backend: str = "onnxruntime"  # the plan's backend: the pruned-vs-unpruned timing runs on it if it can
+    latency_backend: str = REFERENCE  # the plan's backend: the pruned-vs-unpruned timing runs on it if it can
     seed: int = 0
 
 

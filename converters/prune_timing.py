@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeopt.converters.base import ChainContext
+from edgeopt.runtime.reference import REFERENCE, REFERENCE_RUNTIME
 
 
 def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: int = 60,
-                        backend: str = "onnxruntime") -> dict:
+                        backend: str = REFERENCE) -> dict:
     """The pruned model against the unpruned one, interleaved, on the plan's backend where it runs an ONNX file
     here (ONNX Runtime; OpenVINO CPU at f32 when installed), else on ONNX Runtime with a note: a quick estimate.
     A prune that is not faster says so (a warning)."""
@@ -35,14 +36,14 @@ def _timing_runtime(backend: str, threads: int | None):
     """(path -> run function, what runs it, a note when it is not the plan's backend)."""
     from edgeopt.runtime.run_fn import run_fn
 
-    ort = "onnxruntime (CPUExecutionProvider) on this machine"
-    if backend == "onnxruntime":
-        return (lambda p: run_fn(p, threads)), ort, None
+    here = f"{REFERENCE_RUNTIME} on this machine"
+    if backend == REFERENCE:
+        return (lambda p: run_fn(p, threads)), here, None
     timer = _backend_timer(backend)
     made = timer(threads) if timer is not None else None
     if made is not None:
         return (*made, None)
-    return ((lambda p: run_fn(p, threads)), ort,
+    return ((lambda p: run_fn(p, threads)), here,
             f"the plan's backend {backend} is timed only after conversion (edgeopt bench): ONNX Runtime stands in")
 
 

@@ -50,15 +50,15 @@ class Job:
         k = max(2, int(round(n * config.holdout)))
         held_idx, train_idx = np.sort(idx[:k]), np.sort(idx[k:])
         held = calib.subset(held_idx)
-        ort_teacher = run_fn(reference, threads)
-        metric = make_metric(ort_teacher, held, config.bound.metric, search_path=list(search_path),
+        reference_teacher = run_fn(reference, threads)
+        metric = make_metric(reference_teacher, held, config.bound.metric, search_path=list(search_path),
                              role="calib")  # held-back --calib samples, the bound's task metric (--metric)
         job_labels = None
         if calib.labels is not None and metric.kind == MetricName.TOP1:
             lab = np.asarray(calib.labels)
             if lab.ndim == 1 and lab.dtype.kind in "iuf" and np.all(lab == np.round(lab)):
                 job_labels = lab.astype(np.int64)
-        first = np.asarray(ort_teacher(feeds[0])[outputs[0]])
+        first = np.asarray(reference_teacher(feeds[0])[outputs[0]])
         prob = bool(np.all(first >= 0) and np.all(first <= 1) and abs(float(first.sum()) - first.shape[0]) < 1e-3)
         job = cls(inputs, outputs, x, job_labels, train_idx, held_idx, metric,
                   "kl" if metric.kind == MetricName.TOP1 else "mse", prob, config.batch_size)
@@ -75,7 +75,7 @@ class Job:
             job.batch_size = 1
         teacher.eval()  # BatchNormalization left unfolded uses its running statistics, as ONNX Runtime does
         check_feeds = [{nm: x[nm][i : i + 1] for nm in inputs} for i in held_idx[:8]]
-        job.checks["teacher_torch_vs_onnxruntime"] = compare(ort_teacher, job.runner(torch, teacher), check_feeds)
+        job.checks["teacher_torch_vs_reference"] = compare(reference_teacher, job.runner(torch, teacher), check_feeds)
         return job
 
     def tensors(self, torch, idx, shift: tuple[int, int] | None = None) -> dict:

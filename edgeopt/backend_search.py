@@ -19,6 +19,7 @@ from pathlib import Path
 
 from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError, UsageError
+from edgeopt.runtime.reference import REFERENCE_FP32
 
 AUTO = "auto"  # the --backend value that asks for the search
 
@@ -86,7 +87,7 @@ def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
     from edgeopt.runtime.run_fn import run_fn
 
     feed = _one_feed(next(iter(built.values())).manifest, o)
-    runs = {"onnxruntime-fp32": run_fn(model, o.threads, spinning=False)}
+    runs = {REFERENCE_FP32: run_fn(model, o.threads, spinning=False)}
     for backend, res in built.items():
         runs[backend.value] = run_fn(res.artifact_dir, o.threads)
     latency = blocked_latency_ms(runs, feed)
@@ -98,7 +99,7 @@ def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
         v = manifest.validation
         row.update(precision=manifest.precision, metric=v.metric if v else None, metric_drop=v.metric_drop if v else None,
                    units=v.units if v else None, latency_ms=latency[row["backend"]],
-                   speedup_vs_onnxruntime_fp32=round(latency["onnxruntime-fp32"] / latency[row["backend"]], 3))
+                   speedup_vs_onnxruntime_fp32=round(latency[REFERENCE_FP32] / latency[row["backend"]], 3))
         if row["backend"] == chosen.value:
             row.update(verdict="chosen", why="the fastest that holds the bound")
         else:
@@ -106,7 +107,7 @@ def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
                                               f"{latency[chosen.value]:.3g} ms ({chosen.value})")
     next(r for r in rows if r["backend"] == chosen.value)["timing"] = (
         "p50 ms on this machine, each runtime in its own block of calls, vs ONNX Runtime FP32 "
-        f"{latency['onnxruntime-fp32']:.3g} ms: a quick estimate (edgeopt bench measures)")
+        f"{latency[REFERENCE_FP32]:.3g} ms: a quick estimate (edgeopt bench measures)")
     return chosen
 
 

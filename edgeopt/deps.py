@@ -13,7 +13,6 @@ from edgeopt.errors import MissingDependencyError
 
 # import name -> (distribution name, edgeopt extra); a backend's libraries come from its class (the registry)
 OPTIONAL = {
-    "onnxruntime": ("onnxruntime", None),
     "paramiko": ("paramiko", "remote"),
     "labgrid": ("labgrid", "labgrid"),
     "torch": ("torch", None),

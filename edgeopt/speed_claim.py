@@ -19,7 +19,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from edgeopt.enums import BackendName, ClaimSource
+from edgeopt.enums import ClaimSource
+from edgeopt.runtime.reference import REFERENCE
 from edgeopt.speed_claim_model import AGREE, SpeedClaim
 
 
@@ -34,7 +35,7 @@ def claimed(manifest) -> tuple[ClaimSource, float, str] | None:
     """(source, estimated speed-up, runtime of its FP32) of the claim ``manifest`` carries, or None."""
     for row in manifest.backend_search:
         if row.verdict == "chosen" and row.speedup_vs_onnxruntime_fp32:
-            return ClaimSource.BACKEND_AUTO, float(row.speedup_vs_onnxruntime_fp32), BackendName.ONNXRUNTIME.value
+            return ClaimSource.BACKEND_AUTO, float(row.speedup_vs_onnxruntime_fp32), REFERENCE
     speed = _last_speed([s.report for s in manifest.stages])
     if speed is None or manifest.backend not in reference_in():
         return None
@@ -136,7 +137,7 @@ def fp32_reference(model: Path, runtime: str):
     from edgeopt.files import file_sha256
 
     model, sha = Path(model), file_sha256(model)
-    if runtime == BackendName.ONNXRUNTIME.value:
+    if runtime == REFERENCE:
         yield reference_artifact(model, sha)
         return
     from edgeopt.artifact import write_manifest

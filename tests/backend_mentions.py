@@ -2,7 +2,7 @@
 
 A module names a backend when it imports one of the backend's libraries, when an identifier in it (a name, an
 attribute, a function, class or keyword name) has the backend's name as one of its words (``check_openvino``,
-``BackendName.TFLITE``, ``OnnxRuntimeQuantizer``), or when a string constant other than a docstring is the
+``BackendName.TFLITE``, ``OnnxRuntimeHooks``), or when a string constant other than a docstring is the
 backend's name or a module path naming it (``"openvino"``, ``"edgeopt.converters.backends.tvm"``).
 ``python tests/backend_mentions.py [ROOT] [--list]`` prints, for each backend, how many modules outside its own code
 name it; ``--list`` (or ``-v``) then lists those modules, one ``backend: path`` a line.

@@ -29,13 +29,9 @@ def with_outputs(model: Path, dst: Path, names: list[str]) -> Path:
 
 
 def session(path: Path, threads: int | None = None):
-    import onnxruntime as ort
+    from edgeopt.runtime.reference import session as reference_session
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return reference_session(path, threads=threads)
 
 
 def pool(array: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from edgeopt.converters.base import (
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import Precision
-from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
+from edgeopt.errors import BadModelError, GateFailedError, MissingDependencyError, StageError, UsageError
 
 from .modes import QuantMode
 from .presets import PRESETS, TENSORRT, get_preset, preset_for_profile
@@ -123,10 +123,10 @@ class QuantizeStage(Stage):
             raise UsageError("quantize: weight-only INT8 is not available on ONNX Runtime",
                              "use mode static or dynamic (or auto, the default)")
         elif config.bound.max_accuracy_drop is not None and (mode == QuantMode.DYNAMIC or pays):
-            from .ort_modes import search_ort_modes
+            from .qdq_modes import search_qdq_modes
 
             static = None if mode == QuantMode.DYNAMIC else self._static_setup(model, config, ctx, fp32, work, report)
-            if not search_ort_modes(Path(model.path), out, work, config, ctx, report, static=static):
+            if not search_qdq_modes(Path(model.path), out, work, config, ctx, report, static=static):
                 report["mode_reason"] += ("; none held the bound as built, nor dynamic with ops in float: static INT8 "
                                           "with its options and ops in float")
                 self._static(model, config, ctx, fp32, out, work, report, setup=static)
@@ -160,8 +160,8 @@ class QuantizeStage(Stage):
 
     # ------------------------------------------------------------------ helpers
     def _static(self, model, config, ctx, fp32, out, work, report, setup=None) -> None:
-        from .ort_modes import warn_retry
-        from .ort_static import count_ops, quantize_static
+        from .qdq_modes import warn_retry
+        from .qdq_static import count_ops, quantize_static
 
         src, settings, input_names, _, _ = setup or self._static_setup(model, config, ctx, fp32, work, report)
         if config.bound.max_accuracy_drop is not None:
@@ -184,7 +184,7 @@ class QuantizeStage(Stage):
 
     def _static_setup(self, model, config, ctx, fp32, work, report) -> tuple:
         """(pre-processed source, StaticSettings, input names, calibration data, samples) of static INT8."""
-        from .ort_static import StaticSettings, ensure_opset, pre_process
+        from .qdq_static import StaticSettings, ensure_opset, pre_process
 
         if ctx.calib is None or len(ctx.calib) == 0:
             raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
@@ -225,12 +225,12 @@ class QuantizeStage(Stage):
     @staticmethod
     def _check_loads(path) -> None:
         """The input must load in ONNX Runtime (a model it rejects is this stage's bad input)."""
-        import onnxruntime as ort
+        from edgeopt.runtime.reference import session
 
-        so = ort.SessionOptions()
-        so.log_severity_level = 4
         try:
-            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            session(path, log_level=4)
+        except MissingDependencyError:
+            raise
         except Exception as err:  # noqa: BLE001
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise StageError(f"quantize: ONNX Runtime cannot load the model: {first}",

@@ -16,14 +16,15 @@ from pathlib import Path
 
 from edgeopt.converters.base import CalibMethod
 from edgeopt.quant_units import units_of
+from edgeopt.runtime.reference import REFERENCE_RUNTIME
 from edgeopt.runtime.run_fn import run_fn
 
 from . import sensitivity
 from .bound import warn_small_eval
 from .fallback import FloatPrefix
 from .heads import HeadsOption, multi_output_heads
-from .ort_static import WEIGHTED_OPS, StaticSettings, equalized_path, quantize_static
 from .presets import TENSORRT
+from .qdq_static import WEIGHTED_OPS, StaticSettings, equalized_path, quantize_static
 from .strategy import run_search, with_heads_option
 from .timing import QUICK_S, interleaved_latency_ms, speed_verdict
 from .verdict import gate_failure
@@ -188,7 +189,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
     report = result.report
     warn_small_eval(ctx, report, "quantize")
     if retry:
-        from .ort_modes import warn_retry
+        from .qdq_modes import warn_retry
 
         report["per_tensor_retry"] = retry["per_tensor_retry"]
         warn_retry(ctx, retry, "static INT8")
@@ -220,7 +221,7 @@ def _speed_check(report: dict, ctx, fp32_run, naive_path: Path, path: Path, thre
                                       "note": "quick ORT p50 on bench's clock, not a benchmark"}
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
-                                    runtime="onnxruntime (CPUExecutionProvider)", min_speedup=min_speedup, ctx=ctx,
+                                    runtime=REFERENCE_RUNTIME, min_speedup=min_speedup, ctx=ctx,
                                     prefix="quantize", alternatives=_fp16_hint(fp16_hint), threads=threads)
 
 

@@ -56,23 +56,15 @@ def equalizable_pairs(model) -> list[tuple[object, object]]:
 
 def channel_ranges(model, outputs: list[str], calib, input_names: list[str], samples: int) -> list[np.ndarray]:
     """Per output tensor, the largest |value| of each channel (axis 1) over ``samples`` calibration samples, run
-    in ONNX Runtime on ``model`` with those tensors added as outputs."""
-    import onnx
+    in the reference runtime on ``model`` with those tensors added as outputs."""
+    from edgeopt.runtime.reference import session, with_outputs
 
-    from edgeopt.deps import require
-
-    ort = require("onnxruntime", "INT8 calibration")
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    n0 = len(m.graph.output)
-    for name in outputs:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = session(with_outputs(model, outputs))
     ranges: list[np.ndarray | None] = [None] * len(outputs)
     for feed in calib.feeds(min(samples, len(calib))):
-        res = sess.run(None, {k: np.asarray(v) for k, v in feed.items() if k in input_names})
+        res = sess.run(list(outputs), {k: np.asarray(v) for k, v in feed.items() if k in input_names})
         for j in range(len(outputs)):
-            a = np.abs(np.asarray(res[n0 + j], np.float64))
+            a = np.abs(np.asarray(res[j], np.float64))
             r = a.max(axis=tuple(k for k in range(a.ndim) if k != 1))
             ranges[j] = r if ranges[j] is None else np.maximum(ranges[j], r)
     return ranges

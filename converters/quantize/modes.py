@@ -9,7 +9,7 @@ for all of them, as in Hugging Face Optimum where weight-only quantization is it
 - :class:`WeightsMode`: weight-only INT8, activations stay float (weight-bound models, any backend).
 
 Each backend's quantizer (``converters/backends/<backend>/quantizer.py``; ONNX Runtime's, which the Q/DQ stage
-shared with TVM uses, is ``converters/quantize/onnxruntime_quantizer.py``) subclasses :class:`Quantizer`, says
+shared with TVM uses, is ``converters/quantize/qdq_quantizer.py``) subclasses :class:`Quantizer`, says
 which modes it supports, and quantizes one model file with one mode, keeping the ops it is told to keep in
 float. The accuracy-aware search runs over modes, then each mode's options, then per-op float fallback.
 """

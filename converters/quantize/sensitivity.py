@@ -157,7 +157,7 @@ def rank_nodes_local(qdq_path, fp32_path, data, samples: int, work) -> list[tupl
     from onnxruntime.quantization import qdq_loss_debug as dbg
     from onnxruntime.quantization.quant_utils import TENSOR_NAME_QUANT_SUFFIX
 
-    from .ort_static import calibration_reader
+    from .qdq_static import calibration_reader
 
     qdq = onnx.load(str(qdq_path))
     augmented = Path(work) / f"{Path(qdq_path).stem}.debug.onnx"

@@ -67,24 +67,14 @@ def _missing(model, metas: dict[str, TensorMeta]) -> list[str]:
 
 
 def _run_for_shapes(model, names: list[str], metas: dict[str, TensorMeta]) -> dict[str, TensorMeta]:
-    """Run the model once in ONNX Runtime on dummy inputs and read the shapes of ``names``."""
+    """Run the model once in the reference runtime on dummy inputs and read the shapes of ``names``."""
     import numpy as np
-    import onnx
     from onnx import helper
 
-    from edgeopt.deps import require
     from edgeopt.model import graph_inputs
+    from edgeopt.runtime.reference import session, with_outputs
 
-    ort = require("onnxruntime", "finding intermediate shapes")
-    m = onnx.ModelProto.FromString(model.SerializeToString())
-    existing = {o.name for o in m.graph.output}
-    for n in names:
-        if n not in existing:
-            m.graph.output.append(helper.make_empty_tensor_value_info(n))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = session(with_outputs(model, names, typed=False), optimize=False)
     feeds = {}
     for spec in graph_inputs(model):
         dtype = np.dtype(spec.dtype) if spec.dtype not in ("object",) else np.float32

@@ -20,6 +20,7 @@ from edgeopt.errors import BadInputError, EdgeoptError, MissingDependencyError
 from edgeopt.paths import CacheArea, cache_subdir
 from edgeopt.run_record import RunRecord
 from edgeopt.runtime.measure import BLOCK_SECONDS, WARMUP
+from edgeopt.runtime.reference import REFERENCE, REFERENCE_FP32
 
 
 class BenchOptions(BaseModel):
@@ -351,9 +352,9 @@ def reference_manifest(model: Path, model_sha: str):
 
     m = load_onnx(model)
     return build_manifest(
-        backend="onnxruntime", precision="fp32", profile=None, source={"path": str(model), "sha256": model_sha},
+        backend=REFERENCE, precision="fp32", profile=None, source={"path": str(model), "sha256": model_sha},
         inputs=tensor_infos(graph_inputs(m)), outputs=tensor_infos(graph_outputs(m)),
-        runtime=RuntimeEntry(backend="onnxruntime", model="model.onnx", settings={}), plan_hash="",
+        runtime=RuntimeEntry(backend=REFERENCE, model="model.onnx", settings={}), plan_hash="",
         plan=PlanEntry(note=REFERENCE_NOTE))
 
 
@@ -366,7 +367,7 @@ def reference_artifact(model: Path, model_sha: str) -> Path:
     from edgeopt.cache_key import artifact_key
 
     # "-manifest": the reference's manifest is a Manifest since the raw dict before it (a new cache entry)
-    out = cache_dir() / f"reference-{artifact_key('onnxruntime-fp32-reference-manifest', model_sha)[:32]}"
+    out = cache_dir() / f"reference-{artifact_key(f'{REFERENCE_FP32}-reference-manifest', model_sha)[:32]}"
     if (out / MANIFEST).is_file():
         return out
     manifest = reference_manifest(model, model_sha)

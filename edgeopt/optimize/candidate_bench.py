@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-from edgeopt.enums import BackendName
 from edgeopt.errors import EdgeoptError
 from edgeopt.optimize.candidates import target_name
 from edgeopt.optimize.result import Candidate
@@ -80,14 +79,16 @@ class CandidateBench:
         return c
 
     def _runner(self, artifact: str):
-        """The shipped runner; an ONNX Runtime session's pool threads sleep after each call (no spin-wait), so
-        they don't steal the cores of the candidate timed next (a setting of this timing, not the artifact)."""
+        """The shipped runner with its backend's ``interleaved_settings`` (ONNX Runtime's pool threads sleep after
+        each call), so it doesn't steal the cores of the candidate timed next (a setting of this timing only)."""
         if artifact not in self.runners:
+            from edgeopt.converters.registry import hooks_of
             from edgeopt.runtime.runners import open_runner, read_manifest
 
             manifest = read_manifest(artifact)
-            if manifest["runtime"]["backend"] == BackendName.ONNXRUNTIME.value:
-                manifest["runtime"].setdefault("settings", {})["allow_spinning"] = False
+            quiet = hooks_of(manifest["runtime"]["backend"]).interleaved_settings
+            if quiet:
+                manifest["runtime"].setdefault("settings", {}).update(quiet)
             self.runners[artifact] = open_runner(artifact, manifest=manifest)
         return self.runners[artifact]
 

@@ -15,8 +15,9 @@ Also the fields helpers the search shares: :func:`folded` (pruning starts from t
 from __future__ import annotations
 
 from edgeopt.enums import BackendName, Precision, QuantMode
+from edgeopt.runtime.reference import REFERENCE
 
-ORT_CALIB_METHODS = ("minmax", "percentile")  # the chain's ONNX Runtime static INT8: both tried, per-channel
+QDQ_CALIB_METHODS = ("minmax", "percentile")  # the shared Q/DQ stage's static INT8: both tried, per-channel
 _PRECISION_KEYS = ("backend", "precision", "quant_mode", "calib_method", "per_channel", "accuracy_aware")
 
 
@@ -61,8 +62,8 @@ def int8_options(proto, backends: list[str], base: dict) -> tuple[list[dict], li
                 f["quant_mode"] = m.value
             if bcls.quantizes_itself or m in (QuantMode.DYNAMIC, QuantMode.WEIGHTS):
                 options.append(f)
-            else:  # the chain's ONNX Runtime static INT8: its calibration methods are candidates too
-                options += [{**f, "calib_method": cm, "per_channel": True} for cm in ORT_CALIB_METHODS]
+            else:  # the shared Q/DQ stage's static INT8: its calibration methods are candidates too
+                options += [{**f, "calib_method": cm, "per_channel": True} for cm in QDQ_CALIB_METHODS]
     return options, notes
 
 
@@ -71,14 +72,14 @@ def accuracy_aware_option(closest: dict, base: dict) -> dict:
     the INT8 candidate that came nearest the bound."""
     from edgeopt.converters.registry import get_backend
 
-    f = {**base, "backend": closest.get("backend", "onnxruntime"), "precision": Precision.INT8.value,
+    f = {**base, "backend": closest.get("backend", REFERENCE), "precision": Precision.INT8.value,
          "accuracy_aware": True}
     if not get_backend(BackendName(f["backend"])).quantizes_itself:
         f.update(calib_method="minmax", per_channel=True)
     return f
 
 
-def float_options(profile, backends: list[str], base: dict, *, have: tuple[str, str] = ("onnxruntime", "fp32")) \
+def float_options(profile, backends: list[str], base: dict, *, have: tuple[str, str] = (REFERENCE, "fp32")) \
         -> list[dict]:
     """Each native float precision x backend, fastest first per backend; ``have`` (the incumbent's own
     backend and precision) is left out."""
@@ -138,7 +139,7 @@ def target_fields(c, **changes) -> dict:
 
 def target_label(f: dict) -> str:
     """The waterfall's name of a build from its fields: backend, precision, mode, calibration, pruning, fusion."""
-    parts = [f.get("backend", "onnxruntime"), f.get("precision", "fp32")]
+    parts = [f.get("backend", REFERENCE), f.get("precision", "fp32")]
     if f.get("quant_mode"):
         parts.append(f["quant_mode"])
     calibrated = f.get("quant_mode") not in ("dynamic", "weights")  # those modes calibrate nothing

@@ -7,6 +7,7 @@ from edgeopt.errors import EdgeoptError
 from edgeopt.optimize.candidate_bench import STEP_MEASURE, CandidateBench
 from edgeopt.optimize.candidates import folded, target_fields, target_label
 from edgeopt.optimize.result import Candidate
+from edgeopt.runtime.reference import REFERENCE
 
 RECOVER_BUDGET_MAX_S = 120.0  # the recover stage's own default
 RECOVER_BUDGET_SHARE = 0.25  # at most this share of optimize's time left goes to the prune-ratio search
@@ -17,7 +18,7 @@ FUSION_TIE = 0.05  # fusion is lossless: kept unless measured more than 5 % slow
 def run_steps(s: CandidateBench, backends: list[str]) -> list[dict]:
     """Run the steps; returns the incumbent after each step (for the waterfall)."""
     trail = []
-    base_f = {"backend": "onnxruntime", "precision": "fp32", "stages": {"normalize": {"fold": False}}}
+    base_f = {"backend": REFERENCE, "precision": "fp32", "stages": {"normalize": {"fold": False}}}
     inc = s.build("baseline", target_label(base_f), **base_f)
     if inc.error:  # the baseline's own error, with its exit code and hint (bad data is not a model problem)
         err = getattr(s, "last_error", None)
@@ -29,7 +30,7 @@ def run_steps(s: CandidateBench, backends: list[str]) -> list[dict]:
                          "--debug shows the traceback") from err
     s.measure([inc], STEP_MEASURE)
     trail.append(("baseline", inc))
-    f = {"backend": "onnxruntime", "precision": "fp32"}
+    f = {"backend": REFERENCE, "precision": "fp32"}
     inc = s.step("fusion", inc, [(target_label(f), f)], prefer_new=FUSION_TIE)
     trail.extend(("fusion", c, c is inc) for c in s.tried.get("fusion", []))  # the fused build, kept or not
     inc = prune_steps(s, inc, trail)
@@ -56,7 +57,7 @@ def precision_steps(s: CandidateBench, inc: Candidate, backends: list[str], trai
         if near:
             aa = accuracy_aware_option(min(near, key=lambda c: c.accuracy_drop).target, base)
             best = s.step("int8", best, [(target_label(aa), aa)])
-    have = (inc.target.get("backend", "onnxruntime"), inc.target.get("precision", "fp32"))
+    have = (inc.target.get("backend", REFERENCE), inc.target.get("precision", "fp32"))
     after = s.step("float", best, [(target_label(f), f) for f in float_options(s.profile, backends, base, have=have)])
     for step, kept in (("int8", best), ("float", after)):
         trail.extend((step, c, c is kept) for c in s.tried.get(step, []))

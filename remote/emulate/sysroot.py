@@ -29,7 +29,6 @@ from edgeopt.paths import CacheArea, cache_subdir
 SUITE = "bookworm"
 PACKAGES = "python3,python3-venv,libpython3.11,ca-certificates,libstdc++6,libgomp1,zlib1g"
 PYTHON_IN_ROOT = "usr/bin/python3.11"
-FIRST_WHEELS = ("numpy", "ai-edge-litert", "onnxruntime")  # what a site whose marker lists none holds
 # openvino's aarch64 wheel is manylinux_2_35 (the sysroot is bookworm: glibc 2.36); both older tags are needed too
 PIP_PLATFORM = ["--platform", "manylinux_2_35_aarch64", "--platform", "manylinux_2_28_aarch64",
                 "--platform", "manylinux_2_27_aarch64", "--python-version", "3.11", "--abi", "cp311",
@@ -163,13 +162,13 @@ def ensure_site(notify=None) -> Path:
 
 
 def installed_wheels(site: Path) -> set[str] | None:
-    """The wheels a complete site holds (its marker's list; an early marker, "ok", stands for the first three);
-    None when it is not complete."""
+    """The wheels a complete site holds (its marker's list; an early marker, "ok", lists none, so every wheel is
+    installed over it again); None when it is not complete."""
     marker = site / COMPLETE
     if not marker.is_file():
         return None
     names = {line.strip() for line in marker.read_text().splitlines() if line.strip()}
-    return set(FIRST_WHEELS) if names == {"ok"} else names
+    return names - {"ok"}
 
 
 def write_python_wrapper(path: Path, root: Path, site: Path) -> Path:

@@ -116,8 +116,8 @@ def test_heads_in_float_keep_the_score_decisions_the_preset_loses(tmp_path):
 
     from edgeopt.converters.quantize.accuracy_aware import HEADS_LABEL, _variants
     from edgeopt.converters.quantize.heads import multi_output_heads
-    from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
     from edgeopt.converters.quantize.presets import get_preset
+    from edgeopt.converters.quantize.qdq_static import StaticSettings, quantize_static
 
     src = tmp_path / "det.onnx"
     two_branch_detector(src)

@@ -22,17 +22,17 @@ def labels(modes) -> list[str]:
 def test_each_backends_search_modes_come_from_its_quantizers_declaration():
     from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer
     from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
-    from edgeopt.converters.quantize.ort_modes import ort_search_modes
-    from edgeopt.converters.quantize.ort_static import StaticSettings
+    from edgeopt.converters.quantize.qdq_modes import qdq_search_modes
+    from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
+    from edgeopt.converters.quantize.qdq_static import StaticSettings
 
-    assert labels(OnnxRuntimeQuantizer.search_modes(QuantMode.AUTO)) == ["dynamic per-channel", "dynamic per-tensor",
+    assert labels(QdqQuantizer.search_modes(QuantMode.AUTO)) == ["dynamic per-channel", "dynamic per-tensor",
                                                            "static per-channel", "static per-tensor"]
     # the profile's static settings fix static's granularity; a requested kind is that kind at --per-channel's
     settings = StaticSettings(per_channel=True)
-    assert labels(ort_search_modes(QuantMode.AUTO, None, settings)) == ["dynamic per-channel", "dynamic per-tensor",
+    assert labels(qdq_search_modes(QuantMode.AUTO, None, settings)) == ["dynamic per-channel", "dynamic per-tensor",
                                                                         "static per-channel"]
-    assert labels(ort_search_modes(QuantMode.DYNAMIC, False)) == ["dynamic per-tensor"]
+    assert labels(qdq_search_modes(QuantMode.DYNAMIC, False)) == ["dynamic per-tensor"]
     assert labels(OpenVINOQuantizer.search_modes(QuantMode.AUTO)) == ["weights per-channel", "static per-channel"]
     assert labels(OpenVINOQuantizer.search_modes(QuantMode.WEIGHTS)) == ["weights per-channel"]
     assert OpenVINOQuantizer.search_modes(QuantMode.DYNAMIC) == []
@@ -43,12 +43,12 @@ def test_each_backends_search_modes_come_from_its_quantizers_declaration():
 
 @pytest.mark.onnxruntime
 def test_a_kind_declared_on_a_quantizer_is_searched_by_the_ort_mode_search(tmp_path, monkeypatch):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, ort_modes
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, qdq_modes
+    from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
 
     built = []
 
-    class WithWeights(OnnxRuntimeQuantizer):
+    class WithWeights(QdqQuantizer):
         """A weight-only mode registered on ONNX Runtime's quantizer (built as dynamic INT8 here, as a stand-in)."""
 
         modes = (QuantMode.DYNAMIC, QuantMode.WEIGHTS, QuantMode.STATIC)
@@ -62,7 +62,7 @@ def test_a_kind_declared_on_a_quantizer_is_searched_by_the_ort_mode_search(tmp_p
                 return q
             return super().quantize(model, mode, out, **kw)
 
-    monkeypatch.setattr(ort_modes, "QUANTIZER", WithWeights)
+    monkeypatch.setattr(qdq_modes, "QUANTIZER", WithWeights)
     model = tiny_lstm(tmp_path / "lstm.onnx")
     ctx = _ctx(tmp_path, lstm_data(32, 1), lstm_data(64, 2))
     QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=50.0),
@@ -78,8 +78,8 @@ def test_a_kind_declared_on_a_quantizer_is_searched_by_the_ort_mode_search(tmp_p
 @pytest.mark.parametrize("quantizer", ["onnxruntime", "openvino"])
 def test_a_requested_kind_the_quantizer_lacks_gives_no_candidate(quantizer):
     from edgeopt.converters.backends.openvino.quantizer import OpenVINOQuantizer
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+    from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
 
-    cls = {"onnxruntime": OnnxRuntimeQuantizer, "openvino": OpenVINOQuantizer}[quantizer]
+    cls = {"onnxruntime": QdqQuantizer, "openvino": OpenVINOQuantizer}[quantizer]
     lacking = next(k for k in (QuantMode.STATIC, QuantMode.DYNAMIC, QuantMode.WEIGHTS) if not cls.supports(k))
     assert cls.search_modes(lacking) == []

@@ -80,10 +80,10 @@ def _ctx(tmp_path, calib, ev=None):
 
 # --------------------------------------------------------------------------- each mode, each backend
 @pytest.mark.onnxruntime
-def test_onnxruntime_quantizer_static_and_dynamic_count_units_and_refuse_weights(tmp_path):
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+def test_qdq_quantizer_static_and_dynamic_count_units_and_refuse_weights(tmp_path):
+    from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
 
-    model, q = tiny_lstm(tmp_path / "lstm.onnx"), OnnxRuntimeQuantizer()
+    model, q = tiny_lstm(tmp_path / "lstm.onnx"), QdqQuantizer()
     calib = lstm_data(16, 1)
     static = q.quantize(model, StaticMode(), tmp_path / "s.onnx", calib=calib)
     assert (static.quantized_units, static.float_units) == (1, 1)  # QDQ quantizes the MatMul; the LSTM stays float

@@ -334,8 +334,8 @@ def test_one_run_ranking_points_at_the_node_whose_quantization_was_broken(tmp_pa
     import onnx
     from onnx import numpy_helper
 
-    from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
     from edgeopt.converters.quantize.presets import get_preset
+    from edgeopt.converters.quantize.qdq_static import StaticSettings, quantize_static
     from edgeopt.converters.quantize.sensitivity import quantized_nodes, rank_nodes_local
 
     calib, test = digits_datasets()

@@ -526,7 +526,7 @@ def test_dynamic_with_ops_in_float_is_tried_when_only_static_held_and_every_dyna
     every dynamic mode missed, dynamic with its most sensitive ops in float can be the faster one that holds."""
     from types import SimpleNamespace
 
-    from edgeopt.converters.quantize.ort_modes import _static_held_where_dynamic_missed
+    from edgeopt.converters.quantize.qdq_modes import _static_held_where_dynamic_missed
 
     def choice(label, rows):
         return SimpleNamespace(label=label, report={"candidates": [dict(zip(("mode", "verdict", "within_bound"), r,

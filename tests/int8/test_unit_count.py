@@ -25,13 +25,13 @@ def calib(n: int = 16) -> Dataset:
 
 
 @pytest.mark.onnxruntime
-def test_onnxruntime_quantizer_reports_the_one_count(tmp_path):
-    from edgeopt.converters.quantize import onnxruntime_quantizer
-    from edgeopt.converters.quantize.onnxruntime_quantizer import OnnxRuntimeQuantizer
+def test_qdq_quantizer_reports_the_one_count(tmp_path):
+    from edgeopt.converters.quantize import qdq_quantizer
+    from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
 
-    assert not hasattr(onnxruntime_quantizer, "count_units")
+    assert not hasattr(qdq_quantizer, "count_units")
     for mode in (StaticMode(), DynamicMode()):
-        q = OnnxRuntimeQuantizer().quantize(MNIST, mode, tmp_path / f"{mode.kind.value}.onnx", calib=calib())
+        q = QdqQuantizer().quantize(MNIST, mode, tmp_path / f"{mode.kind.value}.onnx", calib=calib())
         counted = count_units(tmp_path, {"model": q.path.name})
         assert (q.quantized_units, q.float_units) == units_of(q.path) == (counted["quantized"], counted["float"])
     assert units_of(tmp_path / "static.onnx") == (5, 0)  # its 3 convs and 2 gemms

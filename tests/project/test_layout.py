@@ -125,10 +125,11 @@ def test_mention_counter_reads_code_not_prose():
 
 
 # backend -> the most product modules outside its own code that may name it (tests/backend_mentions.py); lower a
-# number when a mention moves into its backend's folder, never raise it. ONNX Runtime is also the chain's FP32
-# reference runtime (checks, calibration, the Q/DQ quantize stage), so many of its mentions are not backend glue;
-# a module split in two by the 400-line rule counts twice (prune, optimize), and equalization runs the reference.
-MAX_MENTIONS = {"onnxruntime": 30, "openvino": 2, "tflite": 5, "tvm": 2}
+# number when a mention moves into its backend's folder, never raise it. Besides the registry and the enum, ONNX
+# Runtime is named by the reference runtime's one module (edgeopt/runtime/reference.py), by the shared Q/DQ stage's
+# modules that call its quantization tools (onnxruntime.quantization, onnxruntime.transformers), and by the modules
+# that write or read the speed-up figure users see as ``speedup_vs_onnxruntime_fp32``.
+MAX_MENTIONS = {"onnxruntime": 11, "openvino": 2, "tflite": 2, "tvm": 2}
 
 
 def test_no_new_module_names_a_backend_outside_its_folder():

@@ -22,6 +22,7 @@ class OnnxRuntimeHooks(BackendHooks):
     fp32_reference = "the source model in ONNX Runtime FP32 (bench's reference)"
     as_loaded_suffix = ".as-loaded.onnx"
     places = True
+    interleaved_settings = {"allow_spinning": False}
 
     def prefix_timer(self, int8: bool, calib: Any, work: Path) -> tuple[Any, str] | None:
         from .prefix_time import prefix_timer

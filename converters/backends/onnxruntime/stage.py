@@ -104,7 +104,7 @@ class OnnxRuntimeBackend(Backend):
     preflight_check = "edgeopt.converters.backends.onnxruntime.preflight:check_onnxruntime"
     per_layer_profiler = "edgeopt.converters.backends.onnxruntime.per_layer:profile_onnxruntime"
     quantizes_itself = False
-    quantizer = "edgeopt.converters.quantize.onnxruntime_quantizer:OnnxRuntimeQuantizer"
+    quantizer = "edgeopt.converters.quantize.qdq_quantizer:QdqQuantizer"
     hooks = "edgeopt.converters.backends.onnxruntime.hooks:HOOKS"
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8)
 

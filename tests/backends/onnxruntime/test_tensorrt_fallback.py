@@ -128,8 +128,8 @@ def test_another_preset_has_no_graph_order_fallback():
     keep the ranking by sensitivity alone."""
     from edgeopt.converters.quantize.accuracy_aware import WEIGHTED_LABEL, _variants, tensorrt_prefix
     from edgeopt.converters.quantize.candidate import Candidate
-    from edgeopt.converters.quantize.ort_static import StaticSettings
     from edgeopt.converters.quantize.presets import PRESETS, TENSORRT
+    from edgeopt.converters.quantize.qdq_static import StaticSettings
 
     variants = _variants(StaticSettings.from_preset(PRESETS[TENSORRT]), tensorrt=True)
     assert tensorrt_prefix("x86-vnni", variants) is None and tensorrt_prefix(None, variants) is None
@@ -186,8 +186,8 @@ def test_a_graph_with_convs_and_matmuls_gets_a_matmul_only_option():
     and one of the TensorRT preset's weighted-only bases), offered only where the graph has convs and a matmul neck
     (a CNN's one Gemm head alone INT8 would hold the bound before the float fallback could keep most convs INT8)."""
     from edgeopt.converters.quantize.accuracy_aware import MATMUL_OPS, _variants, tensorrt_prefix
-    from edgeopt.converters.quantize.ort_static import StaticSettings
     from edgeopt.converters.quantize.presets import PRESETS, TENSORRT
+    from edgeopt.converters.quantize.qdq_static import StaticSettings
 
     both = {"Conv": 38, "MatMul": 13, "Add": 40}  # the recogniser's counts
     cpu = _variants(StaticSettings.from_preset(PRESETS["x86-vnni"]), op_counts=both)

@@ -99,15 +99,15 @@ def test_calibration_is_done_once_per_calibration_setting(tmp_path, monkeypatch)
     from onnx import numpy_helper
 
     from edgeopt.converters.base import CalibMethod
-    from edgeopt.converters.quantize import ort_static
-    from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
+    from edgeopt.converters.quantize import qdq_static
     from edgeopt.converters.quantize.presets import PRESETS
+    from edgeopt.converters.quantize.qdq_static import StaticSettings, quantize_static
 
     model = tmp_path / "ln.onnx"
     calib = cluster_data(unrolled_layernorm_mlp(model), 32, seed=1)
     readers = []
-    real_reader = ort_static.calibration_reader
-    monkeypatch.setattr(ort_static, "calibration_reader", lambda *a, **k: readers.append(1) or real_reader(*a, **k))
+    real_reader = qdq_static.calibration_reader
+    monkeypatch.setattr(qdq_static, "calibration_reader", lambda *a, **k: readers.append(1) or real_reader(*a, **k))
     cache = tmp_path / "calibration"
     base = StaticSettings.from_preset(PRESETS["tensorrt"])
     quantize_static(model, tmp_path / "a.onnx", base, calib, ["x"], calib_cache=cache)
@@ -133,8 +133,8 @@ def test_isolated_sensitivity_of_a_node_that_reads_one_tensor_twice(tmp_path):
     import onnx
 
     from edgeopt.converters.quantize import sensitivity
-    from edgeopt.converters.quantize.ort_static import StaticSettings, quantize_static
     from edgeopt.converters.quantize.presets import PRESETS
+    from edgeopt.converters.quantize.qdq_static import StaticSettings, quantize_static
     from edgeopt.runtime.run_fn import run_fn
 
     model = tmp_path / "ln.onnx"

@@ -1,7 +1,7 @@
-"""ONNX Runtime's modes under a bound: the modes :class:`.onnxruntime_quantizer.OnnxRuntimeQuantizer` declares
+"""ONNX Runtime's modes under a bound: the modes :class:`.qdq_quantizer.QdqQuantizer` declares
 (dynamic per-channel, dynamic per-tensor, static QDQ), each built once, the fastest within the bound kept
 (:func:`.bound.choose_mode`); when none holds as built, dynamic again with its most sensitive ops kept in float
-(:mod:`.ort_dynamic_float`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
+(:mod:`.qdq_dynamic_float`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
 and for ``--quant-mode dynamic``."""
 
 from __future__ import annotations
@@ -11,21 +11,21 @@ from pathlib import Path
 
 from edgeopt.enums import QuantMode
 from edgeopt.errors import GateFailedError
+from edgeopt.runtime.reference import REFERENCE, REFERENCE_RUNTIME
 
 from .bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from .modes import MODE_TYPES, Granularity
-from .onnxruntime_quantizer import OnnxRuntimeQuantizer
+from .qdq_quantizer import QdqQuantizer
 from .timing import speed_verdict
 
-RUNTIME = "onnxruntime (CPUExecutionProvider)"
-QUANTIZER = OnnxRuntimeQuantizer  # the searches' modes come from its ``modes`` declaration
+QUANTIZER = QdqQuantizer  # the searches' modes come from its ``modes`` declaration
 
 
 def _grain(per_channel: bool) -> Granularity:
     return Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
 
 
-def ort_search_modes(quant_mode: QuantMode, per_channel: bool | None, static_settings=None) -> list:
+def qdq_search_modes(quant_mode: QuantMode, per_channel: bool | None, static_settings=None) -> list:
     """The quantizer's modes this search builds (:meth:`.modes.Quantizer.search_modes`): static only with its
     setup, at the granularity its settings (the profile's preset) name; a kind asked for with ``--quant-mode``
     at the ``--per-channel`` granularity asked for (default per-channel)."""
@@ -40,7 +40,7 @@ def ort_search_modes(quant_mode: QuantMode, per_channel: bool | None, static_set
     return out
 
 
-def ort_candidates(src: Path, work: Path, threads: int, modes: list, static=None) -> list[ModeCandidate]:
+def qdq_candidates(src: Path, work: Path, threads: int, modes: list, static=None) -> list[ModeCandidate]:
     """One candidate per mode; ``static``: (preprocessed source, StaticSettings, input names, calib,
     calib_samples), which a static mode is built with."""
     from edgeopt.runtime.run_fn import run_fn
@@ -65,18 +65,18 @@ def ort_candidates(src: Path, work: Path, threads: int, modes: list, static=None
     return out
 
 
-def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, static=None) -> bool:
+def search_qdq_modes(model_path: Path, out: Path, work: Path, config, ctx, report: dict, *, static=None) -> bool:
     """Choose among the modes into ``out``; True when one held the bound (``report['mode_search']`` says what
     was tried and why each other was dropped). ``config.mode``: the ``--quant-mode`` asked for; a named one
     (``dynamic``) is only that kind, at the requested granularity, and missing the bound is exit 5."""
     from edgeopt.runtime.run_fn import run_fn
 
     b = prepare(ctx, "quantize", model_path, config.bound)
-    modes = ort_search_modes(config.mode, config.per_channel, None if static is None else static[1])
+    modes = qdq_search_modes(config.mode, config.per_channel, None if static is None else static[1])
     grains = tuple(m.granularity for m in modes if m.kind == QuantMode.DYNAMIC)
-    choice = choose_mode(ort_candidates(Path(model_path), work, b.threads, modes, static), b=b,
+    choice = choose_mode(qdq_candidates(Path(model_path), work, b.threads, modes, static), b=b,
                          bound=float(config.bound.max_accuracy_drop), budget_s=config.bound.search_budget,
-                         fp32_timed=run_fn(model_path, b.threads), backend="onnxruntime", progress=ctx.progress,
+                         fp32_timed=run_fn(model_path, b.threads), backend=REFERENCE, progress=ctx.progress,
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
     warn_small_eval(ctx, choice.report, "quantize")
@@ -99,7 +99,7 @@ def search_ort_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     shutil.copyfile(choice.artifact, out)
     report.update(mode=choice.quantized.mode.kind.value, method=f"{choice.label} INT8 (onnxruntime.quantization), "
                   "the fastest mode within the bound")
-    report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=RUNTIME,
+    report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=REFERENCE_RUNTIME,
                                     min_speedup=config.bound.min_speedup, ctx=ctx, prefix="quantize", threads=b.threads)
     return True
 
@@ -115,14 +115,14 @@ def _static_held_where_dynamic_missed(choice) -> bool:
 
 def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, report: dict, b, grains,
                         rival: tuple[str, Path] | None = None) -> bool:
-    """Dynamic INT8 with its most sensitive ops in float (:mod:`.ort_dynamic_float`), kept when it holds the bound
+    """Dynamic INT8 with its most sensitive ops in float (:mod:`.qdq_dynamic_float`), kept when it holds the bound
     (and, with ``rival``, the mode that held as built, when it is the faster of the two, timed in the same blocks),
     as a mode that holds as built is (its speed against FP32, timed in blocks, is reported and warned about like
     theirs; ``--min-speedup`` gates it): True when written to ``out``. Its search is under
     ``report['mode_search']['float_fallback']``."""
     from edgeopt.runtime.run_fn import run_fn
 
-    from .ort_dynamic_float import search_dynamic_with_float
+    from .qdq_dynamic_float import search_dynamic_with_float
     from .timing import blocked_latency_ms
 
     result = search_dynamic_with_float(model_path, work, b, bound=float(config.bound.max_accuracy_drop),
@@ -155,7 +155,7 @@ def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, re
                          + ("no mode held the bound as built" if rival is None else
                             f"no dynamic mode held the bound as built, and {rival[0]}, which did, is slower")
                          + f", {len(best.kept)} op(s) kept in float ({', '.join(best.kept[:4])})")
-    report["speed"] = speed_verdict(latency, final_key=best.label, runtime=RUNTIME, min_speedup=config.bound.min_speedup,
+    report["speed"] = speed_verdict(latency, final_key=best.label, runtime=REFERENCE_RUNTIME, min_speedup=config.bound.min_speedup,
                                     ctx=ctx, prefix="quantize", threads=b.threads)
     return True
 

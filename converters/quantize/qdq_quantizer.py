@@ -1,6 +1,7 @@
-"""ONNX Runtime's 8-bit quantizer (the ``quantize`` stage's, for the onnxruntime and TVM backends).
+"""The shared ONNX Q/DQ stage's 8-bit quantizer (the ``quantize`` stage's, through ``onnxruntime.quantization``), whose
+model the onnxruntime backend runs and the TVM backend compiles.
 
-- static: ``quantize_static`` in QDQ format with the profile's preset (:mod:`.ort_static`); the mode's
+- static: ``quantize_static`` in QDQ format with the profile's preset (:mod:`.qdq_static`); the mode's
   granularity sets per-channel weights;
 - dynamic: ``quantize_dynamic`` (INT8 weights, activations quantized per call), per-channel from the mode;
   ONNX Runtime's kernels cover MatMul/Gemm/LSTM/Attention (DynamicQuantizeLSTM), not GRU, which stays float;
@@ -21,21 +22,21 @@ from edgeopt.quant_units import units_of
 from .modes import DynamicMode, Granularity, QuantizedModel, Quantizer, StaticMode, WeightsMode
 
 
-class OnnxRuntimeQuantizer(Quantizer):
+class QdqQuantizer(Quantizer):
     modes = (QuantMode.DYNAMIC, QuantMode.STATIC)  # a mode search builds dynamic first, then static
 
     def quantize(self, model: Path, mode: StaticMode | DynamicMode | WeightsMode, out: Path, *,
                  calib: Any = None, keep_float: tuple[str, ...] = (), settings: Any = None,
                  input_names: list[str] | None = None, calib_samples: int | None = None) -> QuantizedModel:
-        """``settings``: the static mode's :class:`.ort_static.StaticSettings` (default: this machine's preset);
+        """``settings``: the static mode's :class:`.qdq_static.StaticSettings` (default: this machine's preset);
         ``input_names``/``calib_samples``: what calibration feeds (default: the model's inputs, all samples)."""
         from edgeopt.errors import UsageError
 
         notes: dict[str, Any] = {}
         per_channel = mode.granularity == Granularity.PER_CHANNEL
         if mode.kind == QuantMode.STATIC:
-            from .ort_static import StaticSettings, quantize_static
             from .presets import preset_for_profile
+            from .qdq_static import StaticSettings, quantize_static
 
             if calib is None or len(calib) == 0:
                 raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")

@@ -24,7 +24,7 @@ from .bound import Bounded
 from .candidate import SearchResult
 from .dynamic import DYNAMIC_OPS
 from .modes import DynamicMode, Granularity
-from .onnxruntime_quantizer import OnnxRuntimeQuantizer
+from .qdq_quantizer import QdqQuantizer
 from .sensitivity import UNRANKED, output_error
 from .strategy import run_search
 
@@ -45,7 +45,7 @@ def search_dynamic_with_float(model_path: Path, work: Path, b: Bounded, *, bound
                               grains: tuple[Granularity, ...], progress=None) -> SearchResult:
     """The budgeted search (:func:`.strategy.run_search`) over the dynamic modes ``grains`` as its options, then the
     most sensitive of :func:`weighted_dynamic_nodes` kept in float."""
-    quantizer = OnnxRuntimeQuantizer()
+    quantizer = QdqQuantizer()
     nodes = weighted_dynamic_nodes(model_path)
 
     def build(g: Granularity, kept: tuple[str, ...], name: str):
