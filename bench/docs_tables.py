@@ -50,6 +50,13 @@ TABLES: tuple[Table, ...] = (
     Table("device_matrix", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",), "device_matrix",
           MATRIX_NOTE + " Seconds are wall time on 2 shared cores."),
+    # the same 54 cells rebuilt on the current code: host, pi5, jetson-orin-nano, then rpi4, jetson-agx-orin, intel-npu
+    Table("device_matrix_rerun", "docs/benchmarks/device-matrix.md",
+          (f"{RESULTS}/2026-12-05/device_matrix_nine_all_profiles.json",), "device_matrix",
+          "Two runs merged, both on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX); the first (host, pi5, "
+          "jetson-orin-nano) with --verify-on for its ARM and Jetson cells, the second without; magika's rpi4, jetson-agx-orin and intel-npu cells from a run of their own on the "
+          "same code (its data are files of this machine, which a run from another virtual environment reads "
+          "differently)."),
     # the held-apart unseen models: their one final run over every profile
     Table("device_matrix_unseen_final", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-05/device_matrix_unseen_final.json",), "device_matrix",
