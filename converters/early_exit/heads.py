@@ -18,20 +18,13 @@ class Features:
 
 
 def with_outputs(model: Path, dst: Path, names: list[str]) -> Path:
-    """``model`` with ``names`` added as graph outputs (the cut tensors)."""
+    """``model`` with ``names`` added as graph outputs (the cut tensors), written to ``dst``."""
     import onnx
 
-    proto = onnx.load(str(model))
-    have = {o.name for o in proto.graph.output}
-    proto.graph.output.extend([onnx.ValueInfoProto(name=n) for n in names if n not in have])
-    onnx.save(proto, str(dst))
+    from edgeopt.runtime.reference import with_outputs as tapped
+
+    onnx.save(tapped(onnx.load(str(model)), names, typed=False), str(dst))
     return dst
-
-
-def session(path: Path, threads: int | None = None):
-    from edgeopt.runtime.reference import session as reference_session
-
-    return reference_session(path, threads=threads)
 
 
 def pool(array: np.ndarray) -> np.ndarray:
@@ -42,7 +35,9 @@ def pool(array: np.ndarray) -> np.ndarray:
 def compute(tapped: Path, dataset, cuts: list[str], output: str, threads=None, keep_raw: int = 0):
     """The :class:`Features` of ``dataset`` on ``tapped`` (the model with the cuts as outputs), and the raw cut
     tensors of its first ``keep_raw`` samples (the stage models' check inputs)."""
-    sess = session(tapped, threads)
+    from edgeopt.runtime.reference import session
+
+    sess = session(tapped, threads=threads)
     pooled: list[list[np.ndarray]] = [[] for _ in cuts]
     scores, raw = [], [[] for _ in cuts]
     for i in range(len(dataset)):

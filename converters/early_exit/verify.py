@@ -120,14 +120,14 @@ def judge_as_written(root: Path, draft: dict) -> dict:
     the model's own answer without them, and always for ordered bins): the drop and its upper confidence limit
     (Tango's, as the convert gate)."""
     from edgeopt.converters.early_exit.answers import agrees, answers
-    from edgeopt.converters.early_exit.heads import session
     from edgeopt.metrics.base import MetricName
     from edgeopt.metrics.confidence import paired_upper
     from edgeopt.runtime.cascade import CASCADE_FILE
+    from edgeopt.runtime.reference import session
     from edgeopt.runtime.runners import open_runner
 
     data, output, kind = draft["measure_data"], draft["output"], draft.get("kind", MetricName.TOP1)
-    reference = session(draft["model"], 1)
+    reference = session(draft["model"], threads=1)
     cascade = open_runner(str(root), threads=1, manifest={"runtime": {"cascade": CASCADE_FILE}, "inputs": [],
                                                           "outputs": []})
     ref, got = [], []

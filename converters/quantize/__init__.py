@@ -24,7 +24,7 @@ from edgeopt.converters.base import (
 )
 from edgeopt.converters.registry import register_stage
 from edgeopt.enums import Precision
-from edgeopt.errors import BadModelError, GateFailedError, MissingDependencyError, StageError, UsageError
+from edgeopt.errors import BadModelError, GateFailedError, StageError, UsageError
 
 from .modes import QuantMode
 from .presets import PRESETS, TENSORRT, get_preset, preset_for_profile
@@ -229,7 +229,7 @@ class QuantizeStage(Stage):
 
         try:
             session(path, log_level=4)
-        except MissingDependencyError:
+        except ImportError:  # ONNX Runtime itself missing: not the model's fault
             raise
         except Exception as err:  # noqa: BLE001
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

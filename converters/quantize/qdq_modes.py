@@ -1,4 +1,4 @@
-"""ONNX Runtime's modes under a bound: the modes :class:`.qdq_quantizer.QdqQuantizer` declares
+"""The shared Q/DQ stage's modes under a bound: the modes :class:`.qdq_quantizer.QdqQuantizer` declares
 (dynamic per-channel, dynamic per-tensor, static QDQ), each built once, the fastest within the bound kept
 (:func:`.bound.choose_mode`); when none holds as built, dynamic again with its most sensitive ops kept in float
 (:mod:`.qdq_dynamic_float`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
