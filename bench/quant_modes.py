@@ -356,8 +356,9 @@ def choice(model: Path, files: dict, backend: str, bound: float, metric: list[st
         row["error"] = r.stderr.strip().splitlines()[-1:] if r.stderr else []
         return row
     manifest = json.loads((out / "manifest.json").read_text())
-    stage = "quantize" if backend == "onnxruntime" else backend
-    rep = next(s["report"] for s in manifest["stages"] if s["name"] == stage)
+    # ONNX Runtime's INT8 is the qdq stage's (an artifact written before the rename names it 'quantize')
+    stage = ("qdq", "quantize") if backend == "onnxruntime" else (backend,)
+    rep = next(s["report"] for s in manifest["stages"] if s["name"] in stage)
     kept = (rep.get("accuracy_aware") or {}).get("kept_in_float") or []
     row.update(stages=[s["name"] for s in manifest["stages"]], artifact=str(out), kept_in_float=[k.get("node") or k.get("quantizer") if isinstance(k, dict) else k
                                                  for k in kept],

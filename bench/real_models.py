@@ -1,7 +1,7 @@
 """Accuracy-aware INT8 on real models from packages: FP32 vs naive INT8 vs edgeopt's searched INT8.
 
 For each model: the FP32 model normalized by the chain's ``normalize`` stage, naive static INT8 (the
-``quantize`` stage with its hardware preset, no search) and edgeopt's accuracy-aware INT8 (the same
+ONNX Q/DQ ``qdq`` stage with its hardware preset, no search) and edgeopt's accuracy-aware INT8 (the same
 stage with ``max_accuracy_drop`` and ``search_budget_s``, as ``convert --max-accuracy-drop B
 --search-budget S`` runs it). The eval data is split as the search splits it (``search_fraction`` 0.5,
 seed 0): the metric figures below are on the **held-back half, which the search never saw**, with the
@@ -238,7 +238,7 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
     from edgeopt.converters.accuracy_bound import AccuracyBound
     from edgeopt.converters.base import Intermediate
     from edgeopt.converters.normalize import Normalize, NormalizeConfig
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
     from edgeopt.converters.quantize.task_metric import make_task_metric, metric_name, metric_unit
     from edgeopt.errors import EdgeoptError
     from edgeopt.metrics import MetricSpec
@@ -279,15 +279,15 @@ def _run_case(case: Case, work: Path, budget: float, seconds: float, backend: st
             row["speed_gate"] = getattr(err, "details", None)
     else:
         (work / "naive").mkdir()
-        naive = QuantizeStage().run(Intermediate(norm), QuantizeConfig(mode="static"),
-                                    _ctx(work / "naive", norm, case.calib, case.eval, "quantize")).path
+        naive = QdqStage().run(Intermediate(norm), QdqConfig(mode="static"),
+                               _ctx(work / "naive", norm, case.calib, case.eval, "qdq")).path
         fp32_art, naive_run = run_fn(norm, 2), run_fn(naive, 2)
         (work / "aa").mkdir()
-        ctx = _ctx(work / "aa", norm, case.calib, case.eval, "quantize")
+        ctx = _ctx(work / "aa", norm, case.calib, case.eval, "qdq")
         t0 = time.perf_counter()
         final_run = None
         try:
-            final = QuantizeStage().run(Intermediate(norm), QuantizeConfig(bound=bound), ctx).path
+            final = QdqStage().run(Intermediate(norm), QdqConfig(bound=bound), ctx).path
             final_run = run_fn(final, 2)
             row["outcome"] = "met"
         except EdgeoptError as err:

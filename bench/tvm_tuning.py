@@ -39,7 +39,7 @@ def _stats(r: dict) -> dict:
 
 
 def _backend_input(model: Path, work: Path, precision: str = "fp32", calib: Path | None = None) -> Path:
-    """The model as the TVM backend sees it in ``convert`` (normalize, and for INT8 the QDQ quantize stage)."""
+    """The model as the TVM backend sees it in ``convert`` (normalize, and for INT8 the qdq stage's Q/DQ)."""
     import onnx
 
     from edgeopt.options import ConvertOptions

@@ -1,11 +1,11 @@
 """The accuracy bound every searching stage shares, declared once.
 
-The ONNX Runtime quantize stage, the OpenVINO and TFLite backends (their INT8 searches), ``--prune auto`` and the
+The ONNX Q/DQ stage (``qdq``), the OpenVINO and TFLite backends (their INT8 searches), ``--prune auto`` and the
 recover stage's early stopping all take their bound, task metric and search budget from one
 :class:`AccuracyBound` field named ``bound`` in their config: these fields are the only declaration of
 ``--max-accuracy-drop``, ``--confidence``, ``--min-cosine``, ``--metric``, ``--search-budget``,
 ``--search-fraction`` and ``--min-speedup`` (:class:`edgeopt.options.ChainRequest` and the CLI flags are derived from them). A recipe
-overrides one of them for one stage as ``stages: {quantize: {bound: {search_fraction: 0.3}}}``.
+overrides one of them for one stage as ``stages: {qdq: {bound: {search_fraction: 0.3}}}``.
 
 The task metric travels here, in the plan (and its hash), not beside it: where a user's ``MODULE:FUNCTION``
 metric is imported from is the run's ``ChainContext.metric_search_path``.

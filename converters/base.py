@@ -108,7 +108,7 @@ class ChainOptions(StageConfig):
         None, "Distil the pruned model from FP32 on --calib (default: when the train extra is installed).")
     threads: int | None = chain_option(None, "Runtime threads (and the searches').", gt=0)
     stages: dict[str, dict[str, Any]] = chain_option(
-        {}, "Per-stage config overrides, {quantize: {calib_samples: 64}, ...}; on the command line --set "
+        {}, "Per-stage config overrides, {qdq: {calib_samples: 64}, ...}; on the command line --set "
         "STAGE.FIELD=VALUE.")
     # what the user asks in, where it is not the resolved type: the request's type of these chain-level options
     asked_as: ClassVar[dict[str, Any]] = {
@@ -266,7 +266,7 @@ class Backend(Stage):
     backend: ClassVar[BackendName]
     extra: ClassVar[str | None] = None  # the pip extra that installs it
     # True when the backend quantizes to INT8 itself (NNCF, onnx2tf); False when it needs the
-    # chain's QDQ quantize stage before it (ONNX Runtime, TVM).
+    # chain's Q/DQ stage (qdq) before it (ONNX Runtime, TVM).
     quantizes_itself: ClassVar[bool] = False
     precisions: ClassVar[tuple[Precision, ...]] = (Precision.FP32, Precision.INT8)
     # import names the backend needs (checked with find_spec by ``available``, nothing imported)

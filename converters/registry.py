@@ -19,9 +19,14 @@ _STAGE_MODULES = {
     "normalize": "edgeopt.converters.normalize",
     "prune": "edgeopt.converters.prune",
     "recover": "edgeopt.converters.recover",
-    "quantize": "edgeopt.converters.quantize",
+    "qdq": "edgeopt.converters.quantize.qdq_stage",
     "early_exit": "edgeopt.converters.early_exit.stage",
 }
+# A stage's old name -> its name now, with what the stage is: a recipe's ``stages:``, ``--set OLD.FIELD=V`` and
+# ``ChainOptions.stages`` are read under the new name, with a warning (:func:`canonical_stage_overrides`, called
+# where the user's stage names are checked). A manifest or plan written earlier keeps the name it ran under.
+STAGE_ALIASES = {"quantize": "qdq"}
+_RENAMED_WHAT = {"qdq": "the ONNX Q/DQ stage"}
 BACKEND_MODULES = {
     BackendName.ONNXRUNTIME: "edgeopt.converters.backends.onnxruntime",
     BackendName.OPENVINO: "edgeopt.converters.backends.openvino",
@@ -47,9 +52,47 @@ def backend_names() -> list[BackendName]:
 
 def get_stage(name: str):
     if name not in _STAGE_MODULES:
-        raise UsageError(f"unknown stage '{name}'", did_you_mean(name, _STAGE_MODULES) or f"stages: {', '.join(_STAGE_MODULES)}")
+        hint = (f"it is now called '{STAGE_ALIASES[name]}'" if name in STAGE_ALIASES
+                else did_you_mean(name, _STAGE_MODULES) or f"stages: {', '.join(_STAGE_MODULES)}")
+        raise UsageError(f"unknown stage '{name}'", hint)
     importlib.import_module(_STAGE_MODULES[name])
     return _registered[name]
+
+
+def stage_alias_warning(old: str) -> str:
+    new = STAGE_ALIASES[old]
+    return f"stage '{old}' is now called '{new}' ({_RENAMED_WHAT[new]}); read as '{new}'"
+
+
+def canonical_stage_overrides(stages: dict, warn) -> dict:
+    """Per-stage overrides (a recipe's ``stages:`` with ``--set``'s over it) with each old stage name
+    (:data:`STAGE_ALIASES`) read as the stage's name now, ``warn`` told once per old name; the same field given
+    under both names is a usage error (which one would win is not the user's intent to guess)."""
+    out: dict = {}
+    for name, override in stages.items():
+        new = STAGE_ALIASES.get(name, name)
+        if new != name:
+            warn(stage_alias_warning(name))
+        if new in out:  # both names given: the old one is whichever isn't ``new``
+            old = name if name != new else next(o for o in stages if STAGE_ALIASES.get(o) == new)
+            out[new] = _merge_alias(out[new], override or {}, old, new, ())
+        else:
+            out[new] = override
+    return out
+
+
+def _merge_alias(a: dict, b: dict, old: str, new: str, path: tuple[str, ...]) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _merge_alias(out[key], value, old, new, (*path, key))
+        else:
+            field = ".".join((*path, key))
+            raise UsageError(f"both {old}.{field} and {new}.{field} given ('{old}' is the old name of stage '{new}')",
+                             f"give it once, as {new}.{field}")
+    return out
 
 
 def parse_backend(name: str) -> BackendName:

@@ -47,7 +47,7 @@ def stage_hint(stage: str) -> str:
     if stage in ("normalize", "prune"):
         return ("the model itself could not be processed (a custom-domain or unsupported operator?): see "
                 "edgeopt analyze MODEL; --debug shows the traceback")
-    if stage == "quantize":
+    if stage == "qdq":
         return "try --precision fp32 or another --calib-method; --debug shows the traceback"
     return "try another --backend or --precision; --debug shows the traceback"
 

@@ -4,6 +4,8 @@ with the checks that need the profile or several options together."""
 
 from __future__ import annotations
 
+import difflib
+
 from pydantic import ValidationError
 
 from edgeopt.backend_choice import backend_class, choose_backend
@@ -63,9 +65,10 @@ def resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str])
     check_native(profile, backend_name, prec)  # bf16 only where the profile's unit runs it natively
     prune = r.prune if r.prune is not None else chain.prune
     target = profile.backend(backend_name)
+    stages = _stage_overrides(r, backend_name, warnings)
     try:
         options = ChainOptions(
-            **_asked(r),
+            **{**_asked(r), "stages": stages},
             backend=backend_name,
             precision=prec,
             prune=0.0 if prune == "auto" else float(prune),
@@ -85,7 +88,6 @@ def resolve_options(profile, r: ChainRequest, input_shapes, warnings: list[str])
         raise validation_message(err, "options", list(ChainOptions.model_fields)) from err
     _check_quant_mode(bcls, options, warnings)
     # 2:4 only when asked for (--prune-mode 2:4, a recipe): a profile's sparsity_2_4 says its hardware can use it
-    _check_stage_names(r, backend_name)
     _check_prune_auto(options)
     if r.export_c and "export_c" not in bcls.Config.model_fields:
         raise UsageError(f"--export-c writes the model as a C array for firmware; backend '{backend_name.value}' "
@@ -114,12 +116,18 @@ def _channel_multiple(profile, target, precision) -> tuple[int, str]:
     return channel_multiple(profile, dict(target.settings) if target else {}, precision)
 
 
-def _check_stage_names(r: ChainRequest, backend_name: BackendName) -> None:
-    stage_names = ["normalize", "prune", "recover", "quantize", "early_exit", backend_name.value]
+def _stage_overrides(r: ChainRequest, backend_name: BackendName, warnings: list[str]) -> dict:
+    """The request's per-stage overrides (recipe ``stages:``, ``--set``) by stage name: every name the user gave is
+    checked here, an old one (``quantize``) read as the stage's name now (``qdq``) with a warning."""
+    from edgeopt.converters.registry import STAGE_ALIASES, canonical_stage_overrides, stage_names
+
+    names = [*stage_names(), backend_name.value]
     for key in r.stages:
-        if key not in stage_names:
-            raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'",
-                                did_you_mean(key, stage_names) or f"stages: {', '.join(stage_names)}")
+        if key not in names and key not in STAGE_ALIASES:
+            old = difflib.get_close_matches(key, list(STAGE_ALIASES), n=1, cutoff=0.6)  # 'quantise': 'qdq'
+            hint = did_you_mean(key, names) or (f"did you mean '{STAGE_ALIASES[old[0]]}'?" if old else None)
+            raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'", hint or f"stages: {', '.join(names)}")
+    return canonical_stage_overrides(r.stages, warnings.append)
 
 
 def _check_prune_auto(options: ChainOptions) -> None:

@@ -102,13 +102,13 @@ def stage_declared_options() -> dict[str, FieldInfo]:
     the stages' own (``per_channel``, ``recover_budget``, ``export_c``…)."""
     from edgeopt.converters.base import option_name
     from edgeopt.converters.early_exit.stage import EarlyExitConfig
-    from edgeopt.converters.quantize import QuantizeConfig
+    from edgeopt.converters.quantize import QdqConfig
     from edgeopt.converters.recover import RecoverConfig
     from edgeopt.converters.registry import backend_classes
 
     out = dict(AccuracyBound.model_fields)
     backends = [cls.Config for cls in backend_classes().values()]
-    for config in (QuantizeConfig, RecoverConfig, EarlyExitConfig, *backends):  # tests/chain/test_option_declarations.py checks the list
+    for config in (QdqConfig, RecoverConfig, EarlyExitConfig, *backends):  # tests/chain/test_option_declarations.py checks the list
         for field_name, info in config.model_fields.items():
             if (info.json_schema_extra or {}).get("declares"):
                 out[option_name(field_name, info)] = info

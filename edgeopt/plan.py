@@ -213,6 +213,6 @@ def _stages_wanted(options: ChainOptions, bcls, warnings: list[str]) -> list[str
     elif options.recover:
         warnings.append("--recover does nothing here: it distils a channel-pruned model (give --prune R, mode channels)")
     if options.precision in (Precision.INT8, Precision.FP16) and not bcls.quantizes_itself:
-        wanted.append("quantize")
+        wanted.append("qdq")
     wanted.append("early_exit")  # its configure says whether it runs (--early-exit)
     return wanted

@@ -3,7 +3,7 @@ tune (``BackendHooks.tunes``: TVM's MetaSchedule).
 
 The plan is the one ``convert --backend tvm`` makes for the same options, recipe and profile
 (:func:`tune_plan`: the same ``make_plan`` call on the same :class:`edgeopt.options.ConvertOptions`), and the
-model goes through that plan's stages before the backend (normalize, prune, recover, quantize) with the same
+model goes through that plan's stages before the backend (normalize, prune, recover, qdq) with the same
 data and task metric, so the graph tuned is the graph ``convert`` builds and the database's content-hash key
 (:func:`edgeopt.converters.backends.tvm.build.tuning_key`) is the one ``convert`` finds again in
 ``$EDGEOPT_CACHE_DIR/tvm-tuning/<key>``. ``tuning_db`` (``--tuning-db DIR``, else the recipe's

@@ -138,7 +138,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
 
     from .bound import prepare
 
-    b = prepare(ctx, "quantize", src, accuracy_bound)
+    b = prepare(ctx, "qdq", src, accuracy_bound)
     bound, min_speedup = float(accuracy_bound.max_accuracy_drop), accuracy_bound.min_speedup
     threads, search, confirm, fp32_run = b.threads, b.search, b.confirm, b.fp32_run
     graph = onnx.load(str(src), load_external_data=False)
@@ -187,7 +187,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants),
         confidence=b.confidence)
     report = result.report
-    warn_small_eval(ctx, report, "quantize")
+    warn_small_eval(ctx, report, "qdq")
     if retry:
         from .qdq_modes import warn_retry
 
@@ -199,7 +199,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
     report["quantizer_options"]["settings"] = variants[chosen_i][1].model_dump(mode="json")
     if result.best is None:
         ctx.stage_report().update(accuracy_aware=report)
-        raise gate_failure("quantize", result, bound)
+        raise gate_failure("qdq", result, bound)
     path = Path(result.best.artifact)
     qdq = onnx.load(str(paths[chosen_i]), load_external_data=False) if result.best.kept else None
     errors = dict(result.ranked)
@@ -222,7 +222,7 @@ def _speed_check(report: dict, ctx, fp32_run, naive_path: Path, path: Path, thre
     ctx.stage_report().update(accuracy_aware=report)  # a speed-gate failure below still reports the search
     report["speed"] = speed_verdict(latency, final_key="int8_final" if "int8_final" in runs else "int8_naive",
                                     runtime=REFERENCE_RUNTIME, min_speedup=min_speedup, ctx=ctx,
-                                    prefix="quantize", alternatives=_fp16_hint(fp16_hint), threads=threads)
+                                    prefix="qdq", alternatives=_fp16_hint(fp16_hint), threads=threads)
 
 
 def _fp16_hint(profile_has_gpu: bool) -> dict | None:

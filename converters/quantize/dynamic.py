@@ -83,7 +83,7 @@ def quantize_dynamic(src: Path, dst: Path, per_channel: bool = False, nodes_to_e
         q.quantize_dynamic(str(src), str(tmp), op_types_to_quantize=list(DYNAMIC_OPS), per_channel=per_channel,
                            weight_type=q.QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude) or None)
     except Exception as err:  # noqa: BLE001
-        raise StageError(f"quantize: dynamic INT8 failed: {type(err).__name__}: {str(err)[:200]}",
+        raise StageError(f"qdq: dynamic INT8 failed: {type(err).__name__}: {str(err)[:200]}",
                          "use static INT8 or --precision fp32") from err
     tmp.replace(dst)
     return dst

@@ -18,7 +18,7 @@ def convert_fp16(src: Path, dst: Path) -> Path:
     try:
         out = f16.convert_float_to_float16(model, keep_io_types=True, op_block_list=list(FP16_BLOCK_LIST))
     except Exception as err:  # noqa: BLE001
-        raise StageError(f"quantize: FP16 conversion failed: {type(err).__name__}: {str(err)[:200]}",
+        raise StageError(f"qdq: FP16 conversion failed: {type(err).__name__}: {str(err)[:200]}",
                          "use --precision fp32 for this model") from err
     tmp = dst.with_name(dst.stem + ".tmp.onnx")
     onnx.save(out, str(tmp))

@@ -1,7 +1,7 @@
 """The shared Q/DQ stage's modes under a bound: the modes :class:`.qdq_quantizer.QdqQuantizer` declares
 (dynamic per-channel, dynamic per-tensor, static QDQ), each built once, the fastest within the bound kept
 (:func:`.bound.choose_mode`); when none holds as built, dynamic again with its most sensitive ops kept in float
-(:mod:`.qdq_dynamic_float`). Used by the quantize stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
+(:mod:`.qdq_dynamic_float`). Used by the qdq stage for graphs where dynamic INT8 fits (MatMul/LSTM-heavy),
 and for ``--quant-mode dynamic``."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def search_qdq_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     (``dynamic``) is only that kind, at the requested granularity, and missing the bound is exit 5."""
     from edgeopt.runtime.run_fn import run_fn
 
-    b = prepare(ctx, "quantize", model_path, config.bound)
+    b = prepare(ctx, "qdq", model_path, config.bound)
     modes = qdq_search_modes(config.mode, config.per_channel, None if static is None else static[1])
     grains = tuple(m.granularity for m in modes if m.kind == QuantMode.DYNAMIC)
     choice = choose_mode(qdq_candidates(Path(model_path), work, b.threads, modes, static), b=b,
@@ -79,7 +79,7 @@ def search_qdq_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
                          fp32_timed=run_fn(model_path, b.threads), backend=REFERENCE, progress=ctx.progress,
                          feed=(ctx.check_samples or b.search).feed(0))
     report["mode_search"] = choice.report
-    warn_small_eval(ctx, choice.report, "quantize")
+    warn_small_eval(ctx, choice.report, "qdq")
     for row in choice.report["candidates"]:
         if row.get("per_tensor_retry"):
             _warn_retry(ctx, row["mode"], row["per_tensor_retry"])
@@ -91,7 +91,7 @@ def search_qdq_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
         if config.mode != QuantMode.AUTO:
             best = max((r for r in choice.report["candidates"] if "search_value" in r),
                        key=lambda r: r["search_value"], default=None)
-            raise GateFailedError(f"quantize: {MODE_TYPES[config.mode].what} INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
+            raise GateFailedError(f"qdq: {MODE_TYPES[config.mode].what} INT8 misses --max-accuracy-drop {config.bound.max_accuracy_drop:g}"
                                   + (f": {best['why']}" if best else ""),
                                   "use --quant-mode auto (static INT8 with its search), relax the bound, or "
                                   "--precision fp32", details=choice.report)
@@ -100,7 +100,7 @@ def search_qdq_modes(model_path: Path, out: Path, work: Path, config, ctx, repor
     report.update(mode=choice.quantized.mode.kind.value, method=f"{choice.label} INT8 (onnxruntime.quantization), "
                   "the fastest mode within the bound")
     report["speed"] = speed_verdict(choice.latency, final_key=choice.label, runtime=REFERENCE_RUNTIME,
-                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="quantize", threads=b.threads)
+                                    min_speedup=config.bound.min_speedup, ctx=ctx, prefix="qdq", threads=b.threads)
     return True
 
 
@@ -156,14 +156,14 @@ def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, re
                             f"no dynamic mode held the bound as built, and {rival[0]}, which did, is slower")
                          + f", {len(best.kept)} op(s) kept in float ({', '.join(best.kept[:4])})")
     report["speed"] = speed_verdict(latency, final_key=best.label, runtime=REFERENCE_RUNTIME, min_speedup=config.bound.min_speedup,
-                                    ctx=ctx, prefix="quantize", threads=b.threads)
+                                    ctx=ctx, prefix="qdq", threads=b.threads)
     return True
 
 
 def _warn_retry(ctx, what: str, retried: list[dict]) -> None:
     nodes = [r.get("node") or r.get("weight") or "?" for r in retried]
     how = retried[-1]["retried"]
-    ctx.warn(f"quantize: ONNX Runtime's quantizer crashed with per-channel weights ({retried[0]['error'][:120]}); "
+    ctx.warn(f"qdq: ONNX Runtime's quantizer crashed with per-channel weights ({retried[0]['error'][:120]}); "
              f"{what} retried with {how} for {', '.join(nodes[:4])}" + (" …" if len(nodes) > 4 else ""))
 
 

@@ -1,4 +1,4 @@
-"""The shared ONNX Q/DQ stage's 8-bit quantizer (the ``quantize`` stage's, through ``onnxruntime.quantization``), whose
+"""The shared ONNX Q/DQ stage's 8-bit quantizer (the ``qdq`` stage's, through ``onnxruntime.quantization``), whose
 model the onnxruntime backend runs and the TVM backend compiles.
 
 - static: ``quantize_static`` in QDQ format with the profile's preset (:mod:`.qdq_static`); the mode's
@@ -39,7 +39,7 @@ class QdqQuantizer(Quantizer):
             from .qdq_static import StaticSettings, quantize_static
 
             if calib is None or len(calib) == 0:
-                raise UsageError("quantize: static INT8 needs calibration data", "give --calib FILE.npz")
+                raise UsageError("qdq: static INT8 needs calibration data", "give --calib FILE.npz")
             base = settings or StaticSettings.from_preset(preset_for_profile(None)[0])
             settings = base.model_copy(update={"per_channel": per_channel,
                                                "nodes_to_exclude": tuple(base.nodes_to_exclude) + tuple(keep_float)})
@@ -51,7 +51,7 @@ class QdqQuantizer(Quantizer):
 
             quantize_dynamic(Path(model), Path(out), per_channel=per_channel, nodes_to_exclude=keep_float)
         else:
-            raise UsageError("quantize: ONNX Runtime offers no weight-only INT8 for these ops",
+            raise UsageError("qdq: ONNX Runtime offers no weight-only INT8 for these ops",
                              "use --quant-mode dynamic (INT8 weights, activations per call) or static")
         q, f = units_of(Path(out))
         return QuantizedModel(Path(out), mode, q, f, tuple(keep_float), notes)

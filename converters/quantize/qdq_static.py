@@ -135,7 +135,7 @@ def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input
                                 "error": _first_line(err), "retried": "every weight per-tensor"})
                 current, overrides = current.model_copy(update={"per_channel": False}), {}
                 continue
-            raise StageError(f"quantize: onnxruntime static INT8 ({settings.label()}) failed: {_first_line(err)}",
+            raise StageError(f"qdq: onnxruntime static INT8 ({settings.label()}) failed: {_first_line(err)}",
                              "try --precision fp32, or a recipe that excludes the failing nodes") from err
     if notes is not None and retried:
         notes["per_tensor_retry"] = retried

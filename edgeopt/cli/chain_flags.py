@@ -30,8 +30,8 @@ from edgeopt.errors import UsageError
 METRIC_FLAGS = {"metric": MetricOption, "metric_axis": MetricAxisOption, "ctc_blank": CtcBlankOption,
                 "metric_threshold": MetricThresholdOption, "min_sqnr_db": MinSqnrOption,
                 "metric_output": MetricOutputOption}
-SetOption = typer.Option(None, "--set", help="A stage config field: STAGE.FIELD=VALUE, e.g. quantize.calib_samples=64 "
-                         "or quantize.bound.search_fraction=0.3 (as a recipe's stages:; repeatable).")
+SetOption = typer.Option(None, "--set", help="A stage config field: STAGE.FIELD=VALUE, e.g. qdq.calib_samples=64 "
+                         "or qdq.bound.search_fraction=0.3 (as a recipe's stages:; repeatable).")
 
 
 def _plain_type(annotation) -> type:
@@ -80,7 +80,7 @@ def chain_flag_fields(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
 
 def parse_sets(values: list[str] | None) -> dict[str, dict[str, Any]]:
     """``--set STAGE.FIELD=VALUE`` (VALUE read as YAML: 64, true, [a, b]) as a recipe's ``stages:`` mapping;
-    ``STAGE.SUB.FIELD`` nests (``quantize.bound.search_fraction``)."""
+    ``STAGE.SUB.FIELD`` nests (``qdq.bound.search_fraction``)."""
     import yaml
 
     stages: dict[str, dict[str, Any]] = {}
@@ -88,7 +88,7 @@ def parse_sets(values: list[str] | None) -> dict[str, dict[str, Any]]:
         key, sep, raw = item.partition("=")
         path = key.strip().split(".")
         if not sep or len(path) < 2 or not all(path):
-            raise UsageError(f"--set '{item}' is not STAGE.FIELD=VALUE", "e.g. --set quantize.calib_samples=64")
+            raise UsageError(f"--set '{item}' is not STAGE.FIELD=VALUE", "e.g. --set qdq.calib_samples=64")
         node = stages.setdefault(path[0], {})
         for part in path[1:-1]:
             node = node.setdefault(part, {})

@@ -47,7 +47,7 @@ targets:              # one artifact per target; options as in `edgeopt convert`
     # calib_method: minmax       # minmax | percentile
     # per_channel: true
     # accuracy_aware: false      # INT8 that keeps sensitive layers in float to meet max_accuracy_drop
-    # stages: {{quantize: {{calib_samples: 128}}}}   # per-stage config overrides
+    # stages: {{qdq: {{calib_samples: 128}}}}   # per-stage config overrides
     # gates: {{max_artifact_kb: 256}}               # this target's own gates
 """
 

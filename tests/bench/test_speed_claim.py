@@ -125,7 +125,7 @@ def test_the_claim_read_from_the_manifest():
     reports, measured against FP32 in the artifact's runtime; a runtime with no reference here is not checked."""
     from edgeopt.speed_claim import claimed
 
-    stages = [{"name": "quantize", "report": {"speed": {"speedup_vs_fp32": 0.9},
+    stages = [{"name": "qdq", "report": {"speed": {"speedup_vs_fp32": 0.9},
                                               "mode_search": {"speed": {"speedup_vs_fp32": 1.4}}}}]
     assert claimed(_manifest(stages=stages)) == (ClaimSource.INT8_VERDICT, 1.4, "onnxruntime")
     assert claimed(_manifest(stages=stages, backend="tflite")) is None
@@ -215,7 +215,7 @@ def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, 
 
     monkeypatch.setattr(sc, "run_bench", refuse)
     said = []
-    stages = [{"name": "quantize", "report": {"speed": {"speedup_vs_fp32": 1.4}}}]
+    stages = [{"name": "qdq", "report": {"speed": {"speedup_vs_fp32": 1.4}}}]
     assert check_speed_claim(tmp_path, _manifest(stages=stages), DIGITS, threads=None, inputs=None,
                              warn=said.append) is None
     assert len(said) == 1 and "x1.4 is the search's estimate only" in said[0]

@@ -99,8 +99,8 @@ def test_a_failure_the_pruning_caused_is_not_retried_on_another_backend():
     """The same pruned model misses on every backend: the error names the flag that turns the pruning off."""
     from edgeopt.backend_fallback import another_backend_may_hold
 
-    pruned = GateFailedError("quantize: INT8 misses …; the loss comes from the pruning stage: …",
+    pruned = GateFailedError("qdq: INT8 misses …; the loss comes from the pruning stage: …",
                              details={"pruning": {"drop": 20.0, "main_cause": True}})
-    minor = GateFailedError("quantize: INT8 misses …; … not the main cause", details={"pruning": {"drop": 0.1}})
+    minor = GateFailedError("qdq: INT8 misses …; … not the main cause", details={"pruning": {"drop": 0.1}})
     assert not another_backend_may_hold(pruned)
     assert another_backend_may_hold(minor) and another_backend_may_hold(GateFailedError("misses"))

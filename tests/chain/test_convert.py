@@ -170,7 +170,7 @@ def test_int8_without_calib_is_labelled_synthetic(tmp_path, tiny_model, test_pro
     try:
         r = convert(tiny_model, str(test_profile), tmp_path / "art", precision="int8", on_warning=warned.append)
     except BadInputError as e:
-        pytest.skip(f"quantize stage cannot run here yet: {e.message}")
+        pytest.skip(f"qdq stage cannot run here yet: {e.message}")
     assert r.manifest.calibration.synthetic is True and r.manifest.precision == "int8"
     assert any("SYNTHETIC" in w for w in warned)
 
@@ -191,7 +191,7 @@ def test_int8_digits_min_cosine_gate_exit_5(tmp_path, cli, test_profile):
     r = cli("convert", str(DIGITS), "--profile", str(test_profile), "-o", str(out), "--precision", "int8",
             "--calib", str(REPO / "fixtures" / "data" / "digits_calib.npz"), "--min-cosine", "0.99999", "--json")
     if r.returncode == 2 and "not available" in r.stderr:
-        pytest.skip("quantize stage not in this checkout")
+        pytest.skip("qdq stage not in this checkout")
     assert r.returncode == 5, r.stderr
     assert json.loads(r.stdout)["error"]["kind"] == "gate_failed"
     assert not out.exists() and _leftovers(out) == []

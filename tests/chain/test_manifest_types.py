@@ -189,6 +189,14 @@ def test_each_written_manifest_loads_typed_and_is_written_back_byte_identical(tm
             [s.name for s in m.stages], path.name
 
 
+def test_a_manifest_written_before_the_qdq_rename_names_its_stage_quantize_and_is_read_as_written():
+    """digits-host-ort.json ran the ONNX Q/DQ stage under its old name: read, its stage and plan keep 'quantize'
+    (written back byte for byte above; the recipe-side alias is converters.registry.STAGE_ALIASES)."""
+    m = Manifest.model_validate_json((Path(__file__).parent / "data" / "manifests" / "digits-host-ort.json").read_bytes())
+    assert [s.name for s in m.stages] == [s.name for s in m.plan.stages] == ["normalize", "quantize", "onnxruntime"]
+    assert next(s for s in m.stages if s.name == "quantize").report["quantized"]["quantized_units"] > 0
+
+
 def test_the_typed_entries_read_by_attribute():
     m = {p.stem: Manifest.model_validate_json(p.read_bytes()) for p in WRITTEN}
     jetson, pi5, tvm, staged = m["digits-jetson-orin-nano"], m["digits-pi5"], m["digits-host-tvm"], m["mnist-early-exit"]

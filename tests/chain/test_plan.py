@@ -71,7 +71,7 @@ def test_recipe_unknown_stage_name(tmp_path):
     r.write_text("stages:\n  quantise: {}\n")
     with pytest.raises(BadInputError) as e:
         make_plan(_profile(tmp_path), recipe=r)
-    assert "did you mean 'quantize'" in e.value.hint
+    assert "did you mean 'qdq'" in e.value.hint
 
 
 def test_unknown_backend_is_usage_error(tmp_path):
@@ -132,12 +132,29 @@ def test_dry_run_json(tmp_path, cli, tiny_model):
     assert not (tmp_path / "o").exists()
 
 
-def test_int8_plan_includes_quantize_when_available(tmp_path):
+def test_int8_plan_includes_qdq_when_available(tmp_path):
     try:
         plan = make_plan(_profile(tmp_path), precision="int8")
     except UsageError as e:
-        pytest.skip(f"quantize stage not in this checkout yet: {e.message}")
-    assert [s.name for s in plan.stages] == ["normalize", "quantize", "onnxruntime"]
+        pytest.skip(f"qdq stage not in this checkout yet: {e.message}")
+    assert [s.name for s in plan.stages] == ["normalize", "qdq", "onnxruntime"]
+
+
+def test_the_old_stage_name_quantize_is_read_as_qdq_in_a_request(tmp_path):
+    """``stages: {quantize: ...}`` through the API (a ChainRequest, as a recipe or --set fill it): the qdq stage's
+    config, the same plan and hash as under the new name, one warning in the plan's."""
+    from edgeopt.options import ChainRequest
+
+    prof = _profile(tmp_path)
+    old = make_plan(prof, ChainRequest(precision="int8", stages={"quantize": {"calib_samples": 16}}))
+    new = make_plan(prof, ChainRequest(precision="int8", stages={"qdq": {"calib_samples": 16}}))
+    assert [s.name for s in old.stages] == ["normalize", "qdq", "onnxruntime"] and old.stages[1].config.calib_samples == 16
+    assert old.hash == new.hash and old.options.stages == {"qdq": {"calib_samples": 16}}
+    renamed = [w for w in old.warnings if "'quantize' is now called 'qdq'" in w]
+    assert len(renamed) == 1 and not [w for w in new.warnings if "is now called" in w]
+    with pytest.raises(UsageError, match=r"both quantize\.calib_samples and qdq\.calib_samples") as e:
+        make_plan(prof, ChainRequest(precision="int8", stages={"qdq": {"calib_samples": 8}, "quantize": {"calib_samples": 16}}))
+    assert e.value.exit_code == ExitCode.USAGE and e.value.hint == "give it once, as qdq.calib_samples"
 
 
 def test_bad_enum_flags_are_usage_errors(tmp_path):

@@ -259,7 +259,7 @@ def test_a_probability_row_is_not_mistaken_for_an_embedding():
 
 def test_an_int8_artifact_with_no_quantized_op_fails_its_gate(cli, tmp_path):
     excluded = ["/0/Conv_output_0", "/3/Conv_output_0", "/7/Conv_output_0", "/10/Conv_output_0", "/15/Gemm"]
-    (tmp_path / "r.yaml").write_text(json.dumps({"stages": {"quantize": {"nodes_to_exclude": excluded}}}))
+    (tmp_path / "r.yaml").write_text(json.dumps({"stages": {"qdq": {"nodes_to_exclude": excluded}}}))
     r = cli("convert", str(DIGITS), "--profile", "host", "--backend", "onnxruntime", "--calib", str(DIGITS_CALIB),
             "--eval", str(DIGITS_TEST), "--recipe", str(tmp_path / "r.yaml"), "-o", str(tmp_path / "out"), "--json")
     refused(r, 5, "labelled int8 but none of the 5 compute ops in model.onnx is quantized")

@@ -126,7 +126,7 @@ def test_int8_in_name_only_is_the_verdict(units, speedup, said):
     from edgeopt.int8_verdict import int8_verdict
     from edgeopt.manifest_types import StageEntry
 
-    stages = [StageEntry(name="quantize", report={"accuracy_aware": {"speed": {"speedup_vs_fp32": speedup}}})]
+    stages = [StageEntry(name="qdq", report={"accuracy_aware": {"speed": {"speedup_vs_fp32": speedup}}})]
     verdict = int8_verdict("int8", units, stages)
     assert (verdict is not None) is bool(said)
     if said is True:

@@ -43,7 +43,7 @@ def test_each_backends_search_modes_come_from_its_quantizers_declaration():
 
 @pytest.mark.onnxruntime
 def test_a_kind_declared_on_a_quantizer_is_searched_by_the_ort_mode_search(tmp_path, monkeypatch):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, qdq_modes
+    from edgeopt.converters.quantize import QdqConfig, QdqStage, qdq_modes
     from edgeopt.converters.quantize.qdq_quantizer import QdqQuantizer
 
     built = []
@@ -65,7 +65,7 @@ def test_a_kind_declared_on_a_quantizer_is_searched_by_the_ort_mode_search(tmp_p
     monkeypatch.setattr(qdq_modes, "QUANTIZER", WithWeights)
     model = tiny_lstm(tmp_path / "lstm.onnx")
     ctx = _ctx(tmp_path, lstm_data(32, 1), lstm_data(64, 2))
-    QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=50.0),
+    QdqStage().run(Intermediate(model), QdqConfig(bound=AccuracyBound(max_accuracy_drop=50.0),
                                                             backend="onnxruntime"), ctx)
     rows = ctx.record.report["mode_search"]["candidates"]
     assert [r["mode"] for r in rows] == ["dynamic per-channel", "dynamic per-tensor", "weights per-channel",

@@ -69,7 +69,7 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
     assert row["search_drop_upper"] == pytest.approx(0.544, abs=1e-3)
     assert row["confirm_drop_upper"] == pytest.approx(2.811, abs=1e-3)
     assert result.best is None and result.report["confirm_looks"] == 1
-    msg = gate_failure("quantize", result, 2.0).one_line()
+    msg = gate_failure("qdq", result, 2.0).one_line()
     assert "not confirmed on the held-back part (lucky: drop 1.33 points on the held-back part, up to 2.81" in msg
     assert "Tango's paired score limit" in result.report["acceptance"] and result.report["confidence"] == 0.9
 

@@ -75,7 +75,7 @@ def _ctx(tmp_path, calib, ev=None):
     (tmp_path / "art").mkdir(exist_ok=True)
     return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=tmp_path,
                         calib=calib, eval=ev, check_samples=calib.subset(np.arange(4)), threads=2,
-                        record=StageRecord("quantize", {}))
+                        record=StageRecord("qdq", {}))
 
 
 # --------------------------------------------------------------------------- each mode, each backend
@@ -368,12 +368,12 @@ def test_pinned_quant_mode_on_the_cli_and_a_mode_the_backend_lacks(tmp_path, cli
     r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
             "--quant-mode", "dynamic", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "d"), "--json")
     assert r.returncode == 0, r.stderr
-    rep = _quantize_report(tmp_path / "d", "quantize")
+    rep = _quantize_report(tmp_path / "d", "qdq")
     assert rep["mode"] == "dynamic" and rep["quantized"] == {**rep["quantized"], "quantized_units": 2, "float_units": 0}
     r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
             "--quant-mode", "static", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "s"), "--json")
     assert r.returncode == 0, r.stderr
-    assert _quantize_report(tmp_path / "s", "quantize")["quantized"]["float_units"] == 1  # its LSTM stays float
+    assert _quantize_report(tmp_path / "s", "qdq")["quantized"]["float_units"] == 1  # its LSTM stays float
     r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
             "--quant-mode", "weights", "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "w"))
     assert r.returncode == 2 and "does not offer weights INT8" in r.stderr and "--quant-mode static" in r.stderr
@@ -390,7 +390,7 @@ def test_a_jetson_profile_gets_static_int8_only_because_tensorrt_reads_qdq(tmp_p
     r = cli("convert", str(model), "--profile", "jetson-orin-nano", "--backend", "onnxruntime", "--precision", "int8",
             "--calib", str(tmp_path / "cal.npz"), "-o", str(tmp_path / "j"), "--json")
     assert r.returncode == 0, r.stderr
-    rep = _quantize_report(tmp_path / "j", "quantize")
+    rep = _quantize_report(tmp_path / "j", "qdq")
     assert rep["mode"] == "static" and "TensorRT builds its INT8 engine from explicit Q/DQ" in rep["mode_reason"]
     assert rep["preset"] == "tensorrt" and rep["quantized"]["quantized_units"] == 1
     r = cli("convert", str(model), "--profile", "jetson-orin-nano", "--backend", "onnxruntime", "--precision", "int8",
@@ -401,11 +401,11 @@ def test_a_jetson_profile_gets_static_int8_only_because_tensorrt_reads_qdq(tmp_p
 
 @pytest.mark.onnxruntime
 def test_auto_with_a_bound_on_a_recurrent_model_tries_dynamic_and_static_on_onnxruntime(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tiny_lstm(tmp_path / "lstm.onnx")
     ctx = _ctx(tmp_path, lstm_data(32, 1), lstm_data(64, 2))
-    QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=50.0), backend="onnxruntime"), ctx)
+    QdqStage().run(Intermediate(model), QdqConfig(bound=AccuracyBound(max_accuracy_drop=50.0), backend="onnxruntime"), ctx)
     rep = ctx.record.report
     rows = rep["mode_search"]["candidates"]
     assert [r["mode"] for r in rows] == ["dynamic per-channel", "dynamic per-tensor", "static per-channel"]
@@ -464,7 +464,7 @@ def test_dynamic_keeps_its_most_sensitive_op_in_float_when_no_mode_holds_as_buil
             "--calib", str(tmp_path / "cal.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "4",
             "-o", str(tmp_path / "q"))  # 4: a few lost of 300 are within it at the default confidence
     assert r.returncode == 0, r.stderr
-    rep = _quantize_report(tmp_path / "q", "quantize")
+    rep = _quantize_report(tmp_path / "q", "qdq")
     rows = {row["mode"]: row for row in rep["mode_search"]["candidates"]}
     assert all(row["verdict"] == "dropped" and "over the bound" in row["why"] for row in rows.values())
     fallback = rep["mode_search"]["float_fallback"]
@@ -485,7 +485,7 @@ def test_per_channel_crash_on_magika_is_retried_per_tensor_for_the_failing_weigh
     _adjust_weight_scale_for_int32_bias); the stage retries that weight per-tensor, names it, and goes on. Its
     symbolic shape inference fails too, and ONNX Runtime then writes temp files into the current directory:
     the user's folder stays as it was."""
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
     from fixtures.real_models import package_dir
 
     root = package_dir("magika")
@@ -498,7 +498,7 @@ def test_per_channel_crash_on_magika_is_retried_per_tensor_for_the_failing_weigh
     user.mkdir()
     monkeypatch.chdir(user)
     ctx = _ctx(tmp_path, data)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", calib_samples=8), ctx)
+    out = QdqStage().run(Intermediate(model), QdqConfig(mode="static", calib_samples=8), ctx)
     assert list(user.iterdir()) == []
     retry = ctx.record.report["per_tensor_retry"]
     assert retry[0]["error"].startswith("ValueError") and retry[0]["node"] and retry[0]["retried"] == "this weight per-tensor"

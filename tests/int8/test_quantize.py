@@ -1,6 +1,6 @@
 """The quantize stage (ONNX -> ONNX): static INT8 QDQ, presets, FP16, dynamic refusal, accuracy-aware INT8.
 
-Stages are run directly (``QuantizeStage().run``) on real models and real data: the digits CNN and its
+Stages are run directly (``QdqStage().run``) on real models and real data: the digits CNN and its
 human-labelled test split; the accuracy-aware case uses a constructed classifier (labels by construction)
 whose outlier channels break per-tensor INT8.
 """
@@ -31,7 +31,7 @@ def _ctx(tmp_path, calib, ev=None, check=None):
     (tmp_path / "art").mkdir(exist_ok=True)
     return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS,
                         calib=calib, eval=ev, check_samples=check if check is not None else (ev or calib).subset(np.arange(8)),
-                        threads=2, record=StageRecord("quantize", {}))
+                        threads=2, record=StageRecord("qdq", {}))
 
 
 def _accuracy(path, ds) -> float:
@@ -65,14 +65,14 @@ def outlier_data(protos, n: int, seed: int) -> Dataset:
 
 
 def test_configure_only_for_int8_fp16_and_backends_that_do_not_quantize():
-    from edgeopt.converters.quantize import QuantizeStage
+    from edgeopt.converters.quantize import QdqStage
 
-    assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP32)) is None
-    assert QuantizeStage.configure(ChainOptions(backend=BackendName.OPENVINO, precision=Precision.INT8)) is None
-    cfg = QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.INT8,
+    assert QdqStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP32)) is None
+    assert QdqStage.configure(ChainOptions(backend=BackendName.OPENVINO, precision=Precision.INT8)) is None
+    cfg = QdqStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.INT8,
                                                given={"calib_method": "percentile"}, bound=AccuracyBound(max_accuracy_drop=0.5)))
     assert cfg.precision == Precision.INT8 and cfg.calib_method == "percentile" and cfg.bound.max_accuracy_drop == 0.5
-    assert QuantizeStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP16)).precision == "fp16"
+    assert QdqStage.configure(ChainOptions(backend=BackendName.ONNXRUNTIME, precision=Precision.FP16)).precision == "fp16"
 
 
 def test_preset_follows_profile_isa():
@@ -90,11 +90,11 @@ def test_preset_follows_profile_isa():
 
 
 def test_static_int8_digits_cnn_qdq_cosine_and_accuracy(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
-    out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(), ctx)
+    out = QdqStage().run(Intermediate(DIGITS), QdqConfig(), ctx)
     assert out.precision == Precision.INT8 and out.path.is_file()
     nodes = _ops(out.path)
     producers = {o: n.op_type for n in nodes for o in n.output}
@@ -111,11 +111,11 @@ def test_static_int8_digits_cnn_qdq_cosine_and_accuracy(tmp_path):
 
 
 def test_percentile_calibration_runs(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
-    out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(calib_method="percentile"), ctx)
+    out = QdqStage().run(Intermediate(DIGITS), QdqConfig(calib_method="percentile"), ctx)
     assert ctx.record.report["settings"]["calib_method"] == "percentile"
     assert any(n.op_type == "QuantizeLinear" for n in _ops(out.path))
     assert ctx.record.checks["cosine_min"] > 0.98
@@ -124,11 +124,11 @@ def test_percentile_calibration_runs(tmp_path):
 def test_fp16_keeps_fp32_io_and_matches(tmp_path):
     import onnx
 
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     calib, test = digits_datasets()
     ctx = _ctx(tmp_path, calib, test)
-    out = QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(precision=Precision.FP16), ctx)
+    out = QdqStage().run(Intermediate(DIGITS), QdqConfig(precision=Precision.FP16), ctx)
     m = onnx.load(str(out.path))
     assert m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer)
@@ -139,13 +139,13 @@ def test_fp16_keeps_fp32_io_and_matches(tmp_path):
 def test_profile_facts_are_settled_in_the_plan_not_read_at_run_time(tmp_path):
     """Whether the profile has a GPU is in the quantize config (so in the plan's hash and --dry-run);
     the FP16 warning follows that config, with no profile in the chain context."""
-    from edgeopt.converters.quantize import QuantizeStage
+    from edgeopt.converters.quantize import QdqStage
     from edgeopt.plan import make_plan
     from edgeopt.profiles import load_profile
 
     def quantize_spec(profile):
         plan = make_plan(load_profile(profile), backend="onnxruntime", precision="fp16")
-        return plan, next(s for s in plan.stages if s.name == "quantize")
+        return plan, next(s for s in plan.stages if s.name == "qdq")
 
     pi5, pi5_q = quantize_spec("pi5")
     orin, orin_q = quantize_spec("jetson-orin-nano")
@@ -155,34 +155,34 @@ def test_profile_facts_are_settled_in_the_plan_not_read_at_run_time(tmp_path):
     warned = {}
     for name, spec in (("pi5", pi5_q), ("orin", orin_q)):
         ctx = _ctx(tmp_path / name, calib, test) if (tmp_path / name).mkdir() is None else None
-        QuantizeStage().run(Intermediate(DIGITS), spec.config, ctx)
+        QdqStage().run(Intermediate(DIGITS), spec.config, ctx)
         warned[name] = any("FP16 for a profile without a GPU" in w for w in ctx.warnings)
     assert warned == {"pi5": True, "orin": False}
 
 
 def test_dynamic_int8_refused_for_cnn_with_reason(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     calib, test = digits_datasets()
     with pytest.raises(UsageError, match="dynamic INT8 refused: a convolutional model"):
-        QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(mode="dynamic"), _ctx(tmp_path, calib, test))
+        QdqStage().run(Intermediate(DIGITS), QdqConfig(mode="dynamic"), _ctx(tmp_path, calib, test))
 
 
 def test_auto_mode_picks_dynamic_for_matmul_model_and_static_for_cnn(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tmp_path / "mlp.onnx"
     protos = outlier_classifier(model)
     data = outlier_data(protos, 32, seed=1)
     ctx = _ctx(tmp_path, data, data)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(), ctx)
+    out = QdqStage().run(Intermediate(model), QdqConfig(), ctx)
     assert ctx.record.report["mode"] == "dynamic"
     assert "100% of the weights" in ctx.record.report["mode_reason"]
     assert any(n.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul") for n in _ops(out.path))
     calib, test = digits_datasets()
     (tmp_path / "cnn").mkdir()
     cnn_ctx = _ctx(tmp_path / "cnn", calib, test)
-    QuantizeStage().run(Intermediate(DIGITS), QuantizeConfig(), cnn_ctx)
+    QdqStage().run(Intermediate(DIGITS), QdqConfig(), cnn_ctx)
     assert cnn_ctx.record.report["mode"] == "static" and "convolutional" in cnn_ctx.record.report["mode_reason"]
 
 
@@ -190,18 +190,18 @@ def test_auto_mode_picks_dynamic_for_matmul_model_and_static_for_cnn(tmp_path):
 
 
 def test_accuracy_aware_recovers_outlier_model_and_reports(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tmp_path / "outlier.onnx"
     protos = outlier_classifier(model)
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 600, seed=2)  # 300 held back: 1 point
     naive_ctx = _ctx(tmp_path / "naive", calib, ev) if (tmp_path / "naive").mkdir() is None else None
-    naive = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static"), naive_ctx)
+    naive = QdqStage().run(Intermediate(model), QdqConfig(mode="static"), naive_ctx)
     assert _accuracy(model, ev) - _accuracy(naive.path, ev) > 5.0  # naive INT8 really breaks it
     assert any("output vs FP32: cosine" in w and "samples" in w for w in naive_ctx.warnings)  # as measured
 
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
+    out = QdqStage().run(Intermediate(model), QdqConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["metric"] == "top1_accuracy"
     assert aa["search_samples"] + aa["confirm_samples"] == len(ev)
@@ -218,7 +218,7 @@ def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeyp
     """Past LOCAL_LIMIT quantized nodes the ONNX Runtime search ranks them in one run (each node's own Q/DQ noise,
     ORT's qdq_loss_debug) instead of one session per node; forced here on the outlier model, it must still point at
     the outlier path, and the report names the method."""
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, sensitivity
+    from edgeopt.converters.quantize import QdqConfig, QdqStage, sensitivity
 
     monkeypatch.setattr(sensitivity, "LOCAL_LIMIT", 0)
     isolated = []
@@ -227,7 +227,7 @@ def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeyp
     protos = outlier_classifier(model)
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 600, seed=2)  # 300 held back: 1 point
     ctx = _ctx(tmp_path, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
+    out = QdqStage().run(Intermediate(model), QdqConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert not isolated and aa["sensitivity"]["method"] == sensitivity.LOCAL_METHOD
     assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
@@ -237,23 +237,23 @@ def test_accuracy_aware_one_run_ranking_finds_the_outlier_path(tmp_path, monkeyp
 
 
 def test_accuracy_aware_without_eval_data_is_usage_error(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tmp_path / "outlier.onnx"
     calib = outlier_data(outlier_classifier(model), 32, seed=1)
     ctx = _ctx(tmp_path, calib, None, check=calib.subset(np.arange(4)))
     with pytest.raises(UsageError, match="needs evaluation data"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
+        QdqStage().run(Intermediate(model), QdqConfig(bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)
 
 
 def test_min_cosine_gate_fails_on_broken_int8(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tmp_path / "outlier.onnx"
     protos = outlier_classifier(model)
     data = outlier_data(protos, 64, seed=1)
     with pytest.raises(GateFailedError, match="below --min-cosine 0.99"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(min_cosine=0.99)),
+        QdqStage().run(Intermediate(model), QdqConfig(mode="static", bound=AccuracyBound(min_cosine=0.99)),
                             _ctx(tmp_path, data, data))
 
 
@@ -272,7 +272,7 @@ def _real(name):
 @pytest.mark.slow
 @pytest.mark.realmodels
 def test_silero_vad_int8_breaks_and_is_caught_or_recovered(tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
     from fixtures import fixture_data
 
     model = _real("silero_vad")
@@ -283,12 +283,12 @@ def test_silero_vad_int8_breaks_and_is_caught_or_recovered(tmp_path):
     (tmp_path / "a").mkdir()
     naive_ctx = _ctx(tmp_path / "a", calib, ev, check=check)
     with pytest.raises(GateFailedError, match="cosine"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(min_cosine=0.99)), naive_ctx)
+        QdqStage().run(Intermediate(model), QdqConfig(bound=AccuracyBound(min_cosine=0.99)), naive_ctx)
     assert naive_ctx.record.checks["cosine_min"] < 0.9
     with pytest.raises(UsageError, match="dynamic INT8 refused"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="dynamic"), naive_ctx)
+        QdqStage().run(Intermediate(model), QdqConfig(mode="dynamic"), naive_ctx)
     ctx = _ctx(tmp_path, calib, ev, check=check)
-    QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=2.0)), ctx)
+    QdqStage().run(Intermediate(model), QdqConfig(bound=AccuracyBound(max_accuracy_drop=2.0)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 2.0 and aa["labels"]
     assert "decision" in aa["metric"] and "0.5" in aa["metric"]  # the one-value output's metric, named
@@ -299,15 +299,15 @@ def test_silero_vad_int8_breaks_and_is_caught_or_recovered(tmp_path):
 def test_basic_pitch_static_int8_fails_as_stage_error(tmp_path):
     import onnx
 
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = _real("basic_pitch_onnx")
     name = onnx.load(str(model), load_external_data=False).graph.input[0].name
     rng = np.random.default_rng(0)
     ds = Dataset({name: (0.1 * rng.standard_normal((2, 1, 43844, 1))).astype(np.float32)}, synthetic=True,
                  ranks={name: 3})
-    with pytest.raises(StageError, match=r"^quantize: .*(Transpose|perm)"):
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(calib_samples=2), _ctx(tmp_path, ds, None, check=ds))
+    with pytest.raises(StageError, match=r"^qdq: .*(Transpose|perm)"):
+        QdqStage().run(Intermediate(model), QdqConfig(calib_samples=2), _ctx(tmp_path, ds, None, check=ds))
 
 
 @pytest.mark.slow
@@ -320,7 +320,7 @@ def test_convert_cli_accuracy_aware_int8_records_report(tmp_path, cli):
     assert proc.returncode == 0, proc.stderr[-2000:]
     json.loads(proc.stdout)  # one JSON object, no calibration chatter on stdout
     manifest = json.loads((out / "manifest.json").read_text())
-    quant = next(s for s in manifest["stages"] if s["name"] == "quantize")
+    quant = next(s for s in manifest["stages"] if s["name"] == "qdq")
     aa = quant["report"]["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and quant["checks"]["cosine_min"] > 0.99
     assert manifest["validation"]["accuracy_drop"] <= 1.0

@@ -64,7 +64,7 @@ def cluster_data(protos, n: int, seed: int) -> Dataset:
 def _ctx(tmp_path: Path, model: Path, calib, ev) -> ChainContext:
     (tmp_path / "art").mkdir(exist_ok=True)
     return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=model, calib=calib, eval=ev,
-                        check_samples=(ev or calib).subset(np.arange(8)), threads=2, record=StageRecord("quantize", {}))
+                        check_samples=(ev or calib).subset(np.arange(8)), threads=2, record=StageRecord("qdq", {}))
 
 
 def test_search_tries_weighted_ops_only_before_another_calibration_and_keeps_them_quantized(tmp_path):
@@ -75,13 +75,13 @@ def test_search_tries_weighted_ops_only_before_another_calibration_and_keeps_the
     import onnx
 
     from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tmp_path / "ln.onnx"
     protos = unrolled_layernorm_mlp(model)
     calib, ev = cluster_data(protos, 64, seed=1), cluster_data(protos, 600, seed=2)  # 300 held back: 1 point
     ctx = _ctx(tmp_path, model, calib, ev)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", preset="tensorrt",
+    out = QdqStage().run(Intermediate(model), QdqConfig(mode="static", preset="tensorrt",
                                                                   bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     report = ctx.record.report
     aa = report["accuracy_aware"]
@@ -189,7 +189,7 @@ def test_magika_tensorrt_int8_holds_the_bound_with_quantized_ops(tmp_path):
     import onnx
 
     from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
     from edgeopt.runtime.run_fn import run_fn
     from fixtures.real_models import package_dir
 
@@ -202,10 +202,10 @@ def test_magika_tensorrt_int8_holds_the_bound_with_quantized_ops(tmp_path):
     calib, rest = ds.split(0.3, seed=1)
     ev, held = rest.split(0.5, seed=0)
     ctx = _ctx(tmp_path, model, calib, ev)
-    config = QuantizeConfig(mode="static", preset="tensorrt", bound=AccuracyBound(max_accuracy_drop=2.0,
+    config = QdqConfig(mode="static", preset="tensorrt", bound=AccuracyBound(max_accuracy_drop=2.0,
                                                                                    search_budget=3600))
     try:
-        out = QuantizeStage().run(Intermediate(model), config, ctx)
+        out = QdqStage().run(Intermediate(model), config, ctx)
     except GateFailedError as err:
         # the confidence bound looks at the held-back part once: a choice that loses files there is refused with
         # its figures, never written (on these 500 files: 6 of 175 held-back files, 3.45 points)

@@ -57,7 +57,7 @@ def per_position_agreement(path_or_run, reference_run, ds: Dataset) -> float:
     return 100.0 * float(np.mean(same))
 
 
-def _ctx(tmp_path, calib, ev, stage="quantize"):
+def _ctx(tmp_path, calib, ev, stage="qdq"):
     (tmp_path / "art").mkdir(exist_ok=True)
     return ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=tmp_path,
                         calib=calib, eval=ev, check_samples=ev.subset(np.arange(8)), threads=2,
@@ -74,13 +74,13 @@ def tagger(tmp_path):
 
 
 def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(tagger, tmp_path, monkeypatch):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage, sensitivity
+    from edgeopt.converters.quantize import QdqConfig, QdqStage, sensitivity
     from edgeopt.runtime.run_fn import run_fn
 
     model, calib, ev = tagger
     fp32 = run_fn(model, threads=2)
     (tmp_path / "naive").mkdir()
-    naive = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static"), _ctx(tmp_path / "naive", calib, ev))
+    naive = QdqStage().run(Intermediate(model), QdqConfig(mode="static"), _ctx(tmp_path / "naive", calib, ev))
     assert per_position_agreement(naive.path, fp32, ev) < 90.0  # naive INT8 really breaks the tagger
 
     calls = {"rank": 0, "isolate": 0}
@@ -98,7 +98,7 @@ def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(ta
     monkeypatch.setattr(sensitivity, "isolate", counting_isolate)
     ctx = _ctx(tmp_path, calib, ev)
     # static pinned: this is the static search's test (with auto, dynamic with ops in float holds first)
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
+    out = QdqStage().run(Intermediate(model), QdqConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=3600)), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and aa["confirm_drop_points"] <= 1.0 and aa["search_drop_points"] <= 1.0
     # ranked once: one ranking, one isolated model per quantized node, whatever the number of candidates
@@ -114,12 +114,12 @@ def test_sequence_model_naive_int8_breaks_and_search_recovers_it_ranking_once(ta
 
 
 def test_tiny_budget_is_a_gate_failure_naming_the_best_metric(tagger, tmp_path):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model, calib, ev = tagger
     ctx = _ctx(tmp_path, calib, ev)
     with pytest.raises(GateFailedError) as err:
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=0.01)), ctx)
+        QdqStage().run(Intermediate(model), QdqConfig(bound=AccuracyBound(max_accuracy_drop=1.0, search_budget=0.01)), ctx)
     line = err.value.one_line()
     assert "search budget" in line and "best " in line and "ops kept in float" in line
     aa = ctx.record.report["accuracy_aware"]
@@ -148,7 +148,7 @@ def test_search_budget_flag_reaches_the_plan(tmp_path, cli):
                "--search-budget", "30", "--min-speedup", "1.2", "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads(proc.stdout)["plan"]
-    quant = next(s for s in plan["stages"] if s["name"] == "quantize")["config"]
+    quant = next(s for s in plan["stages"] if s["name"] == "qdq")["config"]
     assert quant["bound"]["search_budget"] == 30 and quant["bound"]["min_speedup"] == 1.2
     bad = cli("convert", str(model), "--search-budget", "0", "--dry-run", "--json")
     assert bad.returncode == 2
@@ -157,12 +157,12 @@ def test_search_budget_flag_reaches_the_plan(tmp_path, cli):
 def test_min_speedup_gate_fails_when_int8_is_no_faster(tagger, tmp_path):
     """A tiny MLP is overhead-bound: its INT8 is not 100x faster than FP32, so --min-speedup 100 fails (exit 5)
     with the quick timing in the details; without the gate the run only warns when it is no faster."""
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model, calib, ev = tagger
     ctx = _ctx(tmp_path, calib, ev)
     with pytest.raises(GateFailedError, match=r"below --min-speedup 100") as err:
-        QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, min_speedup=100.0)), ctx)
+        QdqStage().run(Intermediate(model), QdqConfig(mode="static", bound=AccuracyBound(max_accuracy_drop=1.0, min_speedup=100.0)), ctx)
     assert {"fp32", "int8_final"} <= set(err.value.details["latency_ms"])
 
 
@@ -283,7 +283,7 @@ def test_a_hit_with_every_op_in_float_is_fp32_not_an_int8_result():
     assert result.best is None and result.report["only_all_float_meets"]
     assert any(t["kept_in_float"] == 3 and t["search_drop_points"] == 0 and t["selected"]
                for t in result.report["tried"])  # selected on the search part, never the search's choice
-    msg = gate_failure("quantize", result, 1.0).one_line()
+    msg = gate_failure("qdq", result, 1.0).one_line()
     assert "only with every op in float (the FP32 model)" in msg and "of 3 ops kept in float" in msg
 
 
@@ -356,12 +356,12 @@ def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
     _, _, search, confirm, fp32_run = _linear_model_search_data()
 
     def crash():
-        raise StageError("quantize: onnxruntime static INT8 failed: ValueError: The truth value of an array …")
+        raise StageError("qdq: onnxruntime static INT8 failed: ValueError: The truth value of an array …")
 
     result = run_search(options=[("preset", crash), ("per-tensor", lambda: (None, fp32_run))], rank=None,
                         with_float=None, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0, budget_s=3600)
     assert result.best is not None and result.report["quantizer_options"]["chosen"] == "per-tensor"
-    assert result.report["options_skipped"] == [{"what": "preset", "why": "failed: quantize: onnxruntime static INT8 "
+    assert result.report["options_skipped"] == [{"what": "preset", "why": "failed: qdq: onnxruntime static INT8 "
                                                  "failed: ValueError: The truth value of an array …"}]
 
 
@@ -451,7 +451,7 @@ def test_a_gate_failure_says_what_was_tried_and_names_the_budget_only_when_it_st
     and 'raise --search-budget' was suggested when the budget was not what stopped the search."""
     from edgeopt.converters.quantize.verdict import gate_failure
 
-    err = gate_failure("quantize", _failed_search(stopped_by_budget), 1.0)
+    err = gate_failure("qdq", _failed_search(stopped_by_budget), 1.0)
     assert "0 of 358 ops kept in float; candidates with up to 4 ops in float were tried and scored lower" in err.message
     assert ("--search-budget" in err.hint) == stopped_by_budget
 

@@ -71,7 +71,7 @@ class TVMBackend(Backend):
     per_layer_matcher = "edgeopt.converters.backends.tvm.per_layer:match_kernels"
     quantizes_itself = False
     pays_only_tuned = True  # untuned, slower than the others: built only when named (edgeopt tune first)
-    quantizer = "edgeopt.converters.quantize.qdq_quantizer:QdqQuantizer"  # the quantize stage's QDQ
+    quantizer = "edgeopt.converters.quantize.qdq_quantizer:QdqQuantizer"  # the qdq stage's Q/DQ
     hooks = "edgeopt.converters.backends.tvm.hooks:HOOKS"
     precisions = (Precision.FP32, Precision.INT8)
 

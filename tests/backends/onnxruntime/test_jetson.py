@@ -88,17 +88,17 @@ def _top1(path: Path, ds) -> float:
 @pytest.mark.onnxruntime
 def test_int8_search_measures_against_the_unpruned_model(tmp_path):
     """The quantize stage gets the 2:4-sparsified model; its search's FP32 figure is the unpruned model's."""
-    from edgeopt.converters.quantize import QuantizeStage
+    from edgeopt.converters.quantize import QdqStage
 
     calib, test = digits_datasets()
     pruned = _sparsified(DIGITS, tmp_path / "digits.sparse.onnx")
     spec = _stage(make_plan(load_profile("jetson-orin-nano"), backend="onnxruntime", precision="int8",
-                            max_accuracy_drop=50, search_budget=3600), "quantize")
+                            max_accuracy_drop=50, search_budget=3600), "qdq")
     (tmp_path / "art").mkdir()
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=DIGITS, calib=calib,
                        eval=test, check_samples=test.subset(np.arange(8)), threads=2,
-                       record=StageRecord("quantize", {}))
-    QuantizeStage().run(Intermediate(pruned), spec.config, ctx)
+                       record=StageRecord("qdq", {}))
+    QdqStage().run(Intermediate(pruned), spec.config, ctx)
     search, _ = test.split(spec.config.bound.search_fraction, seed=0)
     unpruned, sparse = _top1(DIGITS, search), _top1(pruned, search)
     assert unpruned != sparse  # 2:4 changed the digits it reads
@@ -130,7 +130,7 @@ def test_an_int8_search_failed_by_2_4_blames_the_prune_stage(tmp_path):
     with pytest.raises(GateFailedError) as e:
         convert(MNIST, "jetson-orin", tmp_path / "out", precision="int8", prune_mode="2:4", search_budget=5,
                 calib=DATA / "mnist_calib.npz", eval=DATA / "mnist_test.npz", max_accuracy_drop=2)
-    assert e.value.message.startswith("quantize: INT8 misses --max-accuracy-drop 2")
+    assert e.value.message.startswith("qdq: INT8 misses --max-accuracy-drop 2")
     assert "the loss comes from the pruning stage" in e.value.message and "--prune-mode 2:4" in e.value.hint
 
 

@@ -81,17 +81,17 @@ def prototype_data(protos: np.ndarray, n: int, seed: int) -> Dataset:
 
 
 def _quantize(tmp_path: Path, preset: str, budget: float = 120):
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
 
     model = tmp_path / "cnn.onnx"
     protos = early_outlier_cnn(model)
     calib, ev = prototype_data(protos, 48, seed=1), prototype_data(protos, 160, seed=2)
     (tmp_path / "art").mkdir(exist_ok=True)
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=model, calib=calib, eval=ev,
-                       check_samples=ev.subset(np.arange(8)), threads=1, record=StageRecord("quantize", {}))
-    config = QuantizeConfig(mode="static", preset=preset,
+                       check_samples=ev.subset(np.arange(8)), threads=1, record=StageRecord("qdq", {}))
+    config = QdqConfig(mode="static", preset=preset,
                             bound=AccuracyBound(max_accuracy_drop=2.0, search_budget=budget))
-    out = QuantizeStage().run(Intermediate(model), config, ctx)
+    out = QdqStage().run(Intermediate(model), config, ctx)
     return out, ctx.record.report
 
 
@@ -154,7 +154,7 @@ def test_dbnet_tensorrt_int8_holds_the_bound_with_a_float_prefix(tmp_path):
     import onnx
 
     from edgeopt.converters.backends.onnxruntime.tensorrt_qdq import check_tensorrt_qdq
-    from edgeopt.converters.quantize import QuantizeConfig, QuantizeStage
+    from edgeopt.converters.quantize import QdqConfig, QdqStage
     from edgeopt.metrics import MetricSpec
     from fixtures.datasets import render_page
     from fixtures.real_models import package_dir
@@ -171,9 +171,9 @@ def test_dbnet_tensorrt_int8_holds_the_bound_with_a_float_prefix(tmp_path):
     ev = Dataset({"x": pages[16:]}, None, "rendered pages", True, {"x": 4})
     (tmp_path / "art").mkdir()
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=model, calib=calib, eval=ev,
-                       check_samples=ev.subset(np.arange(4)), threads=2, record=StageRecord("quantize", {}))
+                       check_samples=ev.subset(np.arange(4)), threads=2, record=StageRecord("qdq", {}))
     bound = AccuracyBound(max_accuracy_drop=2.0, search_budget=240, metric=MetricSpec(name="map_iou", threshold=0.3))
-    out = QuantizeStage().run(Intermediate(model), QuantizeConfig(mode="static", preset="tensorrt", bound=bound), ctx)
+    out = QdqStage().run(Intermediate(model), QdqConfig(mode="static", preset="tensorrt", bound=bound), ctx)
     aa = ctx.record.report["accuracy_aware"]
     assert aa["met"] and "weighted op(s) in float (graph order)" in aa["chosen"]
     assert aa["confirm_drop_points"] <= 2

@@ -28,7 +28,7 @@ TRT = "TensorrtExecutionProvider"
 
 
 def _quantize(plan):
-    return next(s for s in plan.stages if s.name == "quantize")
+    return next(s for s in plan.stages if s.name == "qdq")
 
 
 @pytest.mark.parametrize("profile", ["jetson-orin-nano", "jetson-agx-orin"])
@@ -72,7 +72,7 @@ def _stage(manifest, name):
 @pytest.mark.onnxruntime
 def test_the_orin_int8_model_meets_tensorrts_rules(orin_int8):
     manifest = json.loads((orin_int8 / "manifest.json").read_text())
-    assert _stage(manifest, "quantize")["report"]["preset"] == "tensorrt"
+    assert _stage(manifest, "qdq")["report"]["preset"] == "tensorrt"
     ort_stage = _stage(manifest, "onnxruntime")
     assert ort_stage["checks"]["tensorrt_qdq_passed"] is True
     assert ort_stage["report"]["tensorrt_qdq"]["quantized_linear_ops"] == 5
@@ -106,7 +106,7 @@ def test_a_cpu_preset_for_the_orin_gpu_fails_the_stage_naming_nodes(tmp_path):
     from edgeopt import convert
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("stages:\n  quantize: {preset: x86-vnni}\n")
+    recipe.write_text("stages:\n  qdq: {preset: x86-vnni}\n")
     with pytest.raises(StageError) as e:
         convert(MNIST, "jetson-orin", tmp_path / "out", precision="int8", recipe=recipe,
                 calib=DATA / "mnist_calib.npz")
@@ -130,7 +130,7 @@ def test_nodes_kept_in_float_are_named_not_refused(tmp_path):
     from edgeopt import convert
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text('stages:\n  quantize: {nodes_to_exclude: ["/4/Conv_output_0", "/16/Gemm"]}\n')
+    recipe.write_text('stages:\n  qdq: {nodes_to_exclude: ["/4/Conv_output_0", "/16/Gemm"]}\n')
     out = tmp_path / "out"
     convert(MNIST, "jetson-orin", out, precision="int8", recipe=recipe, calib=DATA / "mnist_calib.npz")
     manifest = json.loads((out / "manifest.json").read_text())

@@ -357,7 +357,7 @@ def test_pi5_library_runs_under_qemu_with_the_aarch64_runtime_bundle(tmp_path):
 def test_tune_plans_exactly_what_convert_plans_for_the_same_flags_and_recipe(tmp_path, cli, cache_env):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("prune: 0.25\nrecover: false\nprecision: int8\ncalib_method: percentile\n"
-                      "stages: {quantize: {per_channel: false}}\n")
+                      "stages: {qdq: {per_channel: false}}\n")
     flags = ["--profile", "host", "--recipe", str(recipe), "--calib", str(DATA / "digits_calib.npz"),
              "--max-accuracy-drop", "2", "--dry-run", "--json"]
     r = cli("tune", str(DIGITS), *flags, env=cache_env)
@@ -368,8 +368,8 @@ def test_tune_plans_exactly_what_convert_plans_for_the_same_flags_and_recipe(tmp
     convert_plan = json.loads(r.stdout)["plan"]
     assert tune_plan["plan_hash"] == convert_plan["plan_hash"]
     stages = {s["name"]: s["config"] for s in tune_plan["stages"]}
-    assert stages["prune"]["ratio"] == 0.25 and stages["quantize"]["per_channel"] is False
-    assert list(stages) == ["normalize", "prune", "quantize", "tvm"]
+    assert stages["prune"]["ratio"] == 0.25 and stages["qdq"]["per_channel"] is False
+    assert list(stages) == ["normalize", "prune", "qdq", "tvm"]
 
 
 @pytest.mark.slow
