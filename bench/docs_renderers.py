@@ -184,7 +184,8 @@ def backend_auto(docs: list[tuple[str, dict]]) -> str:
                 u = b.get("units") or {}
                 units = f"{u['quantized']} / {u['float']}" if u else "–"
                 drop = f"{b['metric_drop']:.2f}" if "metric_drop" in b else "–"
-                x = f"{b['speedup_vs_onnxruntime_fp32']:.2f}" if "speedup_vs_onnxruntime_fp32" in b else "–"
+                speedup = b.get("speedup_vs_reference", b.get("speedup_vs_onnxruntime_fp32"))  # its earlier name
+                x = f"{speedup:.2f}" if speedup is not None else "–"
                 written = b.get("precision") or f"exit {b.get('exit_code', '?')}"
                 why = b["verdict"] if b["verdict"] == "chosen" else f"{b['verdict']}: {b.get('why', '')[:80]}"
                 lines.append(f"| `{name}` | {run['model']} | {BACKEND_NAMES.get(b['backend'], b['backend'])} | "

@@ -89,7 +89,7 @@ def one(name: str, budget: float, repeat_bench: int = 1) -> dict:
                    estimate=claim["estimate"], claim_agreed_with_estimate=claim["agree"], bench=measured,
                    claim_ms={"artifact": claim["artifact_ms"], "reference": claim["reference_ms"], "runs": claim["runs"],
                              "busy": claim.get("busy")},
-                   backends={r["backend"]: {k: r.get(k) for k in ("verdict", "latency_ms", "speedup_vs_onnxruntime_fp32")}
+                   backends={r["backend"]: {k: r.get(k) for k in ("verdict", "latency_ms", "speedup_vs_reference")}
                              for r in payload.get("backend_search") or []})
         if repeat_bench > 1 and "speedup" in measured:  # the same artifact benched again, each in a fresh process
             again = [bench(work / "art", reference_artifact(model, file_sha256(model)), prep["eval"])

@@ -33,6 +33,9 @@ BACKEND_MODULES = {
     BackendName.TFLITE: "edgeopt.converters.backends.tflite",
     BackendName.TVM: "edgeopt.converters.backends.tvm",
 }
+# the backend whose FP32 run on the CPU is the reference: every stage check, calibration, probe, quick timing and
+# printed speed-up is measured against it (edgeopt/runtime/reference.py opens it through its runner)
+REFERENCE = BackendName.ONNXRUNTIME
 _registered: dict[str, type] = {}
 
 

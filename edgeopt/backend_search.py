@@ -99,7 +99,7 @@ def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
         v = manifest.validation
         row.update(precision=manifest.precision, metric=v.metric if v else None, metric_drop=v.metric_drop if v else None,
                    units=v.units if v else None, latency_ms=latency[row["backend"]],
-                   speedup_vs_onnxruntime_fp32=round(latency[REFERENCE_FP32] / latency[row["backend"]], 3))
+                   speedup_vs_reference=round(latency[REFERENCE_FP32] / latency[row["backend"]], 3))
         if row["backend"] == chosen.value:
             row.update(verdict="chosen", why="the fastest that holds the bound")
         else:

@@ -10,7 +10,7 @@ entries from ``manifest.json`` as plain dicts.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import to_jsonable_python
+
+from edgeopt.converters.registry import REFERENCE
 
 # a JSON object: what a converter fills freely (tuples become lists, paths strings, as in the written JSON)
 JsonDict = Annotated[dict[str, JsonValue], BeforeValidator(to_jsonable_python)]
@@ -35,10 +37,14 @@ class Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     _order: tuple[str, ...] = PrivateAttr(default=())
+    # an old key -> the field it is read into, in place (manifests written before the field was renamed)
+    renamed: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="wrap")
     @classmethod
     def _keep_order(cls, data, handler):
+        if isinstance(data, dict) and cls.renamed:
+            data = {cls.renamed.get(k, k): v for k, v in data.items()}
         entry = handler(data)
         if isinstance(data, dict):
             entry._order = tuple(data)
@@ -134,7 +140,11 @@ class PlanEntry(Entry):
 
 
 class BackendSearchRow(Entry):
-    """``--backend auto``: one backend built, its figures, chosen or dropped and why."""
+    """``--backend auto``: one backend built, its figures, chosen or dropped and why. ``speedup_vs_reference``: its
+    speed-up over the reference runtime's FP32 run (``runtime/reference.py``), under its earlier name (which spelled
+    the reference backend's) in manifests written before."""
+
+    renamed: ClassVar[dict[str, str]] = {f"speedup_vs_{REFERENCE}_fp32": "speedup_vs_reference"}
 
     backend: str
     precision: str | None = None
@@ -142,7 +152,7 @@ class BackendSearchRow(Entry):
     metric_drop: Figure | None = None
     units: JsonDict | None = None
     latency_ms: Figure | None = None
-    speedup_vs_onnxruntime_fp32: Figure | None = None
+    speedup_vs_reference: Figure | None = None
     verdict: str | None = None
     exit_code: int | None = None
     why: str | None = None

@@ -34,8 +34,8 @@ def reference_in() -> dict[str, str]:
 def claimed(manifest) -> tuple[ClaimSource, float, str] | None:
     """(source, estimated speed-up, runtime of its FP32) of the claim ``manifest`` carries, or None."""
     for row in manifest.backend_search:
-        if row.verdict == "chosen" and row.speedup_vs_onnxruntime_fp32:
-            return ClaimSource.BACKEND_AUTO, float(row.speedup_vs_onnxruntime_fp32), REFERENCE
+        if row.verdict == "chosen" and row.speedup_vs_reference:
+            return ClaimSource.BACKEND_AUTO, float(row.speedup_vs_reference), REFERENCE
     speed = _last_speed([s.report for s in manifest.stages])
     if speed is None or manifest.backend not in reference_in():
         return None

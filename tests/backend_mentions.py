@@ -5,7 +5,8 @@ attribute, a function, class or keyword name) has the backend's name as one of i
 ``BackendName.TFLITE``, ``OnnxRuntimeHooks``), or when a string constant other than a docstring is the
 backend's name or a module path naming it (``"openvino"``, ``"edgeopt.converters.backends.tvm"``).
 ``python tests/backend_mentions.py [ROOT] [--list]`` prints, for each backend, how many modules outside its own code
-name it; ``--list`` (or ``-v``) then lists those modules, one ``backend: path`` a line.
+name it; ``--list`` (or ``-v``) then lists those modules, one ``backend: path`` a line, and the modules of the
+shared Q/DQ stage that use a backend's graph tool (``GRAPH_TOOLS``), one ``tool: path`` a line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ BACKENDS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
                ("tflite_runtime", "ai_edge_litert", "tensorflow", "tf_keras", "onnx2tf", "ai_edge_quantizer")),
     "tvm": (frozenset({"tvm"}), ("tvm", "tvm_ffi")),
 }
+
+# ONNX graph tools shipped inside a backend's package that are not its runtime. The shared Q/DQ stage (QDQ_STAGE,
+# used by ONNX Runtime and TVM alike) writes its Q/DQ, dynamic INT8 and FP16 graphs with them: named there, they
+# name that tool, not the backend. Anywhere else they count as naming the backend.
+GRAPH_TOOLS: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnxruntime.quantization", "onnxruntime.transformers")}
+QDQ_STAGE = Path("converters/quantize")
 
 
 def _words(identifier: str) -> set[str]:
@@ -53,12 +60,35 @@ def imported_roots(tree: ast.AST) -> set[str]:
     return out
 
 
-def names_backend(tree: ast.AST, backend: str) -> bool:
+def _is_tool(name: str, tools: tuple[str, ...]) -> bool:
+    return any(name == t or name.startswith(t + ".") for t in tools)
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    """The full names of every absolute import's module in ``tree``."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def names_backend(tree: ast.AST, backend: str, tools: tuple[str, ...] = ()) -> bool:
+    """Whether ``tree`` names ``backend``; where it names one of ``tools`` (module paths of the backend's graph
+    tools) it names the tool, which does not count."""
     words, libraries = BACKENDS[backend]
-    if imported_roots(tree) & set(libraries):
+    if any(m.split(".")[0] in libraries and not _is_tool(m, tools) for m in imported_modules(tree)):
         return True
     docs = _docstrings(tree)
     for node in ast.walk(tree):
+        if isinstance(node, ast.alias) and _is_tool(node.name, tools) and not node.asname:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and _is_tool(node.module, tools):
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_tool(node.value.strip(), tools):
+            continue
         ident = None
         if isinstance(node, ast.Name):
             ident = node.id
@@ -94,11 +124,30 @@ def own_code(path: Path, backend: str, root: Path = REPO) -> bool:
     return path.is_relative_to(backend_folder(backend, root)) or path == root / "edgeopt/runtime/runners" / f"{backend}.py"
 
 
+def tools_allowed(path: Path, backend: str, root: Path = REPO) -> tuple[str, ...]:
+    """The graph tools of ``backend`` that ``path`` may name without naming the backend: the shared Q/DQ stage's."""
+    return GRAPH_TOOLS.get(backend, ()) if path.is_relative_to(root / QDQ_STAGE) else ()
+
+
 def mentions(root: Path = REPO, own=own_code) -> dict[str, list[str]]:
     """backend -> the product modules outside its own code that name it (paths relative to ``root``)."""
     trees = {p: ast.parse(p.read_text(), str(p)) for p in product_modules(root)}
-    return {b: [str(p.relative_to(root)) for p, t in trees.items() if not own(p, b, root) and names_backend(t, b)]
+    return {b: [str(p.relative_to(root)) for p, t in trees.items()
+                if not own(p, b, root) and names_backend(t, b, tools_allowed(p, b, root))]
             for b in BACKENDS}
+
+
+def tool_users(root: Path = REPO) -> dict[str, list[str]]:
+    """graph tool -> the product modules that import or name it (paths relative to ``root``)."""
+    out: dict[str, list[str]] = {t: [] for tools in GRAPH_TOOLS.values() for t in tools}
+    for p in product_modules(root):
+        tree = ast.parse(p.read_text(), str(p))
+        named = imported_modules(tree) | {n.value.strip() for n in ast.walk(tree)
+                                          if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        for tool in out:
+            if any(_is_tool(m, (tool,)) for m in named):
+                out[tool].append(str(p.relative_to(root)))
+    return out
 
 
 def largest_module(root: Path = REPO) -> tuple[str, int]:
@@ -116,3 +165,4 @@ if __name__ == "__main__":
     print(json.dumps({b: len(v) for b, v in found.items()}))
     if {"--list", "-v"} & set(sys.argv):
         print("\n".join(f"{b}: {m}" for b, modules in found.items() for m in modules))
+        print("\n".join(f"{t}: {m}" for t, modules in tool_users().items() for m in modules))

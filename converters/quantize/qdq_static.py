@@ -12,6 +12,7 @@ import numpy as np
 from edgeopt.converters.base import CalibMethod
 from edgeopt.deps import library_prints, require
 from edgeopt.errors import StageError
+from edgeopt.runtime import reference
 
 from .presets import HardwarePreset, QType, QuantizerOptions
 
@@ -130,7 +131,7 @@ def quantize_static(src: Path, dst: Path, settings: StaticSettings, calib, input
                 retried.append({"node": failing[0], "weight": failing[1], "error": _first_line(err),
                                 "retried": "this weight per-tensor"})
                 continue
-            if current.per_channel and not type(err).__module__.startswith("onnxruntime.capi"):  # not a run error
+            if current.per_channel and not reference.is_run_error(err):  # the quantizer failed, not a calibration run
                 retried.append({"node": failing[0] if failing else None, "weight": failing[1] if failing else None,
                                 "error": _first_line(err), "retried": "every weight per-tensor"})
                 current, overrides = current.model_copy(update={"per_channel": False}), {}

@@ -23,7 +23,7 @@ def precision_fallback_text(precision: str, fallback) -> str:
 def backend_search_text(row: dict, claim: dict | None = None) -> str:
     """One backend of ``--backend auto``: its speed vs ONNX Runtime FP32, chosen or dropped, and why; the chosen
     one's as measured on the written artifact (``claim``, the manifest's ``speed_claim``), the estimate beside it."""
-    speed = (f"{row['latency_ms']:.3g} ms, x{row['speedup_vs_onnxruntime_fp32']:.2f} ONNX Runtime FP32, "
+    speed = (f"{row['latency_ms']:.3g} ms, x{row['speedup_vs_reference']:.2f} ONNX Runtime FP32, "
              if row.get("latency_ms") is not None else "")
     if claim and row.get("verdict") == "chosen":
         speed = (f"{claim['artifact_ms']:.3g} ms, x{claim['measured']:.2f} ONNX Runtime FP32 measured on the written "

@@ -1,44 +1,51 @@
-"""The reference runtime: a model run in ONNX Runtime on the CPU, as written (FP32, no provider options).
+"""The reference runtime: a model run by the reference backend on the CPU, as written (FP32, no provider options).
 Standard library only at import, like the rest of this package.
 
 Every stage check, calibration pass, intermediate-tensor probe, quick timing and printed speed-up is measured
-against it. This module is the one place outside the ONNX Runtime backend's folder that names it: the rest of
-edgeopt asks for :func:`session` or :func:`with_outputs`, and names the reference by :data:`REFERENCE`.
+against it. The registry names the reference backend (``registry.REFERENCE``); its runner module here
+(``runners/<name>.py``) opens the session (``reference_session``). The rest of edgeopt asks for :func:`session` or
+:func:`with_outputs`, and names the reference by :data:`REFERENCE`, :data:`REFERENCE_FP32` (its FP32 row's key in
+timing tables) and :data:`REFERENCE_RUNTIME` (how reports name where it ran). Those three are read from the
+registry when first asked: the registry is host-side, not shipped to devices with this package, and nothing on a
+device opens the reference.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 
-REFERENCE = "onnxruntime"  # the backend (a BackendName value) whose FP32 run is the reference
-REFERENCE_FP32 = f"{REFERENCE}-fp32"  # its FP32 row's key in timing tables
-REFERENCE_RUNTIME = f"{REFERENCE} (CPUExecutionProvider)"  # how reports name where the reference ran
+_NAMES = ("REFERENCE", "REFERENCE_FP32", "REFERENCE_RUNTIME")
+
+
+def _runner():
+    from edgeopt.converters.registry import REFERENCE
+
+    return importlib.import_module(f"{__package__}.runners.{REFERENCE.value}")
+
+
+def __getattr__(name: str):
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from edgeopt.converters.registry import REFERENCE
+
+    return {"REFERENCE": REFERENCE.value, "REFERENCE_FP32": f"{REFERENCE.value}-fp32",
+            "REFERENCE_RUNTIME": f"{REFERENCE.value} ({_runner().REFERENCE_PROVIDER})"}[name]
 
 
 def session(model, *, threads: int | None = None, spinning: bool = True, optimize: bool = True,
             log_level: int = 3):
-    """An ONNX Runtime CPU session over ``model``: a path, serialized bytes or an ``onnx.ModelProto``.
+    """A reference session over ``model``: a path, serialized bytes or an ``onnx.ModelProto``.
     ``threads``: intra-op threads (None: the runtime's default). ``spinning=False``: the pool threads sleep after
     a call instead of spinning, as a timing alternating with another runtime needs. ``optimize=False``: no graph
-    optimization, every tensor of the graph as written (intermediate shapes). ONNX Runtime is one of edgeopt's
-    own requirements (numpy, onnx, onnxruntime), so it is imported plainly, as the runner does."""
-    import onnxruntime as ort
+    optimization, every tensor of the graph as written (intermediate shapes). The reference runtime is one of
+    edgeopt's own requirements, so it is imported plainly, as the runner does."""
+    return _runner().reference_session(model, threads=threads, spinning=spinning, optimize=optimize,
+                                       log_level=log_level)
 
-    so = ort.SessionOptions()
-    so.log_severity_level = log_level
-    if threads:
-        so.intra_op_num_threads = threads
-    if not spinning:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if hasattr(model, "SerializeToString"):
-        src = model.SerializeToString()
-    elif isinstance(model, bytes):
-        src = model
-    else:
-        src = os.fspath(model)
-    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+
+def is_run_error(err: BaseException) -> bool:
+    """Whether ``err`` was raised by the reference runtime running a model (not by the Python code around it)."""
+    return _runner().is_run_error(err)
 
 
 def with_outputs(model, names, *, typed: bool = True):

@@ -130,8 +130,8 @@ def test_the_claim_read_from_the_manifest():
     assert claimed(_manifest(stages=stages)) == (ClaimSource.INT8_VERDICT, 1.4, "onnxruntime")
     assert claimed(_manifest(stages=stages, backend="tflite")) is None
     assert claimed(_manifest()) is None
-    rows = [{"backend": "onnxruntime", "verdict": "dropped", "speedup_vs_onnxruntime_fp32": 1.1},
-            {"backend": "openvino", "verdict": "chosen", "speedup_vs_onnxruntime_fp32": 1.7}]
+    rows = [{"backend": "onnxruntime", "verdict": "dropped", "speedup_vs_reference": 1.1},
+            {"backend": "openvino", "verdict": "chosen", "speedup_vs_reference": 1.7}]
     assert claimed(_manifest(stages=stages, backend="openvino", backend_search=rows)) == (
         ClaimSource.BACKEND_AUTO, 1.7, "onnxruntime")
 
@@ -146,7 +146,7 @@ def test_printed_speedup_is_the_measured_one():
     text = speed_claim_text(claim)
     assert text.startswith("speed: x1.04") and "estimate x0.93" in text and "NOT within" in text
     row = {"backend": "openvino", "verdict": "chosen", "why": "fastest", "latency_ms": 2.0,
-           "speedup_vs_onnxruntime_fp32": 0.93}
+           "speedup_vs_reference": 0.93}
     assert "x1.04 ONNX Runtime FP32 measured" in backend_search_text(row, claim)
     assert "x0.93" in backend_search_text(row)
     units = {"file": "model.onnx", "quantized": 1, "float": 9}
@@ -169,7 +169,7 @@ def test_convert_records_both_figures_of_the_written_artifact(cli, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     claim = manifest["speed_claim"]
     assert printed == claim and claim["source"] == "int8_verdict"
-    speeds = [s["report"] for s in manifest["stages"] if s["name"] == "quantize"]
+    speeds = [s["report"] for s in manifest["stages"] if s["name"] == "qdq"]
     from edgeopt.speed_claim import _last_speed
 
     assert claim["estimate"] == _last_speed(speeds)["speedup_vs_fp32"]

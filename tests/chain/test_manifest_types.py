@@ -208,7 +208,10 @@ def test_the_typed_entries_read_by_attribute():
     assert all(isinstance(s.report, dict) for s in pi5.stages)
 
 
-def test_old_verified_on_and_backend_search_records_load_typed_and_are_written_back_byte_identical(tmp_path):
+def test_old_verified_on_and_backend_search_records_load_typed_and_are_written_back_with_only_the_renamed_key(
+        tmp_path):
+    """A manifest written before ``speedup_vs_reference`` was renamed: read, the figure in the new field, and written
+    back byte for byte except that key's name, in its place."""
     from edgeopt.manifest_types import BackendSearchRow, VerifiedOn
 
     path = next(p for p in WRITTEN if p.stem == "digits-pi5")
@@ -220,7 +223,10 @@ def test_old_verified_on_and_backend_search_records_load_typed_and_are_written_b
     assert [type(r) for r in m.backend_search] == [BackendSearchRow] * 3
     assert [r.verdict for r in m.backend_search] == ["dropped", "chosen", "dropped"]
     assert m.backend_search[1].metric_drop == 0 and m.backend_search[2].latency_ms is None
-    assert _written_back(tmp_path, m) == text
+    assert [r.speedup_vs_reference for r in m.backend_search] == [0.983, 2.062, None]
+    assert _written_back(tmp_path, m) == text.replace(b'"speedup_vs_onnxruntime_fp32"', b'"speedup_vs_reference"')
+    assert _written_back(tmp_path, Manifest.model_validate_json(_written_back(tmp_path, m))) == \
+        _written_back(tmp_path, m)
 
 
 def test_an_entry_refuses_a_key_it_does_not_know():

@@ -45,3 +45,28 @@ def test_an_artifact_and_a_model_file_with_its_runtime_entry_run_through_the_run
     runtime = {"backend": "onnxruntime", "model": "model.onnx", "settings": {"threads": 1}, "io": io}
     np.testing.assert_allclose(run_fn(loose, 1, runtime=runtime)(FEED)["logits"], expected, rtol=1e-5, atol=1e-6)
     assert (tmp_path / "candidate.dir" / "model.onnx").is_file()
+
+
+def test_the_reference_is_the_registrys_backend_opened_by_its_runner():
+    """The reference backend is declared once, in the registry; the reference module names it by reading it, and its
+    session is the reference backend's runner's, on the CPU, with the graph as written when asked."""
+    from edgeopt.converters.registry import REFERENCE
+    from edgeopt.runtime import reference
+
+    assert reference.REFERENCE == REFERENCE.value and reference.REFERENCE_FP32 == f"{REFERENCE.value}-fp32"
+    assert reference.REFERENCE_RUNTIME.startswith(REFERENCE.value + " (")
+    with pytest.raises(AttributeError):
+        reference.NOT_A_NAME  # noqa: B018
+    sess = reference.session(DIGITS.read_bytes(), threads=1, optimize=False)
+    assert type(sess).__module__.startswith(REFERENCE.value) and sess.get_providers() == ["CPUExecutionProvider"]
+    np.testing.assert_allclose(sess.run(None, FEED)[0], run_fn(DIGITS, 1)(FEED)["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_error_is_told_from_an_error_in_the_code_around_it():
+    from edgeopt.runtime import reference
+
+    sess = reference.session(DIGITS)
+    with pytest.raises(Exception) as run_error:
+        sess.run(None, {"input": np.zeros((1, 1, 3, 3), np.float32)})  # a shape the model can't take
+    assert reference.is_run_error(run_error.value)
+    assert not reference.is_run_error(ValueError("raised by edgeopt's code"))

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from backend_mentions import BACKENDS, REPO, backend_folder, mentions, product_modules
+from backend_mentions import BACKENDS, REPO, backend_folder, mentions, product_modules, tools_allowed
 
 ROOTS = {REPO / "edgeopt": "edgeopt", REPO / "converters": "edgeopt.converters", REPO / "remote": "edgeopt.remote"}
 
@@ -68,13 +68,14 @@ def library_import_violations(trees: dict[Path, ast.AST]) -> list[str]:
     bad = []
     for path, tree in trees.items():
         rel = str(path.relative_to(REPO))
-        roots = {m.split(".")[0] for m in imported_modules(path, tree)}
+        modules = imported_modules(path, tree)
         for backend, (_, libraries) in BACKENDS.items():
-            if backend == "onnxruntime":  # the chain's own runtime (checks, calibration, the Q/DQ stage)
-                continue
             runner = REPO / "edgeopt/runtime/runners" / f"{backend}.py"  # shipped to devices: its runtime, alone
             if path.is_relative_to(backend_folder(backend)) or path == runner:
                 continue
+            tools = tools_allowed(path, backend)  # the shared Q/DQ stage's graph tools (backend_mentions.GRAPH_TOOLS)
+            roots = {m.split(".")[0] for m in modules
+                     if not any(m == t or m.startswith(t + ".") for t in tools)}
             bad += [f"{rel} imports {lib}" for lib in sorted(roots & set(libraries))
                     if (rel, lib) not in LIBRARY_IMPORTS_ALLOWED]
     return bad
@@ -97,12 +98,26 @@ def test_only_a_backends_folder_and_runner_import_its_library():
 
 
 @pytest.mark.parametrize("line", ["from edgeopt.converters.backends.openvino.runs import compiled_run",
-                                  "import openvino as ov", "nncf = require('nncf', 'x')"])
+                                  "import openvino as ov", "nncf = require('nncf', 'x')", "import onnxruntime as ort",
+                                  "from onnxruntime.quantization import quantize_static"])
 def test_the_layout_checks_catch_a_new_import(line):
-    """A central module gaining a backend's import is caught (the checks above are not vacuous)."""
+    """A central module gaining a backend's import is caught (the checks above are not vacuous), ONNX Runtime's
+    included: the reference opens it through its runner, and its quantization tool belongs to the Q/DQ stage."""
     path = REPO / "edgeopt/convert.py"
     trees = {path: ast.parse(f"def f():\n    {line}\n")}
     assert package_import_violations(trees) + library_import_violations(trees) != []
+
+
+@pytest.mark.parametrize(("line", "allowed"), [("from onnxruntime.quantization import quantize_static", True),
+                                               ("q = require('onnxruntime.transformers.float16', 'x')", True),
+                                               ("import onnxruntime as ort", False)])
+def test_the_qdq_stage_may_use_the_graph_tool_but_not_the_runtime(line, allowed):
+    path = REPO / "converters/quantize/qdq_static.py"
+    tree = ast.parse(f"def f():\n    {line}\n")
+    from backend_mentions import names_backend
+
+    assert (library_import_violations({path: tree}) == []) is allowed
+    assert names_backend(tree, "onnxruntime", tools_allowed(path, "onnxruntime")) is not allowed
 
 
 def test_every_backend_folder_holds_its_stage_and_is_packaged():
@@ -124,12 +139,10 @@ def test_mention_counter_reads_code_not_prose():
     assert set(mentions()) == set(BACKENDS)
 
 
-# backend -> the most product modules outside its own code that may name it (tests/backend_mentions.py); lower a
-# number when a mention moves into its backend's folder, never raise it. Besides the registry and the enum, ONNX
-# Runtime is named by the reference runtime's one module (edgeopt/runtime/reference.py), by the shared Q/DQ stage's
-# modules that call its quantization tools (onnxruntime.quantization, onnxruntime.transformers), and by the modules
-# that write or read the speed-up figure users see as ``speedup_vs_onnxruntime_fp32``.
-MAX_MENTIONS = {"onnxruntime": 11, "openvino": 2, "tflite": 2, "tvm": 2}
+# backend -> the most product modules outside its own code that may name it (tests/backend_mentions.py): the
+# registry and the enum, nothing else. The registry names the reference backend (``REFERENCE``), opened through its
+# runner; the shared Q/DQ stage names ONNX Runtime's graph tools (``GRAPH_TOOLS``), not the backend.
+MAX_MENTIONS = {"onnxruntime": 2, "openvino": 2, "tflite": 2, "tvm": 2}
 
 
 def test_no_new_module_names_a_backend_outside_its_folder():
@@ -137,3 +150,26 @@ def test_no_new_module_names_a_backend_outside_its_folder():
     over = {b: (n, MAX_MENTIONS[b]) for b, n in found.items() if n > MAX_MENTIONS[b]}
     assert not over, f"modules naming a backend outside its folder (found, allowed): {over}; " \
                      "put the code in converters/backends/<name>/ behind its hooks (converters/hooks.py)"
+
+
+def runtime_import_violations(trees: dict[Path, ast.AST]) -> list[str]:
+    """Module-level imports in the device-shipped runtime package (``edgeopt/runtime/``) other than the standard
+    library, numpy and its own modules (relative): the package is copied to boards alone."""
+    import sys
+
+    bad = []
+    for path, tree in trees.items():
+        if not path.is_relative_to(REPO / "edgeopt/runtime"):
+            continue
+        for node in tree.body:  # module level only: a function may import a runtime (or, host-side, the registry)
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{path.relative_to(REPO)} imports {n}" for n in names
+                    if n.split(".")[0] not in sys.stdlib_module_names | {"numpy", "__future__"}]
+    return bad
+
+
+def test_the_device_shipped_runtime_imports_only_the_standard_library_and_numpy_at_import():
+    assert runtime_import_violations(_trees()) == []
+    sample = {REPO / "edgeopt/runtime/reference.py": ast.parse("from edgeopt.converters.registry import REFERENCE\n")}
+    assert runtime_import_violations(sample) != []  # the check is not vacuous

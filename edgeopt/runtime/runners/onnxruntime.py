@@ -109,6 +109,38 @@ def session_options(ort, settings: dict, threads: int | None = None):
     return so
 
 
+REFERENCE_PROVIDER = CPU  # where the reference run (runtime/reference.py) happens
+
+
+def reference_session(model, *, threads: int | None = None, spinning: bool = True, optimize: bool = True,
+                      log_level: int = 3):
+    """The reference session over ``model`` (a path, serialized bytes or an ``onnx.ModelProto``): the CPU
+    provider, no provider options (see ``runtime/reference.py``). ``spinning=False``: the pool threads sleep after
+    a call; ``optimize=False``: no graph optimization, every tensor as written."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = log_level
+    if threads:
+        so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if hasattr(model, "SerializeToString"):
+        src = model.SerializeToString()
+    elif isinstance(model, bytes):
+        src = model
+    else:
+        src = os.fspath(model)
+    return ort.InferenceSession(src, so, providers=[REFERENCE_PROVIDER])
+
+
+def is_run_error(err: BaseException) -> bool:
+    """Whether ``err`` came from ONNX Runtime's C++ core running a model (its ``capi`` exceptions)."""
+    return type(err).__module__.startswith("onnxruntime.capi")
+
+
 def session_kwargs(settings: dict, providers: list | None = None) -> dict:
     """``InferenceSession``'s keyword arguments from the settings: ``disabled_optimizers`` (ONNX Runtime's own graph
     optimizers left off, e.g. ``WeightBiasQuantization``, which turns a float bias into an int32 DequantizeLinear
