@@ -377,8 +377,8 @@ TIMING_S = 6.0  # seconds of timed calls per model, at least (blocks of 30 to 50
 def run_model(name: str, work: Path, bound: float, rounds: int, threads: int) -> dict:
     import os
 
-    from edgeopt.converters.quantize.timing import blocked_latency_ms
     from edgeopt.metrics import make_metric
+    from edgeopt.runtime.quick_timing import blocked_latency_ms
 
     su = case_setup(name, work) if name in CASE_MODULES else legacy_setup(name, work)
     built = candidates(su.model, normalized(su.model, su.calib, work), su.calib, work, threads)

@@ -126,10 +126,10 @@ def clocks(name: str, repeats: int = 3) -> dict:
     ways: call by call alternating (the search's old way), convert's quick timing (``quick_latency_ms``) and bench
     (``bench_artifacts``, each runtime from its artifact), ``repeats`` times each."""
     from edgeopt.bench.api import BenchOptions, bench_artifacts, reference_artifact
-    from edgeopt.converters.quantize.timing import quick_latency_ms
     from edgeopt.enums import BackendName
     from edgeopt.files import file_sha256
     from edgeopt.runtime.measure import feeds_from_npz
+    from edgeopt.runtime.quick_timing import quick_latency_ms
     from edgeopt.runtime.runners import open_runner
     from edgeopt.speed_claim import fp32_reference
 

@@ -14,7 +14,7 @@ def latency_vs_unpruned(before: Path, after: Path, ctx: ChainContext, repeats: i
     """The pruned model against the unpruned one, interleaved, on the plan's backend where it runs an ONNX file
     here (ONNX Runtime; OpenVINO CPU at f32 when installed), else on ONNX Runtime with a note: a quick estimate.
     A prune that is not faster says so (a warning)."""
-    from edgeopt.converters.quantize.timing import interleaved_latency_ms
+    from edgeopt.runtime.quick_timing import interleaved_latency_ms
 
     feed = ctx.check_samples.feed(0) if ctx.check_samples is not None and len(ctx.check_samples) else random_feed(before)
     run_fn, runtime, note = _timing_runtime(backend, ctx.threads)

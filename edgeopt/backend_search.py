@@ -83,7 +83,7 @@ def convert_fastest(model, prof, output, o, build, *, on_warning=None):
 
 def _time_and_choose(model, built: dict, rows: list[dict], o) -> BackendName:
     """Each built artifact and ONNX Runtime FP32 timed in blocks on one real input; the rows filled in."""
-    from edgeopt.converters.quantize.timing import blocked_latency_ms
+    from edgeopt.runtime.quick_timing import blocked_latency_ms
     from edgeopt.runtime.run_fn import run_fn
 
     feed = _one_feed(next(iter(built.values())).manifest, o)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgeopt.converters.base import CalibMethod
 from edgeopt.quant_units import units_of
+from edgeopt.runtime.quick_timing import QUICK_S, interleaved_latency_ms
 from edgeopt.runtime.reference import REFERENCE_RUNTIME
 from edgeopt.runtime.run_fn import run_fn
 
@@ -25,8 +26,8 @@ from .fallback import FloatPrefix
 from .heads import HeadsOption, multi_output_heads
 from .presets import TENSORRT
 from .qdq_static import WEIGHTED_OPS, StaticSettings, equalized_path, quantize_static
+from .speed_verdict import speed_verdict
 from .strategy import run_search, with_heads_option
-from .timing import QUICK_S, interleaved_latency_ms, speed_verdict
 from .verdict import gate_failure
 
 MATMUL_OPS = ("MatMul", "Gemm")

@@ -17,10 +17,10 @@ from typing import Any
 
 from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE
+from edgeopt.runtime.quick_timing import blocked_latency_ms
 from edgeopt.runtime.run_fn import run_fn
 
 from .budget import BudgetedSearch
-from .timing import blocked_latency_ms
 
 Build = Callable[[], tuple[Any, Callable, Any]]  # () -> (artifact, run function, QuantizedModel)
 

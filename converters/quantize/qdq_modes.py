@@ -16,7 +16,7 @@ from edgeopt.runtime.reference import REFERENCE, REFERENCE_RUNTIME
 from .bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from .modes import MODE_TYPES, Granularity
 from .qdq_quantizer import QdqQuantizer
-from .timing import speed_verdict
+from .speed_verdict import speed_verdict
 
 QUANTIZER = QdqQuantizer  # the searches' modes come from its ``modes`` declaration
 
@@ -120,10 +120,10 @@ def _dynamic_with_float(model_path: Path, out: Path, work: Path, config, ctx, re
     as a mode that holds as built is (its speed against FP32, timed in blocks, is reported and warned about like
     theirs; ``--min-speedup`` gates it): True when written to ``out``. Its search is under
     ``report['mode_search']['float_fallback']``."""
+    from edgeopt.runtime.quick_timing import blocked_latency_ms
     from edgeopt.runtime.run_fn import run_fn
 
     from .qdq_dynamic_float import search_dynamic_with_float
-    from .timing import blocked_latency_ms
 
     result = search_dynamic_with_float(model_path, work, b, bound=float(config.bound.max_accuracy_drop),
                                        budget_s=config.bound.search_budget, grains=grains, progress=ctx.progress)

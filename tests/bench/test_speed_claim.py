@@ -39,7 +39,7 @@ def test_search_timing_and_bench_call_the_same_function(calls, tmp_path):
     """The search's timings (both helpers) and ``edgeopt bench`` go through one measuring function, with bench's
     warm-up: the same clock for the estimate and for the benchmark."""
     from edgeopt.bench.api import BenchOptions, bench_artifacts
-    from edgeopt.converters.quantize.timing import blocked_latency_ms, interleaved_latency_ms
+    from edgeopt.runtime.quick_timing import blocked_latency_ms, interleaved_latency_ms
 
     runs = {"a": lambda feed: np.sum(feed["x"]), "b": lambda feed: np.max(feed["x"])}
     feed = {"x": np.ones(8, dtype=np.float32)}
@@ -224,7 +224,7 @@ def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, 
 def test_the_search_speed_warning_says_it_is_an_estimate_and_that_the_printed_figure_is_measured():
     """The INT8 search's "no faster" line is labelled a quick estimate timed before the artifact was written, and
     points at the measured figure convert prints."""
-    from edgeopt.converters.quantize.timing import speed_verdict
+    from edgeopt.converters.quantize.speed_verdict import speed_verdict
 
     warned = []
 

@@ -545,7 +545,7 @@ def test_dynamic_with_ops_in_float_is_tried_when_only_static_held_and_every_dyna
 def test_int8_faster_than_fp32_still_names_a_float_precision_that_holds_and_is_much_faster(bf16_ms, holds, named):
     """g2p-en's GRU on an AMX CPU: OpenVINO's INT8 a little faster than its FP32, bf16 twice as fast and within
     the bound. --precision int8 keeps 8 bits, and says which float was faster (only one that holds, 1.2x)."""
-    from edgeopt.converters.quantize.timing import speed_verdict
+    from edgeopt.converters.quantize.speed_verdict import speed_verdict
 
     said: list[str] = []
     ctx = type("Ctx", (), {"warn": staticmethod(said.append)})()

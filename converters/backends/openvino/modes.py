@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from edgeopt.converters.quantize.bound import ModeCandidate, choose_mode, prepare, warn_small_eval
 from edgeopt.converters.quantize.modes import MODE_TYPES, QuantizedModel
-from edgeopt.converters.quantize.timing import speed_verdict
+from edgeopt.converters.quantize.speed_verdict import speed_verdict
 from edgeopt.enums import QuantMode
 from edgeopt.errors import GateFailedError
 from edgeopt.quant_units import units_of

@@ -302,7 +302,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     import openvino as ov
 
     from edgeopt.converters.quantize.bound import prepare, warn_small_eval
-    from edgeopt.converters.quantize.timing import QUICK_S, interleaved_latency_ms, speed_verdict
+    from edgeopt.converters.quantize.speed_verdict import speed_verdict
+    from edgeopt.runtime.quick_timing import QUICK_S, interleaved_latency_ms
 
     from .runs import bf16_run, compiled_run
     from .search import no_int8_holds, search_nncf
@@ -372,7 +373,7 @@ def _bf16_alternative(core, ov_model, in_names, out_names, threads, confirm, fee
     """Where this CPU runs bf16 natively (AMX/AVX512-BF16), OpenVINO's bf16 of the FP32 model, timed and
     with its own accuracy check on the held-out part: it can be the faster precision, and it can cost points
     (``holds``: its drop there is within ``bound``)."""
-    from edgeopt.converters.quantize.timing import interleaved_latency_ms
+    from edgeopt.runtime.quick_timing import interleaved_latency_ms
 
     from .runs import BF16_SUGGEST, bf16_run
 

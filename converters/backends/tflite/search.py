@@ -29,10 +29,11 @@ import numpy as np
 from edgeopt.converters.quantize.heads import HeadsOption
 from edgeopt.converters.quantize.modes import Granularity, QuantMode
 from edgeopt.converters.quantize.sensitivity import UNRANKED
+from edgeopt.converters.quantize.speed_verdict import speed_verdict
 from edgeopt.converters.quantize.strategy import run_search, with_heads_option
-from edgeopt.converters.quantize.timing import QUICK_S, interleaved_latency_ms, speed_verdict
 from edgeopt.converters.quantize.verdict import gate_failure
 from edgeopt.errors import StageError, UsageError
+from edgeopt.runtime.quick_timing import QUICK_S, interleaved_latency_ms
 from edgeopt.runtime.run_fn import run_fn
 
 from .quantizer import read_ops
