@@ -103,6 +103,12 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     return f"did you mean '{close[0]}'?" if close else None
 
 
+def did_you_mean_renamed(word: str, renamed: dict[str, str]) -> str | None:
+    """The ``did you mean 'new'?`` phrase when ``word`` is close to an old name in ``renamed`` (old -> new), or None."""
+    close = difflib.get_close_matches(word, list(renamed), n=1, cutoff=0.6)
+    return f"did you mean '{renamed[close[0]]}'?" if close else None
+
+
 # Exceptions that, raised by edgeopt's own code, mean a bug in edgeopt rather than a model or a library
 # refusing it; they must stay exit 1 (with the traceback under --debug), never become a "bad input" line.
 _BUG_TYPES = (AttributeError, NameError, TypeError, AssertionError, KeyError, IndexError, LookupError)

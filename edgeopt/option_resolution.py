@@ -4,15 +4,13 @@ with the checks that need the profile or several options together."""
 
 from __future__ import annotations
 
-import difflib
-
 from pydantic import ValidationError
 
 from edgeopt.backend_choice import backend_class, choose_backend
 from edgeopt.config_errors import validation_message
 from edgeopt.converters.base import ChainOptions, PruneMode, is_chain_option
 from edgeopt.enums import BackendName, Precision, QuantMode, UnitKind
-from edgeopt.errors import BadInputError, UsageError, did_you_mean
+from edgeopt.errors import BadInputError, UsageError, did_you_mean, did_you_mean_renamed
 from edgeopt.options import ChainRequest
 
 
@@ -124,8 +122,7 @@ def _stage_overrides(r: ChainRequest, backend_name: BackendName, warnings: list[
     names = [*stage_names(), backend_name.value]
     for key in r.stages:
         if key not in names and key not in STAGE_ALIASES:
-            old = difflib.get_close_matches(key, list(STAGE_ALIASES), n=1, cutoff=0.6)  # 'quantise': 'qdq'
-            hint = did_you_mean(key, names) or (f"did you mean '{STAGE_ALIASES[old[0]]}'?" if old else None)
+            hint = did_you_mean(key, names) or did_you_mean_renamed(key, STAGE_ALIASES)  # 'quantise': 'qdq'
             raise BadInputError(f"recipe: unknown stage '{key}' in 'stages'", hint or f"stages: {', '.join(names)}")
     return canonical_stage_overrides(r.stages, warnings.append)
 
