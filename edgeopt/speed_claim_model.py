@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict
 from edgeopt.enums import ClaimSource
 
 AGREE = 0.10  # the estimate and the measured speed-up agree when within this share of each other
+# bench processes a claim takes when the first one does not agree with the search's estimate: some artifacts run at
+# one of two speeds for a whole process (the median of three separate processes is what a user's benches give)
+PROCESSES = 3
 
 
 class SpeedClaim(BaseModel):
@@ -20,9 +23,11 @@ class SpeedClaim(BaseModel):
     reference: str  # the FP32 model measured beside the artifact, and in which runtime
     estimate: float  # the search's speed-up over FP32 (its quick timing, before the artifact was written)
     measured: float  # the written artifact's, by bench's measuring next to the reference: what convert prints
-    artifact_ms: float  # p50 of the written artifact
-    reference_ms: float  # p50 of the reference
-    runs: int  # timed calls of the side with fewer
+    # (the median of ``processes`` when the first bench process did not agree with the estimate)
+    artifact_ms: float  # p50 of the written artifact (in the bench process whose speed-up is ``measured``)
+    reference_ms: float  # p50 of the reference (the same process)
+    runs: int  # timed calls of the side with fewer (the same process)
+    processes: list[float] = []  # the speed-up each separate bench process measured, in order
     agree: bool  # the two speed-ups within AGREE of each other
     threads: int | None = None
     machine: str | None = None  # the CPU model

@@ -35,9 +35,11 @@ def speed_claim_text(claim: dict) -> str:
     """The speed-up convert claims (the manifest's ``speed_claim``): measured on the written artifact by bench's
     measuring, the search's estimate beside it."""
     agree = "" if claim["agree"] else " (NOT within 10 %)"
+    ups = claim.get("processes") or []
+    median = (f", the median of {len(ups)} bench processes: " + ", ".join(f"x{u:g}" for u in ups)) if len(ups) > 1 else ""
     return (f"speed: x{claim['measured']:g} over FP32, measured on the written artifact ({claim['artifact_ms']:.3g} ms "
-            f"vs {claim['reference_ms']:.3g} ms, p50 of {claim['runs']}+ runs each beside {claim['reference']}); "
-            f"the search's estimate x{claim['estimate']:g}{agree}")
+            f"vs {claim['reference_ms']:.3g} ms, p50 of {claim['runs']}+ runs each beside {claim['reference']}"
+            f"{median}); the search's estimate x{claim['estimate']:g}{agree}")
 
 
 def mode_search_text(stage: str, search: dict) -> str:

@@ -79,6 +79,55 @@ def test_measured_figure_kept_and_warned_when_apart(monkeypatch, tmp_path, estim
         assert f"x{estimate:g}" in c.warning and "x2" in c.warning
 
 
+def _bench_processes(*pairs):
+    """A fake ``run_bench`` whose successive processes read (artifact p50, reference p50) from ``pairs``; the calls
+    are counted in its ``calls`` list."""
+    queue, calls = list(pairs), []
+
+    def run_bench(paths, **_kw):
+        calls.append(paths)
+        art, ref = queue.pop(0)
+        return {"rows": [{"latency_ms": {"p50": art}, "runs": 40 + len(calls)},
+                         {"latency_ms": {"p50": ref}, "runs": 90}]}
+    run_bench.calls = calls
+    return run_bench
+
+
+def test_a_process_that_runs_at_another_speed_is_outvoted_by_two_more(monkeypatch, tmp_path):
+    """An artifact that runs at one of two speeds for a whole process: the first bench process read x1.219 (20.9 ms
+    against 25.4 ms) where the search estimated x1.003, so two more processes run and the median one (x1.01) is the
+    claim, with its own p50s and runs; every process's figure is kept and no warning is said."""
+    import edgeopt.speed_claim as sc
+    from edgeopt.speed_claim_model import PROCESSES
+
+    fake = _bench_processes((20.8622, 25.4207), (12.5, 12.5), (22.0, 22.22))
+    monkeypatch.setattr(sc, "run_bench", fake)
+    c = sc.measure_claim(tmp_path, DIGITS, (ClaimSource.INT8_VERDICT, 1.003, BackendName.ONNXRUNTIME.value),
+                         threads=None, inputs=None)
+    assert len(fake.calls) == PROCESSES == 3
+    assert c.processes == [1.219, 1.0, 1.01]
+    assert (c.measured, c.artifact_ms, c.reference_ms, c.runs) == (1.01, 22.0, 22.22, 43)
+    assert c.agree and c.warning is None
+
+
+def test_one_process_when_it_agrees_and_every_reading_named_when_none_does(monkeypatch, tmp_path):
+    """A first bench process within 10 % of the estimate is the claim on its own; when three disagree with it, the
+    warning names each process's reading and says the median is printed."""
+    import edgeopt.speed_claim as sc
+
+    fake = _bench_processes((1.0, 1.25))
+    monkeypatch.setattr(sc, "run_bench", fake)
+    c = sc.measure_claim(tmp_path, DIGITS, (ClaimSource.INT8_VERDICT, 1.2, BackendName.ONNXRUNTIME.value),
+                         threads=None, inputs=None)
+    assert len(fake.calls) == 1 and c.processes == [1.25] and c.measured == 1.25 and c.agree
+    fake = _bench_processes((1.0, 1.0), (1.0, 0.9), (1.0, 1.1))
+    monkeypatch.setattr(sc, "run_bench", fake)
+    c = sc.measure_claim(tmp_path, DIGITS, (ClaimSource.BACKEND_AUTO, 1.6, BackendName.ONNXRUNTIME.value),
+                         threads=None, inputs=None)
+    assert len(fake.calls) == 3 and c.measured == 1.0 and not c.agree
+    assert "x1, x0.9, x1.1 (the median is printed)" in c.warning and "x1.6" in c.warning
+
+
 def test_the_claim_is_edgeopt_bench_in_its_own_process_and_says_when_the_machine_was_busy(monkeypatch, tmp_path):
     """The claim is ``edgeopt bench ARTIFACT REFERENCE --no-store --json`` run as a user runs it (its own process,
     bench's defaults), ``--threads`` and ``--inputs`` passed on; bench's line about other processes on the CPUs
@@ -145,6 +194,9 @@ def test_printed_speedup_is_the_measured_one():
              "reference_ms": 1.04, "runs": 50, "agree": False}
     text = speed_claim_text(claim)
     assert text.startswith("speed: x1.04") and "estimate x0.93" in text and "NOT within" in text
+    assert "bench processes" not in text
+    text = speed_claim_text({**claim, "processes": [1.22, 1.04, 1.0]})
+    assert "the median of 3 bench processes: x1.22, x1.04, x1" in text
     row = {"backend": "openvino", "verdict": "chosen", "why": "fastest", "latency_ms": 2.0,
            "speedup_vs_reference": 0.93}
     assert "x1.04 ONNX Runtime FP32 measured" in backend_search_text(row, claim)
