@@ -88,7 +88,7 @@ def one(name: str, budget: float, repeat_bench: int = 1) -> dict:
         row.update(backend=payload["backend"], precision=payload["precision"], claimed=claim["measured"],
                    estimate=claim["estimate"], claim_agreed_with_estimate=claim["agree"], bench=measured,
                    claim_ms={"artifact": claim["artifact_ms"], "reference": claim["reference_ms"], "runs": claim["runs"],
-                             "busy": claim.get("busy")},
+                             "busy": claim.get("busy"), "processes": claim.get("processes")},
                    backends={r["backend"]: {k: r.get(k) for k in ("verdict", "latency_ms", "speedup_vs_reference")}
                              for r in payload.get("backend_search") or []})
         if repeat_bench > 1 and "speedup" in measured:  # the same artifact benched again, each in a fresh process
@@ -97,7 +97,8 @@ def one(name: str, budget: float, repeat_bench: int = 1) -> dict:
             ups = [measured["speedup"], *(a["speedup"] for a in again if "speedup" in a)]
             row["bench_repeats"] = {"speedups": ups, "artifact_p50_ms": [measured["artifact_p50_ms"], *(
                 a["artifact_p50_ms"] for a in again if "speedup" in a)], "spread": round(max(ups) / min(ups), 3),
-                "claim_within_their_range": min(ups) * (1 - AGREE) <= claim["measured"] <= max(ups) * (1 + AGREE)}
+                "claim_within_their_range": min(ups) * (1 - AGREE) <= claim["measured"] <= max(ups) * (1 + AGREE),
+                "claim_over_their_median": round(claim["measured"] / sorted(ups)[len(ups) // 2], 3)}
         if "speedup" in measured:
             b = measured["speedup"]
             row.update(ratio=round(claim["measured"] / b, 3), within_10pct=abs(claim["measured"] / b - 1) <= AGREE,
