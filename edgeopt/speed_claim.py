@@ -6,7 +6,7 @@ is written, and only on this machine's profile (the claim is about this machine)
 reference (the source ONNX model in ONNX Runtime, bench's reference row; or, for an OpenVINO verdict, in OpenVINO
 at the f32 hint) are measured side by side by ``edgeopt bench ARTIFACT REFERENCE`` itself, in its own process with
 its own defaults (:func:`run_bench`), so that the printed figure is the one bench gives. Some artifacts run at
-one of two speeds for a whole process (thread placement, memory layout); when the first bench process does not agree
+one of two speeds for a whole process (seen here, its cause not found); when the first bench process does not agree
 with the search's estimate, two more are run and the median process is the claim.
 The manifest's ``speed_claim`` keeps both figures and, where other processes took a share of the CPUs during the
 measurement, bench's line saying so (a small model run on several threads of a shared CPU moves with the load:
