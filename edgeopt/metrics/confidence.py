@@ -7,8 +7,12 @@ samples happens to be.
   ``gained`` (the reverse), the drop being ``(lost - gained) / n``. Its upper limit is **Tango's score confidence
   limit for a difference of paired proportions** (Tango 1998, Statistics in Medicine 17:891; at a zero difference
   its statistic is McNemar's), one-sided: the largest drop the paired samples don't reject at that confidence.
-  With no discordant sample it is ``z² / (n + z²)``, so an eval set too small to confirm any candidate is told
-  before any work (:func:`samples_needed`).
+  When the candidate gained no sample, the drop is at most the share of samples lost, and Tango's limit is never
+  taken below that share's **exact (Clopper-Pearson) upper limit** (:func:`exact_upper`): there a score limit is
+  Wilson's, which at few lost samples covers far less often than it says (no sample lost of 150: 0.30 points at
+  0.75 confidence, where the exact limit is 0.92; a candidate that loses 1 in 200 samples shows none of 150 lost
+  47 % of the time). With no discordant sample the limit is ``1 - (1 - c)^(1/n)``, so an eval set too small to
+  confirm any candidate is told before any work (:func:`samples_needed`).
 * Any other metric with per-sample scores (cosine, per-position agreement, map IoU, SQNR, every output's worst):
   a **percentile bootstrap** of the drop, :data:`BOOTSTRAP_COUNT` resamples of the samples drawn with a fixed
   seed (the same figure on every run), the drop recomputed on each; its ``confidence`` quantile.
@@ -60,9 +64,15 @@ def _tango_z(lost: int, gained: int, n: int, delta: float) -> float:
 
 
 def paired_upper(lost: int, gained: int, n: int, confidence: float) -> float:
-    """Tango's one-sided upper confidence limit (points, 0-100) of the drop ``(lost - gained) / n``."""
+    """The one-sided upper confidence limit (points, 0-100) of the drop ``(lost - gained) / n``: Tango's, and
+    when nothing was gained at least the exact limit of the lost share (module doc)."""
     if n <= 0:
         return 100.0
+    tango = _tango_upper(lost, gained, n, confidence)
+    return max(tango, exact_upper(lost, n, confidence)) if gained == 0 else tango
+
+
+def _tango_upper(lost: int, gained: int, n: int, confidence: float) -> float:
     z, lo, hi = z_of(confidence), (lost - gained) / n, 1.0
     if _tango_z(lost, gained, n, hi - 1e-12) >= -z:
         return 100.0
@@ -75,16 +85,46 @@ def paired_upper(lost: int, gained: int, n: int, confidence: float) -> float:
     return 100.0 * hi
 
 
+def exact_upper(k: int, n: int, confidence: float) -> float:
+    """The exact (Clopper-Pearson) one-sided upper limit, in points, of a share seen ``k`` times in ``n``: the
+    share at which ``k`` or fewer would be seen with chance ``1 - confidence``."""
+    if k >= n:
+        return 100.0
+    alpha = 1.0 - float(confidence)
+    if k == 0:
+        return 100.0 * (1.0 - alpha ** (1.0 / n))
+    lo, hi = k / n, 1.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if _binom_cdf(k, n, mid) > alpha:
+            lo = mid
+        else:
+            hi = mid
+    return 100.0 * hi
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0 if k < n else 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+             for i in range(k + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
 def samples_needed(bound_points: float, confidence: float) -> int | None:
     """The fewest samples on which a candidate with no discordant sample is within ``bound_points`` at
-    ``confidence`` (Tango's limit ``z² / (n + z²)``); None when no number is (a bound of 0)."""
+    ``confidence`` (the exact limit ``1 - (1 - c)^(1/n)``); None when no number is (a bound of 0)."""
     b = float(bound_points) / 100.0
     if b <= 0:
         return None
     if b >= 1:
         return 1
-    z2 = z_of(confidence) ** 2
-    n = max(1, math.ceil(z2 * (1.0 - b) / b - 1e-9))
+    n = max(1, math.floor(math.log(1.0 - float(confidence)) / math.log1p(-b)))
     while paired_upper(0, 0, n, confidence) > bound_points + 1e-9:
         n += 1
     return n
