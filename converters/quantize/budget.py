@@ -129,7 +129,8 @@ class BudgetedSearch:
             return (f"drop <= {self.bound:g} on the search part and on the held-back part, on all "
                     f"{self.m_all.samples} eval samples, and on {HALVES_PERCENTILE} % of {len(self.halves)} random "
                     "halves of them (a metric without per-sample scores: no confidence limit)")
-        how = ("Tango's paired score limit" if self.points is not None
+        how = ("Tango's paired score limit, not below the exact limit of the lost share when none is gained"
+               if self.points is not None
                else "a seeded bootstrap of the per-sample drop")
         return (f"the search part selects (drop <= {self.bound:g} there); the held-back part ({len(self.confirm)} "
                 f"samples) confirms: the upper confidence limit of the drop ({how}) within the bound at "

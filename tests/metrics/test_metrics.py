@@ -232,7 +232,7 @@ def _errors(stderr: str) -> list[str]:
 @pytest.mark.slow
 def test_cli_metric_named_in_the_report_and_manifest_and_bad_labels(tmp_path, cli):
     z = np.load(DIGITS_TEST)
-    x, y = z["input"][:300], z["labels"][:300]  # 300: enough to confirm a 1-point bound (209+)
+    x, y = z["input"][:400], z["labels"][:400]  # 400: enough to confirm a 1-point bound (376+)
     np.savez(tmp_path / "eval.npz", input=x, labels=np.eye(10, dtype=np.float32)[y])  # one-hot: converted
     out = tmp_path / "art"
     r = cli("convert", str(DIGITS), "-o", str(out), "--eval", str(tmp_path / "eval.npz"), "--metric", "top1",
