@@ -12,11 +12,11 @@ not by the count seen.
 
 The held-back half confirms with the convert gate's judge: the upper confidence limit of the drop (Tango's paired
 limit, :func:`edgeopt.metrics.confidence.paired_upper`, at the run's ``--confidence``) within the bound. The
-search half is judged by the same limit against what that judge accepts on the held-back half: the largest drop
-(and disagreement) the held-back half's size lets through (:func:`accepted_points`). A threshold at the edge of
-the bound on the search half would be refused on the held-back half about half the time; one whose search-half
-upper limit is within what the held-back judge accepts is what it will accept, unless the halves differ by more
-than the run's confidence allows. The held-back half is looked at once per run (one candidate), so its judge
+search half is judged by the same limit, at even odds (its median estimate, ``SEARCH_LEVEL``), against what that
+judge accepts on the held-back half: the largest drop (and disagreement) the held-back half's size lets through
+(:func:`accepted_points`). A threshold at the edge of the bound on the search half would be refused on the
+held-back half about half the time; one whose search-half estimate is within what the held-back judge accepts is
+what it will accept, unless the halves differ by more than the run's confidence allows. The held-back half is looked at once per run (one candidate), so its judge
 keeps the run's confidence.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from edgeopt.converters.early_exit.answers import agrees
 from edgeopt.metrics.base import MetricName
-from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, paired_upper
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, clopper_pearson_upper, paired_upper
 
 GRID = 64  # candidate thresholds per exit (quantiles of its confidences)
 NEVER = math.inf
@@ -71,23 +71,10 @@ def exits_taken(s: ExitScores, thresholds) -> np.ndarray:
     return taken
 
 
-def clopper_pearson_upper(k: int, n: int, level: float) -> float:
-    """One-sided upper bound on a rate with ``k`` events in ``n`` draws at confidence ``level``: the p with
-    P(X <= k | n, p) = 1 - level (bisection on the binomial distribution)."""
-    if n == 0 or k >= n:
-        return 1.0
-
-    def cdf(p: float) -> float:
-        logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
-                + (n - i) * math.log1p(-p) for i in range(k + 1)]
-        m = max(logs)
-        return math.exp(m) * sum(math.exp(v - m) for v in logs)
-
-    lo, hi = k / n, 1.0 - 1e-12
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) > 1 - level else (lo, mid)
-    return hi
+# the search half's drop is taken at its median estimate (the paired limit at 0.5: with no sample gained, the exact
+# limit of the lost share at even odds); at the run's confidence even no lost sample of 300 (0.46 points at 0.75)
+# is more than the held-back judge accepts for a 1-point bound (one sample, 0.33), so nothing could be chosen
+SEARCH_LEVEL = 0.5
 
 
 @functools.lru_cache(maxsize=256)
@@ -119,8 +106,8 @@ def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, l
     """The cascade with ``thresholds`` on ``s`` against the bound. As the held-back half (``held_n`` None): the
     drop's upper confidence limit at ``confidence`` within ``max_drop``, the disagreement's count (one sample of
     room) or its Clopper-Pearson bound at ``level`` within ``max_disagreement``. As the search half (``held_n``: the
-    held-back half's size): each one's upper limit at ``confidence`` within what the held-back judge accepts on
-    ``held_n`` samples (:func:`accepted_points`)."""
+    held-back half's size): each one's median estimate (its limit at ``SEARCH_LEVEL``) within what the held-back
+    judge accepts on ``held_n`` samples (:func:`accepted_points`)."""
     from edgeopt.validation_model import sample_points, within_bound
 
     n = len(s.full)
@@ -143,8 +130,8 @@ def judge(s: ExitScores, thresholds, max_drop: float, max_disagreement: float, l
     else:
         room = accepted_points(held_n, max_drop, confidence)
         room_dis = accepted_points(held_n, max_disagreement, confidence, level, counted=True)
-        drop_ok = room is not None and upper <= room + 1e-9
-        dis_ok = room_dis is not None and paired_upper(k_dis, 0, n, confidence) <= room_dis + 1e-9
+        drop_ok = room is not None and paired_upper(lost, gained, n, SEARCH_LEVEL) <= room + 1e-9
+        dis_ok = room_dis is not None and paired_upper(k_dis, 0, n, SEARCH_LEVEL) <= room_dis + 1e-9
     shares = [float((taken == k).mean()) for k in range(len(thresholds) + 1)]
     return Judged(drop, disagreement, bound_dis, upper, shares, bool(drop_ok and dis_ok))
 

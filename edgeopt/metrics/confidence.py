@@ -85,14 +85,14 @@ def _tango_upper(lost: int, gained: int, n: int, confidence: float) -> float:
     return 100.0 * hi
 
 
-def exact_upper(k: int, n: int, confidence: float) -> float:
-    """The exact (Clopper-Pearson) one-sided upper limit, in points, of a share seen ``k`` times in ``n``: the
-    share at which ``k`` or fewer would be seen with chance ``1 - confidence``."""
-    if k >= n:
-        return 100.0
-    alpha = 1.0 - float(confidence)
+def clopper_pearson_upper(k: int, n: int, level: float) -> float:
+    """The exact (Clopper-Pearson) one-sided upper limit of a rate (a share, 0-1) seen ``k`` times in ``n``: the
+    rate at which ``k`` or fewer would be seen with chance ``1 - level``."""
+    if n <= 0 or k >= n:
+        return 1.0
+    alpha = 1.0 - float(level)
     if k == 0:
-        return 100.0 * (1.0 - alpha ** (1.0 / n))
+        return 1.0 - alpha ** (1.0 / n)
     lo, hi = k / n, 1.0
     for _ in range(80):
         mid = (lo + hi) / 2
@@ -100,7 +100,12 @@ def exact_upper(k: int, n: int, confidence: float) -> float:
             lo = mid
         else:
             hi = mid
-    return 100.0 * hi
+    return hi
+
+
+def exact_upper(k: int, n: int, confidence: float) -> float:
+    """:func:`clopper_pearson_upper` in points (0-100)."""
+    return 100.0 * clopper_pearson_upper(k, n, confidence)
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
