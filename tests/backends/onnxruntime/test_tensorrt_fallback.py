@@ -85,7 +85,7 @@ def _quantize(tmp_path: Path, preset: str, budget: float = 120):
 
     model = tmp_path / "cnn.onnx"
     protos = early_outlier_cnn(model)
-    calib, ev = prototype_data(protos, 48, seed=1), prototype_data(protos, 160, seed=2)
+    calib, ev = prototype_data(protos, 48, seed=1), prototype_data(protos, 200, seed=2)
     (tmp_path / "art").mkdir(exist_ok=True)
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=model, calib=calib, eval=ev,
                        check_samples=ev.subset(np.arange(8)), threads=1, record=StageRecord("qdq", {}))

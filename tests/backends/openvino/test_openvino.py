@@ -176,9 +176,9 @@ def test_int8_accuracy_control_recovers_outlier_model(tmp_path):
     calib, ev = outlier_data(protos, 64, seed=1), outlier_data(protos, 300, seed=2)
     ctx = _ctx(tmp_path, calib, ev)
     OpenVINOBackend().run(Intermediate(model), OpenVINOConfig(precision=Precision.INT8, mode=QuantMode.STATIC,
-                                                      bound=AccuracyBound(max_accuracy_drop=1.0)), ctx)  # the static search
+                                                      bound=AccuracyBound(max_accuracy_drop=2.0)), ctx)  # the static search
     aa = ctx.record.report["accuracy_aware"]
-    assert aa["met"] and aa["search_drop_points"] <= 1.0 and aa["confirm_drop_points"] <= 1.0
+    assert aa["met"] and aa["search_drop_points"] <= 2.0 and aa["confirm_drop_points"] <= 2.0
     assert aa["kept_in_float_count"] >= 1 and aa["search_samples"] + aa["confirm_samples"] == len(ev)
 
 
@@ -205,15 +205,15 @@ def test_convert_cli_openvino_int8_accuracy_control(tmp_path, cli):
     (tmp_path / "f32.yaml").write_text("stages: {openvino: {int8_activation_hints: []}}\n")
     proc = cli("convert", str(DIGITS), "--profile", "host", "--backend", "openvino", "--precision", "int8",
                "--calib", str(DATA / "digits_calib.npz"), "--eval", str(DATA / "digits_test.npz"),
-               "--max-accuracy-drop", "1", "--threads", "2", "--quant-mode", "static", "-o", str(out), "--json",
+               "--max-accuracy-drop", "2", "--threads", "2", "--quant-mode", "static", "-o", str(out), "--json",
                "--recipe", str(tmp_path / "f32.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     json.loads(proc.stdout)  # NNCF's progress bars and INFO log lines stay off stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["runtime"]["settings"]["inference_precision"] == "f32"
-    assert manifest["validation"]["accuracy_drop"] <= 1.0
+    assert manifest["validation"]["accuracy_drop"] <= 2.0
     aa = next(s for s in manifest["stages"] if s["name"] == "openvino")["report"]["accuracy_aware"]
-    assert aa["met"] and aa["confirm_drop_points"] <= 1.0
+    assert aa["met"] and aa["confirm_drop_points"] <= 2.0
     from edgeopt.runtime.runners import open_runner
 
     with open_runner(str(out), threads=2) as runner:
