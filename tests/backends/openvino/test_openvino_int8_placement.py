@@ -115,11 +115,12 @@ def tokens(dist: np.ndarray, n: int, seed: int) -> Dataset:
                    ranks={"tokens": 2})
 
 
-def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float, mode: QuantMode = QuantMode.STATIC):
+def _run(tmp_path: Path, model: Path, dist: np.ndarray, bound: float, mode: QuantMode = QuantMode.STATIC,
+         n_eval: int = 200):
     from edgeopt.converters.backends.openvino.stage import OpenVINOBackend, OpenVINOConfig
 
     (tmp_path / "art").mkdir(exist_ok=True)
-    calib, ev = tokens(dist, 64, seed=1), tokens(dist, 200, seed=2)
+    calib, ev = tokens(dist, 64, seed=1), tokens(dist, n_eval, seed=2)
     ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path / "art", reference_model=model, calib=calib, eval=ev,
                        check_samples=ev.subset(np.arange(8)), threads=2, record=StageRecord("openvino", {}))
     # static pinned: these MatMul-only graphs would otherwise go to the mode search, where weight-only INT8 holds
@@ -137,11 +138,15 @@ def test_weighted_ops_only_is_tried_after_nncf_defaults_and_its_units_keep_the_m
     the defaults' 10 units met the bound only with the MatMuls' own in float too). The options that quantize every
     op with another preset or bias correction are skipped, with why."""
     model = tmp_path / "bytes.onnx"
-    _, report = _run(tmp_path, model, byte_classifier(model), bound=3.0)
+    # 400 eval samples, 200 held back: one sample lost of 100 has an exact upper limit of 3.3 points at the first
+    # look's confidence, over this bound, so 100 held back could confirm only a candidate that loses nothing
+    _, report = _run(tmp_path, model, byte_classifier(model), bound=3.0, n_eval=400)
     aa = report["accuracy_aware"]
     assert aa["tried"][0]["what"] == "nncf defaults" and aa["tried"][0]["search_drop_points"] > 20
     assert aa["tried"][1]["what"].startswith("weighted ops only") and aa["tried"][1]["search_drop_points"] < 20
-    assert aa["met"] and aa["chosen"].startswith(aa["tried"][1]["what"]) and aa["confirm_drop_points"] <= 3.0
+    # the hit is built on weighted ops only (with NNCF's default or its mixed preset: which one meets the bound first
+    # on 200 held back depends on the CPU's INT8 kernels)
+    assert aa["met"] and aa["chosen"].startswith("weighted ops only") and aa["confirm_drop_points"] <= 3.0
     # at least one MatMul stays INT8 (an int8 artifact holds quantized ops); how many more depends on the CPU's
     # INT8 kernels: two of three on a Xeon with AVX-512 VNNI, one on an AVX2-only AMD EPYC (its search needs more
     # in float for the same bound), with the code before and after 2026-12-02's merges alike
@@ -216,7 +221,9 @@ def test_swap_quantizes_a_costly_unit_again_with_cheaper_ones_in_float():
 def test_the_units_made_float_are_judged_as_saved_silero_vad(tmp_path, cli):
     """silero VAD (a package's model) on the host's OpenVINO: the search's hit, one unit made float in the INT8
     model, agreed with FP32 on 96.8 % of decisions in memory and on 62.7 % once saved as IR, so the final gate
-    refused it (exit 5). Each candidate is now judged as it will be saved: the artifact holds the bound."""
+    refused it (exit 5). Each candidate is now judged as it will be saved: the artifact holds the bound. The bound
+    is 3 points: at 2, one decision changed of the 151 confirming windows is up to 2.20 points at the exact limit, and
+    these 712 windows can confirm no INT8 of this model within 2 (the device matrix's cell says so, exit 5)."""
     import json
 
     from edgeopt.data import load_npz
@@ -229,13 +236,13 @@ def test_the_units_made_float_are_judged_as_saved_silero_vad(tmp_path, cli):
         pytest.skip(str(err))
     ds = load_npz(fixture_data("vad"))
     ds.ranks = {"input": 2, "state": 3, "sr": 0}
-    calib, ev = ds.split(0.3, seed=1)  # as the device matrix builds its cell (bench/real_models.py)
+    calib, ev = ds.split(0.15, seed=1)  # as the device matrix builds its cell (bench/real_models.py)
     given, _ = ev.split(0.5, seed=0)
     for name, part in (("calib", calib), ("eval", given)):
         np.savez(tmp_path / f"{name}.npz", **part.arrays, **({"labels": part.labels} if part.labels is not None else {}))
     out = tmp_path / "art"
     r = cli("convert", str(model), "--profile", "host", "--backend", "openvino", "--precision", "int8",
-            "--calib", str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--max-accuracy-drop", "2",
+            "--calib", str(tmp_path / "calib.npz"), "--eval", str(tmp_path / "eval.npz"), "--max-accuracy-drop", "3",
             "--search-budget", "3600", "--input-shape", "input=1x576", "--input-shape", "state=2x1x128", "-o", str(out),
             "--json")
     assert r.returncode == 0, r.stderr[-1500:]
