@@ -171,6 +171,12 @@ class StageRecord:
     report: dict[str, Any] = field(default_factory=dict)  # stage-specific figures (FLOPs, excluded layers…)
 
 
+def _looks():
+    from edgeopt.metrics.confidence import Looks
+
+    return Looks()
+
+
 @dataclass
 class ChainContext:
     """Everything a stage may need besides its config (never the profile: what a stage takes from
@@ -190,6 +196,9 @@ class ChainContext:
     # the FP32 model a prune (and recover) stage made, set by the chain once one ran: a gate failure says what
     # pruning alone cost (converters/prune_blame.py); None: nothing pruned
     pruned_model: Path | None = None
+    # the run's looks at the held-back part of --eval, shared by every search of every backend tried
+    # (edgeopt.metrics.confidence.Looks; convert passes one per run)
+    held_back_looks: Any = field(default_factory=_looks)
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)

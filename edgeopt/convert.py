@@ -70,17 +70,19 @@ def convert(model, profile, output, options: ConvertOptions | None = None, *, pr
         from edgeopt.errors import UsageError
 
         raise UsageError("verify_on needs the device verifier", "call edgeopt.convert (the API) or the CLI")
+    from edgeopt.metrics.confidence import Looks
     from edgeopt.run_tmp import run_temp_dir
 
+    looks = Looks()  # every backend tried looks at the same held-back part of --eval: one count for the run
     with run_temp_dir():  # the libraries' leftovers (ORT's .ses, TF's autograph files, torch's cache) go with it
         if o.backend == AUTO and plan is None:
             return _convert_fastest(model, profile, output, o, progress=progress, on_warning=on_warning,
-                                    verifier=verifier)
+                                    verifier=verifier, looks=looks)
         if plan is not None or o.backend is not None or o.recipe is not None or o.dry_run:
             return _convert(model, profile, output, o, progress=progress, on_warning=on_warning, plan=plan,
-                            verifier=verifier)
+                            verifier=verifier, looks=looks)
         return _convert_in_order(model, profile, output, o, progress=progress, on_warning=on_warning,
-                                 verifier=verifier)
+                                 verifier=verifier, looks=looks)
 
 
 def _convert_fastest(model, profile, output, o: ConvertOptions, **kw) -> ConvertResult:
@@ -187,9 +189,10 @@ def _profile_of(profile, o: ConvertOptions):
 
 
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
-             fallback: tuple = (), precision_fallback=None, speed_check: bool = True) -> ConvertResult:
+             fallback: tuple = (), precision_fallback=None, speed_check: bool = True, looks=None) -> ConvertResult:
     """One build: the plan (or the one given), the checks before work, the stages, the manifest, the validation
-    and its gates, ``--verify-on``, then the atomic publish."""
+    and its gates, ``--verify-on``, then the atomic publish. ``looks``: the run's looks at the held-back part of
+    --eval (:class:`edgeopt.metrics.confidence.Looks`), counted on from the backends tried before."""
     from edgeopt.data import parse_preprocess
     from edgeopt.plan import make_plan
 
@@ -241,7 +244,7 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
         try:
             manifest = build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn,
-                                        progress=progress, verifier=verifier)
+                                        progress=progress, verifier=verifier, looks=looks)
             if speed_check and prof.detected:  # the speed-up convert prints, measured on the written artifact
                 from edgeopt.speed_claim import check_speed_claim, npz_inputs
 

@@ -51,7 +51,8 @@ def before_work(src: Path, shapes, o: ConvertOptions, plan, pre, warn):
     return in_specs, out_specs, calib_ds, val, val_source, search_path
 
 
-def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn, *, progress, verifier):
+def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn, *, progress, verifier,
+                    looks=None):
     """The stages into ``tmp``, its manifest, the validation against FP32 and its gates (a failure says what a
     pruning stage cost), ``--verify-on``; returns the manifest written in ``tmp``."""
     from edgeopt.artifact import write_manifest
@@ -64,7 +65,7 @@ def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings
     ctx = ChainContext(work_dir=work, artifact_dir=tmp, reference_model=src, calib=calib_ds,
                        eval=val if val_source == "eval" else None, check_samples=check_samples(val),
                        threads=plan.options.threads, metric_search_path=tuple(search_path), warnings=[],
-                       progress=progress)
+                       progress=progress, **({} if looks is None else {"held_back_looks": looks}))
     inter, records = execute(plan, Intermediate(src), ctx, on_warning=warn)
     if ctx.reference_model != src:  # the normalized model: static output shapes
         out_specs = graph_outputs(load_onnx(ctx.reference_model, check=False))

@@ -186,7 +186,7 @@ def accuracy_aware(src: Path, work: Path, base: StaticSettings, ctx, accuracy_bo
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method=sensitivity.ISOLATED_METHOD, quantizes=lambda path: units_of(Path(path))[0] > 0,
         fallback_bases=len(variants), whole=b.whole, float_prefix=tensorrt_prefix(preset, variants),
-        confidence=b.confidence)
+        confidence=b.confidence, looks=b.looks)
     report = result.report
     warn_small_eval(ctx, report, "qdq")
     if retry:

@@ -35,6 +35,7 @@ class Bounded:
     search_path: tuple[str, ...] = ()  # where a MODULE:FUNCTION metric is imported from
     whole: Any = None  # the eval data as given (both parts): the metric's kind is chosen on it, as the gate does
     confidence: float = DEFAULT_CONFIDENCE  # --confidence: of the drop's upper limit (edgeopt.metrics.confidence)
+    looks: Any = None  # the run's looks at the held-back part (edgeopt.metrics.confidence.Looks), every search's
 
 
 def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
@@ -47,7 +48,7 @@ def prepare(ctx, prefix: str, onnx_path, bound) -> Bounded:
     search, confirm = ctx.eval.split(bound.search_fraction, seed=0)
     # the user's unpruned FP32 model is the reference of every search (a pruning stage's loss is not forgiven)
     return Bounded(search, confirm, run_fn(ctx.reference_for(onnx_path), threads), threads, bound.metric,
-                   tuple(ctx.metric_search_path), ctx.eval, bound.confidence)
+                   tuple(ctx.metric_search_path), ctx.eval, bound.confidence, ctx.held_back_looks)
 
 
 def warn_small_eval(ctx, report: dict, prefix: str) -> None:
@@ -84,7 +85,8 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     names one that holds and is faster (``ModeChoice.floats``)."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=f"INT8 mode search ({backend})", metric_spec=b.metric,
-                       search_path=b.search_path, whole=b.whole, confidence=b.confidence)
+                       search_path=b.search_path, whole=b.whole, confidence=b.confidence,
+                       looks=b.looks)
     built: dict[str, tuple[Any, Callable, Any]] = {}
     judged_modes: dict[str, Any] = {}  # mode label -> its Candidate (selected on the search part or not)
     rows: list[dict] = []

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, drop_upper, look_confidence
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, Looks, drop_upper, look_confidence
 from edgeopt.metrics.halves import HALVES_PERCENTILE, one_in, percentile_drop
 from edgeopt.validation_model import eval_too_small, sample_points, small_eval_warning, within_bound
 
@@ -23,12 +23,13 @@ class BudgetedSearch:
 
     def __init__(self, *, fp32_run, search, confirm, bound: float, budget_s: float, progress=None,
                  what: str = "INT8 search", labels: bool | None = None, metric_spec=None, search_path=(),
-                 whole=None, confidence: float = DEFAULT_CONFIDENCE):
+                 whole=None, confidence: float = DEFAULT_CONFIDENCE, looks: Looks | None = None):
         from edgeopt.metrics.custom import mark
 
         self.metric_mark = mark()  # a user metric's calls during this search are reported (report's metric_time)
         self.search, self.confirm, self.bound = search, confirm, float(bound)
-        self.confidence, self.looks = float(confidence), 0  # looks: confirmations made on the held-back part
+        self.confidence = float(confidence)
+        self.held_looks = looks if looks is not None else Looks()  # the run's looks at the held-back part, shared
         self.budget_s = float(budget_s)
         self.m_search, self.m_confirm, self.m_all, self.halves = part_metrics(fp32_run, search, confirm, metric_spec,
                                                                               search_path, whole)
@@ -61,7 +62,7 @@ class BudgetedSearch:
             "tried": self.tried,
         }
         small = small_eval_warning(self.report["metric"], self.points, len(confirm), self.bound,
-                                   look_confidence(self.confidence, 1))
+                                   look_confidence(self.confidence, self.looks + 1))
         if small:
             self.report["eval_too_small"] = small
 
@@ -108,7 +109,7 @@ class BudgetedSearch:
             return f"drop {self.drop(c.search_value):.2f} points on the search part{upper} (bound {self.bound:g})"
         if c.confirm_upper is not None and c.confirm_upper > self.bound + 1e-9:
             return (f"drop {self.drop(c.confirm_value, True):.2f} points on the held-back part, up to "
-                    f"{c.confirm_upper:.2f} at {look_confidence(self.confidence, self.looks):.3g} confidence "
+                    f"{c.confirm_upper:.2f} at {c.confirm_level:.3g} confidence "
                     f"(bound {self.bound:g})")
         if c.all_upper is not None and c.all_upper > self.bound + 1e-9:
             return (f"drop {self.m_all.fp32_value - c.all_value:.2f} points on all {self.m_all.samples} eval samples, "
@@ -138,14 +139,19 @@ class BudgetedSearch:
                 f"1 - {1 - self.confidence:.3g} * 6/(pi^2 k^2)), and on all {self.m_all.samples} eval samples at "
                 f"{self.confidence:g} (the convert gate's judgement)")
 
+    @property
+    def looks(self) -> int:
+        """The run's looks at the held-back part so far (this search's and those before it)."""
+        return self.held_looks.count
+
     def refuse_if_too_small(self) -> None:
         """Exit 5 before any candidate is built when the held-back part is too small for even a candidate that
         changes no sample's outcome to be confirmed (a metric that counts samples), naming the samples needed."""
         if self.points is None:
             return
         fraction = len(self.search) / max(1, len(self.search) + len(self.confirm))
-        err = eval_too_small(self.report_name(), len(self.confirm), self.bound, look_confidence(self.confidence, 1),
-                             self.confidence, fraction)
+        err = eval_too_small(self.report_name(), len(self.confirm), self.bound,
+                             look_confidence(self.confidence, self.looks + 1), self.confidence, fraction)
         if err is not None:
             raise err
 
@@ -172,7 +178,7 @@ class BudgetedSearch:
         the confidence itself), and on all the eval samples, the convert gate's judgement. Sets ``met``."""
         held = self._digests(c.run, self.confirm)
         if counted:
-            self.looks += 1
+            self.held_looks.count += 1
         level = look_confidence(self.confidence, self.looks) if counted else self.confidence
         searched = c.searched
         t = time.perf_counter()

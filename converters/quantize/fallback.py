@@ -14,7 +14,7 @@ import numpy as np
 from .budget import BudgetedSearch
 from .candidate import Candidate, SearchResult
 from .sensitivity import UNRANKED
-from .verdict import finish
+from .verdict import confirmed, finish
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,13 @@ def ranked_fallback(s: BudgetedSearch, results: dict[int, Candidate], order: lis
             break
         if j != base_i:  # the ops keep their names across the options: the ranking is reused, not redone
             report["quantizer_options"].setdefault("float_fallback_also_on", []).append(results[j].label)
-        hit, only, closest = _float_fallback(s, ranked, j, results[j], with_float, quantizes, closest)
-        fp32_only = fp32_only or only
+        lo = 0  # the most ops in float known to miss (on the search part, or a choice not confirmed)
+        while True:
+            hit, only, closest = _float_fallback(s, ranked, j, results[j], with_float, quantizes, closest, lo)
+            fp32_only = fp32_only or only
+            if hit is None or confirmed(s, hit):
+                break
+            lo, hit = len(hit.kept), None  # not confirmed held back: more ops in float, looked at more strictly
         if hit is not None:
             report["quantizer_options"]["chosen"] = results[j].label
     if hit is None and fp32_only:
@@ -69,9 +74,10 @@ def ranked_fallback(s: BudgetedSearch, results: dict[int, Candidate], order: lis
 
 
 def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, with_float, quantizes,
-                    closest: Candidate) -> tuple[Candidate | None, bool, Candidate]:
-    """The k most sensitive ops of option ``base_i`` in float, k grown 1, 2, 4, … then bisected (module doc):
-    (the smallest hit that still quantizes, or None; whether only the FP32 model met the bound; the closest)."""
+                    closest: Candidate, lo: int = 0) -> tuple[Candidate | None, bool, Candidate]:
+    """The k most sensitive ops of option ``base_i`` in float, k grown 1, 2, 4, … (from twice ``lo``, the most
+    known to miss) then bisected (module doc): (the smallest hit on the search part that still quantizes, or None;
+    whether only the FP32 model met the bound; the closest)."""
     n = len(ranked)
     k_all_float: dict[int, bool] = {}  # k whose candidate quantized no compute op (more in float can't): met?
 
@@ -88,9 +94,9 @@ def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, wit
             closest = c  # every op in float is the FP32 model: never the "closest INT8" a failure names
         return c
 
-    lo, hit = 0, None  # lo: largest k known to miss; hit: smallest k known to meet
-    k = 1
-    while k <= n and s.can_afford():
+    hit = None  # lo: largest k known to miss; hit: smallest k known to meet
+    k = min(n, max(1, 2 * lo))
+    while lo < n and k <= n and s.can_afford():
         c = attempt(k)
         if c.met or k_all_float:
             hit = c if c.met else None

@@ -78,4 +78,4 @@ def search_dynamic_with_float(model_path: Path, work: Path, b: Bounded, *, bound
         metric_spec=b.metric, search_path=b.search_path,
         sensitivity_method="each op dynamic INT8 alone, 1 - cosine of the outputs vs FP32",
         quantizes=lambda path: units_of(Path(path))[0] > 0, fallback_bases=len(grains), whole=b.whole,
-        confidence=b.confidence)
+        confidence=b.confidence, looks=b.looks)

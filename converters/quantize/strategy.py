@@ -23,9 +23,11 @@
    is within the bound. The search's choice is then confirmed once on the held-back part, never seen by the
    search (:func:`.verdict.confirmed`, :meth:`.budget.BudgetedSearch.confirm_choice`; the mode search of
    :mod:`.bound` too): the upper limit there within the bound, and on all the eval samples, the convert gate's own judgement
-   (:func:`edgeopt.validation_model.within_bound`). A choice not confirmed ends the search without a result.
-   Each further look at the held-back part (a rebuilt hit, a hit at another precision hint) is at a smaller risk
-   (:func:`edgeopt.metrics.confidence.look_confidence`), so all looks together keep the confidence. A point
+   (:func:`edgeopt.validation_model.within_bound`). A choice not confirmed is a miss: the search goes on (the next
+   option, the float fallback with more ops in float than the choice kept), and each further look at the held-back
+   part (another choice, a rebuilt hit, a hit at another precision hint) is at a smaller risk
+   (:func:`edgeopt.metrics.confidence.look_confidence`), so all looks together keep the confidence. Only the
+   search's choices are looked at there, never each candidate, so the looks stay few. A point
    estimate on few samples is not enough: a CTC recogniser's searches picked among many candidates on 50 lines,
    confirmed on 50 others, and lost 3.5 and 6.5 points of exact match on unseen lines with a 2-point bound.
    A held-back part too small to confirm even a candidate that changes no sample is refused before any work,
@@ -58,7 +60,7 @@ from .budget import BudgetedSearch
 from .candidate import Build, Candidate, Rank, SearchResult
 from .fallback import FloatPrefix, prefix_fallback, ranked_fallback
 from .heads import HeadsOption
-from .verdict import finish
+from .verdict import confirmed, finish
 
 OPTIONS_SHARE = 0.5  # the quantizer's options may use half the budget; the float fallback gets the rest
 
@@ -78,7 +80,8 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
                bound: float, budget_s: float, progress=None, what: str = "INT8 search",
                sensitivity_method: str = "", metric_spec=None, search_path=(),
                quantizes: Callable[[Any], bool] | None = None, fallback_bases: int = 1, whole=None,
-               float_prefix: FloatPrefix | None = None, confidence: float = DEFAULT_CONFIDENCE) -> SearchResult:
+               float_prefix: FloatPrefix | None = None, confidence: float = DEFAULT_CONFIDENCE,
+               looks=None) -> SearchResult:
     """The search described in the module doc. ``with_float(option_index, kept)`` returns the build of
     option ``option_index`` with the ``kept`` op names in float. ``quantizes(artifact)``: whether a candidate still
     holds a quantized compute op; one that meets the bound without any is the FP32 model, like the candidate with
@@ -86,10 +89,11 @@ def run_search(*, options: list[tuple[str, Build]], rank: Rank | None,
     ``fallback_bases``: on how many options, best first, the float fallback may run (while time is left) with the one
     ranking; more than 1 only where the ranked ops keep their names across the options (ONNX Runtime's nodes).
     ``whole``: the eval data as given, on which the metric's kind is chosen (:func:`.eval_parts.part_metrics`).
-    ``float_prefix``: the graph-order float fallback tried first, on its own option (module doc, 2.)."""
+    ``float_prefix``: the graph-order float fallback tried first, on its own option (module doc, 2.).
+    ``looks``: the run's :class:`edgeopt.metrics.confidence.Looks` at the held-back part (None: this search's own)."""
     s = BudgetedSearch(fp32_run=fp32_run, search=search, confirm=confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=what, metric_spec=metric_spec, search_path=search_path, whole=whole,
-                       confidence=confidence)
+                       confidence=confidence, looks=looks)
     try:
         return _run(s, options, rank, with_float, sensitivity_method, quantizes, fallback_bases, float_prefix)
     finally:
@@ -113,7 +117,7 @@ def _run(s: BudgetedSearch, options, rank, with_float, sensitivity_method, quant
     report["quantizer_options"] = {"chosen": base.label}
     if prefix_base is not None and with_float is not None:
         hit, closest = prefix_fallback(s, float_prefix, base_i, base, with_float, quantizes, closest)
-        if hit is not None:
+        if hit is not None and confirmed(s, hit):
             return finish(s, hit, closest, [])
     return ranked_fallback(s, results, order, rank, with_float, sensitivity_method, quantizes, fallback_bases,
                             closest)
@@ -148,7 +152,8 @@ def _options(s: BudgetedSearch, options, must: int | None = None) -> tuple[dict[
             report.setdefault("options_skipped", []).append({"what": label, "why": f"failed: {err.message}"})
             continue
         results[i] = c
-        if c.met:
+        if c.met and confirmed(s, c):
             report["quantizer_options"] = {"chosen": label}
             return results, finish(s, c, c, [])
+        # not confirmed: a miss; the next options and the float fallback go on, their looks at a stricter confidence
     return results, None

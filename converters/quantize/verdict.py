@@ -26,7 +26,9 @@ def confirmed(s: BudgetedSearch, c: Candidate, counted: bool = True) -> bool:
 
 
 def finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
-    if best is not None and not confirmed(s, best):
+    """The search's result: ``best`` confirmed on the held-back part unless the search already did
+    (its ``confirm_value`` set), the report finished."""
+    if best is not None and best.confirm_value is None and not confirmed(s, best):
         closest, best = best, None
     chosen = best or closest
     s.report.update(

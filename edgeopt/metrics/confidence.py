@@ -29,6 +29,8 @@ risks sum to ``1 - c`` over any number of looks (a Bonferroni split).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 from statistics import NormalDist
 
@@ -44,6 +46,14 @@ MIN_BOOTSTRAP_SAMPLES = 8  # fewer samples than this can't show a spread
 def z_of(confidence: float) -> float:
     """The one-sided standard normal quantile of ``confidence``."""
     return NormalDist().inv_cdf(float(confidence))
+
+
+@dataclass
+class Looks:
+    """How many times one run has looked at its held-back samples (each search's confirmations, every backend
+    tried): the next look is judged at :func:`look_confidence` of its number, so all of a run's looks together
+    keep the confidence asked for."""
+    count: int = 0
 
 
 def look_confidence(confidence: float, look: int) -> float:

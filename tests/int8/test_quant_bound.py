@@ -79,6 +79,66 @@ def test_a_drop_within_the_bound_as_a_point_is_refused_as_a_bound():
     assert result.best is not None and result.report["confirm_drop_upper"] == pytest.approx(1.493, abs=1e-3)
 
 
+def test_a_choice_not_confirmed_is_a_miss_and_the_float_fallback_goes_on_with_stricter_looks():
+    """The option flips 4 of the 300 held-back samples (not confirmed at the first look); with op1 in float it still
+    flips them (not confirmed at the second look); with op1 and op2 in float it flips none and is confirmed at the
+    third look's stricter confidence (0 of 300: up to 1.62 points at 0.9 split over three looks). Before, the first
+    choice not confirmed ended the search with no result."""
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.metrics.confidence import look_confidence
+
+    search, confirm, fp32, lucky = _parts(0, 4)
+    ops = ("op1", "op2", "op3")
+
+    def with_float(_, kept):
+        run = fp32 if {"op1", "op2"} <= set(kept) else lucky
+        return lambda: (("float", tuple(kept)), run)
+
+    result = run_search(options=[("lucky", lambda: (("float", ()), lucky))],
+                        rank=lambda art, deadline: [(op, 1.0 - i / 10) for i, op in enumerate(ops)],
+                        with_float=with_float, fp32_run=fp32, search=search, confirm=confirm, bound=2.0,
+                        budget_s=3600, confidence=0.9, quantizes=lambda art: len(art[1]) < len(ops))
+    assert result.best is not None and result.best.kept == ("op1", "op2")
+    assert result.report["confirm_looks"] == 3 and result.best.confirm_level == pytest.approx(look_confidence(0.9, 3))
+    looked = [(t["what"], t["met"]) for t in result.report["tried"] if "met" in t]
+    assert looked == [("lucky", False), ("lucky + 1 most sensitive op(s) in float", False),
+                      ("lucky + 2 most sensitive op(s) in float", True)]
+    assert result.report["confirm_drop_upper"] < 2.0
+
+
+def test_the_looks_at_the_held_back_part_are_counted_over_every_search_of_a_run(tmp_path):
+    """The mode search, the search after it and every backend tried look at the same held-back part: one count per
+    run (``ChainContext.held_back_looks``, what ``bound.prepare`` hands every search), so a search after one that
+    looked once judges its first look at the second look's confidence: one flip of 300 held back, confirmed on a
+    first look (up to 1.49 points, above), is up to 2.14 points there and refused."""
+    from edgeopt.converters.accuracy_bound import AccuracyBound
+    from edgeopt.converters.base import ChainContext
+    from edgeopt.converters.quantize.bound import prepare
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.metrics.confidence import Looks, look_confidence
+    from fixtures_models import outlier_mlp
+
+    search, confirm, fp32, lucky = _parts(0, 4)
+    looks = Looks()
+    first = run_search(options=[("lucky", lambda: ("lucky", lucky))], rank=None, with_float=None, fp32_run=fp32,
+                       search=search, confirm=confirm, bound=2.0, budget_s=3600, confidence=0.9, looks=looks)
+    assert first.best is None and looks.count == 1
+    search, confirm, fp32, one = _parts(0, 1)
+    second = run_search(options=[("one", lambda: ("one", one))], rank=None, with_float=None, fp32_run=fp32,
+                        search=search, confirm=confirm, bound=2.0, budget_s=3600, confidence=0.9, looks=looks)
+    assert looks.count == 2 and second.report["confirm_looks"] == 2 and second.best is None
+    assert second.closest.confirm_level == pytest.approx(look_confidence(0.9, 2))
+    assert second.report["confirm_drop_upper"] == pytest.approx(2.144, abs=1e-3)
+    assert "up to 2.14 at 0.985 confidence" in second.report["not_confirmed"]
+
+    model = tmp_path / "m.onnx"
+    outlier_mlp(model, 0)
+    ds, _ = _data(40)
+    ctx = ChainContext(work_dir=tmp_path, artifact_dir=tmp_path, reference_model=model, eval=ds)
+    b = prepare(ctx, "qdq", model, AccuracyBound(max_accuracy_drop=2.0))
+    assert b.looks is ctx.held_back_looks and isinstance(b.looks, Looks)
+
+
 def test_the_mode_search_refuses_the_lucky_candidate_the_same_way():
     """``choose_mode`` (ONNX Runtime's and OpenVINO's modes) confirms its choice through the same judge, and says
     why."""

@@ -185,7 +185,7 @@ def _error(reference: list[dict], got: list[dict]) -> float:
 def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: list[str], search, confirm,
                 bound: float, budget_s: float, progress=None, threads: int | None = None,
                 rank_samples: int = 16, on_rank: Callable | None = None, metric_spec=None,
-                search_path=(), precision: str = "f32", confidence: float | None = None) -> SearchResult:
+                search_path=(), precision: str = "f32", confidence: float | None = None, looks=None) -> SearchResult:
     """The budgeted search over ``nncf.quantize``; candidates' artifacts are the quantized OV models, each judged
     at ``precision``, the inference precision hint the artifact will run with (an NPU profile's f16)."""
     from edgeopt.quant_units import units_of
@@ -197,6 +197,7 @@ def search_nncf(nncf, ov_model, calib, common: dict, *, fp32_run, out_names: lis
                         search=search, confirm=confirm, bound=bound, budget_s=budget_s, progress=progress,
                         what="INT8 search (openvino/nncf)", sensitivity_method="see sensitivity.method_used",
                         metric_spec=metric_spec, search_path=search_path, quantizes=lambda q: units_of(q)[0] > 0,
+                        looks=looks,
                         **({} if confidence is None else {"confidence": confidence}))
     result.report["transformer_options"] = s.transformer
     result.report.update(judged_at(precision))

@@ -315,7 +315,8 @@ def quantize_with_bound(nncf, ov_model, calib, common: dict, config: OpenVINOCon
     result = search_nncf(nncf, ov_model, calib, common, fp32_run=fp32_run, out_names=out_names, search=search,
                          confirm=confirm, bound=bound, budget_s=config.bound.search_budget, progress=ctx.progress,
                          metric_spec=b.metric, search_path=b.search_path,
-                         threads=threads, precision=config.inference_precision.value, confidence=b.confidence)
+                         threads=threads, precision=config.inference_precision.value, confidence=b.confidence,
+                         looks=b.looks)
     report = result.report
     warn_small_eval(ctx, report, "openvino")
     report["method"] = ("nncf.quantize: NNCF's options, then units (an activation quantizer and its readers' INT8 "
