@@ -158,10 +158,15 @@ def eval_samples_for(held_back: int, fraction: float) -> int:
     return n
 
 
+def ordinal(k: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 21st."""
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
 def eval_too_small(metric_name: str | None, held_back: int, bound: float, look_confidence: float,
-                   confidence: float, fraction: float):
+                   confidence: float, fraction: float, look: int = 1):
     """A :class:`GateFailedError` (exit 5) when ``held_back`` samples can't confirm even a candidate that changes no
-    sample's outcome (a metric that counts samples) at ``look_confidence`` (the first look's share of
+    sample's outcome (a metric that counts samples) at ``look_confidence`` (the ``look``-th look's share of
     ``confidence``), naming the samples it needs; None when they can. ``details['samples_needed']``: the eval size."""
     from edgeopt.errors import GateFailedError
     from edgeopt.metrics.confidence import paired_upper, samples_needed
@@ -175,13 +180,15 @@ def eval_too_small(metric_name: str | None, held_back: int, bound: float, look_c
     total = eval_samples_for(need, fraction)
     upper = paired_upper(0, 0, held_back, look_confidence)
     return GateFailedError(
-        f"too few eval samples to confirm INT8 within --max-accuracy-drop {bound:g} at --confidence {confidence:g}: "
-        f"on the {held_back} held-back samples even an INT8 model that changes no sample's {metric_name} could be "
+        f"too few eval samples to confirm INT8 within --max-accuracy-drop {bound:g} at --confidence {confidence:g}"
+        + ("" if look <= 1 else f" on this run's {ordinal(look)} look at them (its searches before, on this backend "
+           f"or the ones tried first, looked {look - 1} times, and each look is judged more strictly)")
+        + f": on the {held_back} held-back samples even an INT8 model that changes no sample's {metric_name} could be "
         f"up to {upper:.2f} points worse; confirming needs {need} held-back samples, an --eval set of at least "
         f"{total} samples (--search-fraction {fraction:g})",
         f"nothing was written; give --eval with {total} or more samples, or lower --confidence, or relax "
         "--max-accuracy-drop", details={"samples_needed": total, "held_back_needed": need, "held_back": held_back,
-                                        "confidence": confidence, "bound_points": bound})
+                                        "confidence": confidence, "bound_points": bound, "look": look})
 
 
 def small_eval_warning(metric_name: str | None, points: float | None, held_back: int, bound: float,

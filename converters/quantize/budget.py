@@ -8,14 +8,23 @@ import time
 import numpy as np
 
 from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, Looks, drop_upper, look_confidence
+from edgeopt.metrics.confidence import paired_upper as _paired_upper
 from edgeopt.metrics.halves import HALVES_PERCENTILE, one_in, percentile_drop
-from edgeopt.validation_model import eval_too_small, sample_points, small_eval_warning, within_bound
+from edgeopt.validation_model import eval_too_small, ordinal, sample_points, small_eval_warning, within_bound
 
 from .candidate import Build, Candidate
 from .eval_parts import given_order, part_metrics
 from .task_metric import metric_name, metric_unit
 
 HALVES_MIN_S = 2.0  # the halves rule's metric calls are always made in the search when they take under this
+
+
+MAX_LOOKS = 5  # looks at the held-back part for a metric without a count (its 5th at 0.994 for 0.75)
+
+
+def drop_upper_of_none(n: int, level: float) -> float:
+    """The upper limit (points) of a candidate that changes none of ``n`` counted samples, at ``level``."""
+    return _paired_upper(0, 0, n, level)
 
 
 class BudgetedSearch:
@@ -79,6 +88,24 @@ class BudgetedSearch:
         ok = self.elapsed() + expected <= self.budget_s * share
         if not ok and share >= 1.0:
             self.stopped_by_budget = True
+        return ok
+
+    def can_look(self) -> bool:
+        """Whether one more look at the held-back part could confirm anything: for a metric that counts samples,
+        a candidate that changes none of them is within the bound at the next look's confidence (a run's looks
+        get stricter, :func:`edgeopt.metrics.confidence.look_confidence`); for the others, at most ``MAX_LOOKS``.
+        When not, the search stops: its further choices could only be refused (``report['looks_spent']``)."""
+        nxt = self.looks + 1
+        level = look_confidence(self.confidence, nxt)
+        if self.points is not None:
+            upper = drop_upper_of_none(len(self.confirm), level)
+            ok = upper <= self.bound + 1e-9
+            why = (f"a {ordinal(nxt)} look at the {len(self.confirm)} held-back samples, at {level:.3g} confidence, could not "
+                   f"confirm even a candidate that changes none of them (up to {upper:.2f} points)")
+        else:
+            ok, why = nxt <= MAX_LOOKS, f"{MAX_LOOKS} looks at the held-back samples were taken"
+        if not ok:
+            self.report["looks_spent"] = why
         return ok
 
     def show(self, text: str) -> None:
@@ -151,7 +178,8 @@ class BudgetedSearch:
             return
         fraction = len(self.search) / max(1, len(self.search) + len(self.confirm))
         err = eval_too_small(self.report_name(), len(self.confirm), self.bound,
-                             look_confidence(self.confidence, self.looks + 1), self.confidence, fraction)
+                             look_confidence(self.confidence, self.looks + 1), self.confidence, fraction,
+                             self.looks + 1)
         if err is not None:
             raise err
 

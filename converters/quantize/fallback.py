@@ -39,7 +39,7 @@ def ranked_fallback(s: BudgetedSearch, results: dict[int, Candidate], order: lis
     base_i = order[0]
     base = results[base_i]
     ranked: list[tuple[str, float]] = []
-    if rank is None or with_float is None or not s.can_afford():
+    if rank is None or with_float is None or not s.can_afford() or not s.can_look():
         return finish(s, None, closest, ranked)
     s.show(f"ranking ops by sensitivity on {base.label}")
     t = time.perf_counter()
@@ -66,6 +66,8 @@ def ranked_fallback(s: BudgetedSearch, results: dict[int, Candidate], order: lis
             if hit is None or confirmed(s, hit):
                 break
             lo, hit = len(hit.kept), None  # not confirmed held back: more ops in float, looked at more strictly
+            if not s.can_look():  # no further look could confirm anything
+                break
         if hit is not None:
             report["quantizer_options"]["chosen"] = results[j].label
     if hit is None and fp32_only:

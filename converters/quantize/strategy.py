@@ -156,4 +156,7 @@ def _options(s: BudgetedSearch, options, must: int | None = None) -> tuple[dict[
             report["quantizer_options"] = {"chosen": label}
             return results, finish(s, c, c, [])
         # not confirmed: a miss; the next options and the float fallback go on, their looks at a stricter confidence
+        if c.confirm_value is not None and not s.can_look():
+            report["quantizer_options"] = {"chosen": label}
+            return results, finish(s, None, c, [])  # no further look could confirm anything
     return results, None

@@ -11,7 +11,12 @@ from .candidate import Candidate, SearchResult
 
 def confirmed(s: BudgetedSearch, c: Candidate, counted: bool = True) -> bool:
     """The search's choice ``c`` confirmed once on the held-back part (:meth:`.budget.BudgetedSearch.confirm_choice`), its
-    figures added to its row of ``tried``; why not in the report's ``not_confirmed``."""
+    figures added to its row of ``tried``; why not in the report's ``not_confirmed``. No look is taken when none
+    could confirm anything (:meth:`.budget.BudgetedSearch.can_look`): the choice is then refused unlooked."""
+    if counted and not s.can_look():
+        c.met = False
+        s.report["not_confirmed"] = f"{c.label}: not looked at: {s.report['looks_spent']}"
+        return False
     s.confirm_choice(c, counted)
     if c.entry is not None:
         c.entry.update(confirm_value=round(c.confirm_value, 4),
@@ -28,7 +33,7 @@ def confirmed(s: BudgetedSearch, c: Candidate, counted: bool = True) -> bool:
 def finish(s: BudgetedSearch, best: Candidate | None, closest: Candidate, ranked) -> SearchResult:
     """The search's result: ``best`` confirmed on the held-back part unless the search already did
     (its ``confirm_value`` set), the report finished."""
-    if best is not None and best.confirm_value is None and not confirmed(s, best):
+    if best is not None and not (best.met if best.confirm_value is not None else confirmed(s, best)):
         closest, best = best, None
     chosen = best or closest
     s.report.update(
@@ -72,7 +77,11 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
         kept += "; only with every op in float (the FP32 model) was the bound met"
     if r.get("not_confirmed"):
         kept += f"; the search's choice was not confirmed on the held-back part ({r['not_confirmed']})"
+    if r.get("looks_spent"):
+        kept += f"; the search stopped: {r['looks_spent']}"
     budget_hint = "raise --search-budget, " if r.get("stopped_by_budget") else ""  # only when the budget stopped it
+    if r.get("looks_spent"):
+        budget_hint += "give more --eval samples, "
     return GateFailedError(
         f"{prefix}: INT8 misses --max-accuracy-drop {bound:g} {where}: best {r['metric']} "
         f"{c.search_value:.2f}{unit} vs FP32 {r['fp32']['search']:.2f}{unit} on the search part "

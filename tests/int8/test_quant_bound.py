@@ -106,6 +106,27 @@ def test_a_choice_not_confirmed_is_a_miss_and_the_float_fallback_goes_on_with_st
     assert result.report["confirm_drop_upper"] < 2.0
 
 
+def test_the_search_stops_when_no_further_look_could_confirm_anything():
+    """Every choice flips the same 4 held-back samples, however many ops are in float. Each look is stricter: at 0.9
+    over 300 held-back samples, a candidate that changes none would still pass a third look (up to 1.99 points) but
+    not a fourth (2.32), so the search stops after three looks, says why, and the failure asks for more --eval."""
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.converters.quantize.verdict import gate_failure
+
+    search, confirm, fp32, lucky = _parts(0, 4)
+    ops = tuple(f"op{i}" for i in range(64))
+    result = run_search(options=[("lucky", lambda: (("q", ()), lucky))],
+                        rank=lambda art, deadline: [(op, 1.0) for op in ops],
+                        with_float=lambda _, kept: (lambda: (("q", tuple(kept)), lucky)), fp32_run=fp32,
+                        search=search, confirm=confirm, bound=2.0, budget_s=3600, confidence=0.9,
+                        quantizes=lambda art: len(art[1]) < len(ops))
+    assert result.best is None and result.report["confirm_looks"] == 3
+    assert result.report["looks_spent"].startswith("a 4th look at the 300 held-back samples, at 0.996 confidence")
+    assert sum("met" in t for t in result.report["tried"]) == 3  # the choices looked at, no more
+    err = gate_failure("qdq", result, 2.0)
+    assert "the search stopped: a 4th look" in err.message and "give more --eval samples" in err.hint
+
+
 def test_the_looks_at_the_held_back_part_are_counted_over_every_search_of_a_run(tmp_path):
     """The mode search, the search after it and every backend tried look at the same held-back part: one count per
     run (``ChainContext.held_back_looks``, what ``bound.prepare`` hands every search), so a search after one that
