@@ -20,7 +20,7 @@
 3. Every candidate is scored on the search part only, where the search looks many times: it is selected when
    the upper confidence limit of its drop there (:mod:`edgeopt.metrics.confidence`, at ``--confidence``: Tango's
    paired score limit for a metric that counts samples, a seeded bootstrap of the per-sample drop for the others)
-   is within the bound. The search's choice is then confirmed once on the held-back part, never seen by the
+   is within the bound. Each choice of the search is then confirmed on the held-back part, never seen by the
    search (:func:`.verdict.confirmed`, :meth:`.budget.BudgetedSearch.confirm_choice`; the mode search of
    :mod:`.bound` too): the upper limit there within the bound, and on all the eval samples, the convert gate's own judgement
    (:func:`edgeopt.validation_model.within_bound`). A choice not confirmed is a miss: the search goes on (the next

@@ -29,9 +29,8 @@ risks sum to ``1 - c`` over any number of looks (a Bonferroni split).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np

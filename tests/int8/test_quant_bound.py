@@ -132,12 +132,13 @@ def test_the_looks_at_the_held_back_part_are_counted_over_every_search_of_a_run(
     run (``ChainContext.held_back_looks``, what ``bound.prepare`` hands every search), so a search after one that
     looked once judges its first look at the second look's confidence: one flip of 300 held back, confirmed on a
     first look (up to 1.49 points, above), is up to 2.14 points there and refused."""
+    from fixtures_models import outlier_mlp
+
     from edgeopt.converters.accuracy_bound import AccuracyBound
     from edgeopt.converters.base import ChainContext
     from edgeopt.converters.quantize.bound import prepare
     from edgeopt.converters.quantize.strategy import run_search
     from edgeopt.metrics.confidence import Looks, look_confidence
-    from fixtures_models import outlier_mlp
 
     search, confirm, fp32, lucky = _parts(0, 4)
     looks = Looks()
