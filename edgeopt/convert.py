@@ -191,8 +191,7 @@ def _profile_of(profile, o: ConvertOptions):
 def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning, plan, verifier=None,
              fallback: tuple = (), precision_fallback=None, speed_check: bool = True, looks=None) -> ConvertResult:
     """One build: the plan (or the one given), the checks before work, the stages, the manifest, the validation
-    and its gates, ``--verify-on``, then the atomic publish. ``looks``: the run's looks at the held-back part of
-    --eval (:class:`edgeopt.metrics.confidence.Looks`), counted on from the backends tried before."""
+    and its gates, ``--verify-on``, then the atomic publish. ``looks``: the run's ``metrics.confidence.Looks``."""
     from edgeopt.data import parse_preprocess
     from edgeopt.plan import make_plan
 

@@ -85,8 +85,7 @@ def choose_mode(candidates: list[ModeCandidate], *, b: Bounded, bound: float, bu
     names one that holds and is faster (``ModeChoice.floats``)."""
     s = BudgetedSearch(fp32_run=b.fp32_run, search=b.search, confirm=b.confirm, bound=bound, budget_s=budget_s,
                        progress=progress, what=f"INT8 mode search ({backend})", metric_spec=b.metric,
-                       search_path=b.search_path, whole=b.whole, confidence=b.confidence,
-                       looks=b.looks)
+                       search_path=b.search_path, whole=b.whole, confidence=b.confidence, looks=b.looks)
     built: dict[str, tuple[Any, Callable, Any]] = {}
     judged_modes: dict[str, Any] = {}  # mode label -> its Candidate (selected on the search part or not)
     rows: list[dict] = []
