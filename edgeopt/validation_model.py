@@ -182,7 +182,8 @@ def eval_too_small(metric_name: str | None, held_back: int, bound: float, look_c
     return GateFailedError(
         f"too few eval samples to confirm INT8 within --max-accuracy-drop {bound:g} at --confidence {confidence:g}"
         + ("" if look <= 1 else f" on this run's {ordinal(look)} look at them (its searches before, on this backend "
-           f"or the ones tried first, looked {look - 1} times, and each look is judged more strictly)")
+           f"or the ones tried first, looked {'once' if look == 2 else f'{look - 1} times'}, and each look is judged "
+           "more strictly)")
         + f": on the {held_back} held-back samples even an INT8 model that changes no sample's {metric_name} could be "
         f"up to {upper:.2f} points worse; confirming needs {need} held-back samples, an --eval set of at least "
         f"{total} samples (--search-fraction {fraction:g})",

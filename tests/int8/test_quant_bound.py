@@ -320,3 +320,15 @@ def test_the_convert_gate_and_the_pipeline_gate_judge_a_metric_that_does_not_cou
                    bench=None, est=None, artifact_bytes=1)
     assert gate.passed is False
     assert validate(seen.drop_upper + 0.01).gates["max_accuracy_drop"].passed
+
+
+def test_the_too_small_refusal_names_the_runs_look_it_was_judged_at():
+    """151 held-back samples confirm a 2-point bound on a first look (0 changed: up to 1.24 points) but not on a
+    run's second (2.14 points at 0.962, after an earlier search or backend looked once): the refusal says which."""
+    from edgeopt.metrics.confidence import look_confidence
+    from edgeopt.validation_model import eval_too_small
+
+    assert eval_too_small("decision", 151, 2.0, look_confidence(0.75, 1), 0.75, 0.5) is None
+    err = eval_too_small("decision", 151, 2.0, look_confidence(0.75, 2), 0.75, 0.5, look=2)
+    assert "on this run's 2nd look at them" in err.message and "looked once" in err.message
+    assert "up to 2.14 points worse" in err.message and err.details["look"] == 2
