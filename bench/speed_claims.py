@@ -138,19 +138,19 @@ def clocks(name: str, repeats: int = 3) -> dict:
         case = device_matrix.CASES[name](Path(w))
         model, npz = Path(case.model), device_matrix._npz(case.eval, Path(w) / "eval.npz")
         ort_art = reference_artifact(model, file_sha256(model))
-        with fp32_reference(model, BackendName.OPENVINO.value) as ov_art:
-            runners = {"onnxruntime": open_runner(str(ort_art)), "openvino": open_runner(str(ov_art))}
-            manifest = json.loads((ort_art / "manifest.json").read_text())
-            feed = feeds_from_npz(manifest["inputs"], str(npz), 0)
-            runs = {k: r.run for k, r in runners.items()}
-            out: dict = {"per_call": [], "quick": [], "bench": []}
-            for _ in range(repeats):
-                for way, lat in (("per_call", _per_call(runs, feed, 200)), ("quick", quick_latency_ms(runs, feed))):
-                    out[way].append({**lat, "ratio": round(lat["openvino"] / lat["onnxruntime"], 3)})
-                b = bench_artifacts([str(ort_art), str(ov_art)], BenchOptions(store=False, inputs=str(npz)))
-                p50 = [r["latency_ms"]["p50"] for r in b["rows"]]
-                out["bench"].append({"onnxruntime": round(p50[0], 4), "openvino": round(p50[1], 4),
-                                     "ratio": round(p50[1] / p50[0], 3)})
+        ov_art = fp32_reference(model, BackendName.OPENVINO.value)
+        runners = {"onnxruntime": open_runner(str(ort_art)), "openvino": open_runner(str(ov_art))}
+        manifest = json.loads((ort_art / "manifest.json").read_text())
+        feed = feeds_from_npz(manifest["inputs"], str(npz), 0)
+        runs = {k: r.run for k, r in runners.items()}
+        out: dict = {"per_call": [], "quick": [], "bench": []}
+        for _ in range(repeats):
+            for way, lat in (("per_call", _per_call(runs, feed, 200)), ("quick", quick_latency_ms(runs, feed))):
+                out[way].append({**lat, "ratio": round(lat["openvino"] / lat["onnxruntime"], 3)})
+            b = bench_artifacts([str(ort_art), str(ov_art)], BenchOptions(store=False, inputs=str(npz)))
+            p50 = [r["latency_ms"]["p50"] for r in b["rows"]]
+            out["bench"].append({"onnxruntime": round(p50[0], 4), "openvino": round(p50[1], 4),
+                                 "ratio": round(p50[1] / p50[0], 3)})
     return {"model": name, **out}
 
 

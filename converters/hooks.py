@@ -40,7 +40,7 @@ class BackendHooks:
     # suffixes of its own model files a user may hand over as they are (``edgeopt bench model.tflite``): wrapped
     # as an artifact by :mod:`edgeopt.wrapped_artifact` with :meth:`wrapped`
     model_file_suffixes: ClassVar[tuple[str, ...]] = ()
-    # what a speed claim's FP32 reference is in this backend (``edgeopt.speed_claim``); None: its INT8 verdict's
+    # how a speed claim's FP32 reference runs in this backend (``edgeopt.speed_claim``); None: its INT8 verdict's
     # speed-up is not claimed
     fp32_reference: ClassVar[str | None] = None
     # whether its artifact's model file is what firmware embeds as a C array (``pipeline`` dist's ``c_array``)

@@ -242,13 +242,13 @@ def _convert(model, profile, output, o: ConvertOptions, *, progress, on_warning,
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
         try:
-            manifest = build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn,
+            manifest, judged = build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn,
                                         progress=progress, verifier=verifier, looks=looks)
             if speed_check and prof.detected:  # the speed-up convert prints, measured on the written artifact
                 from edgeopt.speed_claim import check_speed_claim, npz_inputs
 
                 manifest.speed_claim = check_speed_claim(tmp, manifest, src, threads=plan.options.threads,
-                                                         inputs=npz_inputs(o), warn=warn)
+                                                         inputs=npz_inputs(o), warn=warn, judged=judged)
                 manifest.warnings = list(warnings)
             manifest.profile_requested = requested
             manifest.backend_fallback = list(fallback)  # the profile's backends left before this one, and why

@@ -54,7 +54,8 @@ def before_work(src: Path, shapes, o: ConvertOptions, plan, pre, warn):
 def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings, warn, *, progress, verifier,
                     looks=None):
     """The stages into ``tmp``, its manifest, the validation against FP32 and its gates (a failure says what a
-    pruning stage cost), ``--verify-on``; returns the manifest written in ``tmp``."""
+    pruning stage cost), ``--verify-on``; returns the manifest written in ``tmp`` and the FP32 model it was judged
+    against (the normalized source model, in ``work``)."""
     from edgeopt.artifact import write_manifest
     from edgeopt.chain import check_samples, execute
     from edgeopt.converters.base import ChainContext, Intermediate
@@ -98,7 +99,7 @@ def build_and_check(src, work, tmp, plan, prof, source, before, pre, o, warnings
             from edgeopt.consumer.model import DeviceLoad
 
             manifest.consumer_check = manifest.consumer_check.model_copy(update={"on_devices": [DeviceLoad(**on_device)]})
-    return manifest
+    return manifest, ctx.reference_model
 
 
 def _consumer_check(tmp, manifest, ctx, val, val_source, search_path, plan, prof, warn):

@@ -21,6 +21,8 @@ class SpeedClaim(BaseModel):
 
     source: ClaimSource
     reference: str  # the FP32 model measured beside the artifact, and in which runtime
+    reference_artifact: str | None = None  # that reference as an artifact directory in edgeopt's cache: ``edgeopt
+    # bench ARTIFACT REFERENCE_ARTIFACT`` repeats the measurement
     estimate: float  # the search's speed-up over FP32 (its quick timing, before the artifact was written)
     measured: float  # the written artifact's, by bench's measuring next to the reference: what convert prints
     # (the median of ``processes`` when the first bench process did not agree with the estimate)

@@ -343,34 +343,44 @@ def cache_dir() -> Path:
 REFERENCE_NOTE = "reference: the original model in ONNX Runtime FP32"
 
 
-def reference_manifest(model: Path, model_sha: str):
+def reference_manifest(model: Path, model_sha: str, runtime: str | None = None, settings: dict | None = None):
     """The reference's :class:`~edgeopt.artifact.Manifest`, from the one builder ``convert`` uses: no plan (its
-    ``plan`` holds the note), no profile (it is the same for every profile), not validated (it is the reference)."""
+    ``plan`` holds the note), no profile (it is the same for every profile), not validated (it is the reference).
+    ``runtime``/``settings``: the same model read by another runtime at its FP32 settings (a speed claim's
+    reference in an OpenVINO verdict); by default bench's reference, ONNX Runtime FP32."""
     from edgeopt.artifact import build_manifest, tensor_infos
     from edgeopt.manifest_types import PlanEntry, RuntimeEntry
     from edgeopt.model import graph_inputs, graph_outputs, load_onnx
 
     m = load_onnx(model)
+    runtime = runtime or REFERENCE
+    note = REFERENCE_NOTE if runtime == REFERENCE else f"FP32 reference: the ONNX model read by {runtime} at {settings}"
     return build_manifest(
-        backend=REFERENCE, precision="fp32", profile=None, source={"path": str(model), "sha256": model_sha},
+        backend=runtime, precision="fp32", profile=None, source={"path": str(model), "sha256": model_sha},
         inputs=tensor_infos(graph_inputs(m)), outputs=tensor_infos(graph_outputs(m)),
-        runtime=RuntimeEntry(backend=REFERENCE, model="model.onnx", settings={}), plan_hash="",
-        plan=PlanEntry(note=REFERENCE_NOTE))
+        runtime=RuntimeEntry(backend=runtime, model="model.onnx", settings=dict(settings or {})), plan_hash="",
+        plan=PlanEntry(note=note))
 
 
-def reference_artifact(model: Path, model_sha: str) -> Path:
-    """The user's model as-is in ONNX Runtime FP32 (the baseline row), cached by content."""
+def reference_artifact(model: Path, model_sha: str, runtime: str | None = None, settings: dict | None = None) -> Path:
+    """The user's model as-is in ONNX Runtime FP32 (the baseline row), cached by content; with ``runtime`` and
+    ``settings``, the same model read by that runtime at those settings (cached beside it), so ``edgeopt bench
+    ARTIFACT THIS`` repeats a speed claim made against it."""
+    import json
     import shutil
     import tempfile
 
     from edgeopt.artifact import MANIFEST, write_manifest
     from edgeopt.cache_key import artifact_key
 
+    runtime = runtime or REFERENCE
     # "-manifest": the reference's manifest is a Manifest since the raw dict before it (a new cache entry)
-    out = cache_dir() / f"reference-{artifact_key(f'{REFERENCE_FP32}-reference-manifest', model_sha)[:32]}"
+    key = f"{REFERENCE_FP32}-reference-manifest" if runtime == REFERENCE else \
+        f"{runtime}-{json.dumps(settings or {}, sort_keys=True)}-reference-manifest"
+    out = cache_dir() / f"reference-{artifact_key(key, model_sha)[:32]}"
     if (out / MANIFEST).is_file():
         return out
-    manifest = reference_manifest(model, model_sha)
+    manifest = reference_manifest(model, model_sha, runtime, settings)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-ref-"))
     shutil.copyfile(model, tmp / "model.onnx")

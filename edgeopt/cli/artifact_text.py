@@ -39,7 +39,8 @@ def speed_claim_text(claim: dict) -> str:
     median = (f", the median of {len(ups)} bench processes: " + ", ".join(f"x{u:g}" for u in ups)) if len(ups) > 1 else ""
     return (f"speed: x{claim['measured']:g} over FP32, measured on the written artifact ({claim['artifact_ms']:.3g} ms "
             f"vs {claim['reference_ms']:.3g} ms, p50 of {claim['runs']}+ runs each beside {claim['reference']}"
-            f"{median}); the search's estimate x{claim['estimate']:g}{agree}")
+            f"{median}); the search's estimate x{claim['estimate']:g}{agree}"
+            + (f"; edgeopt bench ARTIFACT {claim['reference_artifact']} repeats it" if claim.get("reference_artifact") else ""))
 
 
 def mode_search_text(stage: str, search: dict) -> str:

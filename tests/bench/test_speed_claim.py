@@ -233,26 +233,52 @@ def test_convert_records_both_figures_of_the_written_artifact(cli, tmp_path):
 
 @pytest.mark.openvino
 def test_an_openvino_verdict_is_measured_beside_the_model_in_openvino(tmp_path):
-    """An OpenVINO verdict's FP32 is OpenVINO at the f32 hint: the reference is the source model read by OpenVINO,
-    measured by bench beside the artifact, and removed afterwards."""
+    """An OpenVINO verdict's FP32 is OpenVINO at the f32 hint: the reference is the given model read by OpenVINO,
+    measured by bench beside the artifact, and kept in edgeopt's cache, so bench of the two repeats the claim."""
     from fixtures_convert import make_openvino_artifact
 
+    from edgeopt.files import file_sha256
     from edgeopt.speed_claim import measure_claim
 
     art = make_openvino_artifact(tmp_path / "ov")
-    before = set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*"))
     c = measure_claim(art, DIGITS, (ClaimSource.INT8_VERDICT, 1.0, BackendName.OPENVINO.value), threads=1, inputs=None)
-    assert "OpenVINO" in c.reference and c.runs >= 20 and c.threads == 1
+    assert "judged against in OpenVINO at INFERENCE_PRECISION_HINT f32" in c.reference
+    assert c.runs >= 20 and c.threads == 1
     # the figures are stored rounded (ms to 4 places, the ratio to 3): a fast CPU's 0.02 ms moves the ratio by 0.4 %
     assert c.measured == pytest.approx(c.reference_ms / c.artifact_ms,
                                        rel=1e-3 + 1e-4 / min(c.artifact_ms, c.reference_ms), abs=1e-3)
-    assert set(Path(tempfile_dir()).glob("edgeopt-claim-ref-*")) == before
+    ref = json.loads((Path(c.reference_artifact) / "manifest.json").read_text())
+    assert ref["backend"] == "openvino" and ref["runtime"]["settings"] == {"inference_precision": "f32"}
+    assert ref["source_model"]["sha256"] == file_sha256(DIGITS)
 
 
-def tempfile_dir() -> str:
-    import tempfile
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_an_int8_verdict_is_claimed_against_the_fp32_model_it_was_judged_against(monkeypatch, tmp_path):
+    """convert's INT8 verdict times the INT8 candidate against the normalized FP32 model; the written artifact's
+    claim is measured against that same model (not the user's file, whose slower graph would credit the
+    normalization to INT8), in the artifact's runtime, and the claim names the cached reference bench repeats."""
+    import edgeopt.speed_claim as sc
+    from edgeopt.convert import convert
+    from edgeopt.files import file_sha256
 
-    return tempfile.gettempdir()
+    seen = []
+
+    def fake_bench(paths, **_kw):
+        seen.append(paths)
+        return {"rows": [{"latency_ms": {"p50": 1.0}, "runs": 50}, {"latency_ms": {"p50": 1.5}, "runs": 50}]}
+
+    monkeypatch.setattr(sc, "run_bench", fake_bench)
+    monkeypatch.setattr(sc, "claimed", lambda m: (ClaimSource.INT8_VERDICT, 1.5, m.backend))
+    out = tmp_path / "art"
+    r = convert(MNIST, "host", out, backend="openvino", precision="int8", calib=MNIST_CALIB, eval=MNIST_TEST,
+                max_accuracy_drop=2.0)
+    claim = r.manifest.speed_claim
+    assert claim is not None and seen and seen[0][1] == claim.reference_artifact
+    ref = json.loads((Path(claim.reference_artifact) / "manifest.json").read_text())
+    assert ref["backend"] == "openvino" and ref["runtime"]["settings"] == {"inference_precision": "f32"}
+    assert ref["source_model"]["sha256"] != file_sha256(MNIST)  # the normalized model, not the user's file
+    assert "judged against" in claim.reference and claim.measured == 1.5
 
 
 def test_a_measurement_that_fails_leaves_the_estimate_said_as_such(monkeypatch, tmp_path):

@@ -19,7 +19,7 @@ class OnnxRuntimeHooks(BackendHooks):
     emulated = True
     loggers = ("onnxruntime",)
     fast_imports = frozenset({"onnxruntime"})
-    fp32_reference = "the source model in ONNX Runtime FP32 (bench's reference)"
+    fp32_reference = "ONNX Runtime FP32"
     as_loaded_suffix = ".as-loaded.onnx"
     places = True
     interleaved_settings = {"allow_spinning": False}

@@ -20,7 +20,7 @@ class OpenVINOHooks(BackendHooks):
     loggers = ("openvino", "nncf")
     fast_imports = frozenset({"openvino"})
     unit_suffixes = (".xml",)
-    fp32_reference = "the source model in OpenVINO at INFERENCE_PRECISION_HINT f32"
+    fp32_reference = "OpenVINO at INFERENCE_PRECISION_HINT f32"
     as_loaded_suffix = ".as-loaded.xml"
     places = True
 
