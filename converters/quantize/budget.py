@@ -7,8 +7,7 @@ import time
 
 import numpy as np
 
-from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, Looks, drop_upper, look_confidence
-from edgeopt.metrics.confidence import paired_upper as _paired_upper
+from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, Looks, drop_upper, look_confidence, paired_upper
 from edgeopt.metrics.halves import HALVES_PERCENTILE, one_in, percentile_drop
 from edgeopt.validation_model import eval_too_small, ordinal, sample_points, small_eval_warning, within_bound
 
@@ -20,11 +19,6 @@ HALVES_MIN_S = 2.0  # the halves rule's metric calls are always made in the sear
 
 
 MAX_LOOKS = 5  # looks at the held-back part for a metric without a count (its 5th at 0.994 for 0.75)
-
-
-def drop_upper_of_none(n: int, level: float) -> float:
-    """The upper limit (points) of a candidate that changes none of ``n`` counted samples, at ``level``."""
-    return _paired_upper(0, 0, n, level)
 
 
 class BudgetedSearch:
@@ -98,7 +92,7 @@ class BudgetedSearch:
         nxt = self.looks + 1
         level = look_confidence(self.confidence, nxt)
         if self.points is not None:
-            upper = drop_upper_of_none(len(self.confirm), level)
+            upper = paired_upper(0, 0, len(self.confirm), level)  # a candidate that changes none of them
             ok = upper <= self.bound + 1e-9
             why = (f"a {ordinal(nxt)} look at the {len(self.confirm)} held-back samples, at {level:.3g} confidence, could not "
                    f"confirm even a candidate that changes none of them (up to {upper:.2f} points)")
