@@ -40,7 +40,7 @@ MetricOption = typer.Option(None, "--metric", help=AccuracyBound.model_fields["m
 MetricAxisOption = typer.Option(None, "--metric-axis", help="The output's class axis (e.g. 1 for [N,C,H,W]).")
 CtcBlankOption = typer.Option(None, "--ctc-blank", min=0, help="--metric ctc: the blank class index (default 0).")
 MetricThresholdOption = typer.Option(None, "--metric-threshold",
-                                     help="Threshold of map_iou maps and one-value decisions (default 0.5).")
+                                     help="Threshold of map_iou maps and one-value decisions (default 0.5; a one-value logit: 0).")
 MinSqnrOption = typer.Option(None, "--min-sqnr-db", help="--metric sqnr: the SQNR target and gate, in dB (default 30).")
 MetricOutputOption = typer.Option(None, "--metric-output",
                                   help=MetricSpec.model_fields["output"].description)  # its declaration

@@ -150,6 +150,8 @@ def _auto(shape: tuple, ref: list[np.ndarray], labels, out_name: str | None, ctc
     first = ref[0]
     lower = (out_name or "").lower()
     named_embedding = any(w in lower for w in _EMBEDDING_WORDS)
+    if int(np.prod(shape)) == 1:  # one value per sample, whatever its rank ([N,1,1,1]): a decision, no embedding
+        return MetricName.TOP1
     if len(shape) <= 1:
         if labels is None and shape and shape[0] > 1 and (named_embedding or looks_like_embedding(ref)):
             return MetricName.COSINE
@@ -250,7 +252,8 @@ def _output_metrics(fp32_outputs: list[dict], spec: MetricSpec, n: int, role: st
     """Each output's own metric vs FP32 (chosen by what it means, or ``OUTPUT=KIND``); an output no metric fits
     (a state tensor with no class axis) is left out."""
     parts = []
-    plain = MetricSpec(ctc_blank=spec.ctc_blank, threshold=spec.threshold, kinds=spec.kinds)
+    given = {"threshold": spec.threshold} if "threshold" in spec.model_fields_set else {}  # else each output's own
+    plain = MetricSpec(ctc_blank=spec.ctc_blank, kinds=spec.kinds, **given)
     for name in fp32_outputs[0]:
         ref = [sample_of(o, name) for o in fp32_outputs]
         shape = tuple(ref[0].shape)

@@ -4,10 +4,13 @@ Checked before the shape rules of :func:`edgeopt.metrics._auto` (classifier, seq
 
 * named like a regression (boxes, landmarks, deltas, audio) -> ``relative_error``;
 * rows over many ordered bins with one smooth peak (pitch, depth, age) -> ``ordered_bins``;
-* values per position beside per-position scores ([P,K] beside [P,1]) -> ``relative_error`` on the positions where
-  FP32's scores are confident (a detector's boxes and keypoints per anchor: the background's are never decoded);
-* beside a class/score output, an output that is no probability row itself -> ``relative_error`` (a detector's or a
-  face stage's boxes and landmarks);
+* values per position beside per-position scores ([P,K] beside [P,1]), not themselves in [0, 1] ->
+  ``relative_error`` on the positions where FP32's scores are confident (a detector's boxes and keypoints per
+  anchor: the background's are never decoded); maps in [0, 1] beside maps (a transcriber's notes, onsets and
+  pitch contours) are maps;
+* beside a class/score output (named so, probability rows, or one value per sample: a landmark model's presence
+  flag), an output that is no probability row itself -> ``relative_error`` (a detector's or a face stage's boxes
+  and landmarks, a hand's 21 3-D points);
 * one value per position ([N,P,1] scores, logits or probabilities) or per-anchor scores [N,P,C] in [0, 1] that
   are no softmax
   -> ``map_iou``: agreement where FP32 is confident, not over the background.
@@ -44,10 +47,17 @@ def is_softmax(ref: list[np.ndarray]) -> bool:
     return is_distribution(ref) and all(np.allclose(np.sum(r, axis=-1), 1.0, atol=1e-3) for r in ref[:32])
 
 
-def class_sibling(siblings: dict[str, list[np.ndarray]], own: str | None) -> str | None:
-    """Another output that reads as class scores: named so, or probability rows."""
+def is_decision(ref: list[np.ndarray]) -> bool:
+    """One value per sample: a score, probability or logit deciding one thing (a face or hand present)."""
+    return int(np.prod(np.shape(ref[0]))) == 1
+
+
+def class_sibling(siblings: dict[str, list[np.ndarray]], own: str | None, row: bool = False) -> str | None:
+    """Another output that reads as class scores: named so, or probability rows; for a ``row`` (one vector per
+    sample: a box, 21 points), also one decision value per sample (a presence flag beside the points; a recurrent
+    state [2,1,T,C] beside a speech probability is no row and is left to the shape rules)."""
     for name, ref in siblings.items():
-        if name != own and (_word(name, CLASS_WORDS) or is_softmax(ref)):
+        if name != own and (_word(name, CLASS_WORDS) or is_softmax(ref) or (row and is_decision(ref))):
             return name
     return None
 
@@ -87,11 +97,11 @@ def choose_by_meaning(shape: tuple, ref: list[np.ndarray], out_name: str | None,
     if ordered:
         return MetricName.ORDERED_BINS, f"{where}: {why}"
     scores = anchor_scores(siblings or {}, out_name, shape)
-    if scores is not None and not _word(out_name, CLASS_WORDS) and not is_softmax(ref):
+    if scores is not None and not _word(out_name, CLASS_WORDS) and not is_distribution(ref):
         return MetricName.RELATIVE_ERROR, (f"{where}: values per position beside the per-position scores "
                                            f"'{scores}': a detector's regressions, judged where FP32's scores are "
                                            "confident")
-    other = class_sibling(siblings or {}, out_name)
+    other = class_sibling(siblings or {}, out_name, row=sum(d > 1 for d in shape) == 1)
     if other is not None and not _word(out_name, CLASS_WORDS) and not is_softmax(ref) and shape[-1] > 1:
         return MetricName.RELATIVE_ERROR, f"{where} is no probability row and sits beside the class output '{other}'"
     if len(shape) >= 2 and shape[-1] == 1:
@@ -104,8 +114,10 @@ def choose_by_meaning(shape: tuple, ref: list[np.ndarray], out_name: str | None,
 def shape_rule_why(kind: MetricName, shape: tuple, out_name: str | None) -> str:
     """Why the shape rules picked ``kind`` (one line)."""
     where = f"'{out_name}' {_dims(shape)}"
+    if kind == MetricName.TOP1 and int(np.prod(shape)) == 1:
+        return f"{where}: one decision value per sample (a probability decided at 0.5, a logit at 0)"
     return {
-        MetricName.TOP1: f"{where}: one score per class (or one decision value)",
+        MetricName.TOP1: f"{where}: one score per class",
         MetricName.COSINE: f"{where}: an embedding (unit-norm rows, or named like one)",
         MetricName.POSITION_AGREEMENT: f"{where}: a class axis at every position",
         MetricName.CTC: f"{where}: CTC logits (the blank leads FP32's argmax)",

@@ -37,19 +37,24 @@ def top1_class(y) -> int:
 
 
 def _top1(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    from .choose import is_distribution
+
     binary = len(shape) == 0 or int(np.prod(shape)) == 1
     classes = 2 if binary else int(np.prod(shape))
+    threshold = spec.threshold
+    if binary and "threshold" not in spec.model_fields_set and not is_distribution(ref):
+        threshold = 0.0  # a logit (FP32's values leave [0, 1]) decides at 0, a probability at 0.5
 
     def pred(y) -> int:
-        return int(np.ravel(y)[0] > spec.threshold) if binary else top1_class(y)
+        return int(np.ravel(y)[0] > threshold) if binary else top1_class(y)
 
     def preds(samples):
         return np.asarray([pred(y) for y in samples], np.int64)
 
     target = preds(ref) if labels is None else lab.class_indices(labels, n, classes, role=role)
-    base = f"decision_at_{spec.threshold:g}" if binary else "top1"
+    base = f"decision_at_{threshold:g}" if binary else "top1"
     name = f"{base}_accuracy" if labels is not None else f"{base}_agreement_with_fp32"
-    what = f"decision (output > {spec.threshold:g})" if binary else "top-1 class"
+    what = f"decision (output > {threshold:g})" if binary else "top-1 class"
     desc = (f"% of samples whose {what} matches the label" if labels is not None
             else f"% of samples whose {what} matches FP32's (no labels)")
     def right(got):

@@ -255,3 +255,45 @@ def test_a_detectors_per_anchor_regressions_are_judged_where_its_scores_are_conf
 
     assert box.fp32_value - box.score_outputs(with_noise(background)) == pytest.approx(0.0)
     assert box.fp32_value - box.score_outputs(with_noise(~background)) > 5.0
+
+
+def test_landmarks_beside_a_presence_flag_are_a_regression_and_the_flag_a_decision():
+    """A hand-landmark model's four heads with names that say nothing: 21 3-D points [N,63] (pixels), a hand-present
+    probability [N,1], a handedness probability [N,1] and world points [N,63]. The points are a regression beside
+    the one-value flags; before, they were judged by the argmax over 63 coordinates, which noise of a pixel flips."""
+    pts = RNG.uniform(20, 200, (N, 63))
+    world = RNG.normal(0, 0.05, (N, 63))
+    flag, hand = RNG.uniform(0.6, 1.0, (N, 1)), RNG.uniform(0, 1, (N, 1))
+    m = metric_for_outputs(_outs(Identity=pts, Identity_1=flag, Identity_2=hand, Identity_3=world), None)
+    kinds = {p.output: p.kind for p in m.parts}
+    assert kinds == {"Identity": MetricName.RELATIVE_ERROR, "Identity_1": MetricName.TOP1,
+                     "Identity_2": MetricName.TOP1, "Identity_3": MetricName.RELATIVE_ERROR}
+    assert "beside the class output 'Identity_1'" in m.parts[0].why
+    assert "one decision value per sample" in m.parts[1].why and m.parts[1].name == "decision_at_0.5_agreement_with_fp32"
+    noisy = _outs(Identity=pts + RNG.normal(0, 0.5, pts.shape), Identity_1=flag, Identity_2=hand,
+                  Identity_3=world + RNG.normal(0, 1e-4, world.shape))
+    assert m.drop(m.score_outputs(noisy)) < 1.0
+
+
+def test_a_one_value_logit_of_any_rank_is_a_decision_at_zero_not_an_embedding():
+    """A face mesh's face-present logit [N,1,1,1]: one value per sample is a decision (a logit decides at 0),
+    never a cosine 'embedding' of one value; --metric-threshold still sets it."""
+    logit = RNG.normal(0, 3, (N, 1, 1, 1))
+    m = metric_for_outputs(_outs(conv2d_31=logit), None)
+    assert m.kind == MetricName.TOP1 and m.name == "decision_at_0_agreement_with_fp32"
+    flipped = logit.copy()
+    flipped[:4] = -flipped[:4]  # four decisions change sign
+    assert m.score_outputs(_outs(conv2d_31=flipped)) == pytest.approx(100 * (N - 4) / N)
+    asked = metric_for_outputs(_outs(conv2d_31=logit), None, parse_metric_spec(threshold=1.0))
+    assert asked.name == "decision_at_1_agreement_with_fp32"
+
+
+def test_maps_in_unit_range_beside_maps_are_maps_not_a_detectors_regression():
+    """A transcriber's three sigmoid maps over the same frames: notes [T,88], onsets [T,88] and a pitch contour
+    [T,264]. The contour is a map judged where FP32 is confident, not a detector's regression (its values are in
+    [0, 1] like its siblings')."""
+    notes, onsets = RNG.uniform(0, 1, (N, 40, 88)) ** 4, RNG.uniform(0, 1, (N, 40, 88)) ** 6
+    contour = RNG.uniform(0, 1, (N, 40, 264)) ** 4
+    m = metric_for_outputs(_outs(out0=contour, out1=onsets, out2=notes), None)
+    assert {p.output: p.kind for p in m.parts} == {"out0": MetricName.MAP_IOU, "out1": MetricName.MAP_IOU,
+                                                   "out2": MetricName.MAP_IOU}
