@@ -147,10 +147,10 @@ def _confidence_limit(v: Validation, m, got_outs: list, bound: float, confidence
     """The drop's upper confidence limit (:func:`edgeopt.metrics.confidence.drop_upper`) into ``v``: the gate's
     judgement, as every INT8 search's. A float artifact (fp32, fp16, bf16) on an eval set too small for any
     confidence at that bound (a metric that counts samples) keeps the point rule: FP32 itself could not pass."""
-    from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, drop_upper, samples_needed
+    from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, counted_samples, drop_upper, samples_needed
 
     v.confidence = DEFAULT_CONFIDENCE if confidence is None else float(confidence)
-    if v.sample_points is not None and precision not in (None, "int8"):
+    if (v.sample_points is not None or counted_samples(m)) and precision not in (None, "int8"):
         need = samples_needed(bound, v.confidence)
         if need is None or v.samples < need:
             return

@@ -7,7 +7,14 @@ import time
 
 import numpy as np
 
-from edgeopt.metrics.confidence import DEFAULT_CONFIDENCE, Looks, drop_upper, look_confidence, paired_upper
+from edgeopt.metrics.confidence import (
+    DEFAULT_CONFIDENCE,
+    Looks,
+    counted_parts,
+    drop_upper,
+    look_confidence,
+    paired_upper,
+)
 from edgeopt.metrics.halves import HALVES_PERCENTILE, one_in, percentile_drop
 from edgeopt.validation_model import eval_too_small, ordinal, sample_points, small_eval_warning, within_bound
 
@@ -37,6 +44,8 @@ class BudgetedSearch:
         self.m_search, self.m_confirm, self.m_all, self.halves = part_metrics(fp32_run, search, confirm, metric_spec,
                                                                               search_path, whole)
         self.points = sample_points(self.m_all.kind, self.m_all.unit, self.m_all.samples)
+        if self.points is None and counted_parts(self.m_all):  # a decision among regressions: one sample's worth
+            self.points = 100.0 / max(1, self.m_all.samples)
         self.refuse_if_too_small()
         self.given_order = given_order(search, confirm)
         self.t0 = time.perf_counter()

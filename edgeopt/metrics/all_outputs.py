@@ -36,6 +36,10 @@ def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
     m.fp32_value = m.score_outputs(fp32_outputs)
     m.fp32_rows = m.rows(fp32_outputs)  # without them the confidence limit can't be drawn (the point drop alone)
     m.parts, m.why = parts, "several outputs and no labels: each judged by its own kind, the worst drop counts"
+    if m.per_sample is not None:
+        n = len(fp32_outputs)
+        widths = [np.asarray(p.rows(fp32_outputs), np.float64).reshape(n, -1).shape[1] for p in parts]
+        m.part_columns = [(int(a), int(b)) for a, b in zip(np.cumsum([0, *widths[:-1]]), np.cumsum(widths), strict=True)]
     return m
 
 

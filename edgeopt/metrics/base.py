@@ -95,6 +95,8 @@ class Metric:
     aggregate: Callable[[np.ndarray], float] | None = field(default=None, repr=False)
     fp32_rows: np.ndarray | None = field(default=None, repr=False)  # FP32's per-sample scores (set with fp32_value)
     fp32_is_target: bool = False  # fp32_value is a fixed target (sqnr), not FP32's own score
+    # all_outputs: each part's (first, last + 1) columns in ``per_sample``'s rows
+    part_columns: list = field(default_factory=list, repr=False)
 
     def outputs(self, run, dataset) -> list[dict]:
         """The outputs ``run`` gives on ``dataset``'s samples (keep them to score again cheaply)."""

@@ -190,7 +190,23 @@ def drop_upper(m, cand_digests: list, confidence: float, order=None) -> float | 
         lost, gained = paired_counts(fp32_rows, rows)
         return round(paired_upper(lost, gained, len(rows), confidence), 4)
     constant = m.fp32_value if target else None
-    return bootstrap_upper(fp32_rows, rows, confidence, m.aggregate, constant)
+    upper = bootstrap_upper(fp32_rows, rows, confidence, m.aggregate, constant)
+    floors = [paired_upper(*paired_counts(np.asarray(fp32_rows)[:, a:b], rows[:, a:b]), len(rows), confidence)
+              for _, (a, b) in counted_parts(m)]
+    return round(max(floors + ([upper] if upper is not None else [])), 4) if floors else upper
+
+
+def counted_parts(m) -> list[tuple[object, tuple[int, int]]]:
+    """The parts of a several-output metric (``all_outputs``) that count samples, each with its columns in the
+    per-sample rows: a presence flag's decisions among landmark regressions. The worst-of metric's bootstrap can't
+    see what a part that lost no sample may lose on the next samples; each such part's exact limit is a floor under
+    it (one flipped decision of 35 is 2.9 points)."""
+    return [(p, cols) for p, cols in zip(m.parts or [], m.part_columns or [], strict=False) if counts_samples(p)]
+
+
+def counted_samples(m) -> bool:
+    """Whether a sample right or wrong moves ``m``: it counts samples, or one of its parts does."""
+    return counts_samples(m) or bool(counted_parts(m))
 
 
 def counts_samples(m) -> bool:

@@ -297,3 +297,25 @@ def test_maps_in_unit_range_beside_maps_are_maps_not_a_detectors_regression():
     m = metric_for_outputs(_outs(out0=contour, out1=onsets, out2=notes), None)
     assert {p.output: p.kind for p in m.parts} == {"out0": MetricName.MAP_IOU, "out1": MetricName.MAP_IOU,
                                                    "out2": MetricName.MAP_IOU}
+
+
+def test_a_decision_among_regressions_floors_the_worst_of_limit_at_its_exact_limit():
+    """Landmarks beside a presence flag on 35 samples: a candidate that moves the points a little and flips no
+    decision has a worst-of bootstrap limit near 0, but 35 unchanged decisions can't show that the next samples'
+    won't flip: the flag's exact limit (3.88 points at 0.75) is the floor, as for a classifier judged alone. A
+    flipped decision raises it further."""
+    from edgeopt.metrics.confidence import counted_samples, drop_upper, paired_upper
+
+    n = 35
+    rng = np.random.default_rng(3)
+    pts, flag = rng.uniform(20, 200, (n, 63)), rng.uniform(0.6, 1.0, (n, 1))
+    outs = [{"Identity": pts[i:i + 1].astype(np.float32), "Identity_1": flag[i:i + 1].astype(np.float32)}
+            for i in range(n)]
+    m = metric_for_outputs(outs, None)
+    assert m.kind == MetricName.ALL_OUTPUTS and counted_samples(m)
+    moved = [{"Identity": o["Identity"] + 0.01, "Identity_1": o["Identity_1"]} for o in outs]
+    upper = drop_upper(m, [m.digest(o) for o in moved], 0.75)
+    assert upper == pytest.approx(paired_upper(0, 0, n, 0.75), abs=1e-3) and upper > 3.8
+    flipped = [{"Identity": o["Identity"], "Identity_1": o["Identity_1"] * (0.1 if i == 0 else 1.0)}
+               for i, o in enumerate(outs)]
+    assert drop_upper(m, [m.digest(o) for o in flipped], 0.75) >= paired_upper(1, 0, n, 0.75) - 1e-3 > upper
