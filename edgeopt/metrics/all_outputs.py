@@ -36,16 +36,13 @@ def worst_of(parts: list[Metric], fp32_outputs: list[dict]) -> Metric:
     m.fp32_value = m.score_outputs(fp32_outputs)
     m.fp32_rows = m.rows(fp32_outputs)  # without them the confidence limit can't be drawn (the point drop alone)
     m.parts, m.why = parts, "several outputs and no labels: each judged by its own kind, the worst drop counts"
-    if m.per_sample is not None:
-        n = len(fp32_outputs)
-        widths = [np.asarray(p.rows(fp32_outputs), np.float64).reshape(n, -1).shape[1] for p in parts]
-        m.part_columns = [(int(a), int(b)) for a, b in zip(np.cumsum([0, *widths[:-1]]), np.cumsum(widths), strict=True)]
     return m
 
 
 def _per_sample(parts: list[Metric], ceilings: list[float], fp32_outputs: list[dict]) -> dict:
-    """``per_sample`` (every part's rows side by side) and ``aggregate`` (each part's figure on those rows, the
-    worst drop counting) when every part has per-sample scores; empty otherwise."""
+    """``per_sample`` (every part's rows side by side), ``aggregate`` (each part's figure on those rows, the worst
+    drop counting) and ``part_columns`` (each part's columns in them) when every part has per-sample scores; empty
+    otherwise."""
     if not all(p.per_sample is not None for p in parts):
         return {}
     n = len(fp32_outputs)
@@ -63,4 +60,5 @@ def _per_sample(parts: list[Metric], ceilings: list[float], fp32_outputs: list[d
             values.append(p.aggregate(part) if p.aggregate is not None else float(np.mean(part)))
         return TOP - max(c - v for c, v in zip(ceilings, values, strict=True))
 
-    return {"per_sample": per_sample, "aggregate": aggregate}
+    return {"per_sample": per_sample, "aggregate": aggregate,
+            "part_columns": [(int(cuts[i]), int(cuts[i + 1])) for i in range(len(parts))]}
