@@ -36,7 +36,7 @@ class AccuracyBound(BaseModel):
     metric: MetricSpec | None = Field(
         default=None,
         description="Task metric: top1 | position_agreement | ctc | map_iou | cosine | sqnr | relative_error | "
-                    "ordered_bins | all_outputs, or MODULE:FUNCTION (your own; default: chosen per output from what "
+                    "ordered_bins | heatmap_peaks | all_outputs, or MODULE:FUNCTION (your own; default: chosen per output from what "
                     "it means); OUTPUT=KIND sets one output's (comma-separated for several).")
     search_budget: float = Field(default=SEARCH_BUDGET_S, gt=0,
                                  description="Seconds for the accuracy-aware search (--max-accuracy-drop).")

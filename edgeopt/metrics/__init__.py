@@ -19,8 +19,9 @@ gave, and picks (unless :class:`MetricSpec` names one):
   alone picks ``sqnr``;
 * ``relative_error`` (:mod:`.regression`): boxes, landmarks, audio and other regressions: the mean error as % of
   FP32's range; ``ordered_bins`` (:mod:`.ordered_bins`): distributions over ordered bins (pitch, depth, age): the
-  peak's position within a tolerance of bins; both, and score maps judged where FP32 is confident, are told from
-  the output's meaning before the shape rules (:mod:`.choose`);
+  peak's position within a tolerance of bins; ``heatmap_peaks`` (:mod:`.heatmaps`): keypoint heatmaps, each map's
+  peak within a tolerance of cells, where FP32's peak is confident; these, and score maps judged where FP32 is
+  confident, are told from the output's meaning before the shape rules (:mod:`.choose`);
 * ``custom``: ``pkg.module:function`` (:mod:`.custom`);
 * ``all_outputs``: every output judged by its own metric above, vs FP32; the worst counts (:mod:`.all_outputs`).
   Chosen automatically for a model with several outputs when nothing else is said (no labels, no metric flag):

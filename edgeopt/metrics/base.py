@@ -25,6 +25,7 @@ class MetricName(StrEnum):
     ALL_OUTPUTS = "all_outputs"  # every output judged by its own metric; the worst one counts
     RELATIVE_ERROR = "relative_error"  # regressions: mean |error| as % of FP32's range
     ORDERED_BINS = "ordered_bins"  # distributions over ordered bins (pitch, depth, age): the peak within bins
+    HEATMAP_PEAKS = "heatmap_peaks"  # keypoint heatmaps: each map's peak within cells of FP32's
 
 
 class MetricSpec(BaseModel):

@@ -2,6 +2,8 @@
 
 Checked before the shape rules of :func:`edgeopt.metrics._auto` (classifier, sequence, CTC, map, embedding):
 
+* keypoint heatmaps ([H,W,K] or [K,H,W]: named so, beside a vector of K*d keypoint values, or one compact peak
+  per map) -> ``heatmap_peaks`` (:mod:`.heatmaps`);
 * named like a regression (boxes, landmarks, deltas, audio) -> ``relative_error``;
 * rows over many ordered bins with one smooth peak (pitch, depth, age) -> ``ordered_bins``;
 * values per position beside per-position scores ([P,K] beside [P,1]), not themselves in [0, 1] ->
@@ -21,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import MetricName
+from .heatmaps import looks_like_heatmaps
 from .ordered_bins import looks_like_ordered_bins
 
 REGRESSION_WORDS = ("box", "bbox", "regress", "landmark", "lmk", "delta", "offset", "coord", "keypoint", "kpt",
@@ -90,6 +93,9 @@ def choose_by_meaning(shape: tuple, ref: list[np.ndarray], out_name: str | None,
     if len(shape) == 0 or int(np.prod(shape)) <= 1:
         return None
     where = f"'{out_name}' {_dims(shape)}"
+    heat, why = looks_like_heatmaps(shape, ref, out_name, siblings)
+    if heat:
+        return MetricName.HEATMAP_PEAKS, f"{where}: keypoint heatmaps ({why}); each map judged by its peak"
     word = _word(out_name, REGRESSION_WORDS)
     if word and not _word(out_name, CLASS_WORDS):
         return MetricName.RELATIVE_ERROR, f"{where} is named like a regression ('{word}')"

@@ -9,7 +9,7 @@ from edgeopt.errors import BadInputError, UsageError
 
 # the metric kinds each metric flag applies to (MetricName values)
 _AXIS_KINDS = ("position_agreement", "ctc")
-_THRESHOLD_KINDS = ("top1", "map_iou")  # top1: only a one-value output's decision
+_THRESHOLD_KINDS = ("top1", "map_iou", "heatmap_peaks")  # top1: only a one-value output's decision
 
 
 def _given(spec, field: str) -> bool:
@@ -48,8 +48,8 @@ def check_metric_flags(spec, kind, sample_shape: tuple, out_name: str | None) ->
     if _given(spec, "threshold") and kind is not None and (kind not in _THRESHOLD_KINDS
                                                            or (kind == "top1" and not one_value)):
         raise UsageError(f"--metric-threshold {spec.threshold:g} does not apply: this run judges {where} with "
-                         f"the metric {kind}; it is the decision threshold of a one-value output (top1) or of a "
-                         "map (map_iou)", "drop --metric-threshold")
+                         f"the metric {kind}; it is the decision threshold of a one-value output (top1), of a "
+                         "map (map_iou) or of a heatmap's peak (heatmap_peaks)", "drop --metric-threshold")
 
 
 def declared_kind(spec):

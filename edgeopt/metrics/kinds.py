@@ -11,6 +11,7 @@ from edgeopt.errors import BadInputError
 from . import labels as lab
 from .base import Metric, MetricName, class_axis, sample_of
 from .custom import load_callable, scorer
+from .heatmaps import heatmap_metric
 from .ordered_bins import ordered_bins_metric
 from .regression import relative_error_metric
 
@@ -210,5 +211,5 @@ def _custom(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_pa
 BUILDERS = {MetricName.TOP1: _top1, MetricName.POSITION_AGREEMENT: _positions, MetricName.CTC: _ctc,
              MetricName.MAP_IOU: _iou, MetricName.COSINE: _cosine, MetricName.SQNR: _sqnr,
              MetricName.CUSTOM: _custom, MetricName.RELATIVE_ERROR: relative_error_metric,
-             MetricName.ORDERED_BINS: ordered_bins_metric}
+             MetricName.ORDERED_BINS: ordered_bins_metric, MetricName.HEATMAP_PEAKS: heatmap_metric}
 

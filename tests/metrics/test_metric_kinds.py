@@ -319,3 +319,62 @@ def test_a_decision_among_regressions_floors_the_worst_of_limit_at_its_exact_lim
     flipped = [{"Identity": o["Identity"], "Identity_1": o["Identity_1"] * (0.1 if i == 0 else 1.0)}
                for i, o in enumerate(outs)]
     assert drop_upper(m, [m.digest(o) for o in flipped], 0.75) >= paired_upper(1, 0, n, 0.75) - 1e-3 > upper
+
+
+def _heatmaps(peaks_yx, side=32, sigma=1.5, background=None):
+    """[N,side,side,K] Gaussian heatmaps in [0, 1] with each map's peak at ``peaks_yx`` [N,K,2]; ``background``
+    [N,K] bools: maps with no keypoint (a low, flat bump)."""
+    n, k = peaks_yx.shape[:2]
+    gy, gx = np.mgrid[0:side, 0:side]
+    d2 = (gy[None, None] - peaks_yx[..., 0, None, None]) ** 2 + (gx[None, None] - peaks_yx[..., 1, None, None]) ** 2
+    maps = np.exp(-d2 / (2 * sigma ** 2))
+    if background is not None:
+        maps = np.where(background[..., None, None], 0.2 * maps, maps)
+    return np.moveaxis(maps, 1, -1)
+
+
+def test_keypoint_heatmaps_judged_by_each_confident_maps_peak():
+    """A pose model's heatmaps [N,H,W,K], one map per keypoint, with nothing in their name: each map is one compact
+    peak, so they are keypoints, judged by where each peak is (within 1/32 of the side, one cell of 32), not by an
+    argmax over the K maps at every position (a segmentation's reading); maps with no confident peak are
+    background and not judged."""
+    peaks = RNG.uniform(4, 28, (N, 5, 2))
+    background = np.zeros((N, 5), bool)
+    background[:, 4] = True  # the fifth keypoint is never in view
+    m = metric_for_outputs(_outs(out=_heatmaps(peaks, background=background)), None)
+    assert m.kind == MetricName.HEATMAP_PEAKS and "compact peak" in m.why
+    assert m.name == "peak_within_1_cells_vs_fp32" and "over 0.5" in m.description
+    assert m.score_outputs(_outs(out=_heatmaps(peaks + 0.4, background=background))) == 100.0
+    moved = peaks.copy()
+    moved[:, 0] += 4.0  # the first keypoint moves 4 cells on every sample
+    assert m.score_outputs(_outs(out=_heatmaps(moved, background=background))) == pytest.approx(75.0)
+    moved = peaks.copy()
+    moved[:, 4] += 6.0  # the unseen keypoint's faint bump moves: background, not judged
+    assert m.score_outputs(_outs(out=_heatmaps(moved, background=background))) == 100.0
+
+
+def test_diffuse_heatmap_logits_beside_their_keypoints_are_heatmaps_channels_first_by_name():
+    """Heatmap logits on photos with no person are diffuse, no compact peak: they are told by the keypoint vector
+    beside them (K maps, 5 values for each of K keypoints), as MediaPipe's pose model's [64,64,39] beside [195];
+    [N,K,H,W] named so is read with the keypoints first."""
+    logits = RNG.normal(-6, 2, (N, 24, 24, 6))
+    pts, flag = RNG.uniform(0, 256, (N, 30)), RNG.uniform(0, 1, (N, 1))
+    m = metric_for_outputs(_outs(Identity=pts, Identity_1=flag, Identity_3=logits), None)
+    hm = next(p for p in m.parts if p.output == "Identity_3")
+    assert hm.kind == MetricName.HEATMAP_PEAKS and "beside 'Identity', 5 values for each of 6 keypoints" in hm.why
+    assert "logits" in hm.description
+    chw = np.moveaxis(_heatmaps(RNG.uniform(4, 20, (N, 3, 2)), side=24), -1, 1)  # [N,3,24,24]
+    named = metric_for_outputs(_outs(keypoint_heatmaps=chw), None)
+    assert named.kind == MetricName.HEATMAP_PEAKS and "named like heatmaps: 3 maps" in named.why
+    assert "3 maps of 24x24" in named.description
+
+
+def test_segmentation_logits_with_regions_stay_a_segmentation():
+    """Class logits over regions (each class a block of the map, not a peak) are a segmentation: position
+    agreement, as before heatmaps were told apart."""
+    seg = np.zeros((N, 4, 16, 16))
+    for i in range(N):
+        cut = RNG.integers(4, 12)
+        seg[i, 0, :cut], seg[i, 1, cut:, :8], seg[i, 2, cut:, 8:] = 5.0, 5.0, 5.0
+    seg += RNG.normal(0, 0.5, seg.shape)
+    assert metric_for_outputs(_outs(seg=seg), None).kind == MetricName.POSITION_AGREEMENT
