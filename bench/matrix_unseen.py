@@ -187,7 +187,9 @@ def case_basic_pitch(work: Path) -> Case:
     rng = np.random.default_rng(2)
     t = np.arange(n) / sr
     clips = []
-    for _ in range(120):
+    # 400 clips: 280 eval, of which the matrix gives the run 140; with 120 clips an FP16 fallback judged on 42
+    # lost 4.76 points of onset IoU on the 42 held back (its onsets are 3-pixel masks that flip near 0.5)
+    for _ in range(400):
         midi = rng.integers(40, 84, rng.integers(1, 4))
         x = sum(np.sin(2 * np.pi * 440 * 2 ** ((m - 69) / 12) * k * t) / k for m in midi for k in (1, 2, 3))
         x = x * np.minimum(1, t / 0.05) + rng.normal(0, 0.01, n)
