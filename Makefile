@@ -14,8 +14,13 @@ APT_PACKAGES := openssh-server qemu-user-static mmdebstrap g++-aarch64-linux-gnu
 # bookworm has no libonnxruntime-dev, so its trixie package (headers of 1.21, the C API is versioned) is fetched
 # with a private apt list (the system's sources untouched) and only its include/ unpacked.
 ORT_INCLUDE := /usr/local/include/onnxruntime
+# TensorFlow Lite's C++ SDK, for compiling a generated LiteRT load.cc: only Debian sid packages it
+# (libtensorflow-lite-dev 2.14, built against sid's glibc), so a sid root with it, g++ and the aarch64 cross
+# compiler is made once with mmdebstrap; load.cc is built and run inside it (chroot: root only), its arm64 build
+# under qemu-user.
+TFLITE_SDK := /opt/edgeopt/tflite-sdk
 
-.PHONY: demo test test-parallel test-fast setup system-deps ort-headers fixtures-models lint docs bench clean
+.PHONY: demo test test-parallel test-fast setup system-deps ort-headers tflite-sdk fixtures-models lint docs bench clean
 
 $(STAMP): pyproject.toml fixtures/requirements-models.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +43,16 @@ system-deps:
 	  else echo "note: missing system packages:$$missing (sudo apt-get install$$missing); tests needing them are skipped"; fi; \
 	fi
 	@[ -f $(ORT_INCLUDE)/onnxruntime_cxx_api.h ] || [ "$$(id -u)" != 0 ] || $(MAKE) -s ort-headers
+	@[ -f $(TFLITE_SDK)/.complete ] || [ "$$(id -u)" != 0 ] || $(MAKE) -s tflite-sdk
+
+tflite-sdk:
+	@rm -rf $(TFLITE_SDK).tmp; mkdir -p $(dir $(TFLITE_SDK)); \
+	mmdebstrap --quiet --mode=root --variant=apt --architectures=amd64,arm64 \
+	  --aptopt='Acquire::Check-Valid-Until "false"' \
+	  --include=g++,libtensorflow-lite-dev,g++-aarch64-linux-gnu,libtensorflow-lite-dev:arm64 \
+	  sid $(TFLITE_SDK).tmp >/dev/null 2>&1 \
+	  && touch $(TFLITE_SDK).tmp/.complete && rm -rf $(TFLITE_SDK) && mv $(TFLITE_SDK).tmp $(TFLITE_SDK) \
+	  || { rm -rf $(TFLITE_SDK).tmp; echo "note: TensorFlow Lite SDK root not built; the LiteRT load.cc test is skipped"; }
 
 ort-headers:
 	@t=$$(mktemp -d); a="-o Dir::Etc::sourcelist=$$t/sources.list -o Dir::Etc::sourceparts=/nonexistent \

@@ -8,9 +8,9 @@ Where the headers or library can't be had here the test is skipped with what was
 - OpenVINO: the openvino wheel's include/ and libs/.
 - TVM: the apache-tvm and apache-tvm-ffi wheels' headers (tvm-ffi's; the wheel's tvm/runtime/tensor.h needs a
   tvm/support/io.h it does not ship, so load.cc uses tvm-ffi's Tensor) and libtvm_runtime.so + libtvm_ffi.so.
-- LiteRT: neither the ai-edge-litert wheel (its libLiteRt.so exports the LiteRt* C API, without headers) nor the
-  tensorflow wheel (no tensorflow/lite headers, no library exporting TfLiteInterpreterCreate) nor Debian ships a
-  TensorFlow Lite C/C++ SDK: its ``load.cc`` is not compiled here.
+- LiteRT: TensorFlow Lite's C++ SDK is packaged only by Debian sid (``libtensorflow-lite-dev`` 2.14; no wheel
+  ships its headers), built against sid's glibc: ``make tflite-sdk`` makes a sid root with it, g++ and the aarch64
+  cross compiler, and ``load.cc`` is built there (chroot, root only) and run natively and under qemu-user.
 """
 
 from __future__ import annotations
@@ -164,33 +164,81 @@ def test_openvino_load_cc_compiles_at_the_judged_hint_and_matches_the_runner(tmp
     _assert_cc_matches(exe, out, tmp_path)
 
 
-def _tflite_sdk() -> tuple[Path, Path] | None:
-    """(include dir with tensorflow/lite/interpreter.h, a library exporting TfLiteInterpreterCreate), looked for in
-    the tensorflow and ai-edge-litert wheels; None where neither ships them (the case on PyPI's 2.21 / 2.3.0)."""
-    import importlib.util
+TFLITE_SDK = Path(os.environ.get("EDGEOPT_TFLITE_SDK", "/opt/edgeopt/tflite-sdk"))
 
-    roots = [Path(spec.origin).parent for name in ("tensorflow", "ai_edge_litert")
-             if (spec := importlib.util.find_spec(name)) and spec.origin]
-    include = next((r / "include" for r in roots if (r / "include/tensorflow/lite/interpreter.h").is_file()), None)
-    if include is None or shutil.which("nm") is None:
-        return None
-    for root in roots:
-        for lib in root.rglob("*.so*"):
-            done = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True)
-            if " TfLiteInterpreterCreate" in done.stdout:
-                return include, lib
-    return None
+
+def _tflite_root() -> Path:
+    """The Debian sid root with TensorFlow Lite's C++ SDK (``make tflite-sdk``), where load.cc is built (chroot)."""
+    if not (TFLITE_SDK / ".complete").is_file() or os.geteuid() != 0:
+        pytest.skip(f"needs the TensorFlow Lite SDK root {TFLITE_SDK} (make tflite-sdk, as root: Debian sid's "
+                    "libtensorflow-lite-dev, the only packaged TensorFlow Lite C++ SDK) and root for chroot")
+    return TFLITE_SDK
+
+
+def _output_steps(artifact: Path) -> dict[str, float]:
+    """Each ONNX output's quantization step: the scale of the int8 tensor its float output is dequantized from
+    (0 for an output computed in float)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = load_artifact(artifact)
+    interp = Interpreter(model_path=str(artifact / m.runtime.model))
+    details = {d["index"]: d for d in interp.get_tensor_details()}
+    producers = {o: op for op in interp._get_ops_details() for o in op["outputs"]}
+    runner = interp.get_signature_runner(m.runtime.settings.get("signature") or "serving_default")
+    steps = {}
+    for io in m.runtime.io.outputs:
+        index = runner.get_output_details()[io.runtime_name]["index"]
+        op = producers.get(index)
+        source = details[op["inputs"][0]] if op and op["op_name"] == "DEQUANTIZE" else details[index]
+        steps[io.name] = float(source["quantization"][0])
+    return steps
+
+
+def _litert_cc(artifact: Path, root: Path, arch: str) -> list[str]:
+    """``artifact``'s load.cc built in the SDK root (g++, or the aarch64 cross g++ for ``arm64``); the command that
+    runs it (arm64: qemu-user on the root's arm64 libraries), on paths inside the root."""
+    inside = Path("/tmp") / f"edgeopt-load-{os.getpid()}-{arch}"
+    shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
+    shutil.copytree(artifact, root / inside.relative_to("/") / "art")
+    gxx = "g++" if arch == "amd64" else "aarch64-linux-gnu-g++"
+    subprocess.run(["chroot", str(root), gxx, "-std=c++17", "-O1", str(inside / "art" / "load.cc"),
+                    "-ltensorflow-lite", "-o", str(inside / "load")], check=True, timeout=600, capture_output=True)
+    if arch == "amd64":
+        return ["chroot", str(root), str(inside / "load"), str(inside / "art")]
+    if shutil.which("qemu-aarch64-static") is None:
+        pytest.skip("needs qemu-user-static for the aarch64 build")
+    return ["qemu-aarch64-static", "-L", str(root), str(root / inside.relative_to("/") / "load"),
+            str(root / inside.relative_to("/") / "art")]
 
 
 @pytest.mark.slow
 @pytest.mark.tflite
-def test_litert_load_cc_compiles_where_a_tensorflow_lite_sdk_is_installed(tmp_path):
-    sdk = _tflite_sdk()
-    if sdk is None or shutil.which("g++") is None:
-        pytest.skip("no TensorFlow Lite C++ SDK here: the tensorflow wheel ships no tensorflow/lite headers beyond "
-                    "kernels/shim, ai-edge-litert's libLiteRt.so exports only the LiteRt* C API without headers, no "
-                    "library exports TfLiteInterpreterCreate, and Debian (bookworm, trixie) packages none")
+@pytest.mark.parametrize(("precision", "arch"), [("fp32", "amd64"), ("int8", "amd64"), ("int8", "arm64")])
+def test_litert_load_cc_builds_against_tensorflow_lite_runs_and_matches_the_runner(tmp_path, precision, arch):
+    """The pi5 artifact's load.cc built against TensorFlow Lite's C++ API (Debian's libtensorflow-lite 2.14, not
+    the wheel's LiteRT 2.3 the runner uses) and run as a C++ consumer runs it, natively and as an aarch64 build under
+    qemu-user: ONNX names and layout in and out. FP32 matches the runner within the consumer check's tolerance; INT8
+    within one quantization step of each output (another TensorFlow Lite rounds some int8 results by one step) and
+    the same top-1 class."""
+    root = _tflite_root()
     out = tmp_path / "tfl"
-    convert(str(MNIST), "pi5", out, precision="fp32", eval=str(MNIST_TEST))
-    subprocess.run(["g++", "-std=c++17", "-fsyntax-only", str(out / "load.cc"), f"-I{sdk[0]}"], check=True,
-                   timeout=300)
+    convert(str(MNIST), "pi5", out, precision=precision, eval=str(MNIST_TEST),
+            calib=str(MNIST_CALIB) if precision == "int8" else None)
+    command = _litert_cc(out, root, arch)
+    m = load_artifact(out)
+    steps = _output_steps(out) if precision == "int8" else {}
+    with open_runner(str(out)) as runner:
+        for i, feed in enumerate(_feeds(4)):
+            path = root / "tmp" / f"edgeopt-load-{os.getpid()}-{arch}" / f"input-{i}.bin"
+            np.asarray(feed["input"], np.float32).tofile(path)
+            inside = path if arch == "arm64" else Path("/") / path.relative_to(root)
+            got = parse_outputs(subprocess.run([*command, str(inside)], capture_output=True, text=True, check=True,
+                                               timeout=300).stdout)
+            want = runner.run(feed)
+            assert set(got) == set(want) == {o.name for o in m.outputs}
+            for name, ref in want.items():
+                assert got[name].shape == ref.shape
+                scale = float(np.max(np.abs(ref)))
+                atol = 1.001 * steps[name] if steps.get(name) else m.consumer_check.relative_tolerance * scale
+                np.testing.assert_allclose(got[name], ref, rtol=0, atol=atol)
+                assert int(np.argmax(got[name])) == int(np.argmax(ref))
