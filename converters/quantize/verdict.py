@@ -4,6 +4,7 @@ failure (exit 5) for a search that found nothing within the bound."""
 from __future__ import annotations
 
 from edgeopt.errors import GateFailedError
+from edgeopt.metrics.all_outputs import worst_part
 
 from .budget import BudgetedSearch
 from .candidate import Candidate, SearchResult
@@ -70,6 +71,8 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
         kept += " (" + ", ".join(c.kept[:3]) + (f" and {len(c.kept) - 3} more" if len(c.kept) > 3 else "") + ")"
     held = ("" if c.confirm_value is None else
             f", held-back {c.confirm_value:.2f}{unit} vs {r['fp32']['confirm']:.2f}{unit}")
+    worst = worst_part(result.m_search, c.searched) if result.m_search is not None else ""
+    worst = f"; the worst output: {worst}" if worst else ""
     most = max((t.get("kept_in_float", 0) for t in r.get("tried", ())), default=0)
     if most > len(c.kept):  # the best was not the one with most ops in float: say what else was tried
         kept += f"; candidates with up to {most} ops in float were tried and scored lower"
@@ -85,5 +88,5 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
     return GateFailedError(
         f"{prefix}: INT8 misses --max-accuracy-drop {bound:g} {where}: best {r['metric']} "
         f"{c.search_value:.2f}{unit} vs FP32 {r['fp32']['search']:.2f}{unit} on the search part "
-        f"(drop {r['fp32']['search'] - c.search_value:.2f}){held}, with {kept}",
+        f"(drop {r['fp32']['search'] - c.search_value:.2f}{worst}){held}, with {kept}",
         f"{budget_hint}relax --max-accuracy-drop, or keep FP32 (--precision fp32)", details=r)

@@ -62,3 +62,17 @@ def _per_sample(parts: list[Metric], ceilings: list[float], fp32_outputs: list[d
 
     return {"per_sample": per_sample, "aggregate": aggregate,
             "part_columns": [(int(cuts[i]), int(cuts[i + 1])) for i in range(len(parts))]}
+
+
+def worst_part(metric: Metric, digests: list) -> str:
+    """Which output sets an ``all_outputs`` figure on these digests, as "'NAME' METRIC VALUE vs FP32 FIGURE" ("" for
+    a metric without parts, or digests of another length)."""
+    if not metric.parts or len(digests) != metric.samples:
+        return ""
+    drops = []
+    for i, p in enumerate(metric.parts):
+        value = p.score_digests([d[i] for d in digests])
+        drops.append((p.fp32_value - value, p, value))
+    drop, p, value = max(drops, key=lambda t: t[0])
+    unit = f" {p.unit}" if p.unit else ""
+    return f"'{p.output}' {p.name} {value:.2f}{unit} vs FP32 {p.fp32_value:.2f}{unit}"

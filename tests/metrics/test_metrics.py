@@ -13,7 +13,7 @@ from test_search import sequence_tagger, sequences
 
 from edgeopt.data import Dataset, check_dataset, load_npz
 from edgeopt.errors import BadDataError, BadInputError, ExitCode
-from edgeopt.metrics import MetricSpec, ctc_decode, make_metric, parse_metric_spec
+from edgeopt.metrics import MetricSpec, ctc_decode, make_metric, metric_for_outputs, parse_metric_spec
 from edgeopt.model import graph_inputs, load_onnx
 from edgeopt.runtime.run_fn import run_fn
 
@@ -630,3 +630,31 @@ def test_a_user_metric_module_of_the_same_name_in_another_directory_is_the_one_u
         (tmp_path / name / "edgeopt_test_metric_mod.py").write_text(body)
     assert load_callable("edgeopt_test_metric_mod:first", [tmp_path / "a"])(None, None) == 1.0
     assert load_callable("edgeopt_test_metric_mod:second", [tmp_path / "b"])(None, None) == 2.0
+
+
+def test_worst_part_names_the_output_that_sets_a_worst_of_figure():
+    from edgeopt.metrics.all_outputs import worst_part
+
+    rng = np.random.default_rng(3)
+    scores, boxes = rng.standard_normal((30, 12)), rng.uniform(0, 100, (30, 4))
+    outs = [{"scores": scores[i:i + 1], "boxes": boxes[i:i + 1]} for i in range(30)]
+    m = metric_for_outputs(outs, None)
+    moved = [{"scores": scores[i:i + 1], "boxes": boxes[i:i + 1] + 20.0} for i in range(30)]
+    assert worst_part(m, [m.digest(o) for o in moved]).startswith("'boxes' relative_error_vs_fp32")
+    assert worst_part(m, [m.digest(o) for o in moved[:5]]) == ""  # digests of another set: nothing said
+    assert worst_part(m.parts[0], [m.parts[0].digest(o) for o in outs]) == ""  # one output: nothing to name
+
+
+@pytest.mark.slow
+def test_an_int8_gate_failure_on_several_outputs_names_the_worst_one(tmp_path, cli):
+    """exit 5 on a model judged by all its outputs says which output's drop set the figure, so a user knows which
+    head INT8 hurts (or which output to judge otherwise with --metric OUTPUT=KIND)."""
+    model = _two_output_model(tmp_path / "heads.onnx")
+    x = np.random.default_rng(1).standard_normal((60, 16)).astype(np.float32)
+    np.savez(tmp_path / "ev.npz", x=x)
+    r = cli("convert", str(model), "--profile", "host", "--backend", "onnxruntime", "--precision", "int8",
+            "--calib", str(tmp_path / "ev.npz"), "--eval", str(tmp_path / "ev.npz"), "--max-accuracy-drop", "0.01",
+            "--metric", "scores=relative_error", "--search-budget", "5", "-o", str(tmp_path / "out"))
+    assert r.returncode == 5, r.stderr
+    assert "the worst output: '" in r.stderr and "vs FP32" in r.stderr
+    assert not (tmp_path / "out").exists()
