@@ -1,7 +1,7 @@
 """``load.cc``: the artifact's model loaded in C++ with the settings edgeopt judged it at (the runtime's C++ API).
 
-Each backend writes its own (its hooks' ``load_cc``, in its folder's ``consumer.py``); ONNX Runtime's, OpenVINO's
-and TVM's run the model on raw input files and print its outputs (:mod:`.cc_io`).
+Each backend writes its own (its hooks' ``load_cc``, in its folder's ``consumer.py``); every one runs the model on
+raw input files and prints its outputs (:mod:`.cc_io`).
 """
 
 from __future__ import annotations
