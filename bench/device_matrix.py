@@ -135,7 +135,7 @@ def describe_artifact(art: Path, prep: dict) -> dict:
     row["consumer_check"] = {"passed": cc.get("passed"), "samples": cc.get("samples"), "skipped": cc.get("skipped"),
                              "max_abs_diff": (cc.get("with_settings") or {}).get("max_abs_diff"),
                              "plain_default": bool(cc.get("plain_default")),
-                             "on_devices": [d.get("device") for d in cc.get("on_devices") or []]}
+                             "on_devices": [d.get("where") for d in cc.get("on_devices") or []]}
     row["gate"] = gate_bound(v)
     row["held_back"] = held_back_metric(art, prep, v.get("metric_kind"))
     return row
