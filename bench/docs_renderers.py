@@ -122,15 +122,18 @@ def device_matrix(docs: list[tuple[str, dict]]) -> str:
 
 
 def device_summary(docs: list[tuple[str, dict]]) -> str:
-    """Per profile: how many models got an INT8 artifact, within the bound on held-back data, checked on a board."""
+    """Per profile: how many models got INT8, float where INT8 could not hold, exit 5, within the bound on held-back
+    data, checked on a board."""
     (_, data), = docs
-    rows = ["| profile | models | INT8 written | within the bound on held-back samples | passed on the emulated "
-            "board | backends written |", "|---|---|---|---|---|---|"]
+    rows = ["| profile | models | INT8 written | float written (INT8 did not hold) | refused (exit 5) | within the "
+            "bound on held-back samples | passed on the emulated board | backends written |", "|---|---|---|---|---|---|---|---|"]
     profiles: dict[str, list[dict]] = {}
     for c in data["cells"]:
         profiles.setdefault(c["profile"], []).append(c)
     for profile, cells in profiles.items():
         written = [c for c in cells if c.get("artifact")]
+        int8 = [c for c in written if c.get("precision") == "int8"]
+        refused = [c for c in cells if c.get("exit_code") == 5]
         within = [c for c in written if (c.get("held_back") or {}).get("within_bound")]
         checked = [c for c in written if (c.get("verified_on") or {}).get("passed")]
         backends: dict[str, int] = {}
@@ -138,10 +141,12 @@ def device_summary(docs: list[tuple[str, dict]]) -> str:
             backends[c["backend"]] = backends.get(c["backend"], 0) + 1
         board = f"{len(checked)} of {len(written)}" if any(c.get("verified_on") for c in cells) else "- (x86)"
         said = ", ".join(f"{BACKEND_NAMES.get(b, b)} {n}" for b, n in sorted(backends.items()))
-        rows.append(f"| {profile} | {len(cells)} | {len(written)} | {len(within)} | {board} | {said} |")
+        rows.append(f"| {profile} | {len(cells)} | {len(int8)} | {len(written) - len(int8)} | {len(refused)} | "
+                    f"{len(within)} of {len(written)} | {board} | {said} |")
     return "\n".join(rows) + f"\n\nEach cell is `edgeopt convert MODEL --profile P --precision int8 --max-accuracy-drop " \
         f"{data['bound_points']:g}` on a real model from a pip package, with rendered, synthetic or " \
-        "label-by-construction data (none human-labelled)."
+        "label-by-construction data (none human-labelled); exit 5 is a refusal that says why (INT8 misses the bound " \
+        "and no float fallback holds either, or the eval set is too small to confirm it)."
 
 
 # ---------------------------------------------------------------------------------------------- quant modes
