@@ -46,8 +46,12 @@ MATRIX_NOTE = ("The JSON's machine block is its first run's (an Intel Xeon with 
 # runs that these replace (a combined file already holds the later runs of its cells).
 TABLES: tuple[Table, ...] = (
     # every profile x 9 models: the combined matrix, each cell's latest run
-    Table("results_summary", "README.md", (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",),
-          "device_summary", MATRIX_NOTE),
+    Table("results_summary", "README.md", (f"{RESULTS}/2026-12-06/device_matrix_develop_latest_per_cell.json",),
+          "device_summary", "The newest run of each cell, from nine runs on 2-core AMD EPYCs with AVX-512 VNNI/BF16 "
+          "(no AMX): host, pi5 and jetson-orin-nano on the current rules (the exact limit, every look counted), "
+          "rpi4, jetson-agx-orin and intel-npu from the runs of 2026-12-05; only the runs with `--verify-on` checked "
+          "the ARM and Jetson artifacts on the emulated board. Every run's versions and loads are under `runs`; "
+          "the models kept apart from development are in docs/benchmarks/device-matrix.md."),
     Table("device_matrix", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-03/device_matrix-all-profiles.json",), "device_matrix",
           MATRIX_NOTE + " Seconds are wall time on 2 shared cores."),
@@ -88,6 +92,12 @@ TABLES: tuple[Table, ...] = (
           "One run on the same machine after the change to the metric choice; hand_landmark, basic_pitch and "
           "face_landmark are no longer unseen (the change was made from their first runs), pose_landmark is: its "
           "first run. The ARM and Jetson artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`)."),
+    # the held-apart models after the heatmap kind, with the data their refusals asked for
+    Table("device_matrix_held_apart_heatmaps", "docs/benchmarks/device-matrix.md",
+          (f"{RESULTS}/2026-12-06/device_matrix_held_apart_heatmaps_more_data.json",), "device_matrix",
+          "Four runs merged, on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX), beside the test suite and other "
+          "runs (load 3-5); the ARM and Jetson artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`). "
+          "pose_landmark's rpi4 cell is its rerun after the fp32 board-check rule."),
     # the develop half of the unseen models: host, pi5, jetson-orin-nano, then rpi4, jetson-agx-orin, intel-npu
     Table("device_matrix_unseen_develop", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-05/device_matrix_unseen_develop_all_profiles.json",), "device_matrix",
