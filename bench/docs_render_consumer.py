@@ -19,7 +19,10 @@ def _cc(row: dict) -> str:
         return "-"
     if cc.get("skipped"):
         return f"not run: {cc['skipped']}"
-    return (f"x86_64 {cc['x86_64']['max_abs_diff']:.3g}, aarch64 {cc['aarch64 (qemu-user)']['max_abs_diff']:.3g} "
+    def one(part: dict) -> str:
+        return f"fails: {part['failed']}" if "failed" in part else f"{part['max_abs_diff']:.3g}"
+
+    return (f"x86_64 {one(cc['x86_64'])}, aarch64 {one(cc['aarch64 (qemu-user)'])} "
             f"({cc['samples']} samples, TensorFlow Lite {cc['tensorflow_lite']})")
 
 
