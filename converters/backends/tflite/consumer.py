@@ -42,8 +42,13 @@ def load_cc(runtime: dict, manifest: dict) -> str:
             "    std::unique_ptr<tflite::Interpreter> interpreter;\n"
             "    if (builder(&interpreter) != kTfLiteOk) return 1;\n"
             f"    const char* key = {quoted(s.get('signature') or 'serving_default')};\n" + _LITERT_RUN)
+    from edgeopt.deps import version_of
+
+    judged = f"ai-edge-litert {version_of('ai-edge-litert') or '?'}"
     return ("// Build: g++ -std=c++17 load.cc -ltensorflow-lite  (TensorFlow Lite's C++ headers and library: Debian's\n"
             "// libtensorflow-lite-dev, or LiteRT's CMake project)\n"
+            f"// Judged with {judged}: link that LiteRT or a later one. An older TensorFlow Lite may lack an int8\n"
+            "// kernel (Debian's 2.14 has no int8 SQRT) or compute some int8 ops differently.\n"
             "// Run: ./load MODEL_DIR [INPUT.bin ...] (one raw C-order file per input, ONNX layout; zeros without)\n"
             "#include <cmath>\n#include <cstring>\n#include <memory>\n"
             "#include \"tensorflow/lite/interpreter.h\"\n#include \"tensorflow/lite/kernels/register.h\"\n"
