@@ -154,8 +154,8 @@ TABLES: tuple[Table, ...] = (
           "its hint, and why such an artifact is judged at the plain default too). LiteRT's load.cc runs in "
           "Debian's TensorFlow Lite 2.14, not the wheel's LiteRT 2.3 the artifacts were judged with: FP32 and most INT8 "
           "outputs match it within one quantization step (MNIST's logits 0.0598, the classifiers' probabilities and "
-          "CREPE's 1/256 to 1/64), but magika's INT8 does not load there (2.14 has no int8 SQRT kernel) and g2p's "
-          "and BlazeFace's INT8 outputs differ by 7-12 % relative L2 (24 at most): deploy INT8 with the LiteRT "
+          "CREPE's 1/256 to 1/64), but magika's INT8 does not load there (2.14 has no int8 SQRT kernel), g2p's INT8 "
+          "logits differ by up to 24 and BlazeFace's outputs by 7-12 % relative L2: deploy INT8 with the LiteRT "
           "version the manifest names, or a later one (load.cc says so)."),
     # the firmware walk-through: every figure of the guide from one run of its commands
     *(Table(name, "docs/guide/firmware-microcontrollers.md", (f"{RESULTS}/2026-12-05/firmware_walkthrough.json",),
