@@ -3,7 +3,7 @@ beside the runtime's plain API, and LiteRT's load.cc in TensorFlow Lite's C++ AP
 
 from __future__ import annotations
 
-BACKENDS = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO", "tflite": "LiteRT", "tvm": "TVM"}
+from docs_renderers import BACKEND_NAMES
 
 
 def _diff(part: dict | None) -> str:
@@ -39,7 +39,7 @@ def consumer_parity(docs: list[tuple[str, dict]]) -> str:
                 continue
             runner = r["runner"].get("top1")
             plain = (r.get("consumer_check") or {}).get("plain_default")
-            rows.append(f"| {r['profile']} | {r['model']} | {BACKENDS.get(r['backend'], r['backend'])} "
+            rows.append(f"| {r['profile']} | {r['model']} | {BACKEND_NAMES.get(r['backend'], r['backend'])} "
                         f"{r['precision']} | {'-' if runner is None else f'{runner:g} %'} | {_diff(r.get('load_py'))} | "
                         f"{_diff(r.get('bare'))} | {'yes' if plain else '-'} | {_cc(r)} |")
     said = "\n".join(f"- **{k}**: {v}" for k, v in data_lines.items())

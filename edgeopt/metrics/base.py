@@ -132,6 +132,14 @@ class Metric:
         return {"output": self.output, "kind": self.kind.value, "metric": self.name, "why": self.why}
 
 
+def decision_cut(threshold: float, probabilities: bool) -> float:
+    """The value a map or peak is called at: ``threshold`` for probabilities, the logit of it (the threshold of
+    their sigmoid) for logits."""
+    import math
+
+    return threshold if probabilities or not 0 < threshold < 1 else math.log(threshold / (1 - threshold))
+
+
 def sample_of(out: dict, name: str | None) -> np.ndarray:
     if name is not None and name not in out:
         raise BadInputError(f"--metric: the model has no output '{name}'", f"its outputs: {', '.join(out)}")

@@ -10,11 +10,9 @@ cell) lies within ``tolerance`` cells of FP32's; with no confident map in the da
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .base import Metric, MetricName, sample_of
+from .base import Metric, MetricName, decision_cut, sample_of
 
 HEATMAP_WORDS = ("heatmap", "heat_map", "heatmaps")
 MIN_SIDE = 8  # a map is at least 8x8 cells
@@ -109,7 +107,7 @@ def heatmap_metric(ref, labels, spec, shape, out_name, n, role, fp32_outputs, se
     tol = tolerance(side)
     probs = all(np.all((np.asarray(r) >= 0) & (np.asarray(r) <= 1)) for r in ref[:32])
     t = spec.threshold
-    cut = t if probs or not 0 < t < 1 else math.log(t / (1 - t))  # logits: the threshold of their sigmoid
+    cut = decision_cut(t, probs)
     target = [peaks(r, axis) for r in ref]
     masks = [top > cut for _, top in target]
     every = not any(m.any() for m in masks)

@@ -9,7 +9,7 @@ import numpy as np
 from edgeopt.errors import BadInputError
 
 from . import labels as lab
-from .base import Metric, MetricName, class_axis, sample_of
+from .base import Metric, MetricName, class_axis, decision_cut, sample_of
 from .custom import load_callable, scorer
 from .heatmaps import heatmap_metric
 from .ordered_bins import ordered_bins_metric
@@ -133,7 +133,7 @@ def _ctc(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
 def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
     t = spec.threshold
     probs = all(np.all((y >= 0) & (y <= 1)) for y in ref)
-    cut = t if probs or not 0 < t < 1 else math.log(t / (1 - t))  # logits: the threshold of their sigmoid
+    cut = decision_cut(t, probs)
     target = [y > cut for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
 
     def per_sample(got):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -164,15 +165,16 @@ def test_openvino_load_cc_compiles_at_the_judged_hint_and_matches_the_runner(tmp
     _assert_cc_matches(exe, out, tmp_path)
 
 
-TFLITE_SDK = Path(os.environ.get("EDGEOPT_TFLITE_SDK", "/opt/edgeopt/tflite-sdk"))
+def _litert_cc():
+    """``bench/litert_cc.py``: the Debian sid root with TensorFlow Lite's C++ SDK (``make tflite-sdk``) where load.cc
+    is built (chroot) and run (natively, and the aarch64 build under qemu-user)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import litert_cc
 
-
-def _tflite_root() -> Path:
-    """The Debian sid root with TensorFlow Lite's C++ SDK (``make tflite-sdk``), where load.cc is built (chroot)."""
-    if not (TFLITE_SDK / ".complete").is_file() or os.geteuid() != 0:
-        pytest.skip(f"needs the TensorFlow Lite SDK root {TFLITE_SDK} (make tflite-sdk, as root: Debian sid's "
-                    "libtensorflow-lite-dev, the only packaged TensorFlow Lite C++ SDK) and root for chroot")
-    return TFLITE_SDK
+    why = litert_cc.available()
+    if why:
+        pytest.skip(f"{why}: Debian sid's libtensorflow-lite-dev is the only packaged TensorFlow Lite C++ SDK")
+    return litert_cc
 
 
 def _output_steps(artifact: Path) -> dict[str, float]:
@@ -194,46 +196,29 @@ def _output_steps(artifact: Path) -> dict[str, float]:
     return steps
 
 
-def _litert_cc(artifact: Path, root: Path, arch: str) -> list[str]:
-    """``artifact``'s load.cc built in the SDK root (g++, or the aarch64 cross g++ for ``arm64``); the command that
-    runs it (arm64: qemu-user on the root's arm64 libraries), on paths inside the root."""
-    inside = Path("/tmp") / f"edgeopt-load-{os.getpid()}-{arch}"
-    shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
-    shutil.copytree(artifact, root / inside.relative_to("/") / "art")
-    gxx = "g++" if arch == "amd64" else "aarch64-linux-gnu-g++"
-    subprocess.run(["chroot", str(root), gxx, "-std=c++17", "-O1", str(inside / "art" / "load.cc"),
-                    "-ltensorflow-lite", "-o", str(inside / "load")], check=True, timeout=600, capture_output=True)
-    if arch == "amd64":
-        return ["chroot", str(root), str(inside / "load"), str(inside / "art")]
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("needs qemu-user-static for the aarch64 build")
-    return ["qemu-aarch64-static", "-L", str(root), str(root / inside.relative_to("/") / "load"),
-            str(root / inside.relative_to("/") / "art")]
-
-
 @pytest.mark.slow
 @pytest.mark.tflite
-@pytest.mark.parametrize(("precision", "arch"), [("fp32", "amd64"), ("int8", "amd64"), ("int8", "arm64")])
+@pytest.mark.parametrize(("precision", "arch"), [("fp32", "x86_64"), ("int8", "x86_64"), ("int8", "aarch64 (qemu-user)")])
 def test_litert_load_cc_builds_against_tensorflow_lite_runs_and_matches_the_runner(tmp_path, precision, arch):
     """The pi5 artifact's load.cc built against TensorFlow Lite's C++ API (Debian's libtensorflow-lite 2.14, not
     the wheel's LiteRT 2.3 the runner uses) and run as a C++ consumer runs it, natively and as an aarch64 build under
     qemu-user: ONNX names and layout in and out. FP32 matches the runner within the consumer check's tolerance; INT8
     within one quantization step of each output (another TensorFlow Lite rounds some int8 results by one step) and
     the same top-1 class."""
-    root = _tflite_root()
+    litert_cc = _litert_cc()
     out = tmp_path / "tfl"
     convert(str(MNIST), "pi5", out, precision=precision, eval=str(MNIST_TEST),
             calib=str(MNIST_CALIB) if precision == "int8" else None)
-    command = _litert_cc(out, root, arch)
+    root_dir, commands = litert_cc.build(out, arch.split()[0])
+    command = commands[arch]
     m = load_artifact(out)
     steps = _output_steps(out) if precision == "int8" else {}
     with open_runner(str(out)) as runner:
         for i, feed in enumerate(_feeds(4)):
-            path = root / "tmp" / f"edgeopt-load-{os.getpid()}-{arch}" / f"input-{i}.bin"
+            path = root_dir / f"input-{i}.bin"
             np.asarray(feed["input"], np.float32).tofile(path)
-            inside = path if arch == "arm64" else Path("/") / path.relative_to(root)
-            got = parse_outputs(subprocess.run([*command, str(inside)], capture_output=True, text=True, check=True,
-                                               timeout=300).stdout)
+            got = parse_outputs(subprocess.run([*command, litert_cc.inside(path, arch)], capture_output=True,
+                                               text=True, check=True, timeout=300).stdout)
             want = runner.run(feed)
             assert set(got) == set(want) == {o.name for o in m.outputs}
             for name, ref in want.items():
