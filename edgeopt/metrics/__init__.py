@@ -12,7 +12,8 @@ gave, and picks (unless :class:`MetricSpec` names one):
   without labels, when FP32's argmax is the blank at half the positions or more (CTC's peaky output), or on
   dense lines at a quarter or more while the blank leads every class by far and characters last about one frame
   (:func:`looks_like_ctc`);
-* ``map_iou``: one-channel maps with values in [0, 1]: IoU of the maps thresholded at ``threshold``;
+* ``map_iou``: one-channel maps with values in [0, 1]: IoU of the maps thresholded at ``threshold``; against
+  FP32, over the cells where FP32 is sure (``base.unsure_band``: not within 0.1 of the threshold);
 * ``cosine`` (%, vs FP32) and ``sqnr`` (dB, vs FP32) for regression/embeddings (judged by cosine
   automatically without labels: outputs named like embeddings/hidden states, and any output whose rows have
   unit L2 norm, whatever its name; cosine to FP32 is a proxy for the task's own figure); ``--min-sqnr-db``

@@ -132,6 +132,20 @@ class Metric:
         return {"output": self.output, "kind": self.kind.value, "metric": self.name, "why": self.why}
 
 
+UNSURE_BAND = 0.1  # FP32 within this of the threshold, in probability, is its own coin-flip: a map's cell there is
+# not counted against a candidate (a transcriber's onsets: half of FP32's onset cells lie between 0.4 and 0.6)
+
+
+def unsure_band(threshold: float, probabilities: bool) -> tuple[float, float]:
+    """The values around ``threshold`` where FP32 is unsure (:data:`UNSURE_BAND` either side, in probability; for
+    logits, the logits of those probabilities): a map's cells there are not judged."""
+    if probabilities or 0 < threshold < 1:
+        lo, hi = max(threshold - UNSURE_BAND, 1e-6), min(threshold + UNSURE_BAND, 1 - 1e-6)
+        return decision_cut(lo, probabilities), decision_cut(hi, probabilities)
+    half = decision_cut(0.5 + UNSURE_BAND, False)  # a raw logit threshold: the same width in logits
+    return threshold - half, threshold + half
+
+
 def decision_cut(threshold: float, probabilities: bool) -> float:
     """The value a map or peak is called at: ``threshold`` for probabilities, the logit of it (the threshold of
     their sigmoid) for logits."""

@@ -9,7 +9,7 @@ import numpy as np
 from edgeopt.errors import BadInputError
 
 from . import labels as lab
-from .base import Metric, MetricName, class_axis, decision_cut, sample_of
+from .base import UNSURE_BAND, Metric, MetricName, class_axis, decision_cut, sample_of, unsure_band
 from .custom import load_callable, scorer
 from .heatmaps import heatmap_metric
 from .ordered_bins import ordered_bins_metric
@@ -131,16 +131,23 @@ def _ctc(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
 
 
 def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path) -> Metric:
+    """IoU of the thresholded maps; against FP32, only over the cells where FP32 is sure (outside
+    :func:`~.base.unsure_band`): a cell FP32 puts at 0.51 is no error of a candidate that puts it at 0.49."""
     t = spec.threshold
     probs = all(np.all((y >= 0) & (y <= 1)) for y in ref)
     cut = decision_cut(t, probs)
     target = [y > cut for y in ref] if labels is None else list(lab.masks(labels, n, shape, t, role=role))
+    if labels is None:
+        lo, hi = unsure_band(t, probs)
+        sure = [(y <= lo) | (y >= hi) for y in ref]
+    else:
+        sure = [True] * n
 
     def per_sample(got):
         vals = []
-        for p, m in zip(got, target, strict=True):
-            union = np.sum(p | m)
-            vals.append(np.sum(p & m) / union if union else 1.0)
+        for p, m, s in zip(got, target, sure, strict=True):
+            union = np.sum((p | m) & s)
+            vals.append(np.sum(p & m & s) / union if union else 1.0)
         return 100.0 * np.asarray(vals, np.float64)
 
     def score(got):
@@ -149,6 +156,8 @@ def _iou(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search_path)
     name = f"map_iou_at_{t:g}" + ("" if labels is not None else "_vs_fp32")
     desc = f"mean IoU of the maps thresholded at {t:g} vs " + ("the label masks" if labels is not None else "FP32's")
     desc += "" if probs else f" (logits: {t:g} of their sigmoid)"
+    if labels is None:
+        desc += f", over the cells where FP32 is sure (not within {UNSURE_BAND:g} of {t:g} in probability)"
     return Metric(MetricName.MAP_IOU, name, desc, "%", out_name, labels is not None, n, score,
                   digest=lambda o: sample_of(o, out_name) > cut, per_sample=per_sample)
 

@@ -183,6 +183,28 @@ def test_map_iou_thresholded(tmp_path):
     assert make_metric(run, with_labels(ds, masks.astype(np.uint8))).name == "map_iou_at_0.5"
 
 
+def test_map_iou_counts_only_cells_where_fp32_is_sure():
+    """A cell FP32 puts at 0.55 and a candidate at 0.45 is FP32's own coin-flip, not counted; a cell FP32 puts at
+    0.7 and the candidate at 0.3 is an error; with labels every cell counts."""
+    fp32 = np.zeros((2, 1, 4, 4), np.float32)
+    fp32[0, 0, 0, :2] = 0.9   # sure, both agree
+    fp32[0, 0, 1, 0] = 0.55   # unsure: the candidate flips it below
+    fp32[1, 0, 0, :2] = 0.9
+    fp32[1, 0, 1, 0] = 0.7    # sure: the candidate flips it below
+    cand = fp32.copy()
+    cand[0, 0, 1, 0], cand[1, 0, 1, 0] = 0.45, 0.3
+    ds = Dataset({"x": np.arange(2, dtype=np.float32).reshape(2, 1, 1)}, None, ranks={"x": 1})
+
+    def runner(maps):
+        return lambda feed: {"p": maps[int(feed["x"].ravel()[0])][None]}
+
+    m = make_metric(runner(fp32), ds)
+    assert m.name == "map_iou_at_0.5_vs_fp32" and "where FP32 is sure" in m.description
+    assert m.per_sample([m.digest(o) for o in m.outputs(runner(cand), ds)]).tolist() == pytest.approx([100.0, 200 / 3])
+    labelled = make_metric(runner(fp32), with_labels(ds, (fp32 > 0.5).astype(np.uint8)))
+    assert labelled.score(runner(cand), ds) == pytest.approx(100 * (2 / 3 + 2 / 3) / 2)
+
+
 def test_ambiguous_class_axis_asks_for_metric_axis(tmp_path):
     def cube(feed):
         return {"y": np.ones((1, 6, 6, 6), np.float32)}
