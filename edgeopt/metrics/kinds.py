@@ -87,9 +87,14 @@ def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search
             return _pct((g == target)[fg]) if fg.any() else 100.0
         return _pct((g == target)[valid])
 
-    def per_sample(got):  # [matching positions, valid positions] per sample: pooled like score
-        hit = (np.stack(got) == target) & valid
-        return np.stack([hit.reshape(n, -1).sum(1), valid.reshape(n, -1).sum(1)], axis=1).astype(np.float64)
+    def per_sample(got):  # [matching positions, judged positions] per sample: pooled like score
+        g = np.stack(got)
+        judged = ((target != 0) | (g != 0)) if maps else valid
+        hit = (g == target) & judged
+        return np.stack([hit.reshape(n, -1).sum(1), judged.reshape(n, -1).sum(1)], axis=1).astype(np.float64)
+
+    def pooled(rows):  # score's figure: a map all background in both, everywhere, agrees (100)
+        return _pooled_pct(rows) if not maps or np.sum(rows[:, 1]) else 100.0
 
     where = f"along axis {axis + 1} of [N,{','.join(map(str, shape))}]"
     name = "per_position_accuracy" if labels is not None else "per_position_agreement_with_fp32"
@@ -98,7 +103,7 @@ def _positions(ref, labels, spec, shape, out_name, n, role, fp32_outputs, search
         desc += ", among the positions either calls other than class 0 (the background left out)"
     return Metric(MetricName.POSITION_AGREEMENT, name, desc, "%", out_name, labels is not None, n, score,
                   classes=shape[axis], digest=lambda o: np.argmax(sample_of(o, out_name), axis=axis),
-                  per_sample=per_sample, aggregate=_pooled_pct)
+                  per_sample=per_sample, aggregate=pooled)
 
 
 def ctc_decode(y: np.ndarray, axis: int, blank: int) -> tuple[int, ...]:

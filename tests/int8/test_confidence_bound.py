@@ -81,11 +81,19 @@ def test_every_built_in_metric_gives_per_sample_scores_that_average_to_its_figur
     rng = np.random.default_rng(0)
     ref = [{"y": rng.standard_normal((1, 6, 12)).astype(np.float32)} for _ in range(20)]
     got = [{"y": o["y"] + 0.5 * rng.standard_normal(o["y"].shape).astype(np.float32)} for o in ref]
-    for name in (MetricName.TOP1, MetricName.POSITION_AGREEMENT, MetricName.COSINE):
-        m = metric_for_outputs(ref, None, MetricSpec(name=name))
-        rows = m.rows(got)
+    maps = [{"y": rng.standard_normal((1, 4, 5, 6)).astype(np.float32) + [[[[2.0]], [[0]], [[0]], [[0]]]]}
+            for _ in range(20)]  # segmentation logits, class 0 (the background) leading: judged off it
+    maps_got = [{"y": o["y"] + 0.8 * rng.standard_normal(o["y"].shape).astype(np.float32)} for o in maps]
+    cases = [(ref, got, name) for name in (MetricName.TOP1, MetricName.POSITION_AGREEMENT, MetricName.COSINE)]
+    cases += [(maps, maps_got, MetricName.POSITION_AGREEMENT)]
+    probs = [{"y": 1 / (1 + np.exp(-o["y"]))} for o in ref]
+    cases += [(probs, [{"y": 1 / (1 + np.exp(-o["y"]))} for o in got], MetricName.MAP_IOU)]
+    for r, g, name in cases:
+        m = metric_for_outputs(r, None, MetricSpec(name=name))
+        rows = m.rows(g)
         figure = m.aggregate(rows) if m.aggregate is not None else float(np.mean(rows))
-        assert figure == pytest.approx(m.score_outputs(got)) and len(rows) == 20 and m.fp32_rows is not None
+        assert figure == pytest.approx(m.score_outputs(g)) and len(rows) == 20 and m.fp32_rows is not None
+        assert figure < 100, name  # the noise moved something: the equality is not 100 == 100
 
 
 def test_a_small_eval_set_is_refused_with_the_samples_it_needs_before_any_candidate_is_built():
