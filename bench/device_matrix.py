@@ -92,6 +92,8 @@ def run_cell(prep: dict, profile: str, work: Path, budget: float, timeout: float
     cell["seconds"] = round(time.perf_counter() - t0, 1)
     cell["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     payload = _payload(proc.stdout) if proc is not None else {}
+    if payload.get("verdict"):  # convert's result said plainly: "mostly float: …", "INT8 in name only: …"
+        cell["verdict"] = payload["verdict"]
     if proc is not None and not payload.get("ok", False):
         err = payload.get("error") or {}
         tail = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -251,6 +253,9 @@ def written(cell: dict) -> str:
         judged = (f"; drop up to {upper:.2f} at {conf:.3g} confidence" if upper is not None and conf is not None
                   else "; no confidence bound on the drop")
         text += f" (fallback: {fb.get('requested', 'int8')} held on no mode{judged})"
+    verdict = cell.get("verdict")
+    if verdict:  # convert's own result line: an INT8 that is mostly float says so in the table too
+        text += f" ({verdict.split(':', 1)[0]})"
     return text
 
 
