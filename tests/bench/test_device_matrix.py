@@ -41,6 +41,14 @@ def test_table_shows_the_precision_written_and_marks_a_float_fallback(matrix):
     assert "| tflite fp16 (fallback: int8 held on no mode; no confidence bound on the drop) |" in rows[3]
 
 
+def test_an_int8_that_is_mostly_float_says_so_in_the_written_column(matrix):
+    cell = _cell(units={"quantized": 11, "float": 40},
+                 verdict="mostly float: 11 of 51 compute ops in model_int8.tflite are quantized (the rest kept …)")
+    row = matrix.table({"cells": [cell, _cell()]}).splitlines()
+    assert "| onnxruntime int8 (mostly float) | " in row[2] and "| 11 / 40 |" in row[2]
+    assert "| onnxruntime int8 | " in row[3]
+
+
 def test_a_float_fallback_shows_the_gates_drop_upper_bound(matrix):
     gate = matrix.gate_bound({"metric_drop": 0.4, "drop_upper": 1.25, "confidence": 0.95, "samples": 70})
     assert gate == {"drop": 0.4, "drop_upper": 1.25, "confidence": 0.95, "samples": 70}
