@@ -352,3 +352,18 @@ def test_a_measurement_reports_the_runtimes_the_artifact_was_built_with(tmp_path
     assert {"numpy", "onnx", "onnxruntime", "openvino"} <= set(env["libraries"])
     assert "openvino" not in collect("remote")["libraries"]  # only what a caller names, besides numpy and onnx
     assert {"openvino", "apache-tvm", "ai-edge-litert"} <= set(distributions())
+
+
+def test_a_runtime_error_is_told_by_its_message_not_by_where_it_was_raised():
+    from edgeopt.runtime.measure import BadArtifact, check_runs
+
+    class Refuses:
+        def run(self, feeds):
+            raise RuntimeError("Exception from src/inference/src/cpp/infer_request.cpp:224:\n"
+                               "Exception from src/plugins/intel_cpu/src/node.cpp:1234:\n"
+                               "[CPU] FakeQuantize node with name 'fq_7' has unsupported levels\n")
+
+    with pytest.raises(BadArtifact) as e:
+        check_runs(Refuses(), {"x": np.zeros((1, 3), np.float32)}, "art")
+    assert "RuntimeError: [CPU] FakeQuantize node with name 'fq_7' has unsupported levels" in str(e.value)
+    assert "infer_request.cpp" not in str(e.value)
