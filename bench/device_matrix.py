@@ -271,6 +271,8 @@ def board_check(cell: dict, verify_on: str | None) -> str:
             figures = f" (as accurate: error vs FP32 {e['board']:.3g} there, {e['here']:.3g} here)"
         return f"{v['device']} {mark}{figures}"
     if verify_on and "--verify-on" in cell.get("command", ""):
+        if cell.get("exit_code") == 6:  # the board could not run the artifact (or was not reached): nothing written
+            return "did not run there (exit 6)"
         return "mismatch (exit 5)" if "--verify-on" in (cell.get("reason") or "") else "not run (no artifact)"
     return "-"
 

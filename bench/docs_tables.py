@@ -98,6 +98,12 @@ TABLES: tuple[Table, ...] = (
           "Four runs merged, on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX), beside the test suite and other "
           "runs (load 3-5); the ARM and Jetson artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`). "
           "pose_landmark's rpi4 cell is its rerun after the fp32 board-check rule."),
+    # the held-apart maps after map IoU counts only the cells where FP32 is sure: basic_pitch with 1000 clips, pose
+    Table("device_matrix_held_apart_sure_cells", "docs/benchmarks/device-matrix.md",
+          (f"{RESULTS}/2026-12-06/device_matrix_held_apart_sure_cells.json",), "device_matrix",
+          "Two runs merged, on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX), beside the test suite and another "
+          "matrix run (load 4-5: the 60 s searches tried fewer candidates than on a quiet machine); the ARM and "
+          "Jetson artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`)."),
     # the develop half of the unseen models: host, pi5, jetson-orin-nano, then rpi4, jetson-agx-orin, intel-npu
     Table("device_matrix_unseen_develop", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-05/device_matrix_unseen_develop_all_profiles.json",), "device_matrix",

@@ -49,6 +49,12 @@ def test_an_int8_that_is_mostly_float_says_so_in_the_written_column(matrix):
     assert "| onnxruntime int8 | " in row[3]
 
 
+def test_a_board_that_could_not_run_the_artifact_is_not_called_a_missing_artifact(matrix):
+    cell = _cell(artifact=None, exit_code=6, reason="pi5-emu: the runner failed with exit 3: …")
+    row = matrix.table({"cells": [cell], "verify_on": "pi5-emu"}).splitlines()[2]
+    assert "| did not run there (exit 6) |" in row and "not run (no artifact)" not in row
+
+
 def test_a_float_fallback_shows_the_gates_drop_upper_bound(matrix):
     gate = matrix.gate_bound({"metric_drop": 0.4, "drop_upper": 1.25, "confidence": 0.95, "samples": 70})
     assert gate == {"drop": 0.4, "drop_upper": 1.25, "confidence": 0.95, "samples": 70}
