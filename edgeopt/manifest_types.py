@@ -159,6 +159,16 @@ class BackendSearchRow(Entry):
     timing: str | None = None
 
 
+class BoardError(Entry):
+    """The board check's second rule (``remote/verify.py`` ``as_accurate``): the output's relative L2 error vs FP32
+    on the board and here, and what the board may have."""
+
+    here: float
+    board: float
+    allowed: float
+    measure: str
+
+
 class VerifiedOn(Entry):
     """``convert --verify-on``: the artifact run on the device against this host on the check samples."""
 
@@ -169,7 +179,7 @@ class VerifiedOn(Entry):
     max_abs_diff: Figure | None = None
     tolerance: Figure | None = None
     rule: str | None = None
-    error_vs_fp32: Figure | None = None
+    error_vs_fp32: BoardError | None = None  # set when the output passed (or failed) by its error vs FP32
     passed: bool
     outputs: JsonDict = {}
     device_arch: str | None = None

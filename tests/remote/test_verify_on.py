@@ -124,6 +124,13 @@ def test_an_int8_output_beyond_the_rounding_tolerance_holds_when_as_accurate_as_
     assert res["max_abs_diff"] > res["tolerance"] and res["passed"], res
     e = res["error_vs_fp32"]
     assert e["board"] <= 1.25 * e["here"] and "judged by its error vs FP32" in res["rule"]
+    from edgeopt.manifest_types import VerifiedOn  # what convert writes into the manifest: typed, not a crash
+
+    vo = VerifiedOn.model_validate({"device": "pi5-emu", "profile": "pi5", "emulated": True, "samples": 8,
+                                    "max_abs_diff": res["max_abs_diff"], "tolerance": res["tolerance"],
+                                    "rule": res["rule"], "error_vs_fp32": e, "passed": True,
+                                    "outputs": {"embedding": res}})
+    assert vo.model_dump()["error_vs_fp32"] == e and vo.error_vs_fp32.board == e["board"]
     assert not compare(host, {"embedding": board}, "int8", {})["embedding"]["passed"]  # no FP32: rounding rule only
     board[0] = fp32[0]["embedding"] * -1  # another function on one sample
     res = compare(host, {"embedding": board}, "int8", {}, fp32)["embedding"]
