@@ -370,18 +370,13 @@ def check_runs(runner, feeds: dict, artifact_dir: str) -> None:
     """One run before timing: a runtime that refuses the inputs is a bad artifact/input, not a crash."""
     try:
         runner.run(feeds)
-    except Exception as err:  # noqa: BLE001 - reported as one line
+    except Exception as err:  # noqa: BLE001 - reported as one line: the one that says what went wrong (OpenVINO's
+        # exceptions open with "Exception from src/…/infer_request.cpp:224:" lines that only say where)
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        told = [ln for ln in lines if not (ln.startswith("Exception from ") and ln.endswith(":"))]
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         raise BadArtifact(f"artifact '{artifact_dir}' failed to run on inputs {shapes}: {type(err).__name__}: "
-                          f"{runtime_message(err)}") from err
-
-
-def runtime_message(err: BaseException) -> str:
-    """The line of a runtime's exception that says what went wrong, at most 300 characters: OpenVINO's open with
-    "Exception from src/…/infer_request.cpp:224:" lines that only say where (the first one alone said nothing)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    told = [ln for ln in lines if not (ln.startswith("Exception from ") and ln.endswith(":"))]
-    return " ".join(told or lines[:1])[:300]
+                          f"{' '.join(told or lines[:1])[:300]}") from err
 
 
 def run_record(artifact_dir: str, manifest: dict, measured: dict, *, env: dict, energy: dict | None,
