@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from edgeopt.errors import EdgeoptError, GateFailedError, UsageError
 from edgeopt.metrics.confidence import (
     DEFAULT_CONFIDENCE,
     Looks,
@@ -282,3 +283,18 @@ class BudgetedSearch:
         self.show(f"{label}: {metric_name(self.m_search)} {self.fmt(c.search_value)} "
                    f"(FP32 {self.fmt(self.m_search.fp32_value)}, bound {self.bound:g})")
         return c
+
+    def evaluate_or_miss(self, label: str, build: Build, kept: tuple[str, ...] = ()) -> Candidate:
+        """:meth:`evaluate`, where a candidate the quantizer fails to build counts as a miss (no artifact, a drop
+        of infinity) in the report's ``tried`` with the quantizer's reason: one more op set in float is then tried,
+        as after any miss, instead of the failure ending the backend's search."""
+        t = time.perf_counter()
+        try:
+            return self.evaluate(label, build, kept)
+        except (GateFailedError, UsageError):
+            raise
+        except EdgeoptError as err:
+            self.tried.append({"what": label, "kept_in_float": len(kept), "not_built": err.message, "selected": False,
+                               "seconds": round(time.perf_counter() - t, 2)})
+            self.show(f"{label}: not built ({err.message})")
+            return Candidate(label, tuple(kept), search_value=float("-inf"), entry=self.tried[-1])

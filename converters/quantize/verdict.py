@@ -73,9 +73,13 @@ def gate_failure(prefix: str, result: SearchResult, bound: float) -> GateFailedE
             f", held-back {c.confirm_value:.2f}{unit} vs {r['fp32']['confirm']:.2f}{unit}")
     worst = worst_part(result.m_search, c.searched) if result.m_search is not None else ""
     worst = f"; the worst output: {worst}" if worst else ""
-    most = max((t.get("kept_in_float", 0) for t in r.get("tried", ())), default=0)
+    most = max((t.get("kept_in_float", 0) for t in r.get("tried", ()) if "not_built" not in t), default=0)
     if most > len(c.kept):  # the best was not the one with most ops in float: say what else was tried
         kept += f"; candidates with up to {most} ops in float were tried and scored lower"
+    not_built = [t for t in r.get("tried", ()) if "not_built" in t]
+    if not_built:  # the quantizer's own failure on those op sets (BudgetedSearch.evaluate_or_miss)
+        kept += (f"; {len(not_built)} candidate(s) the quantizer could not build ({not_built[0]['not_built']}), "
+                 "counted as misses")
     if r.get("only_all_float_meets"):
         kept += "; only with every op in float (the FP32 model) was the bound met"
     if r.get("not_confirmed"):

@@ -365,6 +365,66 @@ def test_a_quantizer_crash_on_one_option_drops_that_option_not_the_search():
                                                  "failed: ValueError: The truth value of an array …"}]
 
 
+def test_a_float_fallback_candidate_the_quantizer_fails_to_build_is_a_miss_not_the_end_of_the_search():
+    """ai-edge-quantizer 0.10.0 fails on some "k ops in float" recipes (its dequant_insert adds bytes to a str
+    tensor name): that candidate is reported as not built and counted a miss, so the fallback tries more ops in
+    float and finds the hit past it, where the failure used to end the backend's whole search."""
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.errors import StageError
+
+    _, w, search, confirm, fp32_run = _linear_model_search_data()
+
+    def broken(feed):
+        return {"y": -(feed["x"] @ w)}
+
+    ops = ["a", "b", "c", "d", "e"]
+
+    def with_float(i, kept):
+        def build():
+            if len(kept) == 2:
+                raise StageError('tflite: ai-edge-quantizer failed (static): TypeError: can only concatenate str '
+                                 '(not "bytes") to str')
+            return len(kept), fp32_run if len(kept) >= 2 else broken
+        return build
+
+    result = run_search(options=[("preset", lambda: (0, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
+                        with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=2.0,
+                        budget_s=3600)
+    assert result.best is not None and len(result.best.kept) == 3  # 2 in float failed to build; 3 is the hit
+    not_built = [t for t in result.report["tried"] if "not_built" in t]
+    assert [t["kept_in_float"] for t in not_built] == [2] and "TypeError" in not_built[0]["not_built"]
+    assert not not_built[0]["selected"]
+
+
+def test_a_gate_failure_names_the_candidates_the_quantizer_could_not_build():
+    """When no candidate holds and some failed to build (1 and 2 ops in float; 3 is the FP32 model), the exit-5
+    message says how many, with the quantizer's reason."""
+    from edgeopt.converters.quantize.strategy import run_search
+    from edgeopt.converters.quantize.verdict import gate_failure
+    from edgeopt.errors import StageError
+
+    _, w, search, confirm, fp32_run = _linear_model_search_data()
+
+    def broken(feed):
+        return {"y": -(feed["x"] @ w)}
+
+    ops = ["a", "b", "c"]
+
+    def with_float(i, kept):
+        def build():
+            if len(kept) < len(ops):
+                raise StageError("tflite: ai-edge-quantizer failed (weights per-channel): TypeError: …")
+            return len(kept), fp32_run
+        return build
+
+    result = run_search(options=[("preset", lambda: (0, broken))], rank=lambda art, dl: [(o, 1.0) for o in ops],
+                        with_float=with_float, fp32_run=fp32_run, search=search, confirm=confirm, bound=1.0,
+                        budget_s=3600, quantizes=lambda k: k < len(ops))
+    assert result.best is None
+    msg = gate_failure("tflite", result, 1.0).one_line()
+    assert "; 2 candidate(s) the quantizer could not build (tflite: ai-edge-quantizer failed" in msg
+
+
 @pytest.mark.parametrize("mixed_scale, built_fbc, skipped_fbc, why", [
     (2.0, "preset mixed + fast_bias_correction=False", "fast_bias_correction=False", "scored below preset mixed"),
     (None, "fast_bias_correction=False", "preset mixed + fast_bias_correction=False", "scored no better than"),
