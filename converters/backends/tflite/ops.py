@@ -12,7 +12,7 @@ _FLOAT_TYPES = {0, 1}  # FLOAT32, FLOAT16
 _QDQ = {6, 114}  # BuiltinOperator DEQUANTIZE, QUANTIZE
 
 
-def _scope(sg, op) -> str:
+def op_scope(sg, op) -> str:
     """ai-edge-quantizer's name of an op: its output tensor names joined by ';', with a trailing ';'."""
     names = [_name(sg.tensors[i]) for i in op.outputs if i >= 0]
     names = [n for n in names if n]
@@ -42,7 +42,7 @@ def subgraph_ops(model, subgraph: int) -> list[dict]:
         code = model.operatorCodes[op.opcodeIndex]
         builtin = max(int(code.builtinCode), int(getattr(code, "deprecatedBuiltinCode", 0) or 0))
         kind = fu.TFL_OP_CODE_TO_NAME.get(builtin)
-        ops.append({"index": i, "type": str(getattr(kind, "value", kind) or f"op{builtin}"), "scope": _scope(sg, op),
+        ops.append({"index": i, "type": str(getattr(kind, "value", kind) or f"op{builtin}"), "scope": op_scope(sg, op),
                     "inputs": [int(t) for t in op.inputs if t >= 0], "outputs": [int(t) for t in op.outputs if t >= 0],
                     "qdq": builtin in _QDQ})
     return ops

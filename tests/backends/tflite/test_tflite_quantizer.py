@@ -391,3 +391,61 @@ def test_weight_only_tflite_counts_as_quantized_units(tmp_path):
     assert count_units(tmp_path, {"model": "float.tflite"}) == {"quantized": 0, "float": 2, "file": "float.tflite"}
     assert count_units(tmp_path, {"model": weights.path.name}) == {"quantized": 2, "float": 0,
                                                                    "file": weights.path.name}
+
+
+def _shared_filter_model(path: Path) -> Path:
+    """Two 3x3 convolutions that read one filter and one bias (as a constant-Q front end convolves each octave
+    with one filter bank), then their sum."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("Conv", ["r", "w", "b"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             h.make_node("Add", ["c1", "c2"], ["y"])]
+    graph = h.make_graph(nodes, "shared", [h.make_tensor_value_info("x", T.FLOAT, [1, 2, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])], [w, b])
+    return _save(graph, path)
+
+
+@pytest.mark.parametrize("mode", ["weights", "static"])
+def test_an_op_kept_float_that_shares_its_filter_with_a_quantized_one_builds(tmp_path, mode):
+    """Keeping one of two convolutions that read the same filter in float made ai-edge-quantizer 0.10.0 fail
+    ("can only concatenate str (not "bytes") to str", its dequant_insert on the duplicate it makes): Basic Pitch's
+    every "k ops in float" candidate failed so. The quantized op now reads a copy of its own; the model builds,
+    keeps that op float, quantizes the other, and computes what the float model computes, within INT8's error."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgeopt.converters.backends.tflite.convert import run_onnx2tf
+    from edgeopt.converters.backends.tflite.ops import judged_ops, read_ops
+    from edgeopt.converters.backends.tflite.quantizer import TFLiteQuantizer
+    from edgeopt.converters.quantize.modes import StaticMode, WeightsMode
+    from edgeopt.data import Dataset
+
+    flt = tmp_path / "float.tflite"
+    run_onnx2tf(_shared_filter_model(tmp_path / "shared.onnx"), tmp_path / "o2t", tmp_path / "o2t.log", tflite_out=flt)
+    _, ops = read_ops(flt)
+    convs = [o for o in ops if o["type"] == "CONV_2D"]
+    assert len(convs) == 2 and convs[0]["inputs"][1] == convs[1]["inputs"][1]  # onnx2tf kept the one filter
+    quantizer = TFLiteQuantizer(None)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 1, 8, 8, 2)).astype(np.float32)  # onnx2tf's NHWC input, a batch of 1 a sample
+    calib = Dataset({"x": x}, None, ranks={"x": 4})  # the signature's input name
+    for kept in ([c["scope"] for c in convs[:1]], [c["scope"] for c in convs[1:]]):
+        out = tmp_path / f"{mode}-{len(kept)}-{kept[0][-12:-1].replace('/', '_')}.tflite"
+        made = quantizer.quantize(flt, WeightsMode() if mode == "weights" else StaticMode(), out,
+                                  calib=calib if mode == "static" else None, keep_float=tuple(kept))
+        verdicts = {op["scope"]: v for op, v in judged_ops(made.path)[1] if op["type"] == "CONV_2D"}
+        assert verdicts == {c["scope"]: ("float" if c["scope"] in kept else "quantized") for c in convs}
+        outs = []
+        for path in (flt, made.path):
+            it = Interpreter(str(path))
+            it.allocate_tensors()
+            it.set_tensor(it.get_input_details()[0]["index"], x[0])
+            it.invoke()
+            outs.append(it.get_tensor(it.get_output_details()[0]["index"]))
+        assert np.abs(outs[0] - outs[1]).max() < 0.1 * np.abs(outs[0]).max()
