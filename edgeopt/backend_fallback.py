@@ -3,7 +3,8 @@ the next is tried.
 
 A profile lists its backends in order (pi5: TFLite, then ONNX Runtime for aarch64, then TVM). ``convert`` without
 ``--backend`` builds with the first installed one; when that build fails its gate (exit 5: the accuracy bound or
-``--min-speedup`` not met) or its converter fails on the model (exit 3: an op it can't take, a crash), the next
+``--min-speedup`` not met), its converter fails on the model (exit 3: an op it can't take, a crash), or, under
+``--verify-on``, the device's runtime can't run the artifact (exit 6: an op its kernels can't set up), the next
 installed backend of the list is tried, saying why on stderr, and the artifact's manifest keeps every backend
 tried and why it was left (``backend_fallback``). TVM is never a fallback: untuned, it is slower than the others
 (``edgeopt tune``, then ``--backend tvm``). A backend the user names (``--backend``, a recipe's ``backend:``) is
@@ -12,19 +13,20 @@ never replaced.
 For now this is the ARM boards' rule (profiles with ``arch: aarch64``: pi5, rpi4, the Jetsons), where the first
 backend (TFLite, TensorRT) fails on models the next one holds. The other profiles (host, x86-avx512, intel-npu)
 keep their first backend when it only misses the bound, but when its converter fails on the model (exit 3: a
-crash inside NNCF, an op it can't take) the next installed backend is tried the same way (:func:`next_on_crash`).
+crash inside NNCF, an op it can't take) or the device refuses the artifact, the next installed backend is tried the same way (:func:`next_on_crash`).
 """
 
 from __future__ import annotations
 
 from edgeopt.enums import BackendName
-from edgeopt.errors import GateFailedError, StageError, UnsupportedOpError
+from edgeopt.errors import DeviceRefusedError, GateFailedError, StageError, UnsupportedOpError
 
-# the failures a next backend may not have: the gate, and the converter failing on this model
-FALLBACK_ON = (GateFailedError, StageError, UnsupportedOpError)
+# the failures a next backend may not have: the gate, the converter failing on this model, and the device's runtime
+# failing on the artifact (--verify-on)
+FALLBACK_ON = (GateFailedError, StageError, UnsupportedOpError, DeviceRefusedError)
 FALLBACK_ARCHES = ("aarch64",)
-# the failures that send the other profiles on to their next backend: the converter failing, not the gate
-CRASH_ONLY = (StageError, UnsupportedOpError)
+# the failures that send the other profiles on to their next backend: a converter or the device failing, not the gate
+CRASH_ONLY = (StageError, UnsupportedOpError, DeviceRefusedError)
 
 
 def backend_order(profile, profile_dirs=None) -> list[BackendName]:

@@ -97,6 +97,13 @@ class RemoteError(EdgeoptError):
     kind = "remote"
 
 
+class DeviceRefusedError(RemoteError):
+    """The device was reached and its runtime could not run the artifact (an op its kernels can't set up): a
+    property of this artifact on that device, so ``convert --verify-on`` tries the profile's next backend."""
+
+    kind = "device_refused_artifact"
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A ``did you mean 'x'?`` phrase for the closest choice, or None."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -42,7 +42,7 @@ def _plain_error(err: RemoteError, dev: Device, step: str) -> RemoteError:
     if dev.emulated and step == "connect" and "fingerprint" not in err.details:  # a host-key refusal keeps its own hint
         hint = (f"the emulated device may be stopped: start it with 'edgeopt emulate start {dev.profile} "
                 f"--name {dev.name}'")
-    out = RemoteError(message, hint, details={**err.details, "step": step})
+    out = type(err)(message, hint, details={**err.details, "step": step})  # its class: convert falls back on some
     out.exit_code, out.kind = err.exit_code, err.kind
     return out
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from edgeopt.bench.api import BenchOptions
 from edgeopt.enums import RunLocation
-from edgeopt.errors import EdgeoptError, RemoteError
+from edgeopt.errors import DeviceRefusedError, EdgeoptError, RemoteError
+from edgeopt.runtime.measure import BadArtifact
 
 from . import board_lock, deploy
 from .cores import core_plan, pin_argv
@@ -153,12 +154,29 @@ def _check_exit(dev: Device, res, python: list[str], wait: float) -> None:
             "rerun with --setup to pip-install it in a venv under the work dir (--wheels DIR for boards "
             "without internet)", details={"stderr": res.stderr[-2000:]},
         )
+    refused = _runner_error(res.stdout) if res.rc != 0 else {}
+    if refused.get("kind") == BadArtifact.kind:  # the runtime there can't run this artifact: no connection fault
+        raise DeviceRefusedError(f"{dev.name}: the device's runtime could not run the artifact: "
+                                 f"{str(refused.get('message', ''))[:600]}",
+                                 details={"stdout": res.stdout[-2000:], "stderr": res.stderr[-4000:]})
     if res.rc != 0:
         tail = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith('{"progress"')]
         raise RemoteError(
             f"{dev.name}: the runner failed with exit {res.rc}: {(tail or ['(no message)'])[-1][:300]}",
             details={"stdout": res.stdout[-2000:], "stderr": res.stderr[-4000:]},
         )
+
+
+def _runner_error(stdout: str) -> dict:
+    """The ``error`` of the runner's JSON result (``{"ok": false, "error": {"kind": …}}``), or {}."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+            return obj["error"]
+    return {}
 
 
 def leave_run_dir(tr: Transport, run_dir: str, *, keep: bool, close: bool) -> None:

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = bench(args)
     except BadArtifact as err:
-        return _fail(EXIT_BAD_ARTIFACT, "bad_artifact", str(err))
+        return _fail(EXIT_BAD_ARTIFACT, BadArtifact.kind, str(err))
     except ImportError as err:
         return _fail(EXIT_RUNTIME_MISSING, "runtime_missing", f"the artifact's runtime is not installed here: {err}")
     except board_lock.BoardBusy as err:

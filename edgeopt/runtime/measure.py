@@ -253,8 +253,9 @@ def measure(
 
 
 class BadArtifact(Exception):
-    """The artifact directory is missing, incomplete or its manifest is unreadable."""
+    """The artifact directory is missing, incomplete or its manifest is unreadable, or the runtime can't run it."""
 
+    kind = "bad_artifact"  # the runner's JSON error kind (remote/device_run.py reads it)
 
 def artifact_hash(artifact_dir: str) -> str:
     import hashlib
@@ -375,8 +376,9 @@ def check_runs(runner, feeds: dict, artifact_dir: str) -> None:
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         told = [ln for ln in lines if not (ln.startswith("Exception from ") and ln.endswith(":"))]
         shapes = {k: list(v.shape) for k, v in feeds.items()}
+        text = " ".join(told or lines[:1])  # a node named by its fused ops runs long: the tail says what failed
         raise BadArtifact(f"artifact '{artifact_dir}' failed to run on inputs {shapes}: {type(err).__name__}: "
-                          f"{' '.join(told or lines[:1])[:300]}") from err
+                          f"{text if len(text) <= 300 else text[:100] + ' … ' + text[-190:]}") from err
 
 
 def run_record(artifact_dir: str, manifest: dict, measured: dict, *, env: dict, energy: dict | None,

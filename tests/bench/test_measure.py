@@ -367,3 +367,23 @@ def test_a_runtime_error_is_told_by_its_message_not_by_where_it_was_raised():
         check_runs(Refuses(), {"x": np.zeros((1, 3), np.float32)}, "art")
     assert "RuntimeError: [CPU] FakeQuantize node with name 'fq_7' has unsupported levels" in str(e.value)
     assert "infer_request.cpp" not in str(e.value)
+
+
+def test_a_long_node_name_keeps_the_runtime_message_tail():
+    """OpenVINO names a fused node by all its ops (400 characters on Basic Pitch's convolutions): the reason
+    ("ACLCommonExecutor: function is not configured") comes after it and is kept, the name's middle elided."""
+    from edgeopt.runtime.measure import BadArtifact, check_runs
+
+    node = ";".join(f"model_1/conv2d_2/BiasAdd/ReadVariableOp_{i}" for i in range(12))
+
+    class Refuses:
+        def run(self, feeds):
+            raise RuntimeError(f"Exception from src/inference/src/cpp/infer_request.cpp:224:\nNode {node} of type "
+                               "Convolution Check 'iFunction' failed at acl_common_executor.cpp:128:\n"
+                               "ACLCommonExecutor: function is not configured\n")
+
+    with pytest.raises(BadArtifact) as e:
+        check_runs(Refuses(), {"x": np.zeros((1, 3), np.float32)}, "art")
+    text = str(e.value)
+    assert text.endswith("ACLCommonExecutor: function is not configured") and "RuntimeError: Node model_1/" in text
+    assert " … " in text and len(text) < 400

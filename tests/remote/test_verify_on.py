@@ -184,6 +184,43 @@ def test_a_mismatch_is_exit_5_naming_the_output_and_writes_nothing(emulated_x86,
     assert not out.exists() and list(tmp_path.glob("out.tmp-*")) == []
 
 
+@pytest.mark.remote
+@pytest.mark.openvino
+@pytest.mark.onnxruntime
+def test_an_artifact_the_board_cannot_run_sends_convert_to_the_next_backend(emulated_x86, tmp_path, monkeypatch):
+    """A board whose OpenVINO can't set up one of the artifact's ops (as OpenVINO's ARM plugin refused a 1-D
+    convolution of Basic Pitch on the emulated A76: "ACLCommonExecutor: function is not configured"): the runner
+    package shipped to it is a copy whose OpenVINO runner raises that error (a fake of the board's kernels; the host
+    keeps the real runner). convert --verify-on goes on to the profile's next backend, which the board runs, instead
+    of ending at exit 6, and the manifest says why OpenVINO was left."""
+    import shutil
+
+    import edgeopt.runtime
+    from edgeopt.convert_on_device import convert
+    from edgeopt.remote import verify
+
+    runtime = tmp_path / "runtime"
+    shutil.copytree(Path(edgeopt.runtime.__file__).parent, runtime, ignore=shutil.ignore_patterns("__pycache__"))
+    runner = runtime / "runners" / "openvino.py"
+    runner.write_text(runner.read_text() + "\n\ndef _refuse(self, feeds):\n    raise RuntimeError(\n"
+                      "        'Exception from src/inference/src/cpp/infer_request.cpp:224:\\n'\n"
+                      "        'Node conv1 of type Convolution Check iFunction failed: ACLCommonExecutor: function is "
+                      "not configured')\n\n\nRunner.run = _refuse\n")
+    monkeypatch.setattr(verify, "RUNTIME_DIR", runtime)
+    warned: list[str] = []
+    out = tmp_path / "out"
+    res = convert(str(MNIST), "host", str(out), precision="int8", calib=MNIST_CALIB, eval=MNIST_TEST,
+                  verify_on="x86-emu", on_warning=warned.append)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runtime"]["backend"] == "onnxruntime" and manifest["verified_on"]["passed"] is True
+    (left,) = manifest["backend_fallback"]
+    assert left["backend"] == "openvino" and left["exit_code"] == 6
+    assert "the device's runtime could not run the artifact" in left["reason"]
+    assert "ACLCommonExecutor: function is not configured" in left["reason"]
+    assert any("trying onnxruntime, the profile's next backend" in w for w in warned)
+    assert res.manifest.precision == "int8"
+
+
 # ----------------------------------------------------------------------------- the emulated Pi 5 (qemu)
 
 
