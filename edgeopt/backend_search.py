@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.enums import BackendName
-from edgeopt.errors import EdgeoptError, UsageError
+from edgeopt.errors import DeviceRefusedError, EdgeoptError, UsageError
 from edgeopt.runtime.reference import REFERENCE_FP32
 
 AUTO = "auto"  # the --backend value that asks for the search
@@ -61,8 +61,8 @@ def convert_fastest(model, prof, output, o, build, *, on_warning=None):
                 built[backend] = build(model, root / backend.value, o.model_copy(update={"backend": backend.value}))
                 rows.append({"backend": backend.value})
             except EdgeoptError as err:
-                if err.exit_code not in (3, 5):  # usage, a missing extra, a bug: not a property of this backend
-                    raise
+                if err.exit_code not in (3, 5) and not isinstance(err, DeviceRefusedError):  # usage, a missing
+                    raise  # extra, a bug, an unreachable board: not a property of this backend
                 first_err = first_err or err
                 rows.append({"backend": backend.value, "verdict": "dropped", "exit_code": int(err.exit_code),
                              "why": err.message})

@@ -184,19 +184,13 @@ def test_a_mismatch_is_exit_5_naming_the_output_and_writes_nothing(emulated_x86,
     assert not out.exists() and list(tmp_path.glob("out.tmp-*")) == []
 
 
-@pytest.mark.remote
-@pytest.mark.openvino
-@pytest.mark.onnxruntime
-def test_an_artifact_the_board_cannot_run_sends_convert_to_the_next_backend(emulated_x86, tmp_path, monkeypatch):
-    """A board whose OpenVINO can't set up one of the artifact's ops (as OpenVINO's ARM plugin refused a 1-D
-    convolution of Basic Pitch on the emulated A76: "ACLCommonExecutor: function is not configured"): the runner
-    package shipped to it is a copy whose OpenVINO runner raises that error (a fake of the board's kernels; the host
-    keeps the real runner). convert --verify-on goes on to the profile's next backend, which the board runs, instead
-    of ending at exit 6, and the manifest says why OpenVINO was left."""
+def _board_refusing_openvino(tmp_path, monkeypatch) -> None:
+    """The runner package shipped to the board: a copy whose OpenVINO runner raises what OpenVINO's ARM plugin
+    raised on Basic Pitch's convolution on the emulated A76 (a fake of the board's kernels; the host keeps the
+    real runner)."""
     import shutil
 
     import edgeopt.runtime
-    from edgeopt.convert_on_device import convert
     from edgeopt.remote import verify
 
     runtime = tmp_path / "runtime"
@@ -207,6 +201,18 @@ def test_an_artifact_the_board_cannot_run_sends_convert_to_the_next_backend(emul
                       "        'Node conv1 of type Convolution Check iFunction failed: ACLCommonExecutor: function is "
                       "not configured')\n\n\nRunner.run = _refuse\n")
     monkeypatch.setattr(verify, "RUNTIME_DIR", runtime)
+
+
+@pytest.mark.remote
+@pytest.mark.openvino
+@pytest.mark.onnxruntime
+def test_an_artifact_the_board_cannot_run_sends_convert_to_the_next_backend(emulated_x86, tmp_path, monkeypatch):
+    """A board whose OpenVINO can't set up one of the artifact's ops ("ACLCommonExecutor: function is not
+    configured", :func:`_board_refusing_openvino`): convert --verify-on goes on to the profile's next backend,
+    which the board runs, instead of ending at exit 6, and the manifest says why OpenVINO was left."""
+    from edgeopt.convert_on_device import convert
+
+    _board_refusing_openvino(tmp_path, monkeypatch)
     warned: list[str] = []
     out = tmp_path / "out"
     res = convert(str(MNIST), "host", str(out), precision="int8", calib=MNIST_CALIB, eval=MNIST_TEST,
@@ -219,6 +225,26 @@ def test_an_artifact_the_board_cannot_run_sends_convert_to_the_next_backend(emul
     assert "ACLCommonExecutor: function is not configured" in left["reason"]
     assert any("trying onnxruntime, the profile's next backend" in w for w in warned)
     assert res.manifest.precision == "int8"
+
+
+@pytest.mark.remote
+@pytest.mark.openvino
+@pytest.mark.onnxruntime
+@pytest.mark.slow
+def test_backend_auto_drops_a_backend_the_board_cannot_run(emulated_x86, tmp_path, monkeypatch):
+    """--backend auto with --verify-on: the backend whose artifact the board refuses is dropped with its exit code
+    and reason, and the fastest of the others is written, as for a backend that missed its gate."""
+    from edgeopt.convert_on_device import convert
+
+    _board_refusing_openvino(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    convert(str(MNIST), "host", str(out), backend="auto", precision="int8", calib=MNIST_CALIB, eval=MNIST_TEST,
+            verify_on="x86-emu")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runtime"]["backend"] != "openvino" and manifest["verified_on"]["passed"] is True
+    rows = {r["backend"]: r for r in manifest["backend_search"]}
+    assert rows["openvino"]["verdict"] == "dropped" and rows["openvino"]["exit_code"] == 6
+    assert "ACLCommonExecutor: function is not configured" in rows["openvino"]["why"]
 
 
 # ----------------------------------------------------------------------------- the emulated Pi 5 (qemu)
