@@ -107,6 +107,13 @@ TABLES: tuple[Table, ...] = (
           "Two runs merged, on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX), beside the test suite and another "
           "matrix run (load 4-5: the 60 s searches tried fewer candidates than on a quiet machine); the ARM and "
           "Jetson artifacts also ran on the emulated Cortex-A76 (`--verify-on ee-pi5`)."),
+    # basic_pitch (1000 clips) on pi5 and jetson-orin-nano after a board's refusal became a fallback
+    Table("device_matrix_board_refusal", "docs/benchmarks/device-matrix.md",
+          (f"{RESULTS}/2026-12-06/device_matrix_basic_pitch_1000_board_refusal.json",), "device_matrix",
+          "One run on a 2-core AMD EPYC with AVX-512 VNNI/BF16 (no AMX), beside the test suite (load 1-7: the 60 s "
+          "TFLite searches tried 3 candidates); the artifacts also ran on the emulated Cortex-A76 (`--verify-on "
+          "ee-pi5`). Its `edgeopt_commit` reads 70760e3+dirty: the tree held the changes committed next (981fb1d, "
+          "ca0ccd8, 1da9522), but for the pi5 cell's shorter board message."),
     # the develop models on rpi4, jetson-agx-orin, intel-npu (and the text detector everywhere) on the current rules
     Table("device_matrix_develop_sure_cells", "docs/benchmarks/device-matrix.md",
           (f"{RESULTS}/2026-12-06/device_matrix_develop_sure_cells.json",), "device_matrix",
