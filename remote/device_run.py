@@ -51,7 +51,8 @@ def with_work_dir(python: list[str], tr: Transport, manifest: dict) -> list[str]
     return ["env", f"EDGEOPT_WORK_DIR={tr.work_dir}", *python]
 
 
-def _parse_result(device: Device, stdout: str) -> dict:
+def _last_json(stdout: str) -> dict | None:
+    """The runner's result: the last line of its stdout that is a JSON object."""
     for line in reversed(stdout.strip().splitlines()):
         try:
             obj = json.loads(line)
@@ -59,7 +60,14 @@ def _parse_result(device: Device, stdout: str) -> dict:
             continue
         if isinstance(obj, dict):
             return obj
-    raise RemoteError(f"{device.name}: the runner printed no JSON result", stdout[-300:] or None)
+    return None
+
+
+def _parse_result(device: Device, stdout: str) -> dict:
+    obj = _last_json(stdout)
+    if obj is None:
+        raise RemoteError(f"{device.name}: the runner printed no JSON result", stdout[-300:] or None)
+    return obj
 
 
 def fetch_atomic(tr: Transport, remote: str, local: Path) -> None:
@@ -154,7 +162,8 @@ def _check_exit(dev: Device, res, python: list[str], wait: float) -> None:
             "rerun with --setup to pip-install it in a venv under the work dir (--wheels DIR for boards "
             "without internet)", details={"stderr": res.stderr[-2000:]},
         )
-    refused = _runner_error(res.stdout) if res.rc != 0 else {}
+    error = (_last_json(res.stdout) or {}).get("error") if res.rc != 0 else None
+    refused = error if isinstance(error, dict) else {}  # the runner's {"ok": false, "error": {"kind": …}}
     if refused.get("kind") == BadArtifact.kind:  # the runtime there can't run this artifact: no connection fault
         raise DeviceRefusedError(f"{dev.name}: the device's runtime could not run the artifact: "
                                  f"{str(refused.get('message', ''))[:600]}",
@@ -165,18 +174,6 @@ def _check_exit(dev: Device, res, python: list[str], wait: float) -> None:
             f"{dev.name}: the runner failed with exit {res.rc}: {(tail or ['(no message)'])[-1][:300]}",
             details={"stdout": res.stdout[-2000:], "stderr": res.stderr[-4000:]},
         )
-
-
-def _runner_error(stdout: str) -> dict:
-    """The ``error`` of the runner's JSON result (``{"ok": false, "error": {"kind": …}}``), or {}."""
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
-            return obj["error"]
-    return {}
 
 
 def leave_run_dir(tr: Transport, run_dir: str, *, keep: bool, close: bool) -> None:
