@@ -297,4 +297,5 @@ class BudgetedSearch:
             self.tried.append({"what": label, "kept_in_float": len(kept), "not_built": err.message, "selected": False,
                                "seconds": round(time.perf_counter() - t, 2)})
             self.show(f"{label}: not built ({err.message})")
-            return Candidate(label, tuple(kept), search_value=float("-inf"), entry=self.tried[-1])
+            return Candidate(label, tuple(kept), search_value=float("-inf"), entry=self.tried[-1],
+                             not_built=err.message)

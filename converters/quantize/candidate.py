@@ -27,6 +27,7 @@ class Candidate:
     entry: dict | None = field(default=None, repr=False)  # its row in the report's ``tried``
     artifact: Any = None
     met: bool = False  # selected on the search part; once confirm_choice ran, confirmed as well
+    not_built: str | None = None  # the quantizer's reason when it failed to build this candidate (a miss)
     run: Any = field(default=None, repr=False)  # its run function (the held-back confirmation runs it)
     searched: list = field(default_factory=list, repr=False)  # its search-part digests
 

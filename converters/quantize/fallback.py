@@ -87,7 +87,7 @@ def _float_fallback(s: BudgetedSearch, ranked, base_i: int, base: Candidate, wit
         nonlocal closest
         kept = tuple(name for name, _ in ranked[:k])
         c = s.evaluate_or_miss(f"{base.label} + {k} most sensitive op(s) in float", with_float(base_i, kept), kept)
-        if c.artifact is None:  # not built: a miss
+        if c.not_built:  # a miss
             return c
         if k < n and quantizes is not None and not quantizes(c.artifact):
             s.tried[-1]["quantized_compute_ops"] = 0
@@ -139,7 +139,7 @@ def prefix_fallback(s: BudgetedSearch, fp: FloatPrefix, base_i: int, base: Candi
         c = s.evaluate_or_miss(f"{base.label} + first {k} of {n} weighted op(s) in float (graph order)",
                                with_float(base_i, kept), kept)
         entry["tried"].append(k)
-        if c.artifact is None:  # not built: a miss
+        if c.not_built:  # a miss
             return c
         if quantizes is not None and not quantizes(c.artifact):
             s.tried[-1]["quantized_compute_ops"] = 0
