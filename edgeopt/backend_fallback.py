@@ -13,7 +13,8 @@ never replaced.
 For now this is the ARM boards' rule (profiles with ``arch: aarch64``: pi5, rpi4, the Jetsons), where the first
 backend (TFLite, TensorRT) fails on models the next one holds. The other profiles (host, x86-avx512, intel-npu)
 keep their first backend when it only misses the bound, but when its converter fails on the model (exit 3: a
-crash inside NNCF, an op it can't take) or the device refuses the artifact, the next installed backend is tried the same way (:func:`next_on_crash`).
+crash inside NNCF, an op it can't take) or the device refuses the artifact, the next installed backend is tried
+the same way (:func:`next_on_crash`).
 """
 
 from __future__ import annotations

@@ -151,8 +151,7 @@ class TFLiteQuantizer(Quantizer):
             feeds = self.signature_feeds(model, calib)
             with _silenced():
                 self._calibrated[key] = q.calibrate({SIGNATURE: feeds}, num_threads=1)
-        except Exception as err:  # noqa: BLE001 - the library's own faults on one recipe (its dequant_insert adds
-            # bytes to a str name on some float-kept ops in 0.10.0): this candidate is not built, the search goes on
+        except (ValueError, RuntimeError, KeyError) as err:
             raise StageError(f"tflite: ai-edge-quantizer could not calibrate the model: {_first(err)}",
                              "try --precision fp16, or another --backend") from err
         return self._calibrated[key]
