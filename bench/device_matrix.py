@@ -252,7 +252,8 @@ def written(cell: dict) -> str:
         upper, conf = gate.get("drop_upper"), gate.get("confidence")
         judged = (f"; drop up to {upper:.2f} at {conf:.3g} confidence" if upper is not None and conf is not None
                   else "; no confidence bound on the drop")
-        text += f" (fallback: {fb.get('requested', 'int8')} held on no mode{judged})"
+        text += (f" (fallback: the last {fb.get('requested', 'int8')} built did not run on the board{judged})"
+                 if fb.get("exit_code") == 6 else f" (fallback: {fb.get('requested', 'int8')} held on no mode{judged})")
     verdict = cell.get("verdict")
     if verdict:  # convert's own result line: an INT8 that is mostly float says so in the table too
         text += f" ({verdict.split(':', 1)[0]})"

@@ -89,8 +89,10 @@ def _board(c: dict) -> str:
 def _written(c: dict) -> str:
     if not c.get("artifact"):
         return "-"
-    fb = " (float fallback)" if c.get("precision_fallback") else ""
-    return f"{c['backend']} {c['precision']}{fb}"
+    fb = c.get("precision_fallback") or {}
+    why = "" if not fb else " (float fallback: the last INT8 built did not run on the board)" if fb.get(
+        "exit_code") == 6 else " (float fallback)"
+    return f"{c['backend']} {c['precision']}{why}"
 
 
 def _why(c: dict) -> str:

@@ -41,6 +41,21 @@ def test_table_shows_the_precision_written_and_marks_a_float_fallback(matrix):
     assert "| tflite fp16 (fallback: int8 held on no mode; no confidence bound on the drop) |" in rows[3]
 
 
+def test_a_float_fallback_after_the_board_refused_int8_says_so(matrix):
+    """convert --verify-on went on to a float precision because the board could not run the last INT8 artifact
+    (the precision fallback's exit code 6): both tables say that, not that INT8 held on no mode."""
+    spec = importlib.util.spec_from_file_location("docs_renderers_under_test", BENCH / "docs_renderers.py")
+    docs_renderers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs_renderers)
+    fb = {"requested": "int8", "reason": "ee-pi5: the device's runtime could not run the artifact: …", "exit_code": 6}
+    cell = _cell(model="basic_pitch", precision="fp16", backend="tflite", precision_fallback=fb)
+    row = matrix.table({"cells": [cell], "verify_on": "ee-pi5"}).splitlines()[2]
+    assert "| tflite fp16 (fallback: the last int8 built did not run on the board; " in row
+    assert "held on no mode" not in row
+    assert docs_renderers._written(cell) == "tflite fp16 (float fallback: the last INT8 built did not run on the board)"
+    assert docs_renderers._written({**cell, "precision_fallback": {**fb, "exit_code": 5}}) == "tflite fp16 (float fallback)"
+
+
 def test_an_int8_that_is_mostly_float_says_so_in_the_written_column(matrix):
     cell = _cell(units={"quantized": 11, "float": 40},
                  verdict="mostly float: 11 of 51 compute ops in model_int8.tflite are quantized (the rest kept …)")
